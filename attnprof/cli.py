@@ -1,0 +1,69 @@
+"""The ``attnprof`` console script: one command, each verb imported only when it is used.
+
+``attnprof submit`` must not pay for torch, FastAPI or SQLAlchemy, so verbs are registered by name
+and the Typer app that owns a verb is imported only when that verb runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+# verb -> (module holding a Typer app named `app`, one-line help)
+VERBS: dict[str, tuple[str, str]] = {
+    "profile": ("profiler_core.cli", "Profile every kernel of a suite's cases into a result document."),
+    "report": ("profiler_core.cli", "Print the per-kernel table of a result document."),
+    "compare": ("profiler_core.cli", "Compare baseline result(s) with a candidate: pass, warn or fail."),
+    "changepoints": ("profiler_core.cli", "Find change points in a chronological series of results."),
+    "schema": ("profiler_core.cli", "Print the JSON Schema of a document."),
+}
+
+
+def available() -> dict[str, tuple[str, str]]:
+    """The verbs whose package is installed."""
+    out = {}
+    for verb, (module, text) in VERBS.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if found:
+            out[verb] = (module, text)
+    return out
+
+
+def usage() -> str:
+    verbs = available()
+    width = max(len(v) for v in verbs)
+    lines = [
+        "Usage: attnprof VERB [ARGS]...",
+        "",
+        "  Performance-regression CI for attention kernels.",
+        "",
+        "Verbs:",
+        *[f"  {v.ljust(width)}  {text}" for v, (_, text) in verbs.items()],
+        "",
+        "Run `attnprof VERB --help` for a verb's options.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        sys.exit(0 if args else 2)
+    if args[0] == "--version":
+        try:
+            print(f"attnprof {version('attnprof')}")
+        except PackageNotFoundError:
+            print("attnprof (not installed)")
+        sys.exit(0)
+    verbs = available()
+    if args[0] not in verbs:
+        print(f"error: unknown verb {args[0]!r}; the verbs are: {', '.join(verbs)}", file=sys.stderr)
+        sys.exit(2)
+    app = importlib.import_module(verbs[args[0]][0]).app
+    app(args=args, prog_name="attnprof")

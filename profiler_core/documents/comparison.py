@@ -1,0 +1,133 @@
+"""The comparison document, ``attnprof.comparison/v1``: one candidate run against its baseline (DESIGN 3.3).
+
+Relative changes are fractions: ``change = (candidate - baseline) / baseline``, so 0.03 is 3% more of the
+metric (slower for ``latency``, faster for ``bandwidth`` and ``throughput``). Units live in ``unit`` and in
+field names (``_us`` microseconds).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+COMPARISON_SCHEMA = "attnprof.comparison/v1"
+
+Verdict = Literal["pass", "warn", "fail"]
+Metric = Literal["latency", "bandwidth", "throughput", "variance", "dram_bytes", "backend", "accuracy", "status"]
+FindingStatus = Literal["regressed", "improved", "unchanged", "inconclusive"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Interval(_Model):
+    """A confidence interval on a relative change (fractions)."""
+
+    low: float
+    high: float
+    level: float = Field(description="coverage, e.g. 0.95")
+
+
+class FieldChange(_Model):
+    """One launch or rate field of a kernel that differs between baseline and candidate."""
+
+    field: str = Field(description="grid, block, registers_per_thread, shared_mem_bytes, ..., gbps, tflops")
+    baseline: Any = None
+    candidate: Any = None
+    change: float | None = Field(None, description="relative change, for numeric fields")
+
+
+class KernelMove(_Model):
+    """A kernel whose time or launch changed, joined by ``key`` (and ``phase``) across the two sides."""
+
+    key: str
+    phase: str | None = None
+    name: str | None = Field(None, description="as launched in the candidate (the baseline's if it vanished)")
+    baseline_us: float | None = Field(None, description="per-iteration duration, median over baseline runs")
+    candidate_us: float | None = Field(None, description="per-iteration duration in the candidate")
+    delta_us: float | None = Field(None, description="candidate_us - baseline_us")
+    change: float | None = Field(None, description="relative change of the duration")
+    appeared: bool = False
+    vanished: bool = False
+    launch: list[FieldChange] = Field(default_factory=list, description="grid, block, registers, ...")
+    rates: list[FieldChange] = Field(default_factory=list, description="tflops, gbps, utilisations, DRAM bytes")
+
+
+class Finding(_Model):
+    case: str
+    metric: Metric
+    status: FindingStatus
+    verdict: Verdict = Field(description="what this finding alone contributes to the verdict")
+    baseline: float | str | None = None
+    candidate: float | str | None = None
+    unit: str | None = Field(None, description="us, GB/s, TFLOP/s, bytes, fraction (spread), ...")
+    change: float | None = Field(None, description="(candidate - baseline) / baseline")
+    higher_is_better: bool | None = None
+    threshold: float | None = Field(None, description="minimum relative change applied to this finding")
+    ci: Interval | None = None
+    p: float | None = None
+    q: float | None = Field(None, description="Benjamini-Hochberg adjusted p over the whole comparison")
+    detail: str | None = Field(None, description="why, in words")
+    kernels: list[KernelMove] = Field(default_factory=list, description="for timing findings: what moved")
+
+
+class SoftwareChange(_Model):
+    name: str
+    baseline: str | None = Field(None, description="value(s) in the baseline runs, joined by ', ' if several")
+    candidate: str | None = None
+
+
+class Summary(_Model):
+    cases: int = Field(description="cases in the candidate")
+    compared: int = Field(description="cases with a baseline")
+    findings: int
+    regressed: int
+    improved: int
+    unchanged: int
+    inconclusive: int
+    fail: int = Field(description="findings that fail the comparison")
+    warn: int = Field(description="findings that warn")
+
+
+class Settings(_Model):
+    """How the comparison was decided, so that it can be reproduced."""
+
+    mode: str = Field(description="cuda or cpu: which defaults applied")
+    thresholds: dict[str, float] = Field(description="minimum relative effects per metric (before case overrides)")
+    fdr: float = Field(description="false-discovery level of the Benjamini-Hochberg procedure")
+    noise_floor: float = Field(description="relative run-to-run spread of unchanged code")
+    noise_floor_source: Literal["argument", "default"]
+    prior_runs: int = Field(description="weight of the noise floor, in baseline runs, when pooling")
+    ci_level: float
+    bootstrap: int = Field(description="bootstrap replicates behind each interval")
+    seed: int
+    precedence: str = Field(description="order in which threshold sources override one another")
+
+
+class ComparisonDocument(_Model):
+    schema_: Literal["attnprof.comparison/v1"] = Field(COMPARISON_SCHEMA, alias="schema")
+    verdict: Verdict
+    baseline: list[str] | None = Field(description="ids of the pooled baseline runs; null when there was none")
+    candidate: str = Field(description="id of the candidate run")
+    testbed_baseline: list[str] = Field(default_factory=list, description="distinct testbed keys of the baselines")
+    testbed_candidate: str
+    testbed_mismatch: bool = False
+    software: list[SoftwareChange] = Field(default_factory=list, description="versions that differ")
+    suspect: list[str] | None = Field(None, description="why the candidate's numbers are doubtful, if they are")
+    notes: list[str] = Field(default_factory=list, description="why the verdict is what it is, beyond findings")
+    findings: list[Finding] = Field(default_factory=list)
+    summary: Summary
+    settings: Settings
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return self.model_dump_json(by_alias=True, indent=indent)
+
+
+def comparison_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``attnprof.comparison/v1``."""
+    schema = ComparisonDocument.model_json_schema(by_alias=True, mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://attnprof.dev/schemas/" + COMPARISON_SCHEMA
+    return schema

@@ -1,0 +1,61 @@
+"""Reading and writing result documents (JSON, optionally gzip)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from profiler_core.documents.result import RESULT_SCHEMA, ResultDocument
+from profiler_core.errors import DocumentError
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DocumentError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except OSError as exc:
+            raise DocumentError(f"{path}: not a valid gzip file: {exc}") from exc
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DocumentError(f"{path}: not JSON: {exc}") from exc
+
+
+def _first_errors(exc: ValidationError, limit: int = 5) -> str:
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = ".".join(str(p) for p in err["loc"]) or "(document)"
+        parts.append(f"{loc}: {err['msg']}")
+    more = len(exc.errors()) - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def parse_result(data: Any, *, source: str = "<document>") -> ResultDocument:
+    """Validate a decoded JSON value as a result document, or raise ``DocumentError``."""
+    if not isinstance(data, dict):
+        raise DocumentError(f"{source}: a result document is a JSON object, got {type(data).__name__}")
+    schema = data.get("schema")
+    if schema != RESULT_SCHEMA:
+        raise DocumentError(f"{source}: schema is {schema!r}, expected {RESULT_SCHEMA!r}")
+    try:
+        return ResultDocument.model_validate(data)
+    except ValidationError as exc:
+        raise DocumentError(f"{source}: invalid result document: {_first_errors(exc)}") from exc
+
+
+def load_result(path: str | Path) -> ResultDocument:
+    """Read a result document from ``path`` (plain or gzip JSON)."""
+    p = Path(path)
+    return parse_result(_read_json(p), source=str(p))
+
+
+def write_result(doc: ResultDocument, path: str | Path) -> None:
+    Path(path).write_text(doc.to_json() + "\n")

@@ -1,0 +1,253 @@
+"""The result document, ``attnprof.result/v1``: one per profiling run (DESIGN 3.2).
+
+Units live in field names: ``_us`` microseconds, ``_bytes`` bytes, ``_gbps`` 10^9 bytes per second,
+``_tflops`` 10^12 floating-point operations per second, ``_mhz``, ``_w``, ``_c``. Utilisations are
+fractions in [0, 1] of the peaks recorded in ``environment.peaks``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RESULT_SCHEMA: Final = "attnprof.result/v1"
+
+Mode = Literal["cuda", "cpu"]
+CountersMode = Literal["none", "ncu"]
+CaseStatus = Literal["ok", "failed", "skipped"]
+Bound = Literal["compute", "memory", "latency", "balanced"]
+Phase = Literal[
+    "qkv_proj",
+    "qk_matmul",
+    "softmax",
+    "mask",
+    "av_matmul",
+    "fused_attention",
+    "cast",
+    "out_proj",
+    "ffn",
+    "backward",
+    "other",
+]
+PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+PeakSource = Literal["measured", "datasheet"]
+
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+NonNegative = Annotated[float, Field(ge=0.0)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Thresholds(_Model):
+    """Minimum effects (relative changes, e.g. 0.02 = 2%) and the false-discovery level.
+
+    Every field is optional: an absent one falls back to the suite's, then to the analysis defaults.
+    """
+
+    latency: NonNegative | None = Field(None, description="minimum relative change of latency")
+    bandwidth: NonNegative | None = Field(None, description="minimum relative change of achieved GB/s")
+    throughput: NonNegative | None = Field(None, description="minimum relative change of achieved TFLOP/s")
+    variance: NonNegative | None = Field(None, description="minimum relative change of the spread")
+    dram_bytes: NonNegative | None = Field(None, description="minimum relative change of DRAM bytes")
+    accuracy: NonNegative | None = Field(None, description="tolerance override on the relative L2 error")
+    fdr: Annotated[float, Field(gt=0.0, lt=1.0)] | None = Field(None, description="false-discovery level")
+
+
+class RunInfo(_Model):
+    id: str
+    created_at: datetime
+    tool_version: str
+    mode: Mode
+    counters: CountersMode = "none"
+    suspect: list[str] | None = Field(None, description="null, or the reasons this run's numbers are doubtful")
+    command: str | None = Field(None, description="the command line that produced the run")
+    wall_s: NonNegative | None = Field(None, description="wall time of the whole run, seconds")
+
+
+class SuiteInfo(_Model):
+    name: str
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    source_sha256: str | None = Field(None, description="hash of the suite file as read")
+
+
+class Device(_Model):
+    name: str
+    kind: Literal["cuda", "cpu"]
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    memory_bytes: int | None = None
+    l2_bytes: int | None = None
+    max_threads_per_sm: int | None = None
+    registers_per_sm: int | None = None
+    shared_mem_per_sm_bytes: int | None = None
+    cpu_threads: int | None = None
+    uuid: str | None = None
+
+
+class GpuHealth(_Model):
+    """NVML readings at one moment. Null fields where NVML could not say."""
+
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    max_sm_clock_mhz: float | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    utilization_pct: float | None = None
+    throttle_reasons: list[str] = Field(default_factory=list)
+    other_processes: int | None = None
+
+
+class PeakValue(_Model):
+    value: NonNegative
+    source: PeakSource
+    detail: str | None = Field(None, description="how it was obtained (size, method)")
+
+
+class Peaks(_Model):
+    dram_gbps: PeakValue
+    tflops: dict[str, PeakValue] = Field(description="per dtype: fp32, fp16, bf16")
+
+
+class Environment(_Model):
+    device: Device
+    driver: str | None = None
+    cuda: str | None = None
+    cudnn: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    python: str
+    host: str
+    os: str | None = None
+    health_start: GpuHealth | None = None
+    health_end: GpuHealth | None = None
+    peaks: Peaks
+    testbed_key: str = Field(description="hash of device model, driver and mode: what must match to compare")
+    testbed: dict[str, str] = Field(description="what the testbed key hashes, in words")
+    software: dict[str, str | None] = Field(
+        default_factory=dict, description="versions recorded beside the key (torch, cuDNN, Triton, ...)"
+    )
+
+
+class CaseError(_Model):
+    type: str
+    message: str
+
+
+class LatencyStats(_Model):
+    """Per-iteration latency of the whole case, microseconds."""
+
+    samples: list[NonNegative]
+    median: NonNegative
+    p25: NonNegative
+    p75: NonNegative
+    min: NonNegative
+    max: NonNegative
+    cv: NonNegative = Field(description="coefficient of variation: stdev / mean")
+    warmup: int = Field(0, ge=0, description="untimed iterations before the samples")
+
+
+class DurationStats(_Model):
+    median: NonNegative
+    p25: NonNegative
+    p75: NonNegative
+
+
+class Work(_Model):
+    flops: NonNegative = Field(description="useful floating-point operations per iteration")
+    bytes_min: NonNegative = Field(description="minimum DRAM bytes per iteration")
+    formula: str | None = None
+
+
+class Achieved(_Model):
+    tflops: NonNegative | None = None
+    gbps: NonNegative | None = None
+    compute_util: NonNegative | None = None
+    bandwidth_util: NonNegative | None = None
+    arithmetic_intensity: NonNegative | None = Field(None, description="FLOP per byte")
+    bound: Bound | None = None
+
+
+class TensorAccuracy(_Model):
+    tensor: str
+    max_abs_err: NonNegative
+    rel_l2_err: NonNegative
+    tolerance: NonNegative
+    ok: bool
+
+
+class Accuracy(_Model):
+    reference: str = Field(description="how the reference was computed")
+    max_abs_err: NonNegative
+    rel_l2_err: NonNegative
+    tolerance: NonNegative
+    ok: bool
+    grads: list[TensorAccuracy] | None = None
+
+
+class Kernel(_Model):
+    name: str = Field(description="as launched")
+    key: str = Field(description="stable short name: template arguments and knob ids stripped")
+    phase: Phase
+    op: str | None = Field(None, description="the innermost aten op (or Triton kernel) that launched it")
+    launches_per_iter: NonNegative
+    duration_us: DurationStats = Field(description="per iteration (all its launches in one iteration)")
+    share: Fraction | None = Field(None, description="fraction of the case's kernel time")
+    grid: list[int] | None = None
+    block: list[int] | None = None
+    registers_per_thread: int | None = None
+    shared_mem_bytes: int | None = None
+    theoretical_occupancy: Fraction | None = None
+    occupancy_limiter: str | None = None
+    flops: NonNegative | None = None
+    bytes: NonNegative | None = None
+    tflops: NonNegative | None = None
+    gbps: NonNegative | None = None
+    compute_util: NonNegative | None = None
+    bandwidth_util: NonNegative | None = None
+    arithmetic_intensity: NonNegative | None = None
+    bound: Bound | None = None
+    counters: dict[str, float] | None = None
+    counter_bound: Bound | None = Field(None, description="bound by NVIDIA's speed-of-light rule")
+
+
+class Case(_Model):
+    id: str
+    name: str
+    target: str
+    params: dict[str, Any]
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    status: CaseStatus
+    error: CaseError | None = None
+    backend_requested: str | None = None
+    backend_used: str | None = None
+    latency_us: LatencyStats | None = None
+    work: Work | None = None
+    achieved: Achieved | None = None
+    accuracy: Accuracy | None = None
+    kernels: list[Kernel] = Field(default_factory=list)
+    trace: str | None = Field(None, description="file name of the gzip Chrome trace")
+
+
+class ResultDocument(_Model):
+    schema_: Literal["attnprof.result/v1"] = Field(RESULT_SCHEMA, alias="schema")
+    run: RunInfo
+    suite: SuiteInfo
+    environment: Environment
+    cases: list[Case]
+
+    def case(self, case_id: str) -> Case | None:
+        return next((c for c in self.cases if c.id == case_id), None)
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return self.model_dump_json(by_alias=True, indent=indent)
+
+
+def result_json_schema() -> dict[str, Any]:
+    schema = ResultDocument.model_json_schema(by_alias=True, mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://attnprof.dev/schemas/" + RESULT_SCHEMA
+    return schema
