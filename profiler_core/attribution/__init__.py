@@ -1,0 +1,55 @@
+"""Kernel attribution: parse a Kineto trace, key and phase every kernel, fold them into a table.
+
+Torch-free: it reads the JSON that ``torch.profiler`` exported. Durations are microseconds.
+"""
+
+from profiler_core.attribution.aggregate import KernelSummary, aggregate, quantile
+from profiler_core.attribution.backends import backend_of, detect_backend
+from profiler_core.attribution.cpu import METADATA_OPS, cpu_kernels
+from profiler_core.attribution.keys import MAX_KEY_LEN, kernel_key
+from profiler_core.attribution.kineto import (
+    BACKWARD_ANNOTATION,
+    ITER_PREFIX,
+    PHASE_PREFIX,
+    CpuOp,
+    KernelEvent,
+    ParsedTrace,
+    TraceError,
+    load_trace,
+    parse_trace,
+)
+from profiler_core.attribution.phases import (
+    AttributedKernel,
+    PhaseContext,
+    attribute,
+    classify_phase,
+    is_attention_gemm,
+    is_backward,
+)
+
+__all__ = [
+    "BACKWARD_ANNOTATION",
+    "ITER_PREFIX",
+    "MAX_KEY_LEN",
+    "METADATA_OPS",
+    "PHASE_PREFIX",
+    "AttributedKernel",
+    "CpuOp",
+    "KernelEvent",
+    "KernelSummary",
+    "ParsedTrace",
+    "PhaseContext",
+    "TraceError",
+    "aggregate",
+    "attribute",
+    "backend_of",
+    "classify_phase",
+    "cpu_kernels",
+    "detect_backend",
+    "is_attention_gemm",
+    "is_backward",
+    "kernel_key",
+    "load_trace",
+    "parse_trace",
+    "quantile",
+]
