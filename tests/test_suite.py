@@ -523,7 +523,7 @@ def test_example_cpu_smoke() -> None:
     suite = load_suite(EXAMPLES / "cpu.toml")
     assert suite.name == "cpu-smoke"
     assert suite.timing == TimingConfig(warmup=3, min_samples=10, max_samples=200, budget_s=0.3)
-    assert suite.thresholds.latency == 0.10
+    assert suite.thresholds.latency == 0.25
     assert all(c.dtype == "fp32" for c in suite.cases)
     assert {c.target for c in suite.cases} == {"sdpa", "naive", "block"}
     assert any(c.seq_q == 64 and c.seq_kv == 256 for c in suite.cases)

@@ -1,0 +1,160 @@
+"""The local verbs: ``profile``, ``report``, ``compare``, ``changepoints``, ``schema``.
+
+They work on files only (no server). ``attnprof`` registers them; ``python -m profiler_core`` runs
+them directly (that is how a worker runs a suite in its sandboxed subprocess). Exit codes:
+0 success (a comparison that passes or warns), 1 failed cases or a failing comparison, 2 bad input
+(nothing run), as DESIGN 3.3 and the CLI contract say.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from profiler_core.documents import load_result, result_json_schema
+from profiler_core.errors import AttnprofError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Profile attention kernels and compare runs.")
+
+
+class Format(StrEnum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+
+
+class Device(StrEnum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Counters(StrEnum):
+    none = "none"
+    ncu = "ncu"
+
+
+class SchemaName(StrEnum):
+    result = "result"
+    comparison = "comparison"
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+@app.command()
+def profile(
+    suite: Annotated[Path, typer.Argument(help="suite file (TOML)")],
+    device: Annotated[Device, typer.Option(help="auto: the GPU if there is one")] = Device.auto,
+    counters: Annotated[Counters, typer.Option(help="ncu: add a Nsight Compute counter pass")] = Counters.none,
+    out: Annotated[Path, typer.Option(help="where to write the result document")] = Path("attnprof-result.json"),
+    trace_dir: Annotated[Path | None, typer.Option(help="where to save traces (default: beside --out)")] = None,
+    case: Annotated[list[str] | None, typer.Option(help="only cases whose id matches (glob; repeatable)")] = None,
+    format: Annotated[Format, typer.Option(help="how to print the report")] = Format.table,
+    quiet: Annotated[bool, typer.Option(help="print no report and no progress")] = False,
+    seed: Annotated[int, typer.Option(help="seed of the random inputs")] = 0,
+    cache_dir: Annotated[Path, typer.Option(help="peaks cache")] = Path.home() / ".cache" / "attnprof",
+) -> None:
+    """Profile every case of SUITE and write the result document (exit 1 if a case failed, 2 on bad input)."""
+    from profiler_core.suite import load_suite, select_cases
+
+    try:
+        parsed = load_suite(suite)
+        selected = select_cases(parsed, case) if case else None
+        from profiler_core.measure.runner import ProfileOptions, resolve_device
+
+        resolve_device(device.value)
+    except AttnprofError as exc:
+        raise fail(str(exc)) from None
+    traces = trace_dir if trace_dir is not None else out.with_name(out.name.removesuffix(".json") + ".traces")
+    options = ProfileOptions(
+        device=device.value,
+        counters=counters.value,
+        trace_dir=traces,
+        cache_dir=cache_dir,
+        seed=seed,
+        cases=selected,
+        command=shlex.join(["attnprof", *sys.argv[1:]]),
+    )
+    try:
+        doc = _profile_with_progress(parsed, options, quiet)
+    except AttnprofError as exc:
+        raise fail(str(exc)) from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(doc.to_json() + "\n")
+    if not quiet:
+        _print_report(doc, format)
+        typer.echo(f"\nwrote {out} and traces in {traces}/", err=True)
+    failed = [c for c in doc.cases if c.status == "failed"]
+    if failed:
+        typer.echo(f"{len(failed)} case(s) failed: " + ", ".join(c.id for c in failed), err=True)
+        raise typer.Exit(1)
+
+
+def _profile_with_progress(parsed, options, quiet):  # type: ignore[no-untyped-def]
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from profiler_core.measure.runner import profile_suite
+
+    if quiet:
+        return profile_suite(parsed, options)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=True, console=None) as bar:
+        task = bar.add_task("measuring peaks", total=None)
+
+        def progress(event: str, done: int, total: int, case_id: str) -> None:
+            label = {"case": "profiling", "counters": "ncu counters"}.get(event, "done")
+            bar.update(task, completed=done, total=total, description=f"{label} {case_id}"[:70])
+
+        return profile_suite(parsed, options, progress)
+
+
+def _print_report(doc, format: Format) -> None:  # type: ignore[no-untyped-def]
+    from profiler_core.report import render_markdown, render_table
+
+    if format is Format.json:
+        typer.echo(doc.to_json())
+    elif format is Format.markdown:
+        typer.echo(render_markdown(doc))
+    else:
+        typer.echo(render_table(doc))
+
+
+@app.command()
+def report(
+    result: Annotated[Path, typer.Argument(help="result document (JSON, optionally gzip)")],
+    format: Annotated[Format, typer.Option(help="table, markdown or json")] = Format.table,
+) -> None:
+    """Print the per-kernel table of a result document."""
+    try:
+        doc = load_result(result)
+    except AttnprofError as exc:
+        raise fail(str(exc)) from None
+    _print_report(doc, format)
+
+
+@app.command()
+def schema(name: Annotated[SchemaName, typer.Argument(help="result or comparison")]) -> None:
+    """Print the JSON Schema of a document."""
+    if name is SchemaName.result:
+        typer.echo(json.dumps(result_json_schema(), indent=2))
+    else:
+        from profiler_core.documents.comparison import comparison_json_schema
+
+        typer.echo(json.dumps(comparison_json_schema(), indent=2))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""The environment of a run: device, versions, GPU health (NVML), the testbed key, suspicion.
+
+NVML is read through ``nvidia-ml-py`` without creating a CUDA context, so the same helpers serve a
+worker that checks its GPU before it takes a job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from profiler_core.documents import Device, GpuHealth
+
+# NVML throttle-reason bits (nvml.h, nvmlClocksEventReasons). Idle and application-clock settings
+# are not signs of trouble; the others mean the clocks were pulled down while we measured.
+_THROTTLE_BITS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+# sw_power_cap is routine under load (an H200 reports it at the end of every suite run measured here,
+# 2026-11-29); what matters is whether the clocks actually fell, which the clock readings say.
+BENIGN_THROTTLE = frozenset(
+    {"gpu_idle", "applications_clocks_setting", "display_clock_setting", "sync_boost", "sw_power_cap"}
+)
+CLOCK_DROP_SUSPECT = 0.10  # an SM clock 10% under the run's highest reading: the numbers moved with it
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe_device(device: str) -> Device:
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        return Device(
+            name=props.name,
+            kind="cuda",
+            compute_capability=f"{props.major}.{props.minor}",
+            sm_count=props.multi_processor_count,
+            memory_bytes=props.total_memory,
+            l2_bytes=getattr(props, "L2_cache_size", None),
+            max_threads_per_sm=getattr(props, "max_threads_per_multi_processor", None),
+            registers_per_sm=getattr(props, "regs_per_multiprocessor", None),
+            shared_mem_per_sm_bytes=getattr(props, "shared_memory_per_multiprocessor", None),
+            uuid=str(getattr(props, "uuid", "")) or None,
+        )
+    return Device(name=cpu_model(), kind="cpu", cpu_threads=torch.get_num_threads())
+
+
+@dataclass
+class Nvml:
+    """A handle on the GPU that CUDA calls device 0, through NVML (``None`` fields if unavailable)."""
+
+    handle: Any
+    module: Any
+
+    @classmethod
+    def open(cls) -> Nvml | None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            index = 0
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+            if visible.isdigit():
+                index = int(visible)
+            return cls(pynvml.nvmlDeviceGetHandleByIndex(index), pynvml)
+        except Exception:  # no driver, no library, no GPU: health is simply unknown
+            return None
+
+    def _try(self, fn: str, *args: Any) -> Any:
+        try:
+            return getattr(self.module, fn)(self.handle, *args)
+        except Exception:
+            return None
+
+    def driver(self) -> str | None:
+        try:
+            value = self.module.nvmlSystemGetDriverVersion()
+            return value.decode() if isinstance(value, bytes) else str(value)
+        except Exception:
+            return None
+
+    def name(self) -> str | None:
+        value = self._try("nvmlDeviceGetName")
+        return value.decode() if isinstance(value, bytes) else value
+
+    def sm_clock(self) -> float | None:
+        value = self._try("nvmlDeviceGetClockInfo", self.module.NVML_CLOCK_SM)
+        return float(value) if value is not None else None
+
+    def health(self) -> GpuHealth:
+        m = self.module
+        sm = self._try("nvmlDeviceGetClockInfo", m.NVML_CLOCK_SM)
+        mem = self._try("nvmlDeviceGetClockInfo", m.NVML_CLOCK_MEM)
+        max_sm = self._try("nvmlDeviceGetMaxClockInfo", m.NVML_CLOCK_SM)
+        power = self._try("nvmlDeviceGetPowerUsage")
+        temp = self._try("nvmlDeviceGetTemperature", m.NVML_TEMPERATURE_GPU)
+        util = self._try("nvmlDeviceGetUtilizationRates")
+        reasons = self._try("nvmlDeviceGetCurrentClocksThrottleReasons")
+        procs = self._try("nvmlDeviceGetComputeRunningProcesses")
+        others = None
+        if procs is not None:
+            others = sum(1 for p in procs if getattr(p, "pid", None) != os.getpid())
+        return GpuHealth(
+            sm_clock_mhz=sm,
+            mem_clock_mhz=mem,
+            max_sm_clock_mhz=max_sm,
+            power_w=power / 1000.0 if power is not None else None,
+            temperature_c=temp,
+            utilization_pct=getattr(util, "gpu", None),
+            throttle_reasons=[n for bit, n in _THROTTLE_BITS.items() if reasons and reasons & bit],
+            other_processes=others,
+        )
+
+
+def suspect_reasons(start: GpuHealth | None, end: GpuHealth | None, sm_clocks_mhz: list[float]) -> list[str]:
+    """Why a run's numbers are doubtful: throttling, other processes on the GPU, clocks that moved."""
+    reasons: list[str] = []
+    for label, h in (("start", start), ("end", end)):
+        if h is None:
+            continue
+        bad = [r for r in h.throttle_reasons if r not in BENIGN_THROTTLE]
+        if bad:
+            reasons.append(f"throttling at {label}: {', '.join(bad)}")
+        if h.other_processes:
+            reasons.append(f"{h.other_processes} other process(es) on the GPU at {label}")
+    clocks = [c for c in sm_clocks_mhz if c]
+    if len(clocks) >= 2:
+        top, low = max(clocks), min(clocks)
+        if low < top * (1 - CLOCK_DROP_SUSPECT):
+            reasons.append(f"SM clock moved between {low:.0f} and {top:.0f} MHz during the timed passes")
+    return reasons
+
+
+def cpu_suspect_reasons() -> list[str]:
+    try:
+        load1 = os.getloadavg()[0]
+    except OSError:
+        return []
+    cores = os.cpu_count() or 1
+    if load1 > cores:
+        return [f"host load average {load1:.1f} exceeds its {cores} cores: other work shared the CPU"]
+    return []
+
+
+def software_versions() -> dict[str, str | None]:
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    try:
+        import triton
+
+        triton_version: str | None = triton.__version__
+    except Exception:
+        triton_version = None
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": str(cudnn) if cudnn else None,
+        "triton": triton_version,
+        "python": platform.python_version(),
+    }
+
+
+def testbed(device: Device, driver: str | None, mode: str) -> tuple[str, dict[str, str]]:
+    """The testbed key: what must match for two runs to be compared at all (model, driver, mode)."""
+    what = {"device": device.name, "driver": driver or "none", "mode": mode}
+    if mode == "cpu":
+        what["threads"] = str(device.cpu_threads)
+    blob = "|".join(f"{k}={v}" for k, v in sorted(what.items()))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16], what
+
+
+def host_name() -> str:
+    return socket.gethostname()

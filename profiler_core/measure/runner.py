@@ -1,0 +1,267 @@
+"""The runner: profile a suite, case by case, into a result document.
+
+Per case: build the workload; the timing pass (uninstrumented); the trace pass (Kineto) from which
+the kernels, their launch configuration, their phases and the backend that ran are read; the
+accuracy check against float64; the work models and the peaks give rates, utilisations and the
+bound. A case that fails (not eligible, out of memory, user code raising) is recorded with its
+reason and the next case runs.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from profiler_core import __version__
+from profiler_core.documents import (
+    Case,
+    CaseError,
+    Environment,
+    LatencyStats,
+    ResultDocument,
+    RunInfo,
+    SuiteInfo,
+)
+from profiler_core.errors import DeviceError
+from profiler_core.measure import environment as env
+from profiler_core.measure.accuracy import check_accuracy
+from profiler_core.measure.kernels import case_achieved, kernel_records
+from profiler_core.measure.peaks import load_or_measure
+from profiler_core.measure.targets import SkipCase, WorkloadError, build_workload, capture_warnings
+from profiler_core.measure.timing import Flusher, summarize, time_iterations
+from profiler_core.measure.trace import trace_iterations
+from profiler_core.suite import CaseSpec, Suite
+
+# progress(event, done, total, case_id): event is "case" before each case and "done" at the end.
+Progress = Callable[[str, int, int, str], None]
+
+
+@dataclass
+class ProfileOptions:
+    device: str = "auto"
+    counters: str = "none"
+    trace_dir: Path | None = None
+    cache_dir: Path | None = None
+    seed: int = 0
+    command: str | None = None
+    cases: list[CaseSpec] | None = None  # a selection; default every case of the suite
+    ncu_path: str | None = None
+    extra_path: list[str] = field(default_factory=list)
+
+
+def resolve_device(requested: str) -> str:
+    """``auto`` picks the GPU when there is one; ``cuda`` without one is an error."""
+    if requested not in ("auto", "cpu", "cuda"):
+        raise DeviceError(f"--device must be auto, cpu or cuda, not {requested!r}")
+    has_cuda = torch.cuda.is_available()
+    if requested == "cuda" and not has_cuda:
+        raise DeviceError(
+            f"--device cuda: no CUDA device is visible (torch {torch.__version__}, "
+            f"built with CUDA {torch.version.cuda or 'none'}); use --device cpu or auto"
+        )
+    if requested == "auto":
+        return "cuda" if has_cuda else "cpu"
+    return requested
+
+
+def safe_name(case_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", case_id)
+
+
+def _failed(spec: CaseSpec, type_: str, message: str, status: str = "failed") -> Case:
+    return Case(
+        id=spec.id,
+        name=spec.name,
+        target=spec.target,
+        params=spec.params,
+        thresholds=spec.thresholds,
+        status=status,  # type: ignore[arg-type]
+        error=CaseError(type=type_, message=message[:4000]),
+        backend_requested=spec.backend,
+    )
+
+
+def _with_reasons(exc: BaseException, warnings: list[str]) -> str:
+    # PyTorch explains why a backend is not eligible only in warnings emitted before the error.
+    reasons = [w for w in warnings if "not used because" in w or "Expected" in w or "requires" in w]
+    text = str(exc).strip()
+    return text + ("\n" + "\n".join(dict.fromkeys(reasons)) if reasons else "")
+
+
+def run_case(
+    spec: CaseSpec,
+    suite: Suite,
+    *,
+    device: str,
+    environment: Environment,
+    flusher: Flusher,
+    trace_dir: Path | None,
+    seed: int,
+    clocks: list[float],
+    nvml: env.Nvml | None,
+) -> Case:
+    """Profile one case; never raises for a problem of the case itself."""
+    started = time.perf_counter()
+    trace_path = trace_dir / f"{safe_name(spec.id)}.trace.json.gz" if trace_dir else None
+    warns: list[str] = []
+    try:
+        with capture_warnings() as warns:
+            workload = build_workload(spec, device, seed=seed)
+            with workload.context():
+                timing = time_iterations(
+                    workload.step,
+                    device=device,
+                    config=suite.timing,
+                    before_each=workload.zero_grads,
+                    flusher=flusher,
+                    clock=nvml.sm_clock if nvml is not None else None,
+                )
+                clocks.extend(timing.clocks_mhz or [])
+                trace = trace_iterations(
+                    workload, device=device, iterations=suite.timing.trace_iters, flusher=flusher, out_path=trace_path
+                )
+                outputs = workload.outputs()
+            reference = workload.reference() if workload.reference else None
+    except SkipCase as exc:
+        return _failed(spec, "Skipped", str(exc), status="skipped")
+    except WorkloadError as exc:
+        return _failed(spec, exc.type, str(exc))
+    except torch.OutOfMemoryError as exc:
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        return _failed(spec, "OutOfMemoryError", str(exc).split("\n")[0])
+    except Exception as exc:  # the workload is arbitrary code: every failure is the case's, not the run's
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        return _failed(spec, type(exc).__name__, _with_reasons(exc, warns))
+
+    stats = summarize(timing.samples_us)
+    case_clocks = timing.clocks_mhz or []
+    latency = LatencyStats(
+        samples=[round(s, 4) for s in timing.samples_us],
+        warmup=timing.warmup,
+        stopped_by=timing.stopped_by,
+        host_us=round(timing.host_us, 2) if timing.host_us is not None else None,
+        sm_clock_mhz_min=min(case_clocks) if case_clocks else None,
+        sm_clock_mhz_max=max(case_clocks) if case_clocks else None,
+        **stats,
+    )
+    kernels, backend_used = kernel_records(trace, spec, environment)
+    work, achieved = case_achieved(spec, backend_used, stats["median"], kernels, environment)
+    accuracy = None
+    if reference is not None:
+        tol = spec.thresholds.accuracy
+        accuracy = check_accuracy(outputs, reference, dtype=spec.dtype, tolerance=tol)
+    return Case(
+        id=spec.id,
+        name=spec.name,
+        target=spec.target,
+        params=spec.params,
+        thresholds=spec.thresholds,
+        status="ok",
+        backend_requested=spec.backend,
+        backend_used=backend_used,
+        latency_us=latency,
+        work=work,
+        achieved=achieved,
+        accuracy=accuracy,
+        kernels=kernels,
+        trace=trace_path.name if trace_path else None,
+        wall_s=round(time.perf_counter() - started, 3),
+    )
+
+
+def collect_environment(device: str, nvml: env.Nvml | None, cache_dir: Path | None) -> Environment:
+    dev = env.describe_device(device)
+    driver = nvml.driver() if nvml else None
+    key, what = env.testbed(dev, driver, device)
+    versions = env.software_versions()
+    peaks = load_or_measure(device, dev.name, key, cache_dir)
+    return Environment(
+        device=dev,
+        driver=driver,
+        cuda=versions["cuda"],
+        cudnn=versions["cudnn"],
+        torch=versions["torch"],
+        triton=versions["triton"],
+        python=platform.python_version(),
+        host=env.host_name(),
+        os=platform.platform(),
+        peaks=peaks,
+        testbed_key=key,
+        testbed=what,
+        software=versions,
+    )
+
+
+def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | None = None) -> ResultDocument:
+    """Profile every case of ``suite`` (or ``options.cases``) and return the result document."""
+    device = resolve_device(options.device)
+    if options.counters not in ("none", "ncu"):
+        raise DeviceError(f"--counters must be none or ncu, not {options.counters!r}")
+    ncu = None
+    if options.counters == "ncu":
+        from profiler_core.measure.counters import find_ncu
+
+        ncu = find_ncu(device, options.ncu_path)
+    started = time.perf_counter()
+    created = datetime.now(UTC)
+    torch.manual_seed(options.seed)
+    nvml = env.Nvml.open() if device == "cuda" else None
+    environment = collect_environment(device, nvml, options.cache_dir)
+    environment.health_start = nvml.health() if nvml else None
+    flusher = Flusher(device)
+    specs = options.cases if options.cases is not None else suite.cases
+    clocks: list[float] = []
+    cases = []
+    for i, spec in enumerate(specs):
+        if progress:
+            progress("case", i, len(specs), spec.id)
+        cases.append(
+            run_case(
+                spec,
+                suite,
+                device=device,
+                environment=environment,
+                flusher=flusher,
+                trace_dir=options.trace_dir,
+                seed=options.seed,
+                clocks=clocks,
+                nvml=nvml,
+            )
+        )
+    environment.health_end = nvml.health() if nvml else None
+    if ncu is not None:
+        from profiler_core.measure.counters import run_counter_pass
+
+        run_counter_pass(ncu, suite, cases, progress=progress)
+    if device == "cuda":
+        reasons = env.suspect_reasons(environment.health_start, environment.health_end, clocks)
+    else:
+        reasons = env.cpu_suspect_reasons()
+    if progress:
+        progress("done", len(specs), len(specs), "")
+    return ResultDocument(
+        run=RunInfo(
+            id=str(uuid.uuid4()),
+            created_at=created,
+            tool_version=__version__,
+            mode=device,  # type: ignore[arg-type]
+            counters=options.counters,
+            suspect=reasons or None,  # type: ignore[arg-type]
+            command=options.command,
+            wall_s=round(time.perf_counter() - started, 3),
+        ),
+        suite=SuiteInfo(name=suite.name, thresholds=suite.thresholds, source_sha256=suite.source_sha256),
+        environment=environment,
+        cases=cases,
+    )

@@ -1,0 +1,208 @@
+"""The timing pass: uninstrumented, one measurement per iteration, the cache flushed before each.
+
+On CUDA each iteration is bracketed by CUDA events, after a write over a 256 MiB buffer that
+evicts the L2 (60 MiB on an H200), as ``triton.testing.do_bench`` does. Then, as NVBench does, a
+blocking kernel (``torch.cuda._sleep``) holds the stream while the host queues the iteration, so the
+events time the device's work and not the host's launch rate: an eager backward pass or a compiled
+FlexAttention call can take longer to launch than to run, and without the hold the timings follow
+the host's speed (measured on the H200: flex fwd_bwd medians of 589-887 µs across processes for
+~435 µs of kernels). The hold is sized from the host time of one iteration measured in warm-up.
+On CPU the same protocol runs with the host's monotonic clock and a buffer larger than the
+last-level cache.
+
+The number of samples adapts: at least ``min_samples``, then in batches until the 95% confidence
+interval of the median (distribution-free, from binomial order statistics) is narrower than
+``target_rel_ci`` of the median, or the time budget or ``max_samples`` is reached.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from profiler_core.suite import TimingConfig
+
+FLUSH_BYTES_CUDA = 256 * 1024 * 1024
+BATCH = 10
+
+
+@dataclass
+class TimingResult:
+    samples_us: list[float]
+    warmup: int
+    stopped_by: str  # "precision", "budget" or "max_samples"
+    wall_s: float
+    host_us: float | None = None  # host time to queue one iteration (CUDA), microseconds
+    clocks_mhz: list[float] | None = None  # SM clock read after each batch (CUDA)
+
+
+class Holder:
+    """A blocking kernel long enough for the host to queue one iteration behind it."""
+
+    def __init__(self, host_us: float, clock_mhz: float) -> None:
+        # 1.5x the host time plus 20 µs margin, in cycles of the SM clock.
+        self.cycles = int((1.5 * host_us + 20.0) * clock_mhz)
+
+    def __call__(self) -> None:
+        torch.cuda._sleep(self.cycles)
+
+
+def host_time_us(step: Callable[[], Any], before_each: Callable[[], None] | None, reps: int = 3) -> float:
+    """Host time to queue one iteration (the device is drained first), microseconds."""
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        if before_each:
+            before_each()
+        t0 = time.perf_counter_ns()
+        step()
+        times.append((time.perf_counter_ns() - t0) / 1000.0)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def median_ci(sorted_values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median from order statistics (values sorted)."""
+    n = len(sorted_values)
+    if n < 3:
+        return sorted_values[0], sorted_values[-1]
+    z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+    half = z * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half) - 1)
+    hi = min(n - 1, math.ceil(n / 2 + half))
+    return sorted_values[lo], sorted_values[hi]
+
+
+def relative_ci_half_width(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    lo, hi = median_ci(ordered)
+    med = statistics.median(ordered)
+    return (hi - lo) / 2 / med if med > 0 else math.inf
+
+
+def _cpu_cache_bytes() -> int:
+    best = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        mult = {"K": 1024, "M": 1024**2}.get(text[-1:], 1)
+        digits = text.rstrip("KM")
+        if digits.isdigit():
+            best = max(best, int(digits) * mult)
+    return max(2 * best, 8 * 1024 * 1024) if best else 64 * 1024 * 1024
+
+
+class Flusher:
+    """Evicts the caches between iterations by writing a buffer larger than them."""
+
+    def __init__(self, device: str) -> None:
+        size = FLUSH_BYTES_CUDA if device == "cuda" else _cpu_cache_bytes()
+        self.buffer = torch.empty(size // 4, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+def time_iterations(
+    step: Callable[[], Any],
+    *,
+    device: str,
+    config: TimingConfig,
+    before_each: Callable[[], None] | None = None,
+    flusher: Flusher | None = None,
+    progress: Callable[[int], None] | None = None,
+    clock: Callable[[], float | None] | None = None,
+) -> TimingResult:
+    """Time ``step`` per iteration (microseconds) after ``config.warmup`` untimed iterations.
+
+    ``before_each`` runs outside the timed region (e.g. clearing gradients); ``clock`` reads the
+    SM clock (MHz) after each batch, so a case timed while the clocks moved can be told.
+    """
+    flush = flusher or Flusher(device)
+    started = time.perf_counter()
+    for _ in range(config.warmup):
+        if before_each:
+            before_each()
+        step()
+    host_us = None
+    hold: Holder | None = None
+    clocks: list[float] = []
+    if device == "cuda":
+        host_us = host_time_us(step, before_each)
+        hold = Holder(host_us, (clock() if clock else None) or 1980.0)
+    loop_start = time.perf_counter()
+    samples: list[float] = []
+    stopped_by = "max_samples"
+    while len(samples) < config.max_samples:
+        n = min(BATCH if samples else max(config.min_samples, BATCH), config.max_samples - len(samples))
+        if hold is not None:
+            samples.extend(_cuda_batch(step, n, flush, before_each, hold))
+            reading = clock() if clock else None
+            if reading:
+                clocks.append(reading)
+        else:
+            samples.extend(_cpu_batch(step, n, flush, before_each))
+        if progress:
+            progress(len(samples))
+        if len(samples) >= config.min_samples and relative_ci_half_width(samples) <= config.target_rel_ci:
+            stopped_by = "precision"
+            break
+        if time.perf_counter() - loop_start >= config.budget_s and len(samples) >= config.min_samples:
+            stopped_by = "budget"
+            break
+    return TimingResult(
+        samples, config.warmup, stopped_by, time.perf_counter() - started, host_us, clocks if hold else None
+    )
+
+
+def _cuda_batch(
+    step: Callable[[], Any], n: int, flush: Flusher, before_each: Callable[[], None] | None, hold: Holder
+) -> list[float]:
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for start, end in pairs:
+        if before_each:
+            before_each()
+        flush()
+        hold()
+        start.record()
+        step()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) * 1000.0 for start, end in pairs]
+
+
+def _cpu_batch(step: Callable[[], Any], n: int, flush: Flusher, before_each: Callable[[], None] | None) -> list[float]:
+    out = []
+    for _ in range(n):
+        if before_each:
+            before_each()
+        flush()
+        t0 = time.perf_counter_ns()
+        step()
+        out.append((time.perf_counter_ns() - t0) / 1000.0)
+    return out
+
+
+def summarize(samples_us: list[float]) -> dict[str, float]:
+    """Median, quartiles, extremes and coefficient of variation of samples (microseconds)."""
+    ordered = sorted(samples_us)
+    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else [ordered[0]] * 3
+    mean = statistics.fmean(ordered)
+    cv = statistics.stdev(ordered) / mean if len(ordered) > 1 and mean > 0 else 0.0
+    return {
+        "median": statistics.median(ordered),
+        "p25": q[0],
+        "p75": q[2],
+        "min": ordered[0],
+        "max": ordered[-1],
+        "cv": cv,
+    }

@@ -1,0 +1,146 @@
+"""The per-kernel report a person reads first: what ran, how long, and what bounds it. Torch-free."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from profiler_core.documents import Case, Kernel, ResultDocument
+
+KERNEL_COLUMNS = ("phase", "kernel", "launches", "latency µs", "share", "bound", "BW util", "compute util", "occupancy")
+COUNTER_COLUMNS = ("DRAM %", "SM %", "tensor %", "ncu bound")
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.0f}%"
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    return "—" if x is None else f"{x:,.{digits}f}"
+
+
+def fmt_us(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:,.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def short_kernel(k: Kernel, width: int = 60) -> str:
+    return k.key if len(k.key) <= width else k.key[: width - 1] + "…"
+
+
+def case_headline(case: Case) -> str:
+    """One line: status, backend, latency (median [p25–p75]), rates, bound, accuracy."""
+    if case.status == "skipped" and case.error:
+        return f"skipped: {case.error.message}"
+    if case.status != "ok":
+        err = f": {case.error.type}: {case.error.message.splitlines()[0]}" if case.error else ""
+        return f"{case.status}{err}"
+    parts = []
+    if case.backend_used:
+        parts.append(f"backend {case.backend_used}")
+    lat = case.latency_us
+    if lat:
+        parts.append(
+            f"{fmt_us(lat.median)} µs [{fmt_us(lat.p25)}–{fmt_us(lat.p75)}], n={len(lat.samples)}, "
+            f"cv {100 * lat.cv:.1f}%"
+        )
+    a = case.achieved
+    if a:
+        parts.append(
+            f"{_num(a.tflops, 2)} TFLOP/s ({_pct(a.compute_util)}), {_num(a.gbps, 0)} GB/s "
+            f"({_pct(a.bandwidth_util)}), {a.bound or '—'}-bound"
+        )
+    if case.accuracy:
+        acc = case.accuracy
+        parts.append(
+            f"accuracy {'ok' if acc.ok else 'FAILED'} (rel L2 {acc.rel_l2_err:.1e} ≤ {acc.tolerance:.0e})"
+            if acc.ok
+            else f"accuracy FAILED (rel L2 {acc.rel_l2_err:.1e} > {acc.tolerance:.0e})"
+        )
+    return "; ".join(parts)
+
+
+def kernel_rows(case: Case) -> Iterator[list[str]]:
+    with_counters = any(k.counters for k in case.kernels)
+    for k in case.kernels:
+        row = [
+            k.phase,
+            short_kernel(k),
+            _num(k.launches_per_iter, 0 if k.launches_per_iter.is_integer() else 1),
+            fmt_us(k.duration_us.median),
+            _pct(k.share),
+            k.bound or "—",
+            _pct(k.bandwidth_util),
+            _pct(k.compute_util),
+            _pct(k.theoretical_occupancy),
+        ]
+        if with_counters:
+            c = k.counters or {}
+            row += [
+                _num(c.get("dram__throughput.avg.pct_of_peak_sustained_elapsed"), 0),
+                _num(c.get("sm__throughput.avg.pct_of_peak_sustained_elapsed"), 0),
+                _num(c.get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"), 0),
+                k.counter_bound or "—",
+            ]
+        yield row
+
+
+def header(doc: ResultDocument) -> list[str]:
+    e = doc.environment
+    lines = [
+        f"suite {doc.suite.name} · run {doc.run.id} · {doc.run.created_at:%Y-%m-%d %H:%M:%S} UTC · mode {doc.run.mode}"
+        f" · counters {doc.run.counters}",
+        f"device {e.device.name}"
+        + (
+            f" (sm_{e.device.compute_capability.replace('.', '')}, {e.device.sm_count} SMs)"
+            if e.device.compute_capability
+            else ""
+        )
+        + f" · torch {e.torch} · CUDA {e.cuda or '—'} · cuDNN {e.cudnn or '—'} · triton {e.triton or '—'}"
+        + f" · testbed {e.testbed_key}",
+        "peaks "
+        + f"{e.peaks.dram_gbps.value:,.0f} GB/s ({e.peaks.dram_gbps.source})"
+        + "".join(f", {k} {v.value:,.1f} TFLOP/s ({v.source})" for k, v in e.peaks.tflops.items()),
+    ]
+    if doc.run.suspect:
+        lines.append("SUSPECT: " + "; ".join(doc.run.suspect))
+    return lines
+
+
+def render_markdown(doc: ResultDocument) -> str:
+    out = ["# attnprof report", "", *[f"- {h}" for h in header(doc)], ""]
+    for case in doc.cases:
+        out += [f"## {case.id}", "", case_headline(case), ""]
+        if case.kernels:
+            cols = list(KERNEL_COLUMNS) + (list(COUNTER_COLUMNS) if any(k.counters for k in case.kernels) else [])
+            out.append("| " + " | ".join(cols) + " |")
+            out.append("|" + "---|" * len(cols))
+            for row in kernel_rows(case):
+                out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+            out.append("")
+    return "\n".join(out)
+
+
+def render_table(doc: ResultDocument, *, width: int = 160) -> str:
+    """The report as rich tables, rendered to text (no colour codes) for terminals and CI logs."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(width=width, record=True, force_terminal=False, color_system=None)
+    for line in header(doc):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    for case in doc.cases:
+        console.print()
+        console.print(f"[bold]{escape(case.id)}[/bold]  {escape(case_headline(case))}", highlight=False, soft_wrap=True)
+        if not case.kernels:
+            continue
+        with_counters = any(k.counters for k in case.kernels)
+        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+        for col in KERNEL_COLUMNS + (COUNTER_COLUMNS if with_counters else ()):
+            right = col not in ("phase", "kernel", "bound", "ncu bound")
+            table.add_column(col, justify="right" if right else "left", overflow="fold")
+        for row in kernel_rows(case):
+            table.add_row(*row)
+        console.print(table)
+    return console.export_text()
