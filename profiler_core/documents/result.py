@@ -148,6 +148,12 @@ class LatencyStats(_Model):
     max: NonNegative
     cv: NonNegative = Field(description="coefficient of variation: stdev / mean")
     warmup: int = Field(0, ge=0, description="untimed iterations before the samples")
+    stopped_by: Literal["precision", "budget", "max_samples"] | None = Field(
+        None, description="what ended the adaptive sampling"
+    )
+    host_us: NonNegative | None = Field(None, description="host time to queue one iteration (CUDA)")
+    sm_clock_mhz_min: NonNegative | None = Field(None, description="lowest SM clock read while timing")
+    sm_clock_mhz_max: NonNegative | None = Field(None, description="highest SM clock read while timing")
 
 
 class DurationStats(_Model):
@@ -230,6 +236,8 @@ class Case(_Model):
     accuracy: Accuracy | None = None
     kernels: list[Kernel] = Field(default_factory=list)
     trace: str | None = Field(None, description="file name of the gzip Chrome trace")
+    wall_s: NonNegative | None = Field(None, description="wall time spent profiling this case, seconds")
+    counters_wall_s: NonNegative | None = Field(None, description="wall time of its ncu counter pass, seconds")
 
 
 class ResultDocument(_Model):
