@@ -8,11 +8,15 @@ gradient resets run outside those ranges and are ignored.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,31 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from profiler_core.measure.targets import Workload
 from profiler_core.measure.timing import Flusher
 
+_KINETO_CHATTER = re.compile(rb"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def _filtered_stderr() -> Iterator[None]:
+    """Drop Kineto's start/stop chatter (written by C++ to fd 2, not silenced by KINETO_LOG_LEVEL).
+
+    Everything else written to stderr meanwhile is passed on afterwards.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            kept = [line for line in sink.read().splitlines(keepends=True) if not _KINETO_CHATTER.match(line)]
+            if kept:
+                sys.stderr.buffer.write(b"".join(kept))
+                sys.stderr.flush()
+
 
 def trace_iterations(
     workload: Workload, *, device: str, iterations: int, flusher: Flusher, out_path: Path | None
@@ -30,7 +59,7 @@ def trace_iterations(
     activities = [ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities, record_shapes=True) as prof:
+    with _filtered_stderr(), profile(activities=activities, record_shapes=True) as prof:
         for i in range(iterations):
             workload.zero_grads()
             flusher()
