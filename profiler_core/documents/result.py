@@ -228,6 +228,9 @@ class Case(_Model):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     status: CaseStatus
     error: CaseError | None = None
+    suspect: list[str] | None = Field(
+        None, description="null, or why this case's numbers are doubtful (e.g. its clocks fell while timing)"
+    )
     backend_requested: str | None = None
     backend_used: str | None = None
     latency_us: LatencyStats | None = None

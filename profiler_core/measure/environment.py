@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from profiler_core.documents import Device, GpuHealth
+from profiler_core.documents import Case, Device, GpuHealth
 
 # NVML throttle-reason bits (nvml.h, nvmlClocksEventReasons). Idle and application-clock settings
 # are not signs of trouble; the others mean the clocks were pulled down while we measured.
@@ -35,7 +35,7 @@ _THROTTLE_BITS = {
 BENIGN_THROTTLE = frozenset(
     {"gpu_idle", "applications_clocks_setting", "display_clock_setting", "sync_boost", "sw_power_cap"}
 )
-CLOCK_DROP_SUSPECT = 0.10  # an SM clock 10% under the run's highest reading: the numbers moved with it
+CASE_CLOCK_DROP = 0.03  # a clock 3% under the top moves a compute-bound kernel by about as much
 
 
 def cpu_model() -> str:
@@ -134,8 +134,8 @@ class Nvml:
         )
 
 
-def suspect_reasons(start: GpuHealth | None, end: GpuHealth | None, sm_clocks_mhz: list[float]) -> list[str]:
-    """Why a run's numbers are doubtful: throttling, other processes on the GPU, clocks that moved."""
+def suspect_reasons(start: GpuHealth | None, end: GpuHealth | None) -> list[str]:
+    """Why a whole run's numbers are doubtful: throttling, other processes on the GPU."""
     reasons: list[str] = []
     for label, h in (("start", start), ("end", end)):
         if h is None:
@@ -145,12 +145,31 @@ def suspect_reasons(start: GpuHealth | None, end: GpuHealth | None, sm_clocks_mh
             reasons.append(f"throttling at {label}: {', '.join(bad)}")
         if h.other_processes:
             reasons.append(f"{h.other_processes} other process(es) on the GPU at {label}")
-    clocks = [c for c in sm_clocks_mhz if c]
-    if len(clocks) >= 2:
-        top, low = max(clocks), min(clocks)
-        if low < top * (1 - CLOCK_DROP_SUSPECT):
-            reasons.append(f"SM clock moved between {low:.0f} and {top:.0f} MHz during the timed passes")
     return reasons
+
+
+def mark_clock_drops(cases: list[Case], reference_mhz: float | None) -> list[str]:
+    """Mark each case timed while its SM clock fell under the GPU's top clock; return run-level reasons.
+
+    A case is ``suspect`` when its lowest clock reading while timing is more than ``CASE_CLOCK_DROP``
+    under ``reference_mhz`` (the GPU's maximum SM clock): a compute-bound kernel slows with its clock
+    (measured on the H200: the ``block`` case read 6% slower at 1,860 MHz under the power cap). The
+    run is suspect as a whole only when that happened in most of its cases.
+    """
+    if not reference_mhz:
+        return []
+    timed = [c for c in cases if c.latency_us and c.latency_us.sm_clock_mhz_min]
+    dropped = 0
+    for c in timed:
+        low = c.latency_us.sm_clock_mhz_min if c.latency_us else None
+        if low is not None and low < reference_mhz * (1 - CASE_CLOCK_DROP):
+            dropped += 1
+            c.suspect = [
+                f"SM clock fell to {low:.0f} MHz (top {reference_mhz:.0f} MHz) while timing: power or thermal capping"
+            ]
+    if timed and dropped * 2 > len(timed):
+        return [f"SM clock fell more than {CASE_CLOCK_DROP:.0%} in {dropped} of {len(timed)} cases"]
+    return []
 
 
 def cpu_suspect_reasons() -> list[str]:
@@ -165,7 +184,9 @@ def cpu_suspect_reasons() -> list[str]:
 
 
 def software_versions() -> dict[str, str | None]:
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    # torch.backends.cudnn's functions carry no annotations.
+    available = torch.backends.cudnn.is_available()  # type: ignore[no-untyped-call]
+    cudnn = torch.backends.cudnn.version() if available else None  # type: ignore[no-untyped-call]
     try:
         import triton
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -76,24 +77,48 @@ def safe_name(case_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", case_id)
 
 
-def _failed(spec: CaseSpec, type_: str, message: str, status: str = "failed") -> Case:
+def _failed(spec: CaseSpec, type_: str, message: str, status: Literal["failed", "skipped"] = "failed") -> Case:
     return Case(
         id=spec.id,
         name=spec.name,
         target=spec.target,
         params=spec.params,
         thresholds=spec.thresholds,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         error=CaseError(type=type_, message=message[:4000]),
         backend_requested=spec.backend,
     )
 
 
+# The source location PyTorch appends to warnings raised from C++.
+_TRIGGERED_AT = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
+
+
 def _with_reasons(exc: BaseException, warnings: list[str]) -> str:
-    # PyTorch explains why a backend is not eligible only in warnings emitted before the error.
-    reasons = [w for w in warnings if "not used because" in w or "Expected" in w or "requires" in w]
+    """The exception's text, followed by the warnings that say why a backend was not eligible.
+
+    PyTorch explains an ineligible SDPA backend only in warnings emitted before its "No available
+    kernel" error: "Flash attention kernel not used because:", then one warning per failed check
+    ("... require query, key and value to have the same num_heads", "... do not support non-zero
+    dropout"), all raised from ``sdp_utils``. Those checks are worded in many ways, so they are
+    recognised by where they come from, not by their words.
+    """
+    reasons = []
+    for w in warnings:
+        if "sdp_utils" in w or "not used because" in w or "Expected" in w or "requires" in w:
+            text = _TRIGGERED_AT.sub("", w).strip()
+            if text:
+                reasons.append(text)
     text = str(exc).strip()
     return text + ("\n" + "\n".join(dict.fromkeys(reasons)) if reasons else "")
+
+
+def _reference_name(spec: CaseSpec) -> str:
+    if spec.is_custom:
+        return f"the reference returned by {spec.target}, on float64 copies of the arguments"
+    if spec.target == "block":
+        return "float64 block: projections, FFN and attention written out (matmul, softmax, matmul)"
+    return "float64 attention written out (matmul, softmax, matmul)"
 
 
 def run_case(
@@ -159,8 +184,16 @@ def run_case(
     work, achieved = case_achieved(spec, backend_used, stats["median"], kernels, environment)
     accuracy = None
     if reference is not None:
-        tol = spec.thresholds.accuracy
-        accuracy = check_accuracy(outputs, reference, dtype=spec.dtype, tolerance=tol)
+        try:
+            accuracy = check_accuracy(
+                outputs,
+                reference,
+                dtype=spec.dtype,
+                tolerance=spec.thresholds.accuracy,
+                reference_name=_reference_name(spec),
+            )
+        except (TypeError, ValueError) as exc:  # a custom factory's reference that does not match its output
+            return _failed(spec, type(exc).__name__, f"the accuracy check cannot compare the output: {exc}")
     return Case(
         id=spec.id,
         name=spec.name,
@@ -245,7 +278,9 @@ def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | No
 
         run_counter_pass(ncu, suite, cases, progress=progress)
     if device == "cuda":
-        reasons = env.suspect_reasons(environment.health_start, environment.health_end, clocks)
+        top = environment.health_start.max_sm_clock_mhz if environment.health_start else None
+        reasons = env.suspect_reasons(environment.health_start, environment.health_end)
+        reasons += env.mark_clock_drops(cases, max([top or 0.0, *clocks]) or None)
     else:
         reasons = env.cpu_suspect_reasons()
     if progress:
@@ -255,9 +290,9 @@ def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | No
             id=str(uuid.uuid4()),
             created_at=created,
             tool_version=__version__,
-            mode=device,  # type: ignore[arg-type]
+            mode=device,
             counters=options.counters,
-            suspect=reasons or None,  # type: ignore[arg-type]
+            suspect=reasons or None,
             command=options.command,
             wall_s=round(time.perf_counter() - started, 3),
         ),
