@@ -7,11 +7,11 @@ field names (``_us`` microseconds).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-COMPARISON_SCHEMA = "attnprof.comparison/v1"
+COMPARISON_SCHEMA: Final = "attnprof.comparison/v1"
 
 Verdict = Literal["pass", "warn", "fail"]
 Metric = Literal["latency", "bandwidth", "throughput", "variance", "dram_bytes", "backend", "accuracy", "status"]

@@ -1,0 +1,278 @@
+"""``compare``: one candidate run against pooled baseline runs, case by case, to a verdict (DESIGN 5)."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from profiler_core.analysis.checks import accuracy_finding, backend_finding, status_finding
+from profiler_core.analysis.config import PRECEDENCE, PRIOR_RUNS, default_noise_floor, resolve
+from profiler_core.analysis.errors import AnalysisError
+from profiler_core.analysis.stats import benjamini_hochberg
+from profiler_core.analysis.timing import (
+    BOOTSTRAP_REPLICATES,
+    CI_LEVEL,
+    Context,
+    Tested,
+    decide,
+    dram_finding,
+    timing_finding,
+    variance_finding,
+)
+from profiler_core.documents.comparison import (
+    ComparisonDocument,
+    Finding,
+    Settings,
+    SoftwareChange,
+    Summary,
+    Verdict,
+)
+from profiler_core.documents.result import ResultDocument, Thresholds
+
+_RANK: dict[Verdict, int] = {"pass": 0, "warn": 1, "fail": 2}
+_VERSION_FIELDS = ("driver", "cuda", "cudnn", "torch", "triton", "python")
+
+
+def _worst(*verdicts: Verdict) -> Verdict:
+    return max(verdicts, key=lambda v: _RANK[v], default="pass")
+
+
+def compare(
+    baselines: Sequence[ResultDocument],
+    candidate: ResultDocument,
+    *,
+    config: Thresholds | None = None,
+    noise_floor: float | None = None,
+    seed: int = 0,
+) -> ComparisonDocument:
+    """Compare ``candidate`` with the pooled ``baselines`` and decide ``pass``, ``warn`` or ``fail``.
+
+    ``config`` overrides the candidate's suite-level thresholds (a case's own thresholds still win).
+    ``noise_floor`` is the relative range of run medians that unchanged code shows on this testbed
+    (e.g. 0.015 = 1.5%); ``None`` takes the documented default of the candidate's mode. ``seed`` fixes the
+    bootstrap: the same inputs and seed give the same document. Raises ``AnalysisError`` on input that
+    cannot be compared (no common cases, a noise floor outside [0, 1)).
+    """
+    mode = candidate.run.mode
+    floor = default_noise_floor(mode) if noise_floor is None else float(noise_floor)
+    if not 0.0 <= floor < 1.0:
+        raise AnalysisError(f"noise floor must be a relative spread in [0, 1), got {noise_floor!r}")
+    th = resolve(mode, candidate.suite.thresholds, config)
+    settings = Settings(
+        mode=mode,
+        thresholds=th.as_dict(),
+        fdr=th.fdr,
+        noise_floor=floor,
+        noise_floor_source="default" if noise_floor is None else "argument",
+        prior_runs=PRIOR_RUNS,
+        ci_level=CI_LEVEL,
+        bootstrap=BOOTSTRAP_REPLICATES,
+        seed=seed,
+        precedence=PRECEDENCE,
+    )
+    if not candidate.cases:
+        raise AnalysisError(f"candidate {candidate.run.id} has no cases")
+    if not baselines:
+        return ComparisonDocument(
+            verdict="pass",
+            baseline=None,
+            candidate=candidate.run.id,
+            testbed_candidate=candidate.environment.testbed_key,
+            suspect=candidate.run.suspect,
+            notes=["no baseline: the first run of its kind passes and becomes history"],
+            summary=_summary(candidate, 0, []),
+            settings=settings,
+        )
+    base_ids = {c.id for b in baselines for c in b.cases}
+    cand_ids = [c.id for c in candidate.cases]
+    common = [i for i in cand_ids if i in base_ids]
+    if not common:
+        raise AnalysisError(
+            "no common cases between baseline and candidate: baseline has "
+            f"{_few(sorted(base_ids))}; candidate has {_few(cand_ids)}"
+        )
+
+    notes: list[str] = []
+    verdict: Verdict = "pass"
+    cand_key = candidate.environment.testbed_key
+    base_keys = list(dict.fromkeys(b.environment.testbed_key for b in baselines))
+    mismatch = any(k != cand_key for k in base_keys)
+    if mismatch:
+        verdict = "warn"
+        notes.append(_testbed_note(baselines, candidate))
+
+    findings: list[Finding] = []
+    tested: list[Tested] = []
+    for case in candidate.cases:
+        base_cases = [c for b in baselines if (c := b.case(case.id)) is not None]
+        if not base_cases:
+            findings.append(
+                Finding(
+                    case=case.id,
+                    metric="status",
+                    status="inconclusive",
+                    verdict="warn",
+                    candidate=case.status,
+                    detail="no baseline: the case is new in the candidate",
+                )
+            )
+            continue
+        if case.status == "ok" and not any(c.status == "ok" for c in base_cases):
+            findings.append(
+                Finding(
+                    case=case.id,
+                    metric="status",
+                    status="improved",
+                    verdict="warn",
+                    baseline=base_cases[-1].status,
+                    candidate="ok",
+                    detail="no timing baseline: the case did not run in the baseline",
+                )
+            )
+            continue
+        cth = resolve(mode, candidate.suite.thresholds, config, case.thresholds)
+        # One stream per case id: a case's interval does not depend on which other cases ran.
+        rng = np.random.default_rng([seed % 2**63, zlib.crc32(case.id.encode())])
+        ctx = Context(mode=mode, noise_floor=floor, rng=rng)
+        for check in (
+            status_finding(case.id, base_cases, case),
+            backend_finding(case.id, base_cases, case),
+            accuracy_finding(case.id, base_cases, case, cth.accuracy),
+            dram_finding(case.id, base_cases, case, cth),
+        ):
+            if check is not None:
+                findings.append(check)
+        for test in (
+            timing_finding(case.id, base_cases, case, cth, ctx),
+            variance_finding(case.id, base_cases, case, cth, ctx),
+        ):
+            if test is not None:
+                tested.append(test)
+
+    q_values = benjamini_hochberg([t.finding.p if t.finding.p is not None else 1.0 for t in tested])
+    for t, q in zip(tested, q_values, strict=True):
+        findings.append(decide(t, q, th.fdr))
+
+    missing = sorted(base_ids - set(cand_ids))
+    if missing:
+        verdict = _worst(verdict, "warn")
+        notes.append(f"{len(missing)} baseline case(s) absent from the candidate: {_few(missing)}")
+    _excuse_suspect_cases(candidate, findings, notes)
+    verdict = _worst(verdict, *(f.verdict for f in findings))
+    for b in baselines:
+        if b.run.suspect:
+            notes.append(f"baseline run {b.run.id} is suspect: {'; '.join(b.run.suspect)}")
+    if candidate.run.suspect:
+        reasons = "; ".join(candidate.run.suspect)
+        if verdict == "fail":
+            notes.append(f"would fail, but the candidate run is suspect ({reasons}): a suspect run never fails")
+            verdict = "warn"
+        else:
+            verdict = _worst(verdict, "warn")
+            notes.append(f"the candidate run is suspect ({reasons}): its numbers are doubtful")
+    findings.sort(key=_order)
+    return ComparisonDocument(
+        verdict=verdict,
+        baseline=[b.run.id for b in baselines],
+        candidate=candidate.run.id,
+        testbed_baseline=base_keys,
+        testbed_candidate=cand_key,
+        testbed_mismatch=mismatch,
+        software=_software_diff(baselines, candidate),
+        suspect=candidate.run.suspect,
+        notes=notes,
+        findings=findings,
+        summary=_summary(candidate, len(common), findings),
+        settings=settings,
+    )
+
+
+def _order(f: Finding) -> tuple[int, int, float, str, str]:
+    status_rank = {"regressed": 0, "inconclusive": 1, "improved": 2, "unchanged": 3}[f.status]
+    # Rounded so that float noise (a run scaled by a constant) cannot reorder equal changes.
+    return (-_RANK[f.verdict], status_rank, -round(abs(f.change or 0.0), 9), f.case, f.metric)
+
+
+def _few(items: Sequence[str], limit: int = 5) -> str:
+    if not items:
+        return "none"
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _testbed_note(baselines: Sequence[ResultDocument], candidate: ResultDocument) -> str:
+    cand = candidate.environment
+    parts = []
+    for b in baselines:
+        env = b.environment
+        if env.testbed_key == cand.testbed_key:
+            continue
+        diffs = [
+            f"{k}: {env.testbed.get(k)!r} -> {cand.testbed.get(k)!r}"
+            for k in sorted(set(env.testbed) | set(cand.testbed))
+            if env.testbed.get(k) != cand.testbed.get(k)
+        ]
+        parts.append(f"{b.run.id} ({env.testbed_key}; {', '.join(diffs) or 'same description'})")
+    return (
+        f"TESTBED MISMATCH: the candidate ran on testbed {cand.testbed_key} ({cand.device.name}, "
+        f"{candidate.run.mode}) but baseline(s) on another: {'; '.join(parts)}. Timings across testbeds "
+        "differ for reasons other than the code: read every timing finding with care"
+    )
+
+
+def _software_diff(baselines: Sequence[ResultDocument], candidate: ResultDocument) -> list[SoftwareChange]:
+    def versions(doc: ResultDocument) -> dict[str, str | None]:
+        env = doc.environment
+        out: dict[str, str | None] = {f: getattr(env, f) for f in _VERSION_FIELDS}
+        out.update(env.software)
+        return out
+
+    cand = versions(candidate)
+    base = [versions(b) for b in baselines]
+    names = list(dict.fromkeys([*cand, *(k for v in base for k in v)]))
+    changes = []
+    for name in names:
+        before = list(dict.fromkeys(v.get(name) for v in base))
+        after = cand.get(name)
+        if before == [after]:
+            continue
+        shown = ", ".join(str(v) for v in before)
+        changes.append(SoftwareChange(name=name, baseline=shown, candidate=after))
+    return changes
+
+
+def _summary(candidate: ResultDocument, compared: int, findings: Sequence[Finding]) -> Summary:
+    def count(**kw: str) -> int:
+        return sum(all(getattr(f, k) == v for k, v in kw.items()) for f in findings)
+
+    return Summary(
+        cases=len(candidate.cases),
+        compared=compared,
+        findings=len(findings),
+        regressed=count(status="regressed"),
+        improved=count(status="improved"),
+        unchanged=count(status="unchanged"),
+        inconclusive=count(status="inconclusive"),
+        fail=count(verdict="fail"),
+        warn=count(verdict="warn"),
+    )
+
+
+TIMING_METRICS = frozenset({"latency", "bandwidth", "throughput", "variance", "dram_bytes"})
+
+
+def _excuse_suspect_cases(candidate: ResultDocument, findings: list[Finding], notes: list[str]) -> None:
+    """A timing finding of a case timed under doubtful conditions (clocks fell) warns instead of failing.
+
+    Backend, accuracy and status findings still fail: clocks do not change what ran or what it computed.
+    """
+    for f in findings:
+        case = candidate.case(f.case)
+        if f.verdict != "fail" or f.metric not in TIMING_METRICS or case is None or not case.suspect:
+            continue
+        f.verdict = "warn"
+        reasons = "; ".join(case.suspect)
+        f.detail = f"{f.detail + '; ' if f.detail else ''}would fail, but the case is suspect ({reasons})"
+        notes.append(f"{f.case}: {f.metric} regression not failed: the case is suspect ({reasons})")

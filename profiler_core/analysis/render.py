@@ -1,0 +1,120 @@
+"""Plain-text tables for CI logs: a comparison (regressions first) and a change-point report."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from profiler_core.documents.comparison import ComparisonDocument, Finding, KernelMove
+
+if TYPE_CHECKING:
+    from profiler_core.analysis.changepoints import ChangepointReport
+
+KERNELS_SHOWN = 5
+_CASE_WIDTH = 44
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def _value(v: float | str | None, unit: str | None) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    if unit == "fraction":
+        return f"{v * 100:.2f}%"
+    if unit == "bytes":
+        return f"{v / 1e6:.4g} MB"
+    if unit == "rel_l2_err":
+        return f"{v:.3g}"
+    return f"{v:.4g} {unit or ''}".rstrip()
+
+
+def _case(name: str) -> str:
+    return name if len(name) <= _CASE_WIDTH else name[: _CASE_WIDTH - 1] + "~"
+
+
+def _kernel_line(m: KernelMove) -> str:
+    label = f"{m.key} ({m.phase})" if m.phase else m.key
+    if m.appeared:
+        what = f"appeared, {m.candidate_us:.4g} us" if m.candidate_us is not None else "appeared"
+    elif m.vanished:
+        what = f"vanished, was {m.baseline_us:.4g} us" if m.baseline_us is not None else "vanished"
+    else:
+        what = f"{m.baseline_us:.4g} -> {m.candidate_us:.4g} us ({_pct(m.change)})"
+    launch = ", ".join(f"{c.field} {c.baseline}->{c.candidate}" for c in m.launch)
+    return f"      kernel {label}: {what}" + (f"; {launch}" if launch else "")
+
+
+def _row(f: Finding) -> str:
+    ci = f"[{_pct(f.ci.low)}, {_pct(f.ci.high)}]" if f.ci else "-"
+    q = "-" if f.q is None else f"{f.q:.2g}"
+    return (
+        f"{_case(f.case):<{_CASE_WIDTH}} {f.metric:<10} {_value(f.baseline, f.unit):>14} "
+        f"{_value(f.candidate, f.unit):>14} {_pct(f.change):>8} {ci:>18} {q:>7}  {f.status.upper()}"
+    )
+
+
+def render_table(comparison: ComparisonDocument) -> str:
+    """The comparison as a fixed-width text table: what fails, then what warns, then improvements.
+
+    Unchanged findings are counted, not listed. Timing findings list the kernels that moved (largest
+    absolute time change first). Readable in any CI log: ASCII only, no colour codes.
+    """
+    c = comparison
+    lines = [f"verdict: {c.verdict.upper()}"]
+    base = "none (first run)" if c.baseline is None else f"{len(c.baseline)} run(s): {', '.join(c.baseline)}"
+    lines.append(f"candidate {c.candidate} vs baseline {base}")
+    if c.testbed_mismatch:
+        lines.append("!! TESTBED MISMATCH: baseline and candidate ran on different testbeds (see notes)")
+    for s in c.software:
+        lines.append(f"software: {s.name} {s.baseline} -> {s.candidate}")
+    for note in c.notes:
+        lines.append(f"note: {note}")
+    shown = [f for f in c.findings if f.status != "unchanged" or f.verdict != "pass"]
+    if shown:
+        ci_head = f"{int(c.settings.ci_level * 100)}% CI"
+        lines.append("")
+        lines.append(
+            f"{'case':<{_CASE_WIDTH}} {'metric':<10} {'baseline':>14} {'candidate':>14} {'change':>8} "
+            f"{ci_head:>18} {'q':>7}  status"
+        )
+        for f in shown:
+            lines.append(_row(f))
+            if f.status != "unchanged" and f.detail and f.metric in ("backend", "accuracy", "status"):
+                lines.append(f"      {f.detail}")
+            if f.status in ("regressed", "improved", "inconclusive"):
+                for m in f.kernels[:KERNELS_SHOWN]:
+                    lines.append(_kernel_line(m))
+                if len(f.kernels) > KERNELS_SHOWN:
+                    lines.append(f"      ... and {len(f.kernels) - KERNELS_SHOWN} more kernel(s)")
+    n = c.summary
+    lines.append("")
+    lines.append(
+        f"{n.cases} case(s), {n.compared} compared, {n.findings} finding(s): {n.regressed} regressed, "
+        f"{n.improved} improved, {n.inconclusive} inconclusive, {n.unchanged} unchanged "
+        f"({n.fail} fail, {n.warn} warn); fdr {c.settings.fdr:g}, noise floor {c.settings.noise_floor:.1%}"
+    )
+    return "\n".join(lines)
+
+
+def render_changepoints(report: ChangepointReport) -> str:
+    """A change-point report as text: one line per change point, grouped by case."""
+    lines = [
+        f"change points in {report.metric} over {len(report.runs)} run(s) "
+        f"(e-divisive means, alpha {report.alpha:g}, {report.permutations} permutations, seed {report.seed})"
+    ]
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    for case in report.cases:
+        if not case.points:
+            lines.append(f"{case.case}: none in {case.length} point(s)")
+            continue
+        lines.append(f"{case.case}:")
+        for p in case.points:
+            lines.append(
+                f"  at #{p.index} (run {p.run_id}): {p.mean_before:.4g} -> {p.mean_after:.4g} {case.unit} "
+                f"({_pct(p.change)}), p {p.p:.3g}"
+            )
+    return "\n".join(lines)

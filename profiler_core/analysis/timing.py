@@ -1,0 +1,197 @@
+"""Per-case statistical findings: timing (latency, bandwidth or throughput), variance, DRAM bytes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from profiler_core.analysis.config import PRIOR_RUNS, RANGE_TO_SD, SPREAD_RUN_SD, Resolved
+from profiler_core.analysis.kernels import dram_pair, kernel_moves
+from profiler_core.analysis.stats import (
+    RunStat,
+    TestResult,
+    bootstrap_diffs,
+    hierarchical_test,
+    log_samples,
+    median_stat,
+    percentile_interval,
+    spread_stat,
+)
+from profiler_core.documents.comparison import Finding, FindingStatus, Interval, Verdict
+from profiler_core.documents.result import Case, Mode
+
+CI_LEVEL = 0.95
+BOOTSTRAP_REPLICATES = 2000
+
+
+@dataclass
+class Tested:
+    """A finding whose status waits for its q-value (Benjamini-Hochberg over the whole comparison)."""
+
+    finding: Finding
+    minimum: float  # effective minimum relative change of the finding's metric
+    regression_verdict: Verdict  # what a regression contributes: fail for timing, warn for variance
+
+
+@dataclass(frozen=True)
+class Context:
+    mode: Mode
+    noise_floor: float  # relative range of run medians of unchanged code
+    rng: np.random.Generator
+
+
+def _timed(cases: Sequence[Case]) -> list[Case]:
+    return [c for c in cases if c.status == "ok" and c.latency_us is not None and c.latency_us.samples]
+
+
+def _naming(base: Sequence[Case], cand: Case) -> tuple[str, str, float | None]:
+    """(metric, unit, work per iteration) by what the case is bound by; latency when work is unknown."""
+    bounds = [c.achieved.bound for c in [*reversed(base), cand] if c.achieved and c.achieved.bound]
+    bound = bounds[0] if bounds else None
+    work = cand.work
+    if bound == "memory" and work is not None and work.bytes_min > 0:
+        return "bandwidth", "GB/s", work.bytes_min / 1e9
+    if bound == "compute" and work is not None and work.flops > 0:
+        return "throughput", "TFLOP/s", work.flops / 1e12
+    return "latency", "us", None
+
+
+def _rate(latency_us: float, work: float | None) -> float:
+    if work is None:
+        return latency_us
+    return work / (latency_us * 1e-6)
+
+
+def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Resolved, ctx: Context) -> Tested | None:
+    """The timing finding of one case, or ``None`` when a side has no latency samples."""
+    base = _timed(base_cases)
+    if not base or not _timed([cand]):
+        return None
+    assert cand.latency_us is not None
+    base_stats = [median_stat(log_samples(c.latency_us.samples)) for c in base if c.latency_us]
+    cand_stat = median_stat(log_samples(cand.latency_us.samples))
+    test = hierarchical_test(base_stats, cand_stat, prior_sd=ctx.noise_floor / RANGE_TO_SD, prior_runs=PRIOR_RUNS)
+    draws = bootstrap_diffs(base_stats, cand_stat, test, rng=ctx.rng, replicates=BOOTSTRAP_REPLICATES)
+    low, high = percentile_interval(draws, CI_LEVEL)
+    metric, unit, work = _naming(base, cand)
+    base_us = math.exp(float(np.mean([s.value for s in base_stats])))
+    cand_us = math.exp(cand_stat.value)
+    if work is None:
+        change, ci = math.expm1(test.diff), (math.expm1(low), math.expm1(high))
+    else:
+        # A rate is work over time: its relative change is the reciprocal of the latency ratio.
+        change, ci = math.expm1(-test.diff), (math.expm1(-high), math.expm1(-low))
+    minimum = max(th.minimum(metric), ctx.noise_floor, math.expm1(test.baseline_range))
+    kernels = kernel_moves([c.kernels for c in base], cand.kernels, case_us=base_us)
+    finding = Finding(
+        case=case_id,
+        metric=metric,
+        status="unchanged",
+        verdict="pass",
+        baseline=_rate(base_us, work),
+        candidate=_rate(cand_us, work),
+        unit=unit,
+        change=change,
+        higher_is_better=work is not None,
+        threshold=minimum,
+        ci=Interval(low=ci[0], high=ci[1], level=CI_LEVEL),
+        p=test.p,
+        detail=_timing_detail(len(base), test, ctx.noise_floor, base_us, cand_us),
+        kernels=kernels,
+    )
+    return Tested(finding, minimum, "fail")
+
+
+def _timing_detail(k: int, test: TestResult, floor: float, base_us: float, cand_us: float) -> str:
+    source = "the noise floor alone" if k < 2 else f"{k} runs pooled with the noise floor"
+    return (
+        f"median {base_us:.4g} us -> {cand_us:.4g} us; {k} baseline run(s); run-to-run sd "
+        f"{math.expm1(test.between_sd):.2%} from {source} ({floor:.1%} range); t-test on {test.df:g} df"
+    )
+
+
+def variance_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Resolved, ctx: Context) -> Tested | None:
+    """The spread finding of one case (a change of spread alone only ever warns), or ``None``."""
+    base = _timed(base_cases)
+    if not base or not _timed([cand]):
+        return None
+    assert cand.latency_us is not None
+    spreads = [spread_stat(log_samples(c.latency_us.samples)) for c in base if c.latency_us]
+    cand_spread = spread_stat(log_samples(cand.latency_us.samples))
+    base_stats: list[RunStat] = [s for s in spreads if s is not None]
+    if cand_spread is None or len(base_stats) != len(spreads):
+        return None
+    test = hierarchical_test(base_stats, cand_spread, prior_sd=SPREAD_RUN_SD[ctx.mode], prior_runs=PRIOR_RUNS)
+    draws = bootstrap_diffs(base_stats, cand_spread, test, rng=ctx.rng, replicates=BOOTSTRAP_REPLICATES)
+    low, high = percentile_interval(draws, CI_LEVEL)
+    base_level = math.exp(float(np.mean([s.value for s in base_stats])))
+    minimum = max(th.variance, math.expm1(test.baseline_range))
+    finding = Finding(
+        case=case_id,
+        metric="variance",
+        status="unchanged",
+        verdict="pass",
+        baseline=base_level,
+        candidate=math.exp(cand_spread.value),
+        unit="fraction",
+        change=math.expm1(test.diff),
+        higher_is_better=False,
+        threshold=minimum,
+        ci=Interval(low=math.expm1(low), high=math.expm1(high), level=CI_LEVEL),
+        p=test.p,
+        detail="spread = mean absolute deviation of log latency from the run median (~ relative)",
+    )
+    return Tested(finding, minimum, "warn")
+
+
+def dram_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Resolved) -> Finding | None:
+    """More DRAM bytes per iteration (ncu counters on both sides), whatever the time did; else ``None``."""
+    base = [c for c in base_cases if c.status == "ok"]
+    if cand.status != "ok" or not base:
+        return None
+    pair = dram_pair([c.kernels for c in base], cand.kernels)
+    if pair is None or pair[0] <= 0:
+        return None
+    before, after, counted = pair
+    change = (after - before) / before
+    status: FindingStatus = "unchanged"
+    if change >= th.dram_bytes:
+        status = "regressed"
+    elif change <= -th.dram_bytes:
+        status = "improved"
+    return Finding(
+        case=case_id,
+        metric="dram_bytes",
+        status=status,
+        verdict="fail" if status == "regressed" else "pass",
+        baseline=before,
+        candidate=after,
+        unit="bytes",
+        change=change,
+        higher_is_better=False,
+        threshold=th.dram_bytes,
+        detail=f"dram__bytes_read.sum + dram__bytes_write.sum over {counted} kernel(s) counted on both sides",
+    )
+
+
+def decide(tested: Tested, q: float, fdr: float) -> Finding:
+    """Set status and verdict from the q-value and the effective minimum effect."""
+    f = tested.finding
+    f.q = q
+    change = f.change or 0.0
+    bad = change < 0 if f.higher_is_better else change > 0
+    big = abs(change) >= tested.minimum
+    if big and q <= fdr:
+        f.status = "regressed" if bad else "improved"
+        f.verdict = tested.regression_verdict if bad else "pass"
+    elif big:
+        f.status = "inconclusive"
+        # A slowdown past the minimum that the noise cannot confirm is worth a look, never a failure.
+        f.verdict = "warn" if bad and tested.regression_verdict == "fail" else "pass"
+    else:
+        f.status = "unchanged"
+        f.verdict = "pass"
+    return f
