@@ -18,6 +18,10 @@ VERBS: dict[str, tuple[str, str]] = {
     "compare": ("profiler_core.cli", "Compare baseline result(s) with a candidate: pass, warn or fail."),
     "changepoints": ("profiler_core.cli", "Find change points in a chronological series of results."),
     "schema": ("profiler_core.cli", "Print the JSON Schema of a document."),
+    "serve": ("service.cli", "Run the HTTP API of the service."),
+    "db": ("service.cli", "Migrate the service's database (db upgrade)."),
+    "admin": ("service.cli", "Create projects, project tokens and worker tokens."),
+    "upload": ("service.cli", "Upload a result document to the service; exit 1 when it fails its comparison."),
 }
 
 

@@ -1,0 +1,52 @@
+"""The application factory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.config import Settings, get_settings
+from service.db import make_engine, make_sessionmaker
+from service.errors import install_handlers
+from service.limits import BodyLimitMiddleware
+from service.metrics import Metrics, MetricsMiddleware
+from service.ratelimit import RateLimiter
+from service.routers import ROUTERS
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A FastAPI app bound to ``settings`` (the environment's by default) and its own engine."""
+    settings = settings or get_settings()
+    engine = make_engine(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title="attnprof",
+        version="1",
+        summary="Performance-regression CI for attention kernels",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessionmaker = make_sessionmaker(engine)
+    app.state.rate_limiter = RateLimiter(
+        requests_per_minute=settings.rate_limit.requests_per_minute, burst=settings.rate_limit.burst
+    )
+    app.state.metrics = Metrics()
+    install_handlers(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        json_bytes=settings.limits.json_body_bytes,
+        bundle_bytes=settings.limits.bundle_bytes,
+        trace_bytes=settings.limits.trace_bytes,
+    )
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, delete, select
+from sqlalchemy.orm import Session
+
+from service.baselines.models import BaselineRule
+from service.runs.models import Run, RunCase
+
+
+def rules(session: Session, *, project_id: int, testbed_key: str | None = None) -> list[BaselineRule]:
+    q = select(BaselineRule).where(BaselineRule.project_id == project_id)
+    if testbed_key is not None:
+        q = q.where(BaselineRule.testbed_key == testbed_key)
+    return list(session.scalars(q.order_by(BaselineRule.created_at, BaselineRule.id)))
+
+
+def find_rule(session: Session, *, project_id: int, kind: str, run_id: str) -> BaselineRule | None:
+    q = select(BaselineRule).where(
+        BaselineRule.project_id == project_id, BaselineRule.kind == kind, BaselineRule.run_id == run_id
+    )
+    return session.scalars(q).first()
+
+
+def add_rule(session: Session, rule: BaselineRule) -> BaselineRule:
+    session.add(rule)
+    session.flush()
+    return rule
+
+
+def delete_rules(session: Session, *, project_id: int, kind: str, run_id: str) -> int:
+    stmt = delete(BaselineRule).where(
+        BaselineRule.project_id == project_id, BaselineRule.kind == kind, BaselineRule.run_id == run_id
+    )
+    return int(session.execute(stmt).rowcount)  # type: ignore[attr-defined]
+
+
+def runs_by_id(session: Session, run_ids: Collection[str]) -> list[Run]:
+    if not run_ids:
+        return []
+    return list(session.scalars(select(Run).where(Run.id.in_(run_ids)).order_by(Run.created_at)))
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which runs may serve: this project and testbed key, older than ``before``, not ``exclude``d, not older
+    than ``since`` (an accepted change)."""
+
+    project_id: int
+    testbed_key: str
+    before: datetime
+    exclude: Collection[str] = ()
+    since: datetime | None = None
+
+    def where(self) -> list[ColumnElement[bool]]:
+        where = [Run.project_id == self.project_id, Run.testbed_key == self.testbed_key, Run.created_at < self.before]
+        if self.exclude:
+            where.append(Run.id.not_in(self.exclude))
+        if self.since is not None:
+            where.append(Run.created_at >= self.since)
+        return where
+
+
+def runs_of_commits(
+    session: Session,
+    window: Window,
+    *,
+    branch: str,
+    commits: Sequence[str],
+    limit: int,
+) -> list[Run]:
+    """Runs on ``branch`` of any of ``commits``, newest first."""
+    if not commits:
+        return []
+    q = select(Run).where(*window.where(), Run.branch == branch, Run.commit.in_(commits))
+    return list(session.scalars(q.order_by(Run.created_at.desc()).limit(limit)))
+
+
+def latest_runs(
+    session: Session,
+    window: Window,
+    *,
+    branch: str,
+    limit: int,
+    include: str | None = None,
+    suspect: bool | None = None,
+) -> list[Run]:
+    """The newest runs on ``branch`` (plus the run ``include``, whatever its branch), newest first."""
+    on_branch = Run.branch == branch if include is None else (Run.branch == branch) | (Run.id == include)
+    q = select(Run).where(*window.where(), on_branch)
+    if suspect is not None:
+        q = q.where(Run.suspect.is_(suspect))
+    return list(session.scalars(q.order_by(Run.created_at.desc()).limit(limit)))
+
+
+def case_medians(session: Session, run_ids: Sequence[str]) -> list[tuple[str, str, float]]:
+    """(run_id, case_id, latency median in microseconds) of the ok cases of ``run_ids``."""
+    if not run_ids:
+        return []
+    q = select(RunCase.run_id, RunCase.case_id, RunCase.latency_median_us).where(
+        RunCase.run_id.in_(run_ids), RunCase.status == "ok", RunCase.latency_median_us > 0
+    )
+    return [(r, c, float(m or 0.0)) for r, c, m in session.execute(q)]

@@ -1,0 +1,78 @@
+"""Settings: one ``Settings`` class read from the environment (``ATTNPROF_`` prefix) once, through ``get_settings``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIB = 1024 * 1024
+_PLACEHOLDERS = {"changeme", "change-me", "secret", "placeholder", "xxx", "todo"}
+
+
+class Limits(BaseModel):
+    """Input bounds (DESIGN 6). Sizes in bytes."""
+
+    json_body_bytes: int = Field(32 * MIB, ge=1024)
+    bundle_bytes: int = Field(50 * MIB, ge=1024)
+    bundle_unpacked_bytes: int = Field(500 * MIB, ge=1024, description="total size of the bundle's files")
+    bundle_members: int = Field(10_000, ge=1)
+    trace_bytes: int = Field(64 * MIB, ge=1024)
+    ancestors: int = Field(50, ge=0, description="first-parent ancestors accepted with a job or upload")
+    page_size_max: int = Field(1000, ge=1)
+
+
+class RateLimit(BaseModel):
+    """Per-token token bucket, per server process."""
+
+    requests_per_minute: float = Field(1200.0, gt=0)
+    burst: int = Field(200, ge=1)
+
+
+class Analysis(BaseModel):
+    baseline_runs: int = Field(3, ge=1, description="runs pooled into a baseline")
+    ancestor_commits_pooled: int = Field(10, ge=1, description="ancestors searched to fill the pool")
+    noise_history_runs: int = Field(20, ge=3, description="default-branch runs the noise floor is learnt from")
+    alert_history_runs: int = Field(40, ge=10, description="default-branch runs searched for change points")
+
+
+class Settings(BaseSettings):
+    """Everything the service reads from its environment (DESIGN 3.4)."""
+
+    model_config = SettingsConfigDict(env_prefix="ATTNPROF_", env_nested_delimiter="__", extra="ignore")
+
+    database_url: str = "sqlite:///./attnprof.db"
+    broker_url: str = "filesystem://"
+    broker_folder: str = Field("./attnprof-queue", description="message folder of the filesystem:// broker")
+    public_url: str = "http://127.0.0.1:8000"
+    github_api_url: str = "https://api.github.com"
+    github_token: SecretStr | None = None
+    github_webhook_secret: SecretStr | None = None
+    max_attempts: int = Field(3, ge=1)
+    limits: Limits = Field(default_factory=Limits)
+    rate_limit: RateLimit = Field(default_factory=RateLimit)
+    analysis: Analysis = Field(default_factory=Analysis)
+
+    @field_validator("github_token", "github_webhook_secret")
+    @classmethod
+    def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and value.get_secret_value().strip().lower() in _PLACEHOLDERS:
+            raise ValueError("is a placeholder: set a real secret or leave it unset")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, value: str) -> str:
+        if value.startswith("postgresql://"):
+            # psycopg 3 is the driver we ship; the bare scheme would pick psycopg2.
+            return "postgresql+psycopg://" + value.removeprefix("postgresql://")
+        if not value.startswith(("postgresql+psycopg://", "sqlite://")):
+            raise ValueError("must start with postgresql+psycopg:// or sqlite://")
+        return value
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read from the environment on first use."""
+    return Settings()

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.jobs.models import Job
+
+
+def add(session: Session, job: Job) -> Job:
+    session.add(job)
+    session.flush()
+    return job
+
+
+def get(session: Session, job_id: str) -> Job | None:
+    return session.get(Job, job_id)
+
+
+def get_for_update(session: Session, job_id: str) -> Job | None:
+    """The job row, locked until the transaction ends (Postgres; SQLite serialises writers anyway)."""
+    return session.scalars(select(Job).where(Job.id == job_id).with_for_update()).one_or_none()
+
+
+def get_by_idempotency_key(session: Session, project_id: int, key: str) -> Job | None:
+    q = select(Job).where(Job.project_id == project_id, Job.idempotency_key == key)
+    return session.scalars(q).one_or_none()
+
+
+def list_jobs(
+    session: Session,
+    *,
+    project_id: int,
+    status: str | None,
+    branch: str | None,
+    pr: int | None,
+    before: tuple[datetime, str] | None,
+    limit: int,
+) -> list[Job]:
+    q = select(Job).where(Job.project_id == project_id)
+    if status is not None:
+        q = q.where(Job.status == status)
+    if branch is not None:
+        q = q.where(Job.branch == branch)
+    if pr is not None:
+        q = q.where(Job.pr == pr)
+    if before is not None:
+        q = q.where((Job.created_at < before[0]) | ((Job.created_at == before[0]) & (Job.id < before[1])))
+    return list(session.scalars(q.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)))

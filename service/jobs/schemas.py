@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class JobCreated(BaseModel):
+    id: str
+    status: str
+
+
+class JobOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    project: str
+    testbed: str
+    suite_name: str
+    repo: str | None
+    branch: str
+    commit: str
+    base_commit: str | None
+    ancestors: list[str]
+    pr: int | None
+    status: str
+    verdict: str | None
+    reason: str | None
+    attempts: int
+    max_attempts: int
+    has_bundle: bool
+    run_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobPage(BaseModel):
+    jobs: list[JobOut]
+    next: str | None = Field(description="cursor of the next page, or null")
+
+
+class ComparisonOut(BaseModel):
+    id: str
+    run_id: str
+    verdict: str
+    baseline: list[str] = Field(description="run ids of the baseline")
+    noise_floor: float | None
+    created_at: datetime
+    document: dict[str, Any] = Field(description="the attnprof.comparison/v1 document")
+
+
+class Claim(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(ge=1)
+    worker: str = Field(min_length=1, max_length=200, description="host and GPU of the worker")
+
+
+class ClaimAnswer(BaseModel):
+    id: str
+    attempt: int
+    spec: str
+    bundle_sha256: str | None
+    repo: str | None
+    commit: str
+    testbed: str
+
+
+class Heartbeat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(ge=1)
+
+
+class HeartbeatAnswer(BaseModel):
+    status: str
+    cancelled: bool = Field(description="stop the work: the job was cancelled")
+
+
+class WorkerResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(ge=1)
+    result: dict[str, Any]
+
+
+class WorkerResultAnswer(BaseModel):
+    run_id: str
+    status: str
+    duplicate: bool = Field(description="this attempt's result was already stored; nothing was added")
+
+
+class Failure(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(ge=1)
+    reason: str = Field(min_length=1, max_length=10_000)
+    timed_out: bool = False
+    retry: bool = Field(False, description="the failure is the host's, not the job's: try again if attempts remain")

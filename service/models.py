@@ -1,0 +1,28 @@
+"""Every table, imported in one place so that Alembic and the tests see the whole schema."""
+
+from service.analysis.models import Alert, Comparison
+from service.artifacts.models import Artifact
+from service.auth.models import Token
+from service.baselines.models import BaselineRule
+from service.db import Base
+from service.jobs.models import Job
+from service.projects.models import Project
+from service.runs.models import Run, RunCase, RunKernel, RunTrace, Sample
+from service.testbeds.models import Testbed
+
+__all__ = [
+    "Alert",
+    "Artifact",
+    "Base",
+    "BaselineRule",
+    "Comparison",
+    "Job",
+    "Project",
+    "Run",
+    "RunCase",
+    "RunKernel",
+    "RunTrace",
+    "Sample",
+    "Testbed",
+    "Token",
+]

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Row, select
+from sqlalchemy.orm import Session
+
+from service.runs.models import Run, RunCase, RunKernel
+
+# metric -> (median column, p25 column, p75 column)
+CASE_METRICS = {
+    "latency": (RunCase.latency_median_us, RunCase.latency_p25_us, RunCase.latency_p75_us),
+    "throughput": (RunCase.tflops, None, None),
+    "bandwidth": (RunCase.gbps, None, None),
+    "compute_util": (RunCase.compute_util, None, None),
+    "bandwidth_util": (RunCase.bandwidth_util, None, None),
+}
+KERNEL_METRICS = {
+    "latency": (RunKernel.duration_median_us, RunKernel.duration_p25_us, RunKernel.duration_p75_us),
+    "throughput": (RunKernel.tflops, None, None),
+    "bandwidth": (RunKernel.gbps, None, None),
+    "compute_util": (RunKernel.compute_util, None, None),
+    "bandwidth_util": (RunKernel.bandwidth_util, None, None),
+    "occupancy": (RunKernel.theoretical_occupancy, None, None),
+}
+
+
+@dataclass(frozen=True)
+class TrendQuery:
+    project_id: int
+    testbed_id: int | None
+    branch: str
+    case_id: str
+    since: datetime | None
+    until: datetime | None
+    after: tuple[datetime, str] | None
+    limit: int
+
+
+def case_points(session: Session, tq: TrendQuery, metric: str) -> list[Row[tuple[object, ...]]]:
+    """Oldest first. One index range scan of ``ix_run_cases_trend``, then the run's commit by primary key."""
+    med, p25, p75 = CASE_METRICS[metric]
+    cols = [
+        RunCase.run_id,
+        Run.commit,
+        RunCase.created_at,
+        med,
+        p25 or med,
+        p75 or med,
+        RunCase.status,
+        RunCase.backend_used,
+        RunCase.bound,
+        RunCase.testbed_id,
+    ]
+    q = (
+        select(*cols)
+        .join(Run, Run.id == RunCase.run_id)
+        .where(RunCase.project_id == tq.project_id, RunCase.branch == tq.branch, RunCase.case_id == tq.case_id)
+    )
+    if tq.testbed_id is not None:
+        q = q.where(RunCase.testbed_id == tq.testbed_id)
+    if tq.since is not None:
+        q = q.where(RunCase.created_at >= tq.since)
+    if tq.until is not None:
+        q = q.where(RunCase.created_at < tq.until)
+    if tq.after is not None:
+        at, rid = tq.after
+        q = q.where((RunCase.created_at > at) | ((RunCase.created_at == at) & (RunCase.run_id > rid)))
+    return list(session.execute(q.order_by(RunCase.created_at, RunCase.run_id).limit(tq.limit)))
+
+
+def kernel_points(session: Session, tq: TrendQuery, key: str, metric: str) -> list[Row[tuple[object, ...]]]:
+    med, p25, p75 = KERNEL_METRICS[metric]
+    cols = [
+        RunCase.run_id,
+        Run.commit,
+        RunCase.created_at,
+        med,
+        p25 or med,
+        p75 or med,
+        RunKernel.phase,
+        RunKernel.launches_per_iter,
+        RunKernel.bound,
+        RunCase.testbed_id,
+    ]
+    q = (
+        select(*cols)
+        .join(RunKernel, RunKernel.run_case_id == RunCase.id)
+        .join(Run, Run.id == RunCase.run_id)
+        .where(
+            RunCase.project_id == tq.project_id,
+            RunCase.branch == tq.branch,
+            RunCase.case_id == tq.case_id,
+            RunKernel.key == key,
+        )
+    )
+    if tq.testbed_id is not None:
+        q = q.where(RunCase.testbed_id == tq.testbed_id)
+    if tq.since is not None:
+        q = q.where(RunCase.created_at >= tq.since)
+    if tq.until is not None:
+        q = q.where(RunCase.created_at < tq.until)
+    if tq.after is not None:
+        at, rid = tq.after
+        q = q.where((RunCase.created_at > at) | ((RunCase.created_at == at) & (RunCase.run_id > rid)))
+    return list(session.execute(q.order_by(RunCase.created_at, RunCase.run_id).limit(tq.limit)))
