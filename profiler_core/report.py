@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 
 from profiler_core.documents import Case, Kernel, ResultDocument
@@ -127,7 +128,8 @@ def render_table(doc: ResultDocument, *, width: int = 160) -> str:
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(width=width, record=True, force_terminal=False, color_system=None)
+    # Rendered into a buffer: a recording console also writes to stdout, and the caller prints the text.
+    console = Console(file=io.StringIO(), width=width, record=True, force_terminal=False, color_system=None)
     for line in header(doc):
         console.print(escape(line), highlight=False, soft_wrap=True)
     for case in doc.cases:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,10 @@ def _read_json(path: Path) -> Any:
     except OSError as exc:
         raise DocumentError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if raw[:2] == b"\x1f\x8b":
+        # A truncated stream raises EOFError and a corrupt one zlib.error, neither an OSError.
         try:
             raw = gzip.decompress(raw)
-        except OSError as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise DocumentError(f"{path}: not a valid gzip file: {exc}") from exc
     try:
         return json.loads(raw)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from profiler_core.documents import Accuracy, TensorAccuracy
@@ -12,17 +14,25 @@ from profiler_core.documents import Accuracy, TensorAccuracy
 FORWARD_TOLERANCE = {"fp32": 1e-3, "fp16": 5e-3, "bf16": 2e-2}
 # Gradients go through more roundings (and accumulate in the input dtype on some backends).
 GRAD_FACTOR = 2.5
+# JSON has no infinity (pydantic would write null, which the schema rejects): an output that holds
+# NaN or inf is recorded with the largest finite error, so it fails every tolerance and stays valid.
+NON_FINITE_ERROR = sys.float_info.max
 
 
-def _errors(value: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+def _errors(name: str, value: torch.Tensor, ref: object) -> tuple[float, float]:
+    if not isinstance(ref, torch.Tensor):
+        raise TypeError(f"the reference for {name!r} is a {type(ref).__name__}, not a tensor")
+    if tuple(value.shape) != tuple(ref.shape):
+        # Broadcasting would compare the wrong elements and report a meaningless error.
+        raise ValueError(f"{name!r} has shape {tuple(value.shape)} but its reference {tuple(ref.shape)}")
     v, r = value.double(), ref.double().to(value.device)
-    if not torch.isfinite(v).all():
-        return float("inf"), float("inf")
-    diff = v - r
+    diff = v - r  # NaN or inf wherever the output or the reference is not finite
+    if not torch.isfinite(diff).all():
+        return NON_FINITE_ERROR, NON_FINITE_ERROR
     max_abs = float(diff.abs().max()) if diff.numel() else 0.0
     norm = float(r.norm())
     rel = float(diff.norm()) / norm if norm > 0 else float(diff.norm())
-    return max_abs, rel
+    return min(max_abs, NON_FINITE_ERROR), min(rel, NON_FINITE_ERROR)
 
 
 def check_accuracy(
@@ -33,14 +43,17 @@ def check_accuracy(
     tolerance: float | None = None,
     reference_name: str = "float64 attention written out (matmul, softmax, matmul)",
 ) -> Accuracy:
-    """Compare ``outputs`` (``out`` and, for fwd_bwd, ``dq``/``dk``/... ) with ``reference``."""
+    """Compare ``outputs`` (``out`` and, for fwd_bwd, ``dq``/``dk``/... ) with ``reference``.
+
+    Raises ``TypeError`` or ``ValueError`` when a reference is not a tensor of the output's shape.
+    """
     tol = tolerance if tolerance is not None else FORWARD_TOLERANCE[dtype]
-    max_abs, rel = _errors(outputs["out"], reference["out"])
+    max_abs, rel = _errors("out", outputs["out"], reference["out"])
     grads = []
     for name, value in outputs.items():
         if name == "out" or name not in reference:
             continue
-        g_abs, g_rel = _errors(value, reference[name])
+        g_abs, g_rel = _errors(name, value, reference[name])
         g_tol = tol * GRAD_FACTOR
         grads.append(
             TensorAccuracy(tensor=name, max_abs_err=g_abs, rel_l2_err=g_rel, tolerance=g_tol, ok=g_rel <= g_tol)

@@ -47,6 +47,11 @@ def find_ncu(device: str, explicit: str | None = None) -> str:
     for c in candidates:
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return c
+    if explicit:
+        raise CountersUnavailable(
+            f"--counters ncu: {explicit} is not an executable Nsight Compute `ncu` "
+            "(give the path of ncu, or run with --counters none)"
+        )
     raise CountersUnavailable(
         "--counters ncu needs Nsight Compute: no `ncu` on PATH nor at "
         + ", ".join(DEFAULT_LOCATIONS)
@@ -54,14 +59,22 @@ def find_ncu(device: str, explicit: str | None = None) -> str:
     )
 
 
+_ANONYMOUS_NAMESPACES = ("(anonymous namespace)::", "<unnamed>::", "`anonymous namespace'::")
+
+
 def base_name(name: str) -> str:
     """The function's own name: no return type, namespaces, template or parameter lists.
 
     ncu and Kineto demangle differently (ncu drops namespaces: ``vectorized_elementwise_kernel<...>``
     where Kineto says ``at::native::vectorized_elementwise_kernel<...>``), so kernels are matched on
-    this base name plus their launch configuration.
+    this base name plus their launch configuration. An anonymous namespace, written
+    ``(anonymous namespace)::`` by both (``<unnamed>::`` by some demanglers), is dropped first: its
+    parenthesis and angle bracket would otherwise end the name before it starts
+    (``void (anonymous namespace)::softmax_warp_forward<...>`` is ``softmax_warp_forward``).
     """
     stem = name.strip().removeprefix("void ")
+    for anonymous in _ANONYMOUS_NAMESPACES:
+        stem = stem.replace(anonymous, "")
     depth, cut = 0, len(stem)
     for i, ch in enumerate(stem):
         if ch == "<":
@@ -78,8 +91,11 @@ def base_name(name: str) -> str:
 
 
 def kernel_regex(names: list[str]) -> str:
-    """An ncu ``regex:`` over demangled names: the base name of each kernel."""
-    return "|".join(dict.fromkeys(re.escape(base_name(n)) for n in names))
+    """An ncu ``regex:`` over demangled names: the base name of each kernel.
+
+    A name with no base name is left out: an empty alternative would match every kernel.
+    """
+    return "|".join(dict.fromkeys(re.escape(b) for b in map(base_name, names) if b))
 
 
 def _dims(text: str | None) -> tuple[int, ...] | None:

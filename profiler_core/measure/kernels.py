@@ -22,6 +22,7 @@ from profiler_core.model import (
     theoretical_occupancy,
     utilisations,
 )
+from profiler_core.model.work import Pass
 from profiler_core.suite import CaseSpec
 
 
@@ -31,7 +32,7 @@ def _peak_tflops(environment: Environment, key: str) -> float | None:
 
 
 def _work_per_iteration(
-    s: KernelSummary, shape: AttentionShape | None, pass_: str
+    s: KernelSummary, shape: AttentionShape | None, pass_: Pass
 ) -> tuple[float | None, float | None]:
     """FLOPs and bytes of all of a kernel's launches in one iteration (each launch has its own shapes)."""
     launches = s.launch_inputs or [(s.input_dims, s.input_types)]
@@ -54,12 +55,13 @@ def kernel_records(trace: dict[str, Any], spec: CaseSpec, environment: Environme
     summaries = aggregate(attributed, parsed.iterations)
     backend = detect_backend([k.name for k in parsed.kernels], [op.name for op in parsed.ops])
     shape = AttentionShape.from_params(spec.params) if spec.has_shape else None
+    pass_: Pass = "fwd_bwd" if spec.pass_ == "fwd_bwd" else "fwd"
     cc = environment.device.compute_capability
     peak_gbps = environment.peaks.dram_gbps.value
     total_us = sum(s.duration_median_us for s in summaries) or 1.0
     kernels = []
     for s in summaries:
-        flops, nbytes = _work_per_iteration(s, shape, spec.pass_)
+        flops, nbytes = _work_per_iteration(s, shape, pass_)
         median = s.duration_median_us
         tflops, gbps = rates(flops, nbytes, median)
         peak_key = dtype_peak_key(spec.dtype, s.name)
@@ -144,6 +146,6 @@ def case_achieved(
             compute_util=compute_util,
             bandwidth_util=bandwidth_util,
             arithmetic_intensity=intensity,
-            bound=bound,  # type: ignore[arg-type]
+            bound=bound,
         ),
     )

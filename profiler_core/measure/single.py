@@ -35,10 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         workload.zero_grads()
         flush()
         torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStart()
+        torch.cuda.cudart().cudaProfilerStart()  # type: ignore[no-untyped-call]
         workload.step()
         torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStop()
+        torch.cuda.cudart().cudaProfilerStop()  # type: ignore[no-untyped-call]
     return 0
 
 

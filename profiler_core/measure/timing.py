@@ -51,7 +51,7 @@ class Holder:
         self.cycles = int((1.5 * host_us + 20.0) * clock_mhz)
 
     def __call__(self) -> None:
-        torch.cuda._sleep(self.cycles)
+        torch.cuda._sleep(self.cycles)  # type: ignore[no-untyped-call]
 
 
 def host_time_us(step: Callable[[], Any], before_each: Callable[[], None] | None, reps: int = 3) -> float:
@@ -167,7 +167,10 @@ def time_iterations(
 def _cuda_batch(
     step: Callable[[], Any], n: int, flush: Flusher, before_each: Callable[[], None] | None, hold: Holder
 ) -> list[float]:
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))  # type: ignore[no-untyped-call]
+        for _ in range(n)
+    ]
     for start, end in pairs:
         if before_each:
             before_each()

@@ -1,0 +1,170 @@
+"""Result documents on disk: reading them, refusing bad ones with a message that names the problem,
+writing them, and their JSON Schema against the real documents committed from H200 runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from conftest import DATA
+
+from profiler_core.documents import (
+    RESULT_SCHEMA,
+    ResultDocument,
+    load_result,
+    parse_result,
+    result_json_schema,
+    write_result,
+)
+from profiler_core.errors import AttnprofError, DocumentError
+
+GPU_RESULTS = sorted((DATA / "h200" / "attnprof").glob("result*.json"))
+H200_RESULT = DATA / "h200" / "attnprof" / "result.json"
+
+
+def raw() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(H200_RESULT.read_text())
+    return data
+
+
+def test_the_json_schema_is_valid_draft_2020_12() -> None:
+    schema = result_json_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["$id"].endswith(RESULT_SCHEMA)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["properties"]["schema"]["const"] == RESULT_SCHEMA
+    assert set(schema["required"]) >= {"run", "suite", "environment", "cases"}
+
+
+@pytest.mark.parametrize("path", GPU_RESULTS, ids=lambda p: p.name)
+def test_committed_gpu_results_validate_against_the_schema(path: Path) -> None:
+    data = json.loads(path.read_text())
+    jsonschema.Draft202012Validator(result_json_schema()).validate(data)
+    doc = load_result(path)
+    assert doc.run.mode == "cuda" and doc.cases
+
+
+def test_the_schema_rejects_what_the_models_reject() -> None:
+    validator = jsonschema.Draft202012Validator(result_json_schema())
+    bad_phase = raw()
+    bad_phase["cases"][0]["kernels"][0]["phase"] = "attention"
+    negative = raw()
+    negative["cases"][0]["latency_us"]["median"] = -1.0
+    share = raw()
+    share["cases"][0]["kernels"][0]["share"] = 1.5
+    extra = raw()
+    extra["cases"][0]["latency_ms"] = 1.0
+    for data in (bad_phase, negative, share, extra):
+        assert not validator.is_valid(data)
+        with pytest.raises(DocumentError):
+            parse_result(data)
+
+
+def test_write_and_load_round_trip(tmp_path: Path) -> None:
+    doc = load_result(H200_RESULT)
+    path = tmp_path / "copy.json"
+    write_result(doc, path)
+    again = load_result(path)
+    assert again == doc
+    assert json.loads(path.read_text()) == json.loads(doc.to_json())
+    assert path.read_text().endswith("}\n")
+
+
+def test_gzip_documents_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "result.json.gz"
+    path.write_bytes(gzip.compress(H200_RESULT.read_bytes()))
+    assert load_result(path) == load_result(H200_RESULT)
+
+
+def test_an_unreadable_path(tmp_path: Path) -> None:
+    with pytest.raises(DocumentError, match="cannot read") as info:
+        load_result(tmp_path / "missing.json")
+    assert "missing.json" in str(info.value) and isinstance(info.value, AttnprofError)
+    with pytest.raises(DocumentError, match="cannot read"):
+        load_result(tmp_path)  # a directory
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "not JSON"),
+        (b"{ not json", "not JSON"),
+        (b"\xff\xfe\x00garbage", "not JSON"),
+        (b"\x1f\x8bgarbage after the gzip magic", "not a valid gzip file"),
+        (gzip.compress(b'{"schema": "attnprof.result/v1"}')[:20], "not a valid gzip file"),
+        (gzip.compress(b'{"schema": "attnprof.result/v1"}')[:-8] + b"\0" * 8, "not a valid gzip file"),
+        (
+            (lambda z: z[:12] + bytes(b ^ 0xFF for b in z[12:-8]) + z[-8:])(gzip.compress(b'{"a": [1, 2, 3]}' * 8)),
+            "not a valid gzip file",
+        ),
+        (b"[1, 2]", "a result document is a JSON object, got list"),
+    ],
+    ids=["empty", "not-json", "binary", "gzip-magic-only", "gzip-truncated", "gzip-bad-crc", "gzip-corrupt", "list"],
+)
+def test_a_file_that_is_not_a_document(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(DocumentError, match=message) as info:
+        load_result(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("schema", [None, "attnprof.result/v0", "attnprof.comparison/v1"])
+def test_a_wrong_schema_string(schema: str | None) -> None:
+    data = raw()
+    if schema is None:
+        del data["schema"]
+    else:
+        data["schema"] = schema
+    with pytest.raises(DocumentError) as info:
+        parse_result(data, source="upload.json")
+    assert str(info.value) == f"upload.json: schema is {schema!r}, expected 'attnprof.result/v1'"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("cases", 2, "kernels", 0, "phase"), "warp", "cases.2.kernels.0.phase"),
+        (("cases", 0, "latency_us", "median"), -3.0, "cases.0.latency_us.median"),
+        (("run", "mode"), "rocm", "run.mode"),
+        (("environment", "peaks", "dram_gbps", "source"), "guessed", "environment.peaks.dram_gbps.source"),
+        (("cases", 1, "status"), "crashed", "cases.1.status"),
+    ],
+)
+def test_an_invalid_field_is_named(path: tuple[str | int, ...], value: Any, field: str) -> None:
+    data = raw()
+    node: Any = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(DocumentError) as info:
+        parse_result(data, source="run.json")
+    text = str(info.value)
+    assert text.startswith("run.json: invalid result document: ") and f"{field}: " in text
+
+
+def test_a_missing_field_is_named() -> None:
+    data = raw()
+    del data["environment"]["testbed_key"]
+    with pytest.raises(DocumentError, match=r"environment\.testbed_key: Field required"):
+        parse_result(data)
+
+
+def test_many_errors_are_summarised() -> None:
+    data = raw()
+    for case in data["cases"]:
+        case["status"] = "crashed"
+    with pytest.raises(DocumentError, match=r"; and 10 more$"):
+        parse_result(data)
+
+
+def test_a_document_is_a_model_not_just_json() -> None:
+    doc = load_result(H200_RESULT)
+    assert isinstance(doc, ResultDocument)
+    assert doc.case("sdpa[backend=cudnn,pass=fwd]") is doc.cases[0]
+    assert doc.case("nope") is None
+    assert json.loads(doc.to_json())["schema"] == RESULT_SCHEMA
