@@ -13,12 +13,17 @@ import shlex
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from profiler_core.documents import load_result, result_json_schema
 from profiler_core.errors import AttnprofError
+
+if TYPE_CHECKING:  # the runner imports torch: only the profile verb loads it, at run time
+    from profiler_core.documents import ResultDocument
+    from profiler_core.measure.runner import ProfileOptions
+    from profiler_core.suite import Suite
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Profile attention kernels and compare runs.")
 
@@ -99,7 +104,7 @@ def profile(
         raise typer.Exit(1)
 
 
-def _profile_with_progress(parsed, options, quiet):  # type: ignore[no-untyped-def]
+def _profile_with_progress(parsed: Suite, options: ProfileOptions, quiet: bool) -> ResultDocument:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from profiler_core.measure.runner import profile_suite
@@ -117,7 +122,7 @@ def _profile_with_progress(parsed, options, quiet):  # type: ignore[no-untyped-d
         return profile_suite(parsed, options, progress)
 
 
-def _print_report(doc, format: Format) -> None:  # type: ignore[no-untyped-def]
+def _print_report(doc: ResultDocument, format: Format) -> None:
     from profiler_core.report import render_markdown, render_table
 
     if format is Format.json:
@@ -139,6 +144,56 @@ def report(
     except AttnprofError as exc:
         raise fail(str(exc)) from None
     _print_report(doc, format)
+
+
+@app.command()
+def compare(
+    results: Annotated[list[Path], typer.Argument(help="BASELINE [BASELINE ...] CANDIDATE: the last is the candidate")],
+    json_out: Annotated[bool, typer.Option("--json", help="print the comparison document")] = False,
+    config: Annotated[Path | None, typer.Option(help="TOML file of thresholds (same keys as a suite's)")] = None,
+    noise_floor: Annotated[
+        float | None, typer.Option(help="run-to-run noise of this testbed, relative (default: per mode)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of the resampling")] = 0,
+) -> None:
+    """Compare pooled baseline results with a candidate: exit 0 on pass or warn, 1 on fail, 2 on bad input."""
+    from profiler_core.analysis import compare as run_compare
+    from profiler_core.analysis import load_config, render_table
+
+    if len(results) < 2:
+        raise fail("compare needs at least one baseline and a candidate: BASELINE [BASELINE ...] CANDIDATE")
+    try:
+        docs = [load_result(p) for p in results]
+        thresholds = load_config(config) if config else None
+        comparison = run_compare(docs[:-1], docs[-1], config=thresholds, noise_floor=noise_floor, seed=seed)
+    except AttnprofError as exc:
+        raise fail(str(exc)) from None
+    if json_out:
+        typer.echo(comparison.model_dump_json(by_alias=True, indent=2))
+    else:
+        typer.echo(render_table(comparison))
+    if comparison.verdict == "fail":
+        raise typer.Exit(1)
+
+
+@app.command()
+def changepoints(
+    results: Annotated[list[Path], typer.Argument(help="result documents in chronological order")],
+    metric: Annotated[str, typer.Option(help="latency, bandwidth, throughput or variance")] = "latency",
+    case: Annotated[str | None, typer.Option(help="only this case id")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    seed: Annotated[int, typer.Option(help="seed of the permutation test")] = 0,
+) -> None:
+    """Find change points (e-divisive means with a permutation test) in a series of results."""
+    from profiler_core.analysis import changepoints as find_changepoints
+    from profiler_core.analysis import render_changepoints
+
+    try:
+        docs = [load_result(p) for p in results]
+        report = find_changepoints(docs, metric=metric, case=case, seed=seed)
+    except AttnprofError as exc:
+        raise fail(str(exc)) from None
+    typer.echo(report.model_dump_json(indent=2) if json_out else render_changepoints(report))
 
 
 @app.command()
