@@ -18,7 +18,8 @@ bimodal: 10-40% of its samples land in a second mode 3-5% slower. A stress scena
 (do_bench medians of 5 runs spread ~2%). With --data, the within-run CV, the run-to-run sd and the
 share of bimodal runs are measured on the documents given.
 
-Writes bench/reports/regression-detector.md (and regression-detector.png when matplotlib imports).
+Writes bench/reports/regression-detector.md (or --out) and, when matplotlib imports, a plot beside it
+with the same stem (.png).
 """
 
 from __future__ import annotations
@@ -56,7 +57,6 @@ from profiler_core.documents import (  # noqa: E402
 )
 
 REPORT = ROOT / "bench" / "reports" / "regression-detector.md"
-PLOT = ROOT / "bench" / "reports" / "regression-detector.png"
 SLOWDOWNS = (0.0, 0.01, 0.02, 0.03, 0.05)
 METHODS = ("attnprof", "median +5%", "median +10%", "Welch t p<0.01")
 
@@ -229,9 +229,10 @@ class RealRuns:
 
 def fit(data: Path) -> tuple[NoiseModel, RealRuns | None, str]:
     """Measure the noise model on real result documents: within-run CV, run-to-run sd, bimodal runs."""
-    docs = [load_result(p) for p in sorted(data.glob("*.json"))]
+    # run*.json anywhere below DIR: a data set of several leases keeps each lease in its own folder.
+    docs = [load_result(p) for p in sorted(data.rglob("run*.json"))]
     if not docs:
-        raise SystemExit(f"{data}: no result documents (*.json)")
+        raise SystemExit(f"{data}: no result documents (run*.json)")
     by_case: dict[str, list[list[float]]] = {}
     for d in docs:
         for c in d.cases:
@@ -327,7 +328,11 @@ def plot(results: dict[int, dict[str, Tally]], path: Path) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, help="directory of real result documents to fit the noise to")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        help="directory of real result documents (run*.json, searched recursively) to fit the noise to",
+    )
     ap.add_argument("--trials", type=int, default=1000, help="single-case comparisons per scenario")
     ap.add_argument("--grid-trials", type=int, default=150, help="48-case A/A comparisons")
     ap.add_argument("--seed", type=int, default=20261129)
@@ -420,8 +425,9 @@ def write_report(args: argparse.Namespace, sections: list, how: str, elapsed: fl
         "false alarm only by missing everything below it, and a t-test on the samples ignores run-to-run "
         "offsets, so it raises false alarms on unchanged code (its A/A columns).",
     ]
-    if plot(results, PLOT):
-        lines += ["", f"![detection by slowdown]({PLOT.name})"]
+    figure = Path(args.out).with_suffix(".png")
+    if plot(results, figure):
+        lines += ["", f"![detection by slowdown]({figure.name})"]
     args.out.write_text("\n".join(lines) + "\n")
 
 
