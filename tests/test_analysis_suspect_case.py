@@ -47,3 +47,19 @@ def test_suspect_case_warns_while_an_unsuspected_slowdown_still_fails() -> None:
     assert flash is not None
     flash.suspect = ["SM clock fell"]
     assert compare(baselines, candidate).verdict == "warn"
+
+
+def test_kernel_set_ignores_kernels_under_one_percent_but_not_heavier_ones() -> None:
+    baselines = [load_result(SET_A / f"run{i}.json") for i in (3, 4, 5)]
+    candidate = load_result(SET_A / "run2.json").model_copy(deep=True)
+    case = candidate.case("sdpa[backend=math,pass=fwd]")
+    assert case is not None
+    tiny = next(k for k in case.kernels if (k.share or 0) < 0.01)
+    tiny.key = "elementwise:fill_renamed"
+    quiet = compare(baselines, candidate)
+    assert not [f for f in quiet.findings if f.case == case.id and f.metric == "backend"]
+    heavy = next(k for k in case.kernels if (k.share or 0) >= 0.05)
+    heavy.key = heavy.key + "_v2"
+    loud = compare(baselines, candidate)
+    changed = [f for f in loud.findings if f.case == case.id and f.metric == "backend"]
+    assert len(changed) == 1 and changed[0].verdict == "warn" and heavy.key in (changed[0].detail or "")

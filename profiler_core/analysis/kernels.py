@@ -170,9 +170,15 @@ def _significant(move: KernelMove, case_us: float) -> bool:
     return relative >= MOVED_RELATIVE and delta >= MOVED_SHARE_OF_CASE * case_us
 
 
-def kernel_set(kernels: Sequence[Kernel]) -> frozenset[str]:
-    """The set of kernel keys a case launched."""
-    return frozenset(k.key for k in kernels)
+# Kernels under 1% of a case's time do not make a "kernel set changed" finding: a 1 µs fill that comes
+# and goes, or (on CPU, where aten ops play the kernels) a wrapper op whose own time sits at the edge of
+# being counted, is not a change a performance engineer acts on.
+KERNEL_SET_MIN_SHARE = 0.01
+
+
+def kernel_set(kernels: Sequence[Kernel], *, min_share: float = KERNEL_SET_MIN_SHARE) -> frozenset[str]:
+    """The keys of the kernels that hold at least ``min_share`` of the case's kernel time."""
+    return frozenset(k.key for k in kernels if k.share is None or k.share >= min_share)
 
 
 def dram_pair(
