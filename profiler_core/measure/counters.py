@@ -136,25 +136,31 @@ def parse_ncu_csv(text: str) -> list[NcuKernel]:
 def merge_counters(case: Case, rows: list[NcuKernel]) -> int:
     """Attach counters to the case's kernels (base name and launch configuration), first launch each.
 
-    Returns how many kernels received counters.
+    ncu reports every launch in the profiled iteration, in launch order. Each row goes to the first
+    kernel (in order of first appearance) of the same base name and launch configuration that still has
+    launches left in the iteration (``launches_per_iter``); only a kernel's first launch sets its
+    counters, so a kernel launched three times does not hand its later launches to another kernel of
+    the same shape. Returns how many kernels received counters.
     """
     matched = 0
-    used: set[int] = set()
+    left = [round(k.launches_per_iter) for k in case.kernels]
     for name, grid, block, values in rows:
         base = base_name(name)
         for i, k in enumerate(case.kernels):
-            if i in used or base_name(k.name) != base:
+            if left[i] <= 0 or base_name(k.name) != base:
                 continue
             if (grid and k.grid and tuple(k.grid) != grid) or (block and k.block and tuple(k.block) != block):
                 continue
-            used.add(i)
-            k.counters = values
-            memory = values.get("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")
-            sm = values.get("sm__throughput.avg.pct_of_peak_sustained_elapsed")
-            tensor = values.get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")
-            if memory is not None and sm is not None:
-                k.counter_bound = counter_bound(sm, memory, tensor or 0.0)
-            matched += 1
+            first = left[i] == round(k.launches_per_iter)
+            left[i] -= 1
+            if first:
+                k.counters = values
+                memory = values.get("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")
+                sm = values.get("sm__throughput.avg.pct_of_peak_sustained_elapsed")
+                tensor = values.get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")
+                if memory is not None and sm is not None:
+                    k.counter_bound = counter_bound(sm, memory, tensor or 0.0)
+                matched += 1
             break
     return matched
 
