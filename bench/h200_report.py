@@ -910,7 +910,10 @@ class Report:
             "iteration (from the trace pass), ncu's `gpu__time_duration.sum` is one launch (the first matching), "
             "so the table compares ours ÷ launches with ncu's. Where one key covers launches of different sizes "
             f"(several launches and a ratio outside {MIXED_RATIO[0]:.2f}–{MIXED_RATIO[1]:.2f}, marked *mixed*) the "
-            "mean per launch is not comparable.",
+            "mean per launch is not comparable. In this data the merge gave a kernel's later launches to the next "
+            "kernel of the same name and shape (fixed since: later launches are now counted against their own "
+            "kernel): in `sdpa[backend=math,pass=fwd_bwd]` the backward `elementwise:copy` row likely carries a "
+            "forward cast's counters.",
             "",
             f"ncu's `dram__throughput` is a percentage of its theoretical DRAM peak: bytes ÷ duration ÷ percentage "
             f"gives {num(statistics.median(dram_peaks), 0)} GB/s (median over {len(dram_peaks)} kernels at ≥ 20%), "
