@@ -168,9 +168,7 @@ class TimingConfig:
         if not 0 < self.budget_s <= 600:
             raise bad("budget_s", f"budget_s must be > 0 and <= 600 seconds per case, got {self.budget_s}")
         if not 0 < self.target_rel_ci < 1:
-            raise bad(
-                "target_rel_ci", f"target_rel_ci must be in (0, 1), e.g. 0.005, got {self.target_rel_ci}"
-            )
+            raise bad("target_rel_ci", f"target_rel_ci must be in (0, 1), e.g. 0.005, got {self.target_rel_ci}")
         if not 1 <= self.trace_iters <= 50:
             raise bad("trace_iters", f"trace_iters must be in 1..50, got {self.trace_iters}")
 
@@ -352,9 +350,7 @@ class _Ctx:
         return SuiteError(message, key=key, source=self.source)
 
     def unknown(self, key: str, path: str, allowed: Sequence[str], what: str) -> SuiteError:
-        return self.error(
-            f"unknown key {key!r}{_suggest(key, allowed)}; {what} allows: {', '.join(allowed)}", path
-        )
+        return self.error(f"unknown key {key!r}{_suggest(key, allowed)}; {what} allows: {', '.join(allowed)}", path)
 
 
 def _parse(text: str, source: str, sha256: str, size: int) -> Suite:
@@ -519,9 +515,7 @@ def _check_args(ctx: _Ctx, value: Any, path: str) -> None:
         for i, v in enumerate(value):
             _check_args(ctx, v, f"{path}[{i}]")
     elif isinstance(value, datetime.date | datetime.time):
-        raise ctx.error(
-            "args cannot hold TOML dates or times (params are stored as JSON); use a string", path
-        )
+        raise ctx.error("args cannot hold TOML dates or times (params are stored as JSON); use a string", path)
     elif isinstance(value, float) and not math.isfinite(value):
         raise ctx.error(f"args values must be finite numbers, got {value!r}", path)
 
@@ -541,8 +535,7 @@ def _expand(
     name = _check_label(ctx, raw["name"], f"{here}.name", forbidden=_NAME_FORBIDDEN)
     if "target" not in raw:
         raise ctx.error(
-            f"missing required key 'target' (one of {', '.join(TARGETS)}, or a custom "
-            "'package.module:factory')",
+            f"missing required key 'target' (one of {', '.join(TARGETS)}, or a custom 'package.module:factory')",
             f"{here}.target",
         )
     target = raw["target"]
@@ -606,9 +599,7 @@ def _expand(
     args = raw.get("args")
     if args is not None:
         if not isinstance(args, dict):
-            raise ctx.error(
-                f"args must be a table, e.g. {{ block_n = 64 }}, got {_show(args)}", f"{here}.args"
-            )
+            raise ctx.error(f"args must be a table, e.g. {{ block_n = 64 }}, got {_show(args)}", f"{here}.args")
         _check_args(ctx, args, f"{here}.args")
     merged = {**suite_thresholds, **_thresholds(ctx, raw.get("thresholds", {}), f"{here}.thresholds")}
 
@@ -662,9 +653,7 @@ def _params(target: str, given: dict[str, Any], args: dict[str, Any] | None) -> 
     return p
 
 
-def _check_case(
-    ctx: _Ctx, here: str, target: str, case_id: str, p: dict[str, Any], written: dict[str, str]
-) -> None:
+def _check_case(ctx: _Ctx, here: str, target: str, case_id: str, p: dict[str, Any], written: dict[str, str]) -> None:
     """Checks that involve more than one key, on one expanded case."""
     of = f" (case {case_id!r})"
     q, kv = p.get("q_heads"), p.get("kv_heads")
