@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import DATA, REPO
+from profiling_support import DATA, REPO
 
 from profiler_core.documents import load_result, parse_result, result_json_schema
 from profiler_core.documents.comparison import comparison_json_schema

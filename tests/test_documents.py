@@ -10,7 +10,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import DATA
+from profiling_support import DATA
 
 from profiler_core.documents import (
     RESULT_SCHEMA,

@@ -11,7 +11,7 @@ import copy
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from profiling_support import DATA
 
 from profiler_core.documents import Case, load_result
 from profiler_core.errors import AttnprofError, CountersUnavailable

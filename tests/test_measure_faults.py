@@ -17,7 +17,7 @@ from types import ModuleType
 import jsonschema
 import pytest
 import torch
-from conftest import suite_text
+from profiling_support import suite_text
 
 from profiler_core.documents import Case, ResultDocument, parse_result, result_json_schema
 from profiler_core.errors import CountersUnavailable, DeviceError

@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any
 
 import pytest
-from conftest import DATA, REPO
+from profiling_support import DATA, REPO
 
 from profiler_core.documents import Case, Kernel, ResultDocument, load_result
 from profiler_core.measure.kernels import kernel_records

@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import suite_text
+from profiling_support import suite_text
 
 from profiler_core.documents import Case, ResultDocument, parse_result, result_json_schema
 from profiler_core.measure.kernels import kernel_records
