@@ -15,15 +15,13 @@ install: $(BIN)/python
 	$(BIN)/pip install --quiet $(TORCH_SPEC)
 	$(BIN)/pip install --quiet -e '.[profile,server,dev]'
 
-# The main job: profile the example suite (the LLaMA-7B attention layer on a GPU, a reduced suite on
-# CPU) and print the per-kernel report.
+# The main job: the whole flow on this machine, with no Postgres or Redis (SQLite and a folder broker):
+# the service, a Celery profile worker and the analysis worker, the demo project submitted twice (the second
+# time with a planted regression), the verdicts and comparisons printed; then it keeps serving until Ctrl-C.
+# DEMO_ARGS=--once stops after the verdicts (CI).
+DEMO_ARGS ?=
 demo:
-	@if $(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
-		$(BIN)/attnprof profile examples/llama7b.toml --out out/demo-result.json; \
-	else \
-		echo "no CUDA device: profiling the reduced CPU suite examples/cpu.toml"; \
-		$(BIN)/attnprof profile examples/cpu.toml --device cpu --out out/demo-result.json; \
-	fi
+	$(BIN)/attnprof demo $(DEMO_ARGS)
 
 test:
 	$(BIN)/pytest -q

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,6 +38,33 @@ class Analysis(BaseModel):
     alert_history_runs: int = Field(40, ge=10, description="default-branch runs searched for change points")
 
 
+class ProfileWorker(BaseModel):
+    """The profile worker on a GPU host (``ATTNPROF_WORKER__*``). Durations in seconds."""
+
+    device: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto: the GPU if NVML sees one")
+    timeout_s: float = Field(3600.0, gt=0, description="wall-clock limit of one job's profiling subprocess")
+    memory_limit_mib: int | None = Field(
+        None, ge=64, description="resident host memory of the subprocess tree; unset: 75% of the host's memory"
+    )
+    heartbeat_s: float = Field(10.0, gt=0, description="interval between heartbeats while a job runs")
+    scratch_dir: str = Field("", description="parent of the per-job scratch directories; empty: the system's")
+    cache_dir: str = Field("", description="the profiler's peaks cache; empty: ~/.cache/attnprof of the worker")
+    output_lines: int = Field(40, ge=1, le=1000, description="last lines of the subprocess output kept")
+    pass_env: list[str] = Field(
+        default_factory=list, description="extra environment variables the subprocess may see (never ATTNPROF_*)"
+    )
+
+
+class Sweep(BaseModel):
+    """The sweeper (``jobs.sweep``, ``ATTNPROF_SWEEP__*``): what counts as lost. Durations in seconds."""
+
+    interval_s: float = Field(10.0, gt=0, description="how often beat sends jobs.sweep")
+    queued_stale_s: float = Field(60.0, gt=0, description="queued this long with no message in the broker: resend")
+    heartbeat_stale_s: float = Field(60.0, gt=0, description="running with no heartbeat this long: the worker died")
+    analyzing_stale_s: float = Field(120.0, gt=0, description="analyzing this long with no message: resend")
+    batch: int = Field(200, ge=1, description="jobs handled per sweep and per kind")
+
+
 class Settings(BaseSettings):
     """Everything the service reads from its environment (DESIGN 3.4)."""
 
@@ -49,12 +77,16 @@ class Settings(BaseSettings):
     github_api_url: str = "https://api.github.com"
     github_token: SecretStr | None = None
     github_webhook_secret: SecretStr | None = None
+    service_url: str = Field("http://127.0.0.1:8000", description="the service, as a profile worker reaches it")
+    worker_token: SecretStr | None = Field(None, description="a profile worker's token (bound to its testbed)")
     max_attempts: int = Field(3, ge=1)
     limits: Limits = Field(default_factory=Limits)
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     analysis: Analysis = Field(default_factory=Analysis)
+    worker: ProfileWorker = Field(default_factory=ProfileWorker)
+    sweep: Sweep = Field(default_factory=Sweep)
 
-    @field_validator("github_token", "github_webhook_secret")
+    @field_validator("github_token", "github_webhook_secret", "worker_token")
     @classmethod
     def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and value.get_secret_value().strip().lower() in _PLACEHOLDERS:

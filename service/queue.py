@@ -6,9 +6,12 @@ the sweeper (``jobs.sweep``, beside the analysis worker) sends it again; the fai
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from celery import Celery  # type: ignore[import-untyped]
 
@@ -18,7 +21,12 @@ log = logging.getLogger(__name__)
 
 PROFILE_TASK = "profile.run"
 ANALYSIS_TASK = "analysis.run"
+SWEEP_TASK = "jobs.sweep"
 ANALYSIS_QUEUE = "analysis"
+# Kombu's Redis transport keeps priorities other than 0 in sibling lists named queue + this + priority.
+_REDIS_PRIORITY_SEP = "\x06\x16"
+# Past this many waiting messages the broker is not read through: the sweeper falls back to its timer.
+PENDING_SCAN_MAX = 10_000
 
 
 def profile_queue(testbed: str) -> str:
@@ -28,9 +36,11 @@ def profile_queue(testbed: str) -> str:
 def transport_options(settings: Settings) -> dict[str, object]:
     if settings.broker_url.startswith("filesystem://"):
         folder = Path(settings.broker_folder).resolve()
-        for sub in ("out", "processed"):
+        for sub in ("out", "processed", "control"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         return {
+            # Kombu's default control folder is ./control, relative to whatever directory a process runs in.
+            "control_folder": str(folder / "control"),
             "data_folder_in": str(folder / "out"),
             "data_folder_out": str(folder / "out"),
             "processed_folder": str(folder / "processed"),
@@ -74,6 +84,86 @@ def enqueue_profile(settings: Settings, *, job_id: str, attempt: int, testbed: s
 
 def enqueue_analysis(settings: Settings, *, job_id: str) -> bool:
     return _send(settings, ANALYSIS_TASK, [job_id], ANALYSIS_QUEUE)
+
+
+def enqueue_sweep(settings: Settings) -> bool:
+    return _send(settings, SWEEP_TASK, [], ANALYSIS_QUEUE)
+
+
+Pending = set[tuple[str, tuple[Any, ...]]]
+
+
+def _decode(payload: Any) -> tuple[str, tuple[Any, ...]] | None:
+    """(task name, args) of a kombu message payload (protocol 2: body = [args, kwargs, embed]), or None."""
+    try:
+        message = json.loads(payload) if isinstance(payload, str | bytes) else payload
+        body = message["body"]
+        if message.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        return str(message["headers"]["task"]), tuple(args)
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def pending(settings: Settings, queue: str) -> Pending | None:
+    """The (task, args) of messages waiting on ``queue`` or delivered and not yet acknowledged; ``None`` when
+    the broker cannot be read this way (then the sweeper falls back to resending on a timer).
+
+    What the sweeper asks before resending a job: a message that is still there is not lost.
+    """
+    try:
+        if settings.broker_url.startswith(("redis://", "rediss://")):
+            return _pending_redis(settings, queue)
+        if settings.broker_url.startswith("filesystem://"):
+            return _pending_folder(settings, queue)
+    except Exception:  # an unreadable broker: the caller falls back to its timer
+        log.exception("cannot read the messages waiting on %s", queue)
+    return None
+
+
+def _pending_redis(settings: Settings, queue: str) -> Pending | None:
+    import redis
+
+    r = redis.Redis.from_url(settings.broker_url, socket_timeout=5)
+    try:
+        found: Pending = set()
+        for key in [queue, *(f"{queue}{_REDIS_PRIORITY_SEP}{p}" for p in range(1, 10))]:
+            if r.llen(key) > PENDING_SCAN_MAX:
+                return None
+            for raw in r.lrange(key, 0, -1):
+                if (decoded := _decode(raw)) is not None:
+                    found.add(decoded)
+        # Delivered to a worker and not acknowledged (acks late): kombu keeps them in the "unacked" hash.
+        if r.hlen("unacked") > PENDING_SCAN_MAX:
+            return None
+        for raw in r.hvals("unacked"):
+            try:
+                message, _exchange, routing_key = json.loads(raw)
+            except (ValueError, TypeError):
+                continue
+            if routing_key == queue and (decoded := _decode(message)) is not None:
+                found.add(decoded)
+        return found
+    finally:
+        r.close()
+
+
+def _pending_folder(settings: Settings, queue: str) -> Pending | None:
+    folder = Path(str(transport_options(settings)["data_folder_out"]))
+    suffix = f".{queue}.msg"
+    names = [n for n in sorted(folder.iterdir()) if n.name.partition(".")[2] == suffix[1:]]
+    if len(names) > PENDING_SCAN_MAX:
+        return None
+    found: Pending = set()
+    for name in names:
+        try:
+            decoded = _decode(name.read_bytes())
+        except OSError:  # taken by a worker meanwhile
+            continue
+        if decoded is not None:
+            found.add(decoded)
+    return found
 
 
 def ping(settings: Settings) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from service import queue
 from service.auth.dependencies import WorkerDep
@@ -18,12 +20,22 @@ from service.jobs.schemas import (
     JobOut,
     WorkerResult,
     WorkerResultAnswer,
+    WorkerTestbed,
 )
 
-router = APIRouter(prefix="/internal/jobs", tags=["internal"])
+router = APIRouter(prefix="/internal", tags=["internal"])
+# The body is read raw (a gzip file, not JSON), so FastAPI cannot describe it: say what it is.
+_TRACE_BODY = {"required": True, "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}}
 
 
-@router.post("/{job_id}/claim", response_model=ClaimAnswer)
+@router.get("/testbed", response_model=WorkerTestbed)
+def testbed(worker: WorkerDep, session: SessionDep) -> WorkerTestbed:
+    """The testbed this worker token serves and its key (what a worker checks its GPU against before it starts)."""
+    tb = service.worker_testbed(session, worker)
+    return WorkerTestbed(name=tb.name, key=tb.key, meaning=tb.meaning)
+
+
+@router.post("/jobs/{job_id}/claim", response_model=ClaimAnswer)
 def claim(job_id: str, body: Claim, worker: WorkerDep, session: SessionDep) -> ClaimAnswer:
     """Start an attempt; 409 when the delivery is stale (another attempt, or the job is no longer queued)."""
     job = service.claim(session, worker, job_id, attempt=body.attempt, worker_name=body.worker)
@@ -38,18 +50,18 @@ def claim(job_id: str, body: Claim, worker: WorkerDep, session: SessionDep) -> C
     )
 
 
-@router.post("/{job_id}/heartbeat", response_model=HeartbeatAnswer)
+@router.post("/jobs/{job_id}/heartbeat", response_model=HeartbeatAnswer)
 def heartbeat(job_id: str, body: Heartbeat, worker: WorkerDep, session: SessionDep) -> HeartbeatAnswer:
     job = service.heartbeat(session, worker, job_id, attempt=body.attempt)
     return HeartbeatAnswer(status=job.status, cancelled=job.status == "cancelled")
 
 
-@router.get("/{job_id}/bundle", response_class=Response, responses={200: {"content": {"application/gzip": {}}}})
+@router.get("/jobs/{job_id}/bundle", response_class=Response, responses={200: {"content": {"application/gzip": {}}}})
 def bundle(job_id: str, worker: WorkerDep, session: SessionDep) -> Response:
     return Response(service.bundle(session, worker, job_id), media_type="application/gzip")
 
 
-@router.post("/{job_id}/result", response_model=WorkerResultAnswer)
+@router.post("/jobs/{job_id}/result", response_model=WorkerResultAnswer)
 def result(
     job_id: str, body: WorkerResult, worker: WorkerDep, session: SessionDep, settings: SettingsDep
 ) -> WorkerResultAnswer:
@@ -61,7 +73,30 @@ def result(
     return WorkerResultAnswer(run_id=run.id, status="analyzing", duplicate=duplicate)
 
 
-@router.post("/{job_id}/failure", response_model=JobOut)
+@router.put(
+    "/jobs/{job_id}/traces/{name}",
+    status_code=204,
+    response_class=Response,
+    openapi_extra={"requestBody": _TRACE_BODY},
+)
+async def trace(
+    job_id: str,
+    name: Annotated[str, Path(min_length=1, max_length=500)],
+    attempt: Annotated[int, Query(ge=1)],
+    request: Request,
+    worker: WorkerDep,
+    session: SessionDep,
+    settings: SettingsDep,
+) -> Response:
+    """Attach a trace that the stored result of ``attempt`` names (gzip Chrome trace); a repeat replaces it."""
+    data = await request.body()
+    service.accept_trace(
+        session, worker, job_id, attempt=attempt, name=name, data=data, limit_bytes=settings.limits.trace_bytes
+    )
+    return Response(status_code=204)
+
+
+@router.post("/jobs/{job_id}/failure", response_model=JobOut)
 def failure(job_id: str, body: Failure, worker: WorkerDep, session: SessionDep, settings: SettingsDep) -> JobOut:
     """Record a failed attempt; a retried job is queued again for the next attempt."""
     job = service.fail(

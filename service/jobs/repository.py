@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from service.jobs.models import Job
@@ -48,3 +48,19 @@ def list_jobs(
     if before is not None:
         q = q.where((Job.created_at < before[0]) | ((Job.created_at == before[0]) & (Job.id < before[1])))
     return list(session.scalars(q.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)))
+
+
+def _stale(session: Session, q: Select[Job], limit: int) -> list[Job]:
+    # SKIP LOCKED: two sweeps at once (a beat that fired twice) each take different rows, never the same.
+    return list(session.scalars(q.order_by(Job.created_at).limit(limit).with_for_update(skip_locked=True)))
+
+
+def running_without_heartbeat(session: Session, *, before: datetime, limit: int) -> list[Job]:
+    """Running jobs whose last heartbeat (or claim) is older than ``before``, oldest first, locked."""
+    q = select(Job).where(Job.status == "running", (Job.heartbeat_at < before) | Job.heartbeat_at.is_(None))
+    return _stale(session, q, limit)
+
+
+def unchanged_since(session: Session, *, status: str, before: datetime, limit: int) -> list[Job]:
+    """Jobs in ``status`` whose row has not changed since ``before``, oldest first, locked."""
+    return _stale(session, select(Job).where(Job.status == status, Job.updated_at < before), limit)

@@ -100,3 +100,9 @@ class Failure(BaseModel):
     reason: str = Field(min_length=1, max_length=10_000)
     timed_out: bool = False
     retry: bool = Field(False, description="the failure is the host's, not the job's: try again if attempts remain")
+
+
+class WorkerTestbed(BaseModel):
+    name: str
+    key: str | None = Field(description="the testbed key last seen in a run; null before the first run")
+    meaning: dict[str, Any] | None = Field(description="what the key hashes (device, driver, mode), in words")

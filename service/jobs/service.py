@@ -33,6 +33,7 @@ from service.runs import service as runs
 from service.runs.models import Run
 from service.testbeds import repository as testbed_rows
 from service.testbeds import service as testbeds
+from service.testbeds.models import Testbed
 
 _SHA = re.compile(r"^[0-9A-Za-z._-]{1,64}$")
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -184,8 +185,8 @@ def comparison(session: Session, job: Job) -> Comparison:
 # --- the worker's side -------------------------------------------------------------------------------
 
 
-def _worker_job(session: Session, worker: Principal, job_id: str) -> Job:
-    job = repository.get_for_update(session, job_id)
+def _worker_job(session: Session, worker: Principal, job_id: str, *, lock: bool = True) -> Job:
+    job = repository.get_for_update(session, job_id) if lock else repository.get(session, job_id)
     if job is None or job.testbed_id != worker.testbed_id:
         raise NotFound(f"no job {job_id} for this worker's testbed")
     return job
@@ -194,6 +195,8 @@ def _worker_job(session: Session, worker: Principal, job_id: str) -> Job:
 def claim(session: Session, worker: Principal, job_id: str, *, attempt: int, worker_name: str) -> Job:
     """Start ``attempt`` of a queued job. A stale or duplicate delivery gets ``Conflict``: drop it."""
     job = _worker_job(session, worker, job_id)
+    if job.status == "running" and attempt == job.attempts and job.claimed_by == worker_name:
+        return job  # the same worker asking again: its first answer was lost on the way
     if job.status != "queued" or attempt != job.attempts + 1:
         raise Conflict(f"job {job_id} is {job.status} at attempt {job.attempts}: attempt {attempt} is stale")
     job.status = "running"
@@ -213,8 +216,16 @@ def heartbeat(session: Session, worker: Principal, job_id: str, *, attempt: int)
     return job
 
 
+def worker_testbed(session: Session, worker: Principal) -> Testbed:
+    """The testbed a worker token serves (its key is the one last seen in a run, or null before any)."""
+    tb = testbed_rows.get(session, worker.testbed_id) if worker.testbed_id is not None else None
+    if tb is None:
+        raise NotFound("this worker token has no testbed")
+    return tb
+
+
 def bundle(session: Session, worker: Principal, job_id: str) -> bytes:
-    job = _worker_job(session, worker, job_id)
+    job = _worker_job(session, worker, job_id, lock=False)
     data = store.get(session, job.bundle_sha256) if job.bundle_sha256 else None
     if data is None:
         raise NotFound(f"job {job_id} has no bundle")
@@ -251,6 +262,17 @@ def accept_result(
     return run, False
 
 
+def accept_trace(
+    session: Session, worker: Principal, job_id: str, *, attempt: int, name: str, data: bytes, limit_bytes: int
+) -> None:
+    """Attach a trace named in the result of ``attempt`` to the job's run (a repeat replaces it: idempotent)."""
+    job = _worker_job(session, worker, job_id, lock=False)
+    run = runs.get_for_job_attempt(session, job_id=job.id, attempt=attempt) if job.run_id else None
+    if run is None or run.id != job.run_id:
+        raise Conflict(f"job {job_id} has no stored result of attempt {attempt}")
+    runs.put_trace(session, run=run, name=name, data=data, limit_bytes=limit_bytes)
+
+
 def fail(
     session: Session, worker: Principal, job_id: str, *, attempt: int, reason: str, timed_out: bool, retry: bool
 ) -> Job:
@@ -281,6 +303,17 @@ def analyze_job(session: Session, *, job_id: str, cfg: Analysis) -> Comparison |
     job.status = "done"
     job.finished_at = utcnow()
     return found
+
+
+def fail_analysis(session: Session, *, job_id: str, reason: str) -> Job | None:
+    """The analysis of a stored run could not be made: the job fails with ``reason`` (its run stays stored)."""
+    job = repository.get_for_update(session, job_id)
+    if job is None or job.status != "analyzing":
+        return None
+    job.status = "failed"
+    job.reason = reason
+    job.finished_at = utcnow()
+    return job
 
 
 def list_page(

@@ -1,0 +1,165 @@
+"""``attnprof submit``: queue a profiling job from CI, optionally wait for its verdict.
+
+A client verb: it imports typer, rich, httpx and the torch-free document models, never FastAPI, SQLAlchemy
+or torch. Exit codes: 0 pass or warn, 1 fail, 2 bad input (or a submission the service refused), 3 no
+verdict (the job failed, timed out or was cancelled, or the wait ran out), each with the reason.
+Without ``--wait`` it exits 0 once the job is queued.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="attnprof client verbs.")
+
+EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_NO_VERDICT = 0, 1, 2, 3
+JOB_REASONS = {"failed": "the job failed", "timed_out": "the job timed out", "cancelled": "the job was cancelled"}
+
+
+@app.callback()
+def _verbs() -> None:
+    """attnprof client verbs."""
+
+
+def _die(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def exit_code(job: dict[str, Any] | None, final: bool) -> tuple[int, str]:
+    """The exit code for the last state seen and the line that says why."""
+    if job is None:
+        return EXIT_NO_VERDICT, "no verdict: the service did not answer"
+    status = job.get("status")
+    if not final:
+        return EXIT_NO_VERDICT, f"no verdict: the wait ran out while the job was {status}"
+    if status == "done":
+        verdict = job.get("verdict")
+        return (EXIT_FAIL if verdict == "fail" else EXIT_PASS), f"verdict: {verdict}"
+    what = JOB_REASONS.get(str(status), f"the job is {status}")
+    return EXIT_NO_VERDICT, f"no verdict: {what}: {job.get('reason') or 'no reason recorded'}"
+
+
+def _render(comparison: dict[str, Any]) -> str:
+    from profiler_core.analysis.render import render_table
+    from profiler_core.documents.comparison import ComparisonDocument
+
+    try:
+        return render_table(ComparisonDocument.model_validate(comparison["document"]))
+    except Exception as exc:  # an older or newer document: show the verdict rather than nothing
+        return f"verdict: {comparison.get('verdict')} (comparison not shown: {exc})"
+
+
+@app.command()
+def submit(
+    suite: Annotated[Path, typer.Argument(help="suite file (TOML)")],
+    server: Annotated[str | None, typer.Option(envvar="ATTNPROF_SERVER", help="service URL")] = None,
+    token: Annotated[str | None, typer.Option(envvar="ATTNPROF_TOKEN", help="submit token", show_envvar=True)] = None,
+    source: Annotated[Path | None, typer.Option(help="directory to bundle (the code custom targets import)")] = None,
+    testbed: Annotated[str | None, typer.Option(envvar="ATTNPROF_TESTBED", help="testbed to run on")] = None,
+    project: Annotated[
+        str | None, typer.Option(envvar="ATTNPROF_PROJECT", help="project (default: the token's)")
+    ] = None,
+    repo: Annotated[str | None, typer.Option(help="owner/name (default: GITHUB_REPOSITORY or git's origin)")] = None,
+    branch: Annotated[str | None, typer.Option(help="branch (default: GitHub Actions' or git's)")] = None,
+    commit: Annotated[str | None, typer.Option(help="commit (default: git HEAD)")] = None,
+    base_commit: Annotated[str | None, typer.Option(help="merge base with the default branch (default: git)")] = None,
+    default_branch: Annotated[str, typer.Option(help="the branch the base commit is found on")] = "main",
+    pr: Annotated[int | None, typer.Option(min=1, help="pull request number")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="wait for the verdict and exit by it")] = False,
+    timeout: Annotated[float, typer.Option(min=1, help="--wait: give up after this many seconds")] = 3600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Submit SUITE as a job; with --wait, exit 0 pass/warn, 1 fail, 2 bad input, 3 no verdict."""
+    import httpx
+    from rich.console import Console
+
+    from service import client, client_source
+
+    console = Console(stderr=True, highlight=False)
+    if not server or not token:
+        raise _die("--server and --token (or ATTNPROF_SERVER and ATTNPROF_TOKEN) are needed")
+    if not testbed:
+        raise _die("--testbed (or ATTNPROF_TESTBED) is needed: the GPU pool the job runs on")
+    try:
+        spec = suite.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _die(f"{suite}: cannot read the suite file: {exc}") from None
+    root = source if source is not None else suite.parent
+    git = client_source.git_info(root, default_branch=default_branch, base_commit=base_commit)
+    branch = branch or git.branch
+    commit = commit or git.commit
+    if not branch or not commit:
+        raise _die("--branch and --commit are needed (the source is not a git checkout git can read them from)")
+    bundle = None
+    if source is not None:
+        try:
+            built = client_source.build_bundle(source)
+        except client_source.SourceError as exc:
+            raise _die(str(exc)) from None
+        bundle = built.data
+        if not as_json:
+            note = f", {len(built.skipped_links)} link(s) left out" if built.skipped_links else ""
+            console.print(f"bundle: {built.files} file(s), {len(built.data) / 1024:.0f} KiB{note}")
+    try:
+        with client.connect(server, token) as http:
+            project = project or client.token_project(http)
+            created = client.submit_job(
+                http,
+                project=project,
+                spec=spec,
+                testbed=testbed,
+                branch=branch,
+                commit=commit,
+                bundle=bundle,
+                repo=repo or git.repo,
+                base_commit=git.base_commit,
+                ancestors=git.ancestors,
+                pr=pr,
+                idempotency_key=str(uuid.uuid4()),
+            )
+            job_id = str(created["id"])
+            if not wait:
+                _done(as_json, {"job": created}, f"job {job_id} {created['status']} on testbed {testbed}")
+                raise typer.Exit(EXIT_PASS)
+            job, final = _wait(console, http, job_id, timeout, quiet=as_json)
+            comparison = client.get_comparison(http, job_id) if job and job.get("status") == "done" else None
+    except client.UploadError as exc:
+        raise _die(str(exc)) from None
+    except httpx.HTTPError as exc:
+        raise _die(f"cannot reach {server}: {type(exc).__name__}: {exc}") from None
+    code, line = exit_code(job, final)
+    if as_json:
+        typer.echo(
+            json.dumps({"job": job, "comparison": comparison, "exit": code, "reason": line}, indent=2, default=str)
+        )
+    else:
+        if comparison is not None:
+            typer.echo(_render(comparison))
+        typer.echo(f"job {job_id}: {line}")
+    sys.stdout.flush()
+    raise typer.Exit(code)
+
+
+def _done(as_json: bool, data: dict[str, Any], text: str) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+def _wait(console: Any, http: Any, job_id: str, timeout_s: float, *, quiet: bool) -> tuple[dict[str, Any] | None, bool]:
+    from service import client
+
+    if quiet:
+        return client.wait_job(http, job_id, timeout_s=timeout_s)
+    with console.status(f"job {job_id}: submitted") as status:
+
+        def show(job: dict[str, Any] | None, elapsed_s: float) -> None:
+            state = "the service does not answer" if job is None else f"{job['status']} (attempt {job['attempts']})"
+            status.update(f"job {job_id}: {state}, {elapsed_s:.0f} s")
+
+        return client.wait_job(http, job_id, timeout_s=timeout_s, on_poll=show)

@@ -1,0 +1,83 @@
+"""What an attempt amounts to, and the reasons people read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from worker.outcome import REASON_MAX_CHARS, Failure, decide, read_document, with_output
+from worker.sandbox import Finished
+
+MIB = 1024 * 1024
+
+
+def _fin(code: int | None = 0, stopped=None, tail=None, peak=0) -> Finished:
+    return Finished(exit_code=code, stopped=stopped, wall_s=1.0, peak_rss_bytes=peak, tail=tail or ["last line"])
+
+
+def _doc(*cases: dict) -> dict:
+    return {"schema": "attnprof.result/v1", "cases": list(cases)}
+
+
+def _decide(finished: Finished, document=None):
+    return decide(finished, document, timeout_s=600, memory_limit_bytes=8 * 1024 * MIB)
+
+
+def test_timeout_is_timed_out_with_the_limit_and_the_output() -> None:
+    f = _decide(_fin(-9, "timeout", ["step 1", "step 2"]))
+    assert isinstance(f, Failure) and f.timed_out and not f.retry
+    assert f.reason.startswith("timed out: the suite ran for more than the worker's wall-clock limit of 600 s")
+    assert f.reason.endswith("last 2 line(s) of output:\nstep 1\nstep 2")
+
+
+def test_out_of_host_memory_says_how_much() -> None:
+    f = _decide(_fin(-9, "memory", peak=9000 * MIB))
+    assert isinstance(f, Failure) and not f.timed_out
+    assert "out of host memory" in f.reason and "9,000 MiB" in f.reason and "8,192 MiB" in f.reason
+
+
+def test_bad_input_crash_and_missing_document() -> None:
+    assert "could not run (bad input, exit code 2)" in _decide(_fin(2, tail=["error: cases[0].x: unknown"])).reason
+    crash = _decide(_fin(-11, tail=["Fatal Python error: Segmentation fault"]))
+    assert "crashed: killed by SIGSEGV (exit code -11)" in crash.reason and "Segmentation fault" in crash.reason
+    assert "exited with code 0 and wrote no result document" in _decide(_fin(0)).reason
+
+
+def test_a_suite_whose_code_cannot_be_imported_is_a_failure() -> None:
+    doc = _doc(
+        {"id": "a", "status": "failed", "error": {"type": "ImportError", "message": "cannot import mypkg.k:f"}},
+        {"id": "b", "status": "skipped", "error": {"type": "BackendUnavailable", "message": "needs a GPU"}},
+    )
+    f = _decide(_fin(1), doc)
+    assert isinstance(f, Failure)
+    assert f.reason.startswith("the suite's code could not be imported: a: ImportError: cannot import mypkg.k:f")
+
+
+def test_every_case_raising_is_a_failure_naming_each() -> None:
+    doc = _doc(
+        *({"id": f"c{i}", "status": "failed", "error": {"type": "RuntimeError", "message": "boom"}} for i in range(10))
+    )
+    f = _decide(_fin(1), doc)
+    assert f.reason.startswith("every case failed (10): c0: RuntimeError: boom; c1:") and "; …" in f.reason
+
+
+def test_a_suite_that_ran_is_a_result_even_with_failed_or_skipped_cases() -> None:
+    doc = _doc({"id": "a", "status": "ok"}, {"id": "b", "status": "failed", "error": {"type": "OutOfMemoryError"}})
+    assert _decide(_fin(1), doc) is doc
+    skipped = _doc({"id": "a", "status": "skipped"})
+    assert _decide(_fin(0), skipped) is skipped
+
+
+def test_reasons_fit_the_service_and_keep_their_head() -> None:
+    text = with_output("HEAD", [f"{i:04d} " + "x" * 390 for i in range(100)])
+    assert len(text) <= REASON_MAX_CHARS and text.startswith("HEAD\nlast ") and text.endswith("x")
+    assert "0099 " in text and "0000 " not in text
+
+
+def test_read_document(tmp_path: Path) -> None:
+    assert read_document(tmp_path / "none.json") is None
+    (tmp_path / "bad.json").write_text("{not json")
+    assert read_document(tmp_path / "bad.json") is None
+    (tmp_path / "list.json").write_text("[1]")
+    assert read_document(tmp_path / "list.json") is None
+    (tmp_path / "ok.json").write_text('{"cases": []}')
+    assert read_document(tmp_path / "ok.json") == {"cases": []}

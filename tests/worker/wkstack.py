@@ -1,0 +1,366 @@
+"""The pieces of a real deployment for the worker tests, and their fixtures: a Postgres database migrated with
+Alembic (with a per-test rolled-back session for the plain code), a Redis database of its own,
+``attnprof serve`` on a free port, and ``attnprof worker`` processes (real Celery workers, ``--pool=solo``,
+profiling on the CPU). Nothing is mocked and Celery never runs eagerly.
+
+Test modules import the fixtures they use from here (there is no conftest.py in this folder: a second
+``conftest`` module beside ``tests/service``'s would shadow it for ``from conftest import ...``)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import redis
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from service import migrate
+from service.auth import service as auth
+from service.db import make_engine, make_sessionmaker
+from service.projects import service as projects
+from service.testbeds import service as testbeds
+
+PG_ADMIN = os.environ.get("ATTNPROF_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("ATTNPROF_TEST_WORKER_REDIS", "redis://127.0.0.1:6379/12")
+ATTNPROF = [str(Path(sys.executable).parent / "attnprof")]
+FAULTS_TIMEOUT_S = 12  # wall-clock limit of the tb-faults worker (the hanging target)
+# A database URL that cannot work: profile workers get it, so any database access there would fail loudly.
+NO_DATABASE = "postgresql+psycopg://nobody@127.0.0.1:9/none"
+
+TINY_TIMING = """[suite.timing]
+warmup = 1
+min_samples = 3
+max_samples = 5
+budget_s = 0.05
+trace_iters = 1
+"""
+
+# The user's code of the fault tests: a factory that hangs, one that raises.
+FAULTY = {
+    "faulty/__init__.py": b"",
+    "faulty/targets.py": b"""import os
+import time
+
+
+def hang(params, device):
+    with open(params["args"]["pidfile"], "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(3600)
+
+
+def boom(params, device):
+    seen = sorted(k for k in os.environ if k.startswith("ATTNPROF")) or "none"
+    raise RuntimeError(f"boom from the user's factory; ATTNPROF variables seen: {seen}")
+""",
+}
+
+
+def suite(name: str, cases: str) -> str:
+    return f'[suite]\nname = "{name}"\n\n{TINY_TIMING}\n{cases}'
+
+
+SDPA_CASE = """[[cases]]
+name = "sdpa"
+target = "sdpa"
+backend = "math"
+batch = 1
+q_heads = 2
+seq_q = 64
+head_dim = 32
+dtype = "fp32"
+"""
+
+
+def custom_case(name: str, target: str, args: dict[str, str] | None = None) -> str:
+    extra = "".join(f'args.{k} = "{v}"\n' for k, v in (args or {}).items())
+    return f'[[cases]]\nname = "{name}"\ntarget = "{target}"\n{extra}'
+
+
+def tar_gz(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- Postgres -------------------------------------------------------------------------------------------
+
+
+def create_database() -> tuple[str, str]:
+    name = f"attnprof_wk_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    return name, f"{base}/{name}"
+
+
+def drop_database(name: str) -> None:
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def sql(url: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1)) as conn:
+        return list(conn.execute(query, args).fetchall())
+
+
+# --- processes ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+
+def start(name: str, argv: list[str], env: dict[str, str], logs: Path, cwd: Path) -> Proc:
+    log = logs / f"{name}.log"
+    with log.open("wb") as out:
+        popen = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    return Proc(name, popen, log)
+
+
+def stop(procs: list[Proc]) -> None:
+    for p in procs:
+        if p.alive():
+            p.popen.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for p in procs:
+        try:
+            p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.popen.kill()
+            p.popen.wait()
+
+
+def wait_for(what: str, check: Any, timeout_s: float, every_s: float = 0.2, logs: list[Proc] | None = None) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every_s)
+    tails = "".join(f"\n--- {p.name} ---\n{p.text()[-3000:]}" for p in logs or [])
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{tails}")
+
+
+@dataclass
+class Stack:
+    url: str
+    database_url: str
+    env: dict[str, str]
+    submit_token: str
+    project: str
+    worker_tokens: dict[str, str]
+    tmp: Path
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    @property
+    def logs(self) -> list[Proc]:
+        return list(self.procs.values())
+
+    def http(self, token: str | None = None) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token or self.submit_token}"}, timeout=30
+        )
+
+    def submit(
+        self,
+        spec: str,
+        *,
+        testbed: str,
+        files: dict[str, bytes] | None = None,
+        branch: str = "main",
+        commit: str | None = None,
+        base_commit: str | None = None,
+    ) -> str:
+        data = {"testbed": testbed, "branch": branch, "commit": commit or uuid.uuid4().hex[:12]}
+        if base_commit:
+            data["base_commit"] = base_commit
+        upload: dict[str, Any] = {"spec": ("attnprof.toml", spec.encode())}
+        if files:
+            upload["bundle"] = ("src.tar.gz", tar_gz(files))
+        with self.http() as http:
+            r = http.post(f"/api/v1/projects/{self.project}/jobs", data=data, files=upload)
+        assert r.status_code == 202, r.text
+        return str(r.json()["id"])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        with self.http() as http:
+            r = http.get(f"/api/v1/jobs/{job_id}")
+        assert r.status_code == 200, r.text
+        found: dict[str, Any] = r.json()
+        return found
+
+    def wait_status(self, job_id: str, statuses: tuple[str, ...], timeout_s: float = 90) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            job = self.job(job_id)
+            return job if job["status"] in statuses else None
+
+        found: dict[str, Any] = wait_for(f"job {job_id} to be {'/'.join(statuses)}", check, timeout_s, logs=self.logs)
+        return found
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(REDIS_URL)
+
+    def messages(self, queue: str) -> list[list[Any]]:
+        """The args of the messages waiting on ``queue`` (a Redis list)."""
+        import base64
+
+        r = self.redis()
+        try:
+            return [json.loads(base64.b64decode(json.loads(m)["body"]))[0] for m in r.lrange(queue, 0, -1)]
+        finally:
+            r.close()
+
+
+# --- fixtures -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session", name="pg_url")
+def pg_url_fixture() -> Iterator[str]:
+    name, url = create_database()
+    try:
+        migrate.upgrade(url)
+        yield url
+    finally:
+        drop_database(name)
+
+
+@pytest.fixture(scope="session", name="engine")
+def engine_fixture(pg_url: str) -> Iterator[Engine]:
+    eng = make_engine(pg_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture(name="db")
+def db_fixture(engine: Engine) -> Iterator[Session]:
+    connection = engine.connect()
+    transaction = connection.begin()
+    session = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
+    try:
+        yield session
+    finally:
+        session.close()
+        transaction.rollback()
+        connection.close()
+
+
+def _base_env(tmp: Path) -> dict[str, str]:
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "OMP_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env.update(
+        ATTNPROF_BROKER_URL=REDIS_URL,
+        ATTNPROF_SWEEP__INTERVAL_S="1",
+        ATTNPROF_SWEEP__QUEUED_STALE_S="2",
+        ATTNPROF_SWEEP__HEARTBEAT_STALE_S="4",
+        ATTNPROF_SWEEP__ANALYZING_STALE_S="15",
+        ATTNPROF_WORKER__HEARTBEAT_S="0.5",
+        ATTNPROF_WORKER__CACHE_DIR=str(tmp / "peaks-cache"),
+        ATTNPROF_RATE_LIMIT__REQUESTS_PER_MINUTE="60000",
+        ATTNPROF_RATE_LIMIT__BURST="10000",
+    )
+    return env
+
+
+@pytest.fixture(scope="module", name="stack")
+def stack_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("stack")
+    logs = tmp / "logs"
+    logs.mkdir()
+    r = redis.Redis.from_url(REDIS_URL)
+    r.flushdb()
+    r.close()
+    name, url = create_database()
+    procs = []
+    try:
+        migrate.upgrade(url)
+        eng = make_engine(url)
+        with make_sessionmaker(eng)() as session:
+            project = projects.create(session, name=f"wk-{uuid.uuid4().hex[:6]}")
+            submit = auth.create_project_token(session, project_id=project.id, role="submit")[1]
+            tokens = {}
+            for tb in ("tb-main", "tb-faults", "tb-idle"):
+                tokens[tb] = auth.create_worker_token(session, testbed_id=testbeds.ensure(session, tb).id)[1]
+            session.commit()
+            project_name = project.name
+        eng.dispose()
+        port = free_port()
+        env = {**_base_env(tmp), "ATTNPROF_DATABASE_URL": url, "ATTNPROF_SERVICE_URL": f"http://127.0.0.1:{port}"}
+        s = Stack(
+            url=f"http://127.0.0.1:{port}",
+            database_url=url,
+            env=env,
+            submit_token=submit,
+            project=project_name,
+            worker_tokens=tokens,
+            tmp=tmp,
+        )
+        s.procs["service"] = start("service", [*ATTNPROF, "serve", "--port", str(port)], env, logs, tmp)
+        procs.append(s.procs["service"])
+        s.procs["analysis"] = start(
+            "analysis", [*ATTNPROF, "worker", "--analysis", "--beat-schedule", str(tmp / "beat")], env, logs, tmp
+        )
+        procs.append(s.procs["analysis"])
+        # Two profile workers serve tb-main (one is killed mid-job) and share a host's scratch root; one serves
+        # tb-faults with a short wall-clock limit (the hanging target).
+        for label, testbed, timeout_s, scratch in (
+            ("main-1", "tb-main", 120, "scratch-main"),
+            ("main-2", "tb-main", 120, "scratch-main"),
+            ("faults", "tb-faults", FAULTS_TIMEOUT_S, "scratch-faults"),
+        ):
+            wenv = {
+                **env,
+                "ATTNPROF_DATABASE_URL": NO_DATABASE,
+                "ATTNPROF_WORKER_TOKEN": tokens[testbed],
+                "ATTNPROF_WORKER__TIMEOUT_S": str(timeout_s),
+                "ATTNPROF_WORKER__SCRATCH_DIR": str(tmp / scratch),
+            }
+            s.procs[label] = start(
+                label, [*ATTNPROF, "worker", "--testbed", testbed, "--device", "cpu"], wenv, logs, tmp
+            )
+            procs.append(s.procs[label])
+        for p in procs:
+            if p.name != "service":
+                wait_for(f"{p.name} to be ready", lambda p=p: " ready." in p.text() or not p.alive(), 90, logs=procs)
+                assert p.alive(), p.text()
+        yield s
+    finally:
+        stop(procs)
+        drop_database(name)

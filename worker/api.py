@@ -1,0 +1,158 @@
+"""The service's internal API as a profile worker sees it: HTTP with a worker token, no database.
+
+Errors, in one place:
+
+``ServiceAPIError``  base
+``Stale``            409 or 404: this attempt is not (or no longer) the job's: drop it, report nothing
+``Refused``          another 4xx: the request was wrong (a bug, or a limit); retrying cannot help
+``Unreachable``      no answer, or a 5xx/429 after the retries: the service is down or overloaded
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 60.0
+RETRIES = 4
+BACKOFF_S = 0.5
+
+
+class ServiceAPIError(Exception):
+    pass
+
+
+class Stale(ServiceAPIError):
+    pass
+
+
+class Refused(ServiceAPIError):
+    pass
+
+
+class Unreachable(ServiceAPIError):
+    pass
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        return f"{response.status_code} {body.get('error')}: {body.get('detail')}"
+    except ValueError:
+        return f"{response.status_code}: {response.text[:300]}"
+
+
+class WorkerAPI:
+    """One worker token's view of ``/internal``. Safe to use from one thread; make one per thread."""
+
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = TIMEOUT_S, retries: int = RETRIES) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s
+        )
+        self._retries = retries
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> WorkerAPI:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(self, method: str, url: str, *, retries: int | None = None, **kw: Any) -> httpx.Response:
+        tries = self._retries if retries is None else retries
+        last = ""
+        for i in range(tries + 1):
+            if i:
+                time.sleep(BACKOFF_S * 2 ** (i - 1))
+            try:
+                response = self._http.request(method, url, **kw)
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            if response.status_code in (409, 404):
+                raise Stale(_detail(response))
+            if response.status_code == 429 or response.status_code >= 500:
+                last = _detail(response)
+                continue
+            if response.status_code >= 400:
+                raise Refused(_detail(response))
+            return response
+        raise Unreachable(f"{method} {url}: {last}")
+
+    def testbed(self) -> dict[str, Any]:
+        """The token's testbed: ``name``, ``key`` (null before its first run) and ``meaning``."""
+        data: dict[str, Any] = self._call("GET", "/internal/testbed").json()
+        return data
+
+    def claim(self, job_id: str, attempt: int, worker: str) -> dict[str, Any]:
+        """Start ``attempt``: the spec, the bundle's hash, the testbed. ``Stale`` if it is not the next one."""
+        data: dict[str, Any] = self._call(
+            "POST", f"/internal/jobs/{job_id}/claim", json={"attempt": attempt, "worker": worker}
+        ).json()
+        return data
+
+    def heartbeat(self, job_id: str, attempt: int) -> bool:
+        """Say the attempt is alive; True when the job was cancelled. One try: the next beat is the retry."""
+        r = self._call("POST", f"/internal/jobs/{job_id}/heartbeat", json={"attempt": attempt}, retries=0)
+        return bool(r.json().get("cancelled"))
+
+    def bundle(self, job_id: str, *, max_bytes: int) -> bytes:
+        """The job's source bundle, read up to ``max_bytes`` (``Refused`` past it)."""
+        last = ""
+        for i in range(self._retries + 1):
+            if i:
+                time.sleep(BACKOFF_S * 2 ** (i - 1))
+            try:
+                with self._http.stream("GET", f"/internal/jobs/{job_id}/bundle") as r:
+                    if r.status_code in (404, 409):
+                        r.read()
+                        raise Stale(_detail(r))
+                    if r.status_code == 429 or r.status_code >= 500:
+                        r.read()
+                        last = _detail(r)
+                        continue
+                    if r.status_code >= 400:
+                        r.read()
+                        raise Refused(_detail(r))
+                    chunks: list[bytes] = []
+                    size = 0
+                    for chunk in r.iter_bytes():
+                        size += len(chunk)
+                        if size > max_bytes:
+                            raise Refused(f"the bundle is over the limit of {max_bytes} bytes")
+                        chunks.append(chunk)
+                    return b"".join(chunks)
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+        raise Unreachable(f"GET bundle of {job_id}: {last}")
+
+    def result(self, job_id: str, attempt: int, document: dict[str, Any]) -> dict[str, Any]:
+        """Upload the attempt's result document; retried freely (the service stores it once per attempt)."""
+        r = self._call("POST", f"/internal/jobs/{job_id}/result", json={"attempt": attempt, "result": document})
+        data: dict[str, Any] = r.json()
+        return data
+
+    def trace(self, job_id: str, attempt: int, name: str, data: bytes) -> None:
+        self._call(
+            "PUT",
+            f"/internal/jobs/{job_id}/traces/{name}",
+            params={"attempt": attempt},
+            content=data,
+            headers={"Content-Type": "application/gzip"},
+        )
+
+    def failure(self, job_id: str, attempt: int, reason: str, *, timed_out: bool, retry: bool) -> dict[str, Any]:
+        r = self._call(
+            "POST",
+            f"/internal/jobs/{job_id}/failure",
+            json={"attempt": attempt, "reason": reason, "timed_out": timed_out, "retry": retry},
+        )
+        data: dict[str, Any] = r.json()
+        return data

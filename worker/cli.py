@@ -1,0 +1,168 @@
+"""The ``worker`` and ``demo`` verbs.
+
+``attnprof worker --testbed NAME``: a profile worker, one process per GPU (``--pool=solo``, one message at a
+time, the GPU given by ``CUDA_VISIBLE_DEVICES`` or ``--gpu``). Before it takes a job it asks the service
+for its token's testbed and checks, through NVML and without starting CUDA, that the GPU matches the
+testbed's key; it refuses to start otherwise. Settings: ``ATTNPROF_BROKER_URL``, ``ATTNPROF_SERVICE_URL``,
+``ATTNPROF_WORKER_TOKEN`` (no database).
+
+``attnprof worker --analysis``: the analysis worker (database access) with beat, which sends ``jobs.sweep``.
+
+Only typer and the standard library are imported at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="attnprof worker verbs.")
+EXIT_BAD_INPUT = 2
+
+
+class DeviceChoice(StrEnum):
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+def _die(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command()
+def worker(
+    testbed: Annotated[str | None, typer.Option(help="run a profile worker for this testbed (its token's)")] = None,
+    analysis: Annotated[bool, typer.Option("--analysis", help="run the analysis worker instead")] = False,
+    device: Annotated[
+        DeviceChoice | None, typer.Option(help="profile on: auto (the GPU if NVML finds one), cuda or cpu")
+    ] = None,
+    gpu: Annotated[
+        str | None, typer.Option(help="the one GPU to use (index or UUID): sets CUDA_VISIBLE_DEVICES")
+    ] = None,
+    beat: Annotated[bool, typer.Option("--beat/--no-beat", help="with --analysis: also run beat (the sweeper)")] = True,
+    beat_schedule: Annotated[Path | None, typer.Option(help="beat's schedule file")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="with --analysis: analyses at once (threads)")] = 2,
+    loglevel: Annotated[str, typer.Option(help="Celery's log level")] = "info",
+    check: Annotated[bool, typer.Option("--check", help="check the device against the testbed, then exit")] = False,
+    wait_for_service: Annotated[
+        float, typer.Option(min=0, help="seconds to wait for the service to answer at start (it may start later)")
+    ] = 60.0,
+) -> None:
+    """Run a profile worker (--testbed) or the analysis worker (--analysis) until stopped."""
+    if (testbed is None) == (not analysis):
+        raise _die("give --testbed NAME (a profile worker) or --analysis (the analysis worker)")
+    if analysis:
+        _analysis(beat, beat_schedule, concurrency, loglevel)
+        return
+    assert testbed is not None
+    _profile(testbed, device, gpu, loglevel, check, wait_for_service)
+
+
+def _profile(
+    testbed: str, device: DeviceChoice | None, gpu: str | None, loglevel: str, check_only: bool, wait_s: float
+) -> None:
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip().isdigit():
+        # NVML numbers GPUs in PCI bus order; make CUDA (in the profiler's subprocess) number them the same way.
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    from service.config import get_settings
+    from worker import gpu as gpus
+    from worker.api import ServiceAPIError, Unreachable, WorkerAPI
+
+    settings = get_settings()
+    if settings.worker_token is None or not settings.worker_token.get_secret_value().strip():
+        raise _die(
+            "ATTNPROF_WORKER_TOKEN is not set (make one with: attnprof admin create-worker-token --testbed NAME)"
+        )
+    choice = (device.value if device else None) or settings.worker.device
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with WorkerAPI(settings.service_url, settings.worker_token.get_secret_value(), retries=1) as api:
+                found = api.testbed()
+            break
+        except Unreachable as exc:
+            if time.monotonic() >= deadline:
+                raise _die(
+                    f"cannot reach the service at {settings.service_url} (ATTNPROF_SERVICE_URL): {exc}"
+                ) from None
+            time.sleep(1.0)
+        except ServiceAPIError as exc:
+            raise _die(f"the service refused the worker token: {exc}") from None
+    if found.get("name") != testbed:
+        raise _die(f"this worker token serves testbed {found.get('name')!r}, not {testbed!r}")
+    try:
+        mode, why = gpus.check(found, choice, gpus.probe_gpu() if choice != "cpu" else None)
+    except gpus.DeviceMismatch as exc:
+        raise _die(str(exc)) from None
+    typer.echo(f"testbed {testbed}: {why}", err=True)
+    if check_only:
+        return
+    os.environ["ATTNPROF_WORKER__DEVICE"] = mode
+    get_settings.cache_clear()
+    from worker.celery_app import app as celery
+
+    device_tag = os.environ.get("CUDA_VISIBLE_DEVICES", "cpu" if mode == "cpu" else "0").replace(",", "_")
+    celery.worker_main(
+        [
+            "worker",
+            "--pool=solo",
+            "--concurrency=1",
+            "--prefetch-multiplier=1",
+            "-Q",
+            f"profile.{testbed}",
+            "-n",
+            f"profile.{testbed}.{device_tag}.{os.getpid()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            loglevel,
+        ]
+    )
+
+
+def _analysis(beat: bool, schedule: Path | None, concurrency: int, loglevel: str) -> None:
+    from worker.celery_app import app as celery
+
+    argv = [
+        "worker",
+        "--pool=threads",
+        f"--concurrency={concurrency}",
+        "-Q",
+        "analysis",
+        "-n",
+        f"analysis.{os.getpid()}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-l",
+        loglevel,
+    ]
+    if beat:
+        path = schedule or Path(tempfile.gettempdir()) / "attnprof-beat-schedule"
+        argv += ["-B", "-s", str(path)]
+    celery.worker_main(argv)
+
+
+@app.command()
+def demo(
+    once: Annotated[bool, typer.Option("--once", help="stop after printing the verdicts (for CI and scripts)")] = False,
+    port: Annotated[int, typer.Option(help="the service's port (0: a free one)")] = 8000,
+    workdir: Annotated[Path, typer.Option("--dir", help="where the demo keeps its database, queue and logs")] = Path(
+        "out/demo"
+    ),
+) -> None:
+    """The whole flow on one machine, no Postgres or Redis: service, Celery workers, two submitted jobs."""
+    from worker.demo import run_demo
+
+    raise typer.Exit(run_demo(workdir=workdir, port=port, once=once))

@@ -1,0 +1,139 @@
+"""Does this host's device belong to the testbed? Checked before a profile worker starts, through NVML only.
+
+NVML reads the GPU's name and the driver without creating a CUDA context (a worker process never starts
+CUDA: the profiler does, in its subprocess). The testbed key is the profiler's: a hash of the device's name,
+the driver and the mode (``profiler_core.measure.environment.testbed``; that module imports torch, which the
+worker must not, so the formula is restated here and a test holds the two together).
+
+On a CPU testbed the check compares the mode and the CPU's model; the profiler also hashes the thread count
+PyTorch picks, which only torch can tell, so that part is left to the comparison (a mismatch there shows
+as a testbed-key mismatch, a warning).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+
+class DeviceMismatch(Exception):
+    """This worker's device does not match its testbed: the worker must not start."""
+
+
+@dataclass(frozen=True)
+class LocalDevice:
+    mode: str  # "cuda" or "cpu"
+    name: str
+    driver: str | None
+
+    def meaning(self) -> dict[str, str]:
+        return {"device": self.name, "driver": self.driver or "none", "mode": self.mode}
+
+    def key(self) -> str:
+        return testbed_key(self.meaning())
+
+
+def testbed_key(meaning: dict[str, str]) -> str:
+    """The profiler's testbed key of ``meaning`` (device, driver, mode; threads on CPU)."""
+    blob = "|".join(f"{k}={v}" for k, v in sorted(meaning.items()))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def visible_devices() -> list[str]:
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return [] if raw is None else [d.strip() for d in raw.split(",") if d.strip()]
+
+
+def probe_gpu() -> LocalDevice | None:
+    """The GPU that CUDA will call device 0 in the subprocess (``CUDA_VISIBLE_DEVICES``'s first entry, an
+    index in PCI bus order or a ``GPU-`` UUID), read through NVML; ``None`` without a driver or a GPU."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no GPU
+        return None
+    try:
+        visible = visible_devices()
+        first = visible[0] if visible else "0"
+        if first.startswith(("GPU-", "MIG-")):
+            handle = pynvml.nvmlDeviceGetHandleByUUID(first)
+        elif first.isdigit():
+            handle = pynvml.nvmlDeviceGetHandleByIndex(int(first))
+        else:
+            return None
+        return LocalDevice(
+            mode="cuda",
+            name=_text(pynvml.nvmlDeviceGetName(handle)),
+            driver=_text(pynvml.nvmlSystemGetDriverVersion()),
+        )
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def _describe(meaning: dict[str, Any] | None) -> str:
+    if not meaning:
+        return "unknown"
+    return ", ".join(f"{k} {v}" for k, v in sorted(meaning.items()))
+
+
+def check(testbed: dict[str, Any], device: str, gpu: LocalDevice | None) -> tuple[str, str]:
+    """The device the worker will profile on (``cuda`` or ``cpu``) and a line saying why it fits the testbed.
+
+    ``testbed`` is the service's answer for the worker token (``name``, ``key``, ``meaning``); ``device`` is
+    ``auto``, ``cuda`` or ``cpu``; ``gpu`` is what ``probe_gpu`` found. Raises ``DeviceMismatch``.
+    """
+    name = testbed.get("name", "?")
+    visible = visible_devices()
+    if len(visible) > 1:
+        raise DeviceMismatch(
+            f"CUDA_VISIBLE_DEVICES names {len(visible)} devices ({','.join(visible)}): run one worker per GPU, "
+            "each with one device"
+        )
+    if device == "cuda" and gpu is None:
+        raise DeviceMismatch("--device cuda, but NVML finds no GPU (no driver, or CUDA_VISIBLE_DEVICES hides it)")
+    mode = "cuda" if device != "cpu" and gpu is not None else "cpu"
+    key, meaning = testbed.get("key"), testbed.get("meaning") or {}
+    if key is None:
+        return mode, f"testbed {name} has no key yet: its first run will set it ({mode})"
+    if mode == "cuda":
+        assert gpu is not None
+        if gpu.key() != key:
+            raise DeviceMismatch(
+                f"this GPU does not match testbed {name}: the testbed is {_describe(meaning)} (key {key}); "
+                f"this worker's GPU is {_describe(gpu.meaning())} (key {gpu.key()})"
+            )
+        return mode, f"GPU {gpu.name}, driver {gpu.driver}: testbed key {key} matches"
+    if meaning.get("mode") != "cpu":
+        raise DeviceMismatch(
+            f"testbed {name} is {_describe(meaning)}, and this worker would profile on the CPU "
+            "(no GPU found, or --device cpu)"
+        )
+    here = cpu_model()
+    if meaning.get("device") != here:
+        raise DeviceMismatch(f"testbed {name} is a CPU testbed of {meaning.get('device')!r}; this host is {here!r}")
+    return mode, f"CPU {here}: the testbed's CPU model matches"

@@ -1,0 +1,319 @@
+"""One attempt of a profiling job on a GPU host: the plain code behind the ``profile.run`` task.
+
+claim (queued → running; a stale or duplicate delivery is dropped) → heartbeats in a thread (a cancel, or a
+409 saying another attempt owns the job, stops the subprocess) → fetch the bundle and unpack it, checked,
+into a scratch directory → run ``python -m profiler_core profile`` in the sandbox → upload the result
+document and its traces, or the failure with its reason. The scratch directory is removed whatever happens.
+
+Talks to the service over HTTP with the worker token only: a GPU host holds no database credentials.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import socket
+import stat
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from service.config import Settings
+from service.jobs import archive
+from worker import outcome, sandbox
+from worker.api import Refused, ServiceAPIError, Stale, Unreachable, WorkerAPI
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["uploaded", "failed", "cancelled", "lost", "dropped", "unreachable"]
+SPEC_NAME = "attnprof.toml"
+
+
+def default_memory_limit_bytes() -> int:
+    """75% of the host's physical memory (the rest is the worker's, the system's and the page cache's)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        total = 16 * 1024**3
+    return int(total * 0.75)
+
+
+def worker_name() -> str:
+    """Host, process and GPU of this worker, as recorded on the jobs it claims."""
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return f"{socket.gethostname()}/pid{os.getpid()}" + (f"/gpu{gpu}" if gpu else "")
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """What one profile worker needs, read from the settings once per task."""
+
+    service_url: str
+    token: str
+    device: str
+    timeout_s: float
+    memory_limit_bytes: int
+    heartbeat_s: float
+    scratch_root: Path
+    cache_dir: Path
+    output_lines: int
+    pass_env: tuple[str, ...]
+    bundle_bytes: int
+    bundle_unpacked_bytes: int
+    bundle_members: int
+    worker: str = field(default_factory=worker_name)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ProfileConfig:
+        w = settings.worker
+        if settings.worker_token is None or not settings.worker_token.get_secret_value().strip():
+            raise RuntimeError("ATTNPROF_WORKER_TOKEN is not set: a profile worker needs its testbed's worker token")
+        return cls(
+            service_url=settings.service_url,
+            token=settings.worker_token.get_secret_value(),
+            device=w.device,
+            timeout_s=w.timeout_s,
+            memory_limit_bytes=w.memory_limit_mib * 1024 * 1024 if w.memory_limit_mib else default_memory_limit_bytes(),
+            heartbeat_s=w.heartbeat_s,
+            scratch_root=Path(w.scratch_dir or tempfile.gettempdir()) / "attnprof-jobs",
+            cache_dir=Path(w.cache_dir) if w.cache_dir else Path.home() / ".cache" / "attnprof",
+            output_lines=w.output_lines,
+            pass_env=tuple(w.pass_env),
+            bundle_bytes=settings.limits.bundle_bytes,
+            bundle_unpacked_bytes=settings.limits.bundle_unpacked_bytes,
+            bundle_members=settings.limits.bundle_members,
+        )
+
+
+class Heartbeat(threading.Thread):
+    """Beats every ``interval_s`` while the attempt runs; sets ``stop`` when the job was cancelled (``cancelled``)
+    or is no longer this attempt's (``lost``: the sweeper gave it to another attempt, or it is gone)."""
+
+    def __init__(self, api: Callable[[], WorkerAPI], job_id: str, attempt: int, interval_s: float) -> None:
+        super().__init__(name=f"heartbeat-{job_id}", daemon=True)
+        self._api = api
+        self._job_id = job_id
+        self._attempt = attempt
+        self._interval_s = interval_s
+        self._done = threading.Event()
+        self.stop = threading.Event()
+        self.cancelled = False
+        self.lost = ""
+
+    def run(self) -> None:
+        with self._api() as api:
+            while not self._done.wait(self._interval_s):
+                try:
+                    if api.heartbeat(self._job_id, self._attempt):
+                        self.cancelled = True
+                        self.stop.set()
+                        return
+                except Stale as exc:
+                    self.lost = str(exc)
+                    self.stop.set()
+                    return
+                except (Unreachable, Refused) as exc:  # keep beating: the sweeper decides when silence means death
+                    log.warning("heartbeat of job %s attempt %s failed: %s", self._job_id, self._attempt, exc)
+
+    def finish(self) -> None:
+        self._done.set()
+        if self.is_alive():
+            self.join(timeout=self._interval_s + 5)
+
+
+def _writable(func: Callable[..., Any], path: str, _exc: BaseException) -> None:
+    # User code may leave read-only files and directories behind: make them writable, then try again.
+    os.chmod(path, stat.S_IRWXU)
+    parent = os.path.dirname(path)
+    if parent:
+        os.chmod(parent, stat.S_IRWXU)
+    func(path)
+
+
+def remove_scratch(path: Path) -> None:
+    """Remove a scratch directory whatever it holds (read-only files included); never follows links."""
+    if path.exists():
+        shutil.rmtree(path, onerror=lambda f, p, e: _writable(f, p, e[1]))
+
+
+_OWNER = re.compile(r"-p(\d+)-[^-]+$")
+
+
+def make_scratch(root: Path, job_id: str, attempt: int) -> Path:
+    """A fresh directory for one attempt, named after the job, the attempt and this worker's pid."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{job_id}-a{attempt}-p{os.getpid()}-", dir=root))
+    for sub in ("src", "home", "tmp", "out"):
+        (path / sub).mkdir(mode=0o700)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale_scratch(root: Path) -> list[Path]:
+    """Remove the scratch directories of workers that are gone (a worker killed with SIGKILL cannot clean up
+    after itself); returns what was removed. Directories of live workers are left alone."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for path in root.iterdir():
+        match = _OWNER.search(path.name)
+        if match and path.is_dir() and not path.is_symlink() and not _alive(int(match.group(1))):
+            remove_scratch(path)
+            removed.append(path)
+    return removed
+
+
+def profiler_argv(cfg: ProfileConfig, scratch: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "profiler_core",
+        "profile",
+        str(scratch / SPEC_NAME),
+        "--device",
+        cfg.device,
+        "--out",
+        str(scratch / "out" / "result.json"),
+        "--trace-dir",
+        str(scratch / "out" / "traces"),
+        "--cache-dir",
+        str(cfg.cache_dir),
+        "--quiet",
+    ]
+
+
+def run_job(job_id: str, attempt: int, cfg: ProfileConfig, api: Callable[[], WorkerAPI] | None = None) -> Outcome:
+    """Run attempt ``attempt`` of job ``job_id`` and report its result or failure to the service."""
+    connect = api or (lambda: WorkerAPI(cfg.service_url, cfg.token))
+    for path in reap_stale_scratch(cfg.scratch_root):
+        log.warning("removed %s, left by a worker that is gone", path)
+    with connect() as http:
+        try:
+            claim = http.claim(job_id, attempt, cfg.worker)
+        except Stale as exc:
+            log.info("job %s attempt %s: not claimed (%s): dropping the message", job_id, attempt, exc)
+            return "dropped"
+        except (Unreachable, Refused) as exc:
+            # The row stays queued; the sweeper sends the job again once the service answers.
+            log.error("job %s attempt %s: cannot claim: %s", job_id, attempt, exc)
+            return "unreachable"
+        beat = Heartbeat(connect, job_id, attempt, cfg.heartbeat_s)
+        scratch: Path | None = None
+        try:
+            beat.start()
+            scratch = make_scratch(cfg.scratch_root, job_id, attempt)
+            return _attempt(http, claim, job_id, attempt, cfg, scratch, beat)
+        except (Stale, Unreachable, Refused) as exc:
+            # The job stays running without heartbeats: the sweeper gives it to the next attempt.
+            log.error("job %s attempt %s: the service did not take the outcome: %s", job_id, attempt, exc)
+            return "unreachable" if isinstance(exc, Unreachable) else "lost"
+        except Exception as exc:
+            log.exception("job %s attempt %s: the worker failed", job_id, attempt)
+            failure = outcome.Failure(f"the worker failed: {type(exc).__name__}: {exc}", retry=True)
+            try:
+                _report(http, job_id, attempt, failure)
+            except ServiceAPIError as report_exc:
+                log.error("job %s attempt %s: the failure was not recorded: %s", job_id, attempt, report_exc)
+            return "failed"
+        finally:
+            beat.finish()
+            if scratch is not None:
+                remove_scratch(scratch)
+
+
+def _report(http: WorkerAPI, job_id: str, attempt: int, failure: outcome.Failure) -> None:
+    """Record the failed attempt; a 409/404 (cancelled meanwhile, or another attempt's now) is not an error."""
+    try:
+        http.failure(job_id, attempt, failure.reason, timed_out=failure.timed_out, retry=failure.retry)
+    except Stale as exc:
+        log.info("job %s attempt %s: failure not recorded: %s", job_id, attempt, exc)
+
+
+def _attempt(
+    http: WorkerAPI,
+    claim: dict[str, Any],
+    job_id: str,
+    attempt: int,
+    cfg: ProfileConfig,
+    scratch: Path,
+    beat: Heartbeat,
+) -> Outcome:
+    src = scratch / "src"
+    if claim.get("bundle_sha256"):
+        try:
+            data = http.bundle(job_id, max_bytes=cfg.bundle_bytes)
+        except (Unreachable, Refused) as exc:
+            _report(http, job_id, attempt, outcome.Failure(f"could not download the bundle: {exc}", retry=True))
+            return "failed"
+        try:
+            archive.unpack(
+                data,
+                src,
+                max_bytes=cfg.bundle_bytes,
+                max_unpacked_bytes=cfg.bundle_unpacked_bytes,
+                max_members=cfg.bundle_members,
+            )
+        except archive.BundleRefused as exc:
+            _report(http, job_id, attempt, outcome.Failure(f"the bundle was refused on the worker: {exc}"))
+            return "failed"
+    (scratch / SPEC_NAME).write_text(str(claim["spec"]))
+    if beat.stop.is_set():
+        return "cancelled" if beat.cancelled else "lost"
+    env = sandbox.scrubbed_env(
+        os.environ, home=scratch / "home", tmp=scratch / "tmp", pythonpath=src, extra=cfg.pass_env
+    )
+    limits = sandbox.Limits(timeout_s=cfg.timeout_s, memory_bytes=cfg.memory_limit_bytes)
+    log.info("job %s attempt %s: profiling in %s", job_id, attempt, scratch)
+    finished = sandbox.run(
+        profiler_argv(cfg, scratch),
+        cwd=src,
+        env=env,
+        log_path=scratch / "output.log",
+        limits=limits,
+        stop=beat.stop,
+        lines=cfg.output_lines,
+    )
+    if finished.stopped == "cancelled" or beat.stop.is_set():
+        why = "cancelled" if beat.cancelled else f"lost ({beat.lost})"
+        log.info("job %s attempt %s: %s: the subprocess was stopped", job_id, attempt, why)
+        return "cancelled" if beat.cancelled else "lost"
+    document = outcome.read_document(scratch / "out" / "result.json")
+    decided = outcome.decide(finished, document, timeout_s=cfg.timeout_s, memory_limit_bytes=cfg.memory_limit_bytes)
+    if isinstance(decided, outcome.Failure):
+        _report(http, job_id, attempt, decided)
+        log.info("job %s attempt %s: failed: %s", job_id, attempt, decided.reason.splitlines()[0])
+        return "failed"
+    answer = http.result(job_id, attempt, decided)
+    _upload_traces(http, job_id, attempt, decided, scratch / "out" / "traces")
+    log.info(
+        "job %s attempt %s: result stored as run %s in %.1f s", job_id, attempt, answer.get("run_id"), finished.wall_s
+    )
+    return "uploaded"
+
+
+def _upload_traces(http: WorkerAPI, job_id: str, attempt: int, document: dict[str, Any], folder: Path) -> None:
+    names = {c.get("trace") for c in document.get("cases", []) if isinstance(c, dict)}
+    for name in sorted(n for n in names if isinstance(n, str)):
+        file = folder / name
+        # The document is the user's process's output: a name must not lead out of the trace folder.
+        if "/" in name or "\\" in name or name.startswith(".") or not file.is_file() or file.is_symlink():
+            continue
+        try:
+            http.trace(job_id, attempt, name, file.read_bytes())
+        except Refused as exc:  # a trace over the limit: the run is stored without it
+            log.warning("job %s: trace %s not stored: %s", job_id, name, exc)
