@@ -1,9 +1,8 @@
 """Does this host's device belong to the testbed? Checked before a profile worker starts, through NVML only.
 
 NVML reads the GPU's name and the driver without creating a CUDA context (a worker process never starts
-CUDA: the profiler does, in its subprocess). The testbed key is the profiler's: a hash of the device's name,
-the driver and the mode (``profiler_core.measure.environment.testbed``; that module imports torch, which the
-worker must not, so the formula is restated here and a test holds the two together).
+CUDA: the profiler does, in its subprocess). The testbed key is the profiler's (``profiler_core.testbed``, a
+torch-free module that both use): a hash of the device's name, the driver and the mode.
 
 On a CPU testbed the check compares the mode and the CPU's model; the profiler also hashes the thread count
 PyTorch picks, which only torch can tell, so that part is left to the comparison (a mismatch there shows
@@ -13,11 +12,11 @@ as a testbed-key mismatch, a warning).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import platform
 from dataclasses import dataclass
 from typing import Any
+
+from profiler_core.testbed import cpu_model, testbed_key
 
 
 class DeviceMismatch(Exception):
@@ -35,23 +34,6 @@ class LocalDevice:
 
     def key(self) -> str:
         return testbed_key(self.meaning())
-
-
-def testbed_key(meaning: dict[str, str]) -> str:
-    """The profiler's testbed key of ``meaning`` (device, driver, mode; threads on CPU)."""
-    blob = "|".join(f"{k}={v}" for k, v in sorted(meaning.items()))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _text(value: Any) -> str:

@@ -6,7 +6,6 @@ worker that checks its GPU before it takes a job.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import socket
@@ -16,6 +15,7 @@ from typing import Any
 import torch
 
 from profiler_core.documents import Case, Device, GpuHealth
+from profiler_core.testbed import cpu_model, testbed_key, testbed_meaning
 
 # NVML throttle-reason bits (nvml.h, nvmlClocksEventReasons). Idle and application-clock settings
 # are not signs of trouble; the others mean the clocks were pulled down while we measured.
@@ -36,17 +36,6 @@ BENIGN_THROTTLE = frozenset(
     {"gpu_idle", "applications_clocks_setting", "display_clock_setting", "sync_boost", "sw_power_cap"}
 )
 CASE_CLOCK_DROP = 0.03  # a clock 3% under the top moves a compute-bound kernel by about as much
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def describe_device(device: str) -> Device:
@@ -203,12 +192,9 @@ def software_versions() -> dict[str, str | None]:
 
 
 def testbed(device: Device, driver: str | None, mode: str) -> tuple[str, dict[str, str]]:
-    """The testbed key: what must match for two runs to be compared at all (model, driver, mode)."""
-    what = {"device": device.name, "driver": driver or "none", "mode": mode}
-    if mode == "cpu":
-        what["threads"] = str(device.cpu_threads)
-    blob = "|".join(f"{k}={v}" for k, v in sorted(what.items()))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16], what
+    """The testbed key of this device and what it means (see ``profiler_core.testbed``)."""
+    what = testbed_meaning(device.name, driver, mode, device.cpu_threads)
+    return testbed_key(what), what
 
 
 def host_name() -> str:
