@@ -1,20 +1,29 @@
 """Feedback to the code host when a job is finished: the hook that the analysis task calls.
 
-GitHub feedback (a commit status and a pull-request comment, kernel by kernel) belongs to the "CI
-integration" issue and is not built yet. Until then this hook does nothing, by design: the job's verdict
-and comparison are stored and served by the API, and the submitting CI step reads them with
-``attnprof submit --wait``.
+It sends the job's commit status ``attnprof/<project>`` and, for a pull request, updates the project's one
+comment on it (``service.github``). A code host that is down or refuses is recorded in the job's ``reason``;
+the verdict and comparison are stored already and stay the truth.
 """
 
 from __future__ import annotations
 
+import logging
+
 from sqlalchemy.orm import Session
+
+from service.config import get_settings
+from service.github import service as github
+
+log = logging.getLogger(__name__)
 
 
 def notify_job_finished(session: Session, *, job_id: str) -> None:
     """Called by ``analysis.run`` after job ``job_id`` got its verdict, in the task's transaction.
 
-    Does nothing yet (see the module's docstring). Whatever fills it must not raise for a code host that is
-    down: the verdict is already the truth, and feedback is retried from the stored state, not from here.
+    Never raises: GitHub's failures are recorded on the job by ``github.send``, and anything unexpected is
+    logged, so that the verdict is committed whatever the code host does.
     """
-    del session, job_id
+    try:
+        github.send(session, get_settings(), job_id)
+    except Exception:
+        log.exception("job %s: GitHub feedback raised", job_id)

@@ -6,6 +6,7 @@ from service.analysis.router import router as alerts
 from service.auth.router import router as tokens
 from service.auth.router import whoami_router as whoami
 from service.baselines.router import router as baselines
+from service.github.router import router as github
 from service.health.router import router as health
 from service.jobs.internal import router as internal
 from service.jobs.router import router as jobs
@@ -13,4 +14,4 @@ from service.results.router import router as results
 from service.runs.router import router as runs
 from service.trends.router import router as trends
 
-ROUTERS: list[APIRouter] = [results, jobs, runs, trends, baselines, alerts, tokens, whoami, internal, health]
+ROUTERS: list[APIRouter] = [results, jobs, runs, trends, baselines, alerts, tokens, whoami, github, internal, health]

@@ -3,12 +3,14 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, File, Form, Header, Query, Response, UploadFile
+from fastapi.responses import PlainTextResponse
 
 from service import paging, queue
 from service.auth.dependencies import PrincipalDep, ReadProject, SubmitProject
 from service.db import SessionDep
 from service.dependencies import SettingsDep
 from service.errors import InvalidPayload, PayloadTooLarge
+from service.github import service as github
 from service.jobs import service
 from service.jobs.models import STATES
 from service.jobs.schemas import ComparisonOut, JobCreated, JobOut, JobPage
@@ -73,6 +75,7 @@ def create_job(
         return JobCreated(id=job.id, status=job.status)
     session.commit()
     queue.enqueue_profile(settings, job_id=job.id, attempt=job.attempts + 1, testbed=testbed)
+    github.send_pending(session, settings, job.id)
     return JobCreated(id=job.id, status=job.status)
 
 
@@ -112,6 +115,17 @@ def get_comparison(job_id: str, principal: PrincipalDep, session: SessionDep) ->
         created_at=found.created_at,
         document=found.document,
     )
+
+
+@router.get(
+    "/jobs/{job_id}/comment",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/markdown": {}}, "description": "the PR comment, GitHub markdown"}},
+)
+def get_comment(job_id: str, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> PlainTextResponse:
+    """The markdown of the pull-request comment for this job, as GitHub would show it."""
+    job = service.get_for(session, principal, job_id)
+    return PlainTextResponse(github.comment_markdown(session, job, settings), media_type="text/markdown")
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)

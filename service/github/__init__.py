@@ -1,0 +1,1 @@
+"""GitHub feedback: commit statuses, the pull-request comment, and the webhook (DESIGN 3.4)."""

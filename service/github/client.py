@@ -1,0 +1,128 @@
+"""A small GitHub REST client (httpx): the calls feedback needs, retried on rate limits and server errors.
+
+GitHub answers a rate limit with 403 or 429 and either ``Retry-After`` (seconds) or ``x-ratelimit-remaining: 0``
+with ``x-ratelimit-reset`` (epoch seconds); 5xx and transport errors are retried with exponential backoff.
+At most ``attempts`` requests are sent per call; the last failure raises ``GitHubError``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+
+RETRY_STATUS = frozenset({403, 429, 500, 502, 503, 504})
+
+
+class GitHubError(Exception):
+    """A GitHub call that failed for good (after its retries); ``status`` is None for a transport error."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _wait_s(response: httpx.Response, attempt: int, backoff_s: float, now: float) -> float | None:
+    """Seconds to wait before retrying ``response``, or None when it must not be retried."""
+    if response.status_code not in RETRY_STATUS:
+        return None
+    retry_after = response.headers.get("retry-after")
+    if retry_after is not None and retry_after.strip().isdigit():
+        return float(retry_after)
+    if response.headers.get("x-ratelimit-remaining") == "0" and response.headers.get("x-ratelimit-reset"):
+        try:
+            reset_s = float(str(response.headers["x-ratelimit-reset"]))
+            return max(0.0, reset_s - now)
+        except ValueError:
+            pass
+    if response.status_code == 403:
+        return None  # a plain 403 is a permission problem, not a rate limit
+    return float(backoff_s * 2**attempt)
+
+
+class GitHubClient:
+    def __init__(
+        self,
+        api_url: str,
+        token: str | None,
+        *,
+        attempts: int = 4,
+        backoff_s: float = 1.0,
+        max_wait_s: float = 60.0,
+        timeout_s: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(base_url=api_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport)
+        self.attempts, self.backoff_s, self.max_wait_s, self._sleep = attempts, backoff_s, max_wait_s, sleep
+        self.retries = 0
+        """Requests retried over this client's life (a rate limit or a server error each)."""
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> GitHubClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(
+        self, method: str, url: str, *, json: Any = None, params: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        last = ""
+        status: int | None = None
+        for attempt in range(self.attempts):
+            try:
+                response = self._http.request(method, url, json=json, params=params)
+            except httpx.TransportError as exc:
+                last, status, wait = f"{method} {url}: {exc}", None, self.backoff_s * 2**attempt
+            else:
+                if response.is_success:
+                    return response
+                status = response.status_code
+                last = f"{method} {url}: HTTP {status} {response.text[:200]}"
+                found = _wait_s(response, attempt, self.backoff_s, time.time())
+                if found is None:
+                    raise GitHubError(last, status)
+                wait = found
+            if attempt + 1 < self.attempts:
+                self.retries += 1
+                self._sleep(min(wait, self.max_wait_s))
+        raise GitHubError(f"{last} (after {self.attempts} attempts)", status)
+
+    def paginate(self, url: str, *, per_page: int = 100) -> Iterator[Any]:
+        """Every item of a list endpoint, following the ``Link: rel="next"`` header."""
+        response = self.request("GET", url, params={"per_page": per_page})
+        while True:
+            yield from response.json()
+            nxt = response.links.get("next", {}).get("url")
+            if not nxt:
+                return
+            response = self.request("GET", nxt)
+
+    def create_status(
+        self, repo: str, sha: str, *, state: str, context: str, description: str, target_url: str | None
+    ) -> None:
+        body = {"state": state, "context": context, "description": description[:140]}
+        if target_url:
+            body["target_url"] = target_url
+        self.request("POST", f"/repos/{repo}/statuses/{sha}", json=body)
+
+    def permission(self, repo: str, user: str) -> str:
+        return str(self.request("GET", f"/repos/{repo}/collaborators/{user}/permission").json().get("permission", ""))
+
+    def upsert_comment(self, repo: str, pr: int, *, marker: str, body: str) -> tuple[int, bool]:
+        """The id of the PR comment that starts with ``marker``, updated to ``body``, or created; and whether
+        it was created."""
+        for comment in self.paginate(f"/repos/{repo}/issues/{pr}/comments"):
+            if str(comment.get("body") or "").startswith(marker):
+                self.request("PATCH", f"/repos/{repo}/issues/comments/{comment['id']}", json={"body": body})
+                return int(comment["id"]), False
+        created = self.request("POST", f"/repos/{repo}/issues/{pr}/comments", json={"body": body}).json()
+        return int(created["id"]), True

@@ -1,0 +1,259 @@
+"""The pull-request comment, in GitHub markdown, rendered from a job's comparison and its run documents.
+
+Pure: no database, no network. ``render`` takes everything it shows; ``service.github.service`` gathers it.
+Changes are fractions in the documents and percentages here; durations are microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from profiler_core.documents.comparison import ComparisonDocument, Finding, KernelMove
+from profiler_core.documents.result import Kernel, ResultDocument
+
+MARKER_PREFIX = "<!-- attnprof:"
+_ICONS = {"pass": "✅", "warn": "⚠️", "fail": "❌"}
+_MOVED = ("regressed", "improved")
+
+
+def marker(project: str) -> str:
+    """The hidden line that finds the project's comment again among a pull request's comments."""
+    return f"{MARKER_PREFIX}{project} -->"
+
+
+@dataclass(frozen=True)
+class CommentInput:
+    """What the comment shows about one job. ``baseline`` is one of the pooled baseline runs' documents."""
+
+    project: str
+    job_id: str
+    status: str
+    suite_name: str
+    testbed: str
+    branch: str
+    commit: str
+    public_url: str
+    pr: int | None = None
+    reason: str | None = None
+    run_id: str | None = None
+    comparison_id: str | None = None
+    comparison: ComparisonDocument | None = None
+    candidate: ResultDocument | None = None
+    baseline: ResultDocument | None = None
+
+
+def _num(value: float | str | None, unit: str | None = None) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        return f"`{value}`"
+    text = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"
+    return f"{text} {unit}" if unit and unit != "fraction" else text
+
+
+def _pct(change: float | None) -> str:
+    return "–" if change is None else f"{change * 100:+.1f}%"
+
+
+def _interval(f: Finding) -> str:
+    if f.ci is None:
+        return "–"
+    return f"[{f.ci.low * 100:+.1f}%, {f.ci.high * 100:+.1f}%] ({f.ci.level:.0%})"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(findings: list[Finding]) -> list[str]:
+    lines = [
+        "| | Case | Metric | Baseline | Candidate | Δ | Interval |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for f in findings:
+        icon = {"regressed": "🔴", "improved": "🟢", "inconclusive": "❔"}.get(f.status, "")
+        lines.append(
+            f"| {icon} | `{_cell(f.case)}` | {f.metric} | {_num(f.baseline, f.unit)} | {_num(f.candidate, f.unit)} "
+            f"| {_pct(f.change)} | {_interval(f)} |"
+        )
+    return lines
+
+
+def _kernel(doc: ResultDocument | None, case: str, move: KernelMove) -> Kernel | None:
+    found = doc.case(case) if doc is not None else None
+    if found is None:
+        return None
+    for k in found.kernels:
+        if k.key == move.key and (move.phase is None or k.phase == move.phase):
+            return k
+    return None
+
+
+def _attr(kernel: Kernel | None, name: str) -> float | int | str | None:
+    value = getattr(kernel, name, None) if kernel is not None else None
+    return value if isinstance(value, (int, float, str)) else None
+
+
+def _pair(baseline: float | int | str | None, candidate: float | int | str | None, fmt: str = "{}") -> str:
+    def one(v: float | int | str | None) -> str:
+        return "–" if v is None else fmt.format(v)
+
+    if baseline == candidate:
+        return one(candidate)
+    return f"{one(baseline)} → {one(candidate)}"
+
+
+def _kernel_lines(inp: CommentInput, f: Finding) -> list[str]:
+    lines = [
+        "| Kernel | Phase | Baseline | Candidate | Δ | Occupancy | Registers/thread | DRAM BW util "
+        "| Compute util | Bound |",
+        "|---|---|---:|---:|---:|---|---|---|---|---|",
+    ]
+    why: list[str] = []
+    for m in f.kernels:
+        b, c = _kernel(inp.baseline, f.case, m), _kernel(inp.candidate, f.case, m)
+        state = " (new)" if m.appeared else " (gone)" if m.vanished else ""
+        lines.append(
+            f"| `{_cell(m.key)}`{state} | {m.phase or '–'} "
+            f"| {_num(m.baseline_us, 'us')} | {_num(m.candidate_us, 'us')} "
+            f"| {_pct(m.change)} "
+            f"| {_pair(_attr(b, 'theoretical_occupancy'), _attr(c, 'theoretical_occupancy'), '{:.0%}')} "
+            f"| {_pair(_attr(b, 'registers_per_thread'), _attr(c, 'registers_per_thread'))} "
+            f"| {_pair(_attr(b, 'bandwidth_util'), _attr(c, 'bandwidth_util'), '{:.0%}')} "
+            f"| {_pair(_attr(b, 'compute_util'), _attr(c, 'compute_util'), '{:.0%}')} "
+            f"| {_pair(_attr(b, 'bound'), _attr(c, 'bound'))} |"
+        )
+        for fc in [*m.launch, *m.rates]:
+            change = f" ({_pct(fc.change)})" if fc.change is not None else ""
+            why.append(f"- `{_cell(m.key)}`: {fc.field} {fc.baseline} → {fc.candidate}{change}")
+        if c is not None and c.occupancy_limiter and b is not None and b.occupancy_limiter != c.occupancy_limiter:
+            why.append(f"- `{_cell(m.key)}`: occupancy now limited by {c.occupancy_limiter}")
+    if not f.kernels:
+        return ["No kernel moved beyond its noise: the change is outside the kernels (launch overhead, host time)."]
+    return lines + (["", *why] if why else [])
+
+
+def _achieved(inp: CommentInput, case: str) -> list[str]:
+    """The case's achieved rates and bound, baseline → candidate, when the documents carry them."""
+    b = inp.baseline.case(case) if inp.baseline is not None else None
+    c = inp.candidate.case(case) if inp.candidate is not None else None
+    if c is None or c.achieved is None:
+        return []
+    ba = b.achieved if b is not None else None
+    parts = []
+    for name, label, fmt in (
+        ("bandwidth_util", "DRAM bandwidth util", "{:.0%}"),
+        ("compute_util", "compute util", "{:.0%}"),
+        ("gbps", "GB/s", "{:.4g}"),
+        ("tflops", "TFLOP/s", "{:.4g}"),
+        ("bound", "bound", "{}"),
+    ):
+        now = getattr(c.achieved, name)
+        if now is not None:
+            parts.append(f"{label} {_pair(getattr(ba, name, None) if ba else None, now, fmt)}")
+    return ["Whole case: " + "; ".join(parts) + ".", ""] if parts else []
+
+
+def _run_url(inp: CommentInput) -> str | None:
+    if inp.run_id is None:
+        return None
+    return f"{inp.public_url.rstrip('/')}/api/v1/projects/{quote(inp.project)}/runs/{inp.run_id}"
+
+
+def _links(inp: CommentInput, cases: list[str]) -> list[str]:
+    base = inp.public_url.rstrip("/")
+    links = [f"[job]({base}/api/v1/jobs/{inp.job_id})"]
+    run_url = _run_url(inp)
+    if run_url:
+        links.append(f"[run]({run_url})")
+    if inp.comparison_id:
+        links.append(f"[comparison]({base}/api/v1/projects/{quote(inp.project)}/comparisons/{inp.comparison_id})")
+    traces = []
+    for case in cases:
+        found = inp.candidate.case(case) if inp.candidate is not None else None
+        if run_url and found is not None and found.trace:
+            traces.append(f"[trace of `{case}`]({run_url}/traces/{quote(found.trace)})")
+    return ["**Links:** " + " · ".join(links + traces)]
+
+
+def _reproduce(inp: CommentInput, cases: list[str]) -> list[str]:
+    suite = f"{inp.suite_name}.toml"
+    lines = ["<details><summary>Reproduce locally</summary>", "", "```sh"]
+    lines.append(f"git checkout {inp.commit}")
+    if cases:
+        selected = " ".join(f"--case '{c}'" for c in cases[:5])
+        lines.append(f"attnprof profile {suite} {selected} --out candidate.json")
+    else:
+        lines.append(f"attnprof profile {suite} --out candidate.json")
+    lines += [
+        "# the same on the base commit, written to baseline.json, then:",
+        "attnprof compare baseline.json candidate.json",
+        "```",
+        "",
+        "</details>",
+    ]
+    return lines
+
+
+def _headline(inp: CommentInput) -> str:
+    doc = inp.comparison
+    if doc is not None:
+        return f"## {_ICONS[doc.verdict]} attnprof `{inp.project}`: **{doc.verdict}** on `{inp.testbed}`"
+    return f"## attnprof `{inp.project}`: job {inp.status} on `{inp.testbed}`"
+
+
+def render(inp: CommentInput) -> str:
+    """The comment's markdown; its first line is the project's hidden marker."""
+    out = [marker(inp.project), _headline(inp), ""]
+    out.append(f"Suite `{inp.suite_name}`, commit `{inp.commit[:12]}` on `{inp.branch}`.")
+    doc = inp.comparison
+    if doc is None:
+        out += ["", f"No comparison: the job is **{inp.status}**." + (f" {inp.reason}" if inp.reason else "")]
+        out += ["", *_links(inp, []), ""]
+        return "\n".join(out)
+    s = doc.summary
+    baselines = len(doc.baseline or [])
+    out.append(
+        f"{s.compared} of {s.cases} cases compared against {baselines} baseline run(s) "
+        f"(testbed `{doc.testbed_candidate}`): {s.regressed} regressed, {s.improved} improved, "
+        f"{s.inconclusive} inconclusive, {s.unchanged} unchanged."
+    )
+    if doc.testbed_mismatch:
+        out.append(f"\n⚠️ The baselines ran on other testbeds: {', '.join(doc.testbed_baseline)}.")
+    if doc.suspect:
+        out.append("\n⚠️ The candidate's numbers are doubtful: " + "; ".join(doc.suspect))
+    out += [f"\n> {n}" for n in doc.notes]
+
+    moved = [f for f in doc.findings if f.status in _MOVED]
+    moved.sort(key=lambda f: (f.status != "regressed", f.case, f.metric))
+    if moved:
+        out += ["", "### Regressions and improvements", "", *_table(moved)]
+    regressions = [f for f in moved if f.status == "regressed"]
+    for f in regressions:
+        if f.metric == "backend":
+            out += ["", f"#### ⚠️ `{f.case}`: backend switch {_num(f.baseline)} → {_num(f.candidate)}"]
+            out += [f.detail] if f.detail else []
+        elif f.metric == "variance":
+            out += ["", f"#### `{f.case}`: run-to-run variance {_pct(f.change)}"]
+            out += [f.detail] if f.detail else []
+        elif f.metric == "accuracy":
+            out += ["", f"#### ❌ `{f.case}`: accuracy {_num(f.baseline)} → {_num(f.candidate)}"]
+            out += [f.detail] if f.detail else []
+        elif f.metric in ("latency", "bandwidth", "throughput", "dram_bytes"):
+            out += ["", f"#### `{f.case}`: {f.metric} {_pct(f.change)}"]
+            out += [f.detail, ""] if f.detail else [""]
+            out += _achieved(inp, f.case)
+            out += _kernel_lines(inp, f)
+    if doc.software:
+        out += [
+            "",
+            "**Software that differs:** "
+            + ", ".join(f"{sw.name} {sw.baseline or '–'} → {sw.candidate or '–'}" for sw in doc.software),
+        ]
+    if doc.findings:
+        out += ["", f"<details><summary>All {len(doc.findings)} findings</summary>", "", *_table(doc.findings)]
+        out += ["", "</details>"]
+    cases = list(dict.fromkeys(f.case for f in regressions))
+    out += ["", *_links(inp, cases), "", *_reproduce(inp, cases), ""]
+    return "\n".join(out)

@@ -1,0 +1,206 @@
+"""Commit statuses and the PR comment, sent to a fake GitHub server by the real service on Postgres/Redis."""
+
+from __future__ import annotations
+
+import redis
+from fakegithub import FakeGitHub
+from fastapi.testclient import TestClient
+from ghstack import (  # noqa: F401
+    REDIS_URL,
+    Tenant,
+    bind,
+    db_fixture,
+    docs,
+    engine_fixture,
+    github_fixture,
+    make_settings,
+    pg_url_fixture,
+    tenant_fixture,
+    worker_token_fixture,
+)
+from sqlalchemy.orm import Session
+
+from service import feedback
+from service.app import create_app
+from service.config import Settings
+from service.github import service as github_service
+from service.github.client import GitHubClient
+from service.github.comment import marker
+from service.jobs import service as jobs
+from service.jobs.models import Job
+
+REPO = "acme/attn"
+CASE = "sdpa[backend=cudnn,pass=fwd]"
+SPEC = """
+[suite]
+name = "s"
+
+[[cases]]
+name = "prefill"
+target = "sdpa"
+q_heads = 4
+seq_q = 128
+head_dim = 64
+"""
+
+
+def _drain(*queues: str) -> None:
+    r = redis.Redis.from_url(REDIS_URL)
+    try:
+        r.delete(*queues)
+    finally:
+        r.close()
+
+
+class Stack:
+    def __init__(self, client: TestClient, db: Session, settings: Settings, tenant: Tenant, testbed: str, wtok: str):
+        self.client, self.db, self.settings, self.tenant, self.testbed, self.wtok = (
+            client,
+            db,
+            settings,
+            tenant,
+            testbed,
+            wtok,
+        )
+
+    def baseline(self, commit: str = "a1") -> dict:
+        doc = docs.h200()
+        url = f"/api/v1/projects/{self.tenant.name}/results"
+        r = self.client.post(url, json=docs.upload_body(doc, commit=commit), headers=self.tenant.h("submit"))
+        assert r.status_code == 201, r.text
+        return doc
+
+    def job(self, commit: str, *, pr: int | None = 7, slower: float = 1.10) -> str:
+        files = {"spec": ("attnprof.toml", SPEC.encode())}
+        data = {"testbed": self.testbed, "branch": "feature", "commit": commit, "base_commit": "a1", "repo": REPO}
+        if pr is not None:
+            data["pr"] = str(pr)
+        r = self.client.post(
+            f"/api/v1/projects/{self.tenant.name}/jobs", files=files, data=data, headers=self.tenant.h("submit")
+        )
+        assert r.status_code == 202, r.text
+        job_id = r.json()["id"]
+        _drain(f"profile.{self.testbed}")
+        w = {"Authorization": f"Bearer {self.wtok}"}
+        assert self.client.post(
+            f"/internal/jobs/{job_id}/claim", json={"attempt": 1, "worker": "w"}, headers=w
+        ).is_success
+        doc = docs.variant(docs.h200(), slower=slower, cases=[CASE])
+        r = self.client.post(f"/internal/jobs/{job_id}/result", json={"attempt": 1, "result": doc}, headers=w)
+        assert r.status_code == 200, r.text
+        _drain("analysis")
+        return job_id
+
+    def analyse(self, job_id: str, monkeypatch) -> Job:
+        """What the analysis task does: the verdict, then the feedback hook, in one transaction."""
+        monkeypatch.setattr(feedback, "get_settings", lambda: self.settings)
+        jobs.analyze_job(self.db, job_id=job_id, cfg=self.settings.analysis)
+        feedback.notify_job_finished(self.db, job_id=job_id)
+        self.db.commit()
+        job = self.db.get(Job, job_id)
+        assert job is not None
+        return job
+
+
+def _stack(db: Session, pg_url: str, github: FakeGitHub, tenant: Tenant, worker_token: tuple[str, str]) -> Stack:
+    settings = make_settings(pg_url, github_api_url=github.url, github_token="test-token-1")
+    client = TestClient(bind(create_app(settings), db))
+    return Stack(client, db, settings, tenant, *worker_token)
+
+
+def test_pr_job_goes_pending_then_failure_with_one_comment_naming_case_and_kernels(
+    db, pg_url, github, tenant, worker_token, monkeypatch
+) -> None:
+    s = _stack(db, pg_url, github, tenant, worker_token)
+    s.baseline()
+    job_id = s.job("b1")
+    assert [st["state"] for st in github.statuses(REPO, "b1")] == ["pending"]
+    job = s.analyse(job_id, monkeypatch)
+    assert job.verdict == "fail" and job.status == "done" and job.reason is None
+    statuses = github.statuses(REPO, "b1")
+    assert [st["state"] for st in statuses] == ["pending", "failure"]
+    assert {st["context"] for st in statuses} == {f"attnprof/{tenant.name}"}
+    assert statuses[1]["description"] == "verdict fail"
+    assert statuses[1]["target_url"] == f"http://attnprof.test/api/v1/projects/{tenant.name}/runs/{job.run_id}"
+    comments = github.comments(REPO, 7)
+    assert len(comments) == 1
+    body = comments[0]["body"]
+    assert body.startswith(marker(tenant.name)) and f"`{CASE}`" in body and "| Kernel |" in body
+    # the endpoint shows what the PR shows
+    r = s.client.get(f"/api/v1/jobs/{job_id}/comment", headers=tenant.h("read"))
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/markdown")
+    assert r.text == body
+
+
+def test_second_push_updates_the_comment_found_on_page_two(
+    db, pg_url, github, tenant, worker_token, monkeypatch
+) -> None:
+    s = _stack(db, pg_url, github, tenant, worker_token)
+    s.baseline()
+    for i in range(120):  # more than one page of 100
+        github.add_comment(REPO, 7, f"review comment {i}")
+    s.analyse(s.job("b1"), monkeypatch)
+    ours = [c for c in github.comments(REPO, 7) if c["body"].startswith(marker(tenant.name))]
+    assert len(ours) == 1 and github.comments(REPO, 7).index(ours[0]) == 120
+    assert any(r.query.get("page") == "2" for r in github.requests("GET"))
+    job = s.analyse(s.job("b2", slower=1.0), monkeypatch)
+    assert job.verdict == "pass"
+    ours = [c for c in github.comments(REPO, 7) if c["body"].startswith(marker(tenant.name))]
+    assert len(ours) == 1 and "**pass**" in ours[0]["body"]
+    assert len(github.requests("PATCH")) == 1 and len(github.comments(REPO, 7)) == 121
+    assert [st["state"] for st in github.statuses(REPO, "b2")] == ["pending", "success"]
+
+
+def test_rate_limits_and_server_errors_are_retried(db, pg_url, github, tenant, worker_token) -> None:
+    s = _stack(db, pg_url, github, tenant, worker_token)
+    s.baseline()
+    job_id = s.job("b1", pr=None)
+    github.fail_next("rate403", "rate429", "500")
+    sleeps: list[float] = []
+    gh = GitHubClient(github.url, "test-token-1", attempts=4, backoff_s=0.01, sleep=sleeps.append)
+    assert github_service.send(db, s.settings, job_id, client=gh) is True
+    assert gh.retries == 3 and len(sleeps) == 3 and all(w <= 1.0 for w in sleeps)
+    assert [st["state"] for st in github.statuses(REPO, "b1")] == ["pending", "pending"]
+
+
+def test_a_github_failure_is_recorded_and_the_verdict_kept(
+    db, pg_url, github, tenant, worker_token, monkeypatch
+) -> None:
+    s = _stack(db, pg_url, github, tenant, worker_token)
+    s.baseline()
+    job_id = s.job("b1")
+    github.fail_next(*["500"] * 10)
+    fast = GitHubClient(github.url, "test-token-1", attempts=3, backoff_s=0.0)
+    monkeypatch.setattr(github_service, "make_client", lambda settings, **kw: fast)
+    job = s.analyse(job_id, monkeypatch)
+    assert job.status == "done" and job.verdict == "fail" and job.run_id is not None
+    assert job.reason is not None and job.reason.startswith("GitHub feedback failed: ")
+    assert "HTTP 500" in job.reason and "after 3 attempts" in job.reason
+    assert github.comments(REPO, 7) == []
+    r = s.client.get(f"/api/v1/jobs/{job_id}/comparison", headers=tenant.h("read"))
+    assert r.status_code == 200 and r.json()["verdict"] == "fail"
+
+
+def test_a_plain_403_is_not_retried(db, pg_url, github, tenant, worker_token) -> None:
+    s = _stack(db, pg_url, github, tenant, worker_token)
+    job_id = s.job("b1", pr=None)
+    github.fail_next("403")
+    gh = GitHubClient(github.url, "test-token-1", backoff_s=0.0)
+    assert github_service.send(db, s.settings, job_id, client=gh) is False
+    assert gh.retries == 0
+    job = db.get(Job, job_id)
+    assert job is not None and job.reason is not None and "HTTP 403" in job.reason
+
+
+def test_job_creation_succeeds_with_github_unreachable(db, pg_url, github, tenant, worker_token, monkeypatch) -> None:
+    s = _stack(db, pg_url, github, tenant, worker_token)
+    nowhere = GitHubClient("http://127.0.0.1:9", "test-token-1", attempts=2, backoff_s=0.0)
+    monkeypatch.setattr(github_service, "make_client", lambda settings, **kw: nowhere)
+    files = {"spec": ("attnprof.toml", SPEC.encode())}
+    data = {"testbed": s.testbed, "branch": "f", "commit": "c9", "repo": REPO}
+    r = s.client.post(f"/api/v1/projects/{tenant.name}/jobs", files=files, data=data, headers=tenant.h("submit"))
+    _drain(f"profile.{s.testbed}")
+    assert r.status_code == 202, r.text
+    job = db.get(Job, r.json()["id"])
+    assert job is not None and job.status == "queued"
+    assert job.reason is not None and job.reason.startswith("GitHub feedback failed: ")
