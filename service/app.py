@@ -12,6 +12,7 @@ from service.db import make_engine, make_sessionmaker
 from service.errors import install_handlers
 from service.limits import BodyLimitMiddleware
 from service.metrics import Metrics, MetricsMiddleware
+from service.openapi import install as install_openapi
 from service.ratelimit import RateLimiter
 from service.routers import ROUTERS
 
@@ -42,6 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
+    install_openapi(app)
     app.add_middleware(
         BodyLimitMiddleware,
         json_bytes=settings.limits.json_body_bytes,

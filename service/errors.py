@@ -7,7 +7,9 @@
 ``NotFound``              404 no such object, or another project's object (tenancy hides it)
 ``Conflict``              409 the object is not in a state that allows the action
 ``PayloadTooLarge``       413 a body, bundle or trace over its limit
-``InvalidPayload``        422 the payload failed validation (result document, suite file, bundle)
+``InvalidPayload``        422 the payload failed validation (result document, suite file, bundle); also any value
+                          the database refuses to hold (a NUL character in text, a number out of range): it came
+                          from the request, and the transaction is rolled back
 ``RateLimited``           429 the token's rate limit; carries ``Retry-After``
 ``Unavailable``           503 a dependency (database, broker) is down
 
@@ -17,11 +19,14 @@ A regression is not an error: it is a verdict.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
@@ -78,6 +83,13 @@ class Unavailable(ServiceError):
     status, error = 503, "unavailable"
 
 
+class ErrorOut(BaseModel):
+    """The body of every error answer."""
+
+    error: str = Field(description="a stable code: bad_request, unauthorized, not_found, invalid_payload, ...")
+    detail: str = Field(description="what was wrong, in words")
+
+
 def error_response(status: int, error: str, detail: Any, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
 
@@ -102,11 +114,34 @@ def install_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         return error_response(422, "invalid_payload", _validation_detail(exc))
 
-    async def http_error(_: Request, exc: Exception) -> JSONResponse:
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         code = _HTTP_CODES.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail), dict(exc.headers or {}))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405 and (allowed := _allowed_methods(request)):
+            headers["Allow"] = ", ".join(allowed)
+        return error_response(exc.status_code, code, str(exc.detail), headers)
+
+    async def data_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, DataError)
+        # The driver's first line says what was wrong (e.g. "text fields cannot contain NUL (0x00) bytes").
+        reason = str(exc.orig).splitlines()[0] if exc.orig is not None else "a value the database cannot hold"
+        return error_response(422, "invalid_payload", f"a value the database cannot hold: {reason}")
 
     app.add_exception_handler(ServiceError, service_error)
+    app.add_exception_handler(DataError, data_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method the API documents at this path. Starlette's own ``Allow`` names only the methods of the first
+    route that matched the path, which is wrong where two routes share it (GET and PUT of a trace)."""
+    path = request.url.path
+    methods: set[str] = set()
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        if re.fullmatch(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)), path):
+            methods |= {m.upper() for m in operations}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)

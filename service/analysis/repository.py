@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from service.analysis.models import Alert, Comparison
 from service.runs.models import Run, RunCase
@@ -27,12 +27,16 @@ def latest_for_run(session: Session, run_id: str) -> Comparison | None:
 def history(
     session: Session, *, project_id: int, testbed_key: str, branch: str, exclude: Sequence[str], limit: int
 ) -> list[Run]:
-    """The newest non-suspect runs on ``branch`` on ``testbed_key``, oldest first."""
-    q = select(Run).where(
-        Run.project_id == project_id,
-        Run.testbed_key == testbed_key,
-        Run.branch == branch,
-        Run.suspect.is_(False),
+    """The newest non-suspect runs on ``branch`` on ``testbed_key``, oldest first (their documents not loaded)."""
+    q = (
+        select(Run)
+        .options(defer(Run.document))
+        .where(
+            Run.project_id == project_id,
+            Run.testbed_key == testbed_key,
+            Run.branch == branch,
+            Run.suspect.is_(False),
+        )
     )
     if exclude:
         q = q.where(Run.id.not_in(exclude))

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.analysis import repository
 from service.auth.dependencies import ReadProject
-from service.db import SessionDep
+from service.db import INT_MAX, SessionDep
 from service.errors import NotFound
 
 router = APIRouter(prefix="/api/v1/projects/{project}", tags=["alerts"])
@@ -48,7 +48,7 @@ def list_alerts(
     access: ReadProject,
     session: SessionDep,
     regressions_only: bool = True,
-    after: Annotated[int | None, Query(ge=1)] = None,
+    after: Annotated[int | None, Query(ge=1, le=INT_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Alerts:
     """Change points found on the default branch, newest first."""

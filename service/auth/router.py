@@ -7,7 +7,7 @@ from fastapi import APIRouter, Path
 from service.auth import service
 from service.auth.dependencies import AdminProject, PrincipalDep
 from service.auth.schemas import TokenCreated, TokenIn, TokenOut, Tokens, Whoami
-from service.db import SessionDep
+from service.db import INT_MAX, SessionDep
 
 router = APIRouter(prefix="/api/v1/projects/{project}/tokens", tags=["tokens"])
 whoami_router = APIRouter(prefix="/api/v1", tags=["tokens"])
@@ -33,5 +33,7 @@ def list_tokens(access: AdminProject, session: SessionDep) -> Tokens:
 
 
 @router.delete("/{token_id}", response_model=TokenOut)
-def revoke_token(token_id: Annotated[int, Path(ge=1)], access: AdminProject, session: SessionDep) -> TokenOut:
+def revoke_token(
+    token_id: Annotated[int, Path(ge=1, le=INT_MAX)], access: AdminProject, session: SessionDep
+) -> TokenOut:
     return TokenOut.model_validate(service.revoke(session, project_id=access.project.id, token_id=token_id))

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, delete, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from service.baselines.models import BaselineRule
 from service.runs.models import Run, RunCase
@@ -72,10 +72,11 @@ def runs_of_commits(
     commits: Sequence[str],
     limit: int,
 ) -> list[Run]:
-    """Runs on ``branch`` of any of ``commits``, newest first."""
+    """Runs on ``branch`` of any of ``commits``, newest first. Their documents load when first read: only the
+    few runs picked for the pool are."""
     if not commits:
         return []
-    q = select(Run).where(*window.where(), Run.branch == branch, Run.commit.in_(commits))
+    q = select(Run).options(defer(Run.document)).where(*window.where(), Run.branch == branch, Run.commit.in_(commits))
     return list(session.scalars(q.order_by(Run.created_at.desc()).limit(limit)))
 
 
@@ -88,9 +89,10 @@ def latest_runs(
     include: str | None = None,
     suspect: bool | None = None,
 ) -> list[Run]:
-    """The newest runs on ``branch`` (plus the run ``include``, whatever its branch), newest first."""
+    """The newest runs on ``branch`` (plus the run ``include``, whatever its branch), newest first. Their documents
+    load when first read (the noise floor never reads them)."""
     on_branch = Run.branch == branch if include is None else (Run.branch == branch) | (Run.id == include)
-    q = select(Run).where(*window.where(), on_branch)
+    q = select(Run).options(defer(Run.document)).where(*window.where(), on_branch)
     if suspect is not None:
         q = q.where(Run.suspect.is_(suspect))
     return list(session.scalars(q.order_by(Run.created_at.desc()).limit(limit)))

@@ -9,6 +9,7 @@ from service.dependencies import SettingsDep
 from service.errors import Unavailable
 from service.health import repository
 from service.metrics import Metrics
+from service.openapi import errors
 
 router = APIRouter(tags=["health"])
 
@@ -19,7 +20,7 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "the database or the broker is down"}})
+@router.get("/readyz", responses=errors(503))
 def readyz(session: SessionDep, settings: SettingsDep) -> dict[str, str]:
     """The database and the broker answer."""
     try:
@@ -33,7 +34,9 @@ def readyz(session: SessionDep, settings: SettingsDep) -> dict[str, str]:
     return {"status": "ready", "database": "ok", "broker": "ok"}
 
 
-@router.get("/metrics", response_class=Response)
+@router.get(
+    "/metrics", response_class=Response, responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}}
+)
 def metrics(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
     """Prometheus text format."""
     m: Metrics = request.app.state.metrics

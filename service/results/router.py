@@ -5,6 +5,7 @@ from fastapi import APIRouter
 from service.auth.dependencies import SubmitProject
 from service.db import SessionDep
 from service.dependencies import SettingsDep
+from service.openapi import errors
 from service.results import service
 from service.results.schemas import ResultUpload, UploadAnswer
 from service.testbeds import repository as testbeds
@@ -12,7 +13,7 @@ from service.testbeds import repository as testbeds
 router = APIRouter(prefix="/api/v1/projects/{project}", tags=["results"])
 
 
-@router.post("/results", status_code=201, response_model=UploadAnswer)
+@router.post("/results", status_code=201, response_model=UploadAnswer, responses=errors(409))
 def upload_result(
     body: ResultUpload, access: SubmitProject, session: SessionDep, settings: SettingsDep
 ) -> UploadAnswer:

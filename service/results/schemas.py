@@ -4,6 +4,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.db import INT_MAX
+
 Sha = Field(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z._-]+$")
 
 
@@ -18,7 +20,7 @@ class ResultUpload(BaseModel):
     repo: str | None = Field(None, max_length=200, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
     base_commit: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[0-9A-Za-z._-]+$")
     ancestors: list[str] = Field(default_factory=list, max_length=50, description="newest first")
-    pr: int | None = Field(None, ge=1)
+    pr: int | None = Field(None, ge=1, le=INT_MAX)
     testbed: str | None = Field(None, max_length=100)
 
 

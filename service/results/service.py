@@ -34,4 +34,4 @@ def upload(session: Session, *, project_id: int, body: ResultUpload, cfg: Analys
         testbed=body.testbed,
     )
     run = runs.store_run(session, project_id=project_id, document=document, provenance=provenance)
-    return Uploaded(run=run, comparison=analysis.analyze(session, run_id=run.id, cfg=cfg))
+    return Uploaded(run=run, comparison=analysis.analyze(session, run_id=run.id, cfg=cfg, document=document))

@@ -17,6 +17,8 @@ class Run(Base):
         UniqueConstraint("project_id", "document_run_id"),
         Index("ix_runs_baseline", "project_id", "testbed_key", "commit", "created_at"),
         Index("ix_runs_history", "project_id", "testbed_id", "branch", "created_at"),
+        # The default-branch history of a testbed key: baseline fallback, noise floor, change points.
+        Index("ix_runs_key_history", "project_id", "testbed_key", "branch", "created_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -49,6 +51,8 @@ class RunCase(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "case_id"),
         Index("ix_run_cases_trend", "project_id", "testbed_id", "branch", "case_id", "created_at"),
+        # The trend of a case over every testbed (no testbed asked for).
+        Index("ix_run_cases_trend_all_testbeds", "project_id", "branch", "case_id", "created_at"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)

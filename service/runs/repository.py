@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
@@ -43,12 +45,55 @@ def add_cases(session: Session, rows: Sequence[dict[str, Any]]) -> list[int]:
 
 def add_kernels(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     if rows:
-        session.execute(insert(RunKernel), list(rows))
+        # Core, not the ORM's bulk path: nothing here needs the identity map, and that path costs per row.
+        session.connection().execute(insert(RunKernel), list(rows))
 
 
-def add_samples(session: Session, rows: Sequence[dict[str, Any]]) -> None:
-    if rows:
-        session.execute(insert(Sample), list(rows))
+def add_samples(
+    session: Session, *, run_case_ids: Sequence[int], indexes: Sequence[int], values_us: Sequence[float]
+) -> None:
+    """Insert sample rows given as three parallel columns.
+
+    On Postgres they go in with one binary COPY, in the session's transaction: a 100-case document holds some
+    20,000 samples, and inserting them as an executemany took over a second (row by row in text, 0.2 s).
+    """
+    if not run_case_ids:
+        return
+    connection = session.connection()
+    if connection.dialect.name == "postgresql":
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        payload = _binary_copy(run_case_ids, indexes, values_us)
+        with driver.cursor() as cursor, cursor.copy(_COPY_SAMPLES) as copy:
+            copy.write(payload)
+        return
+    rows = [
+        {"run_case_id": c, "index": i, "value_us": v} for c, i, v in zip(run_case_ids, indexes, values_us, strict=True)
+    ]
+    connection.execute(insert(Sample), rows)
+
+
+_COPY_SAMPLES = f'COPY {Sample.__tablename__} (run_case_id, "index", value_us) FROM STDIN (FORMAT BINARY)'
+# COPY's binary tuples: a field count, then each field as its length and its big-endian value.
+_SAMPLE_TUPLE = np.dtype(
+    [
+        ("fields", ">i2"),
+        ("n1", ">i4"),
+        ("run_case_id", ">i8"),
+        ("n2", ">i4"),
+        ("index", ">i4"),
+        ("n3", ">i4"),
+        ("value_us", ">f8"),
+    ]
+)
+
+
+def _binary_copy(run_case_ids: Sequence[int], indexes: Sequence[int], values_us: Sequence[float]) -> bytes:
+    rows = np.empty(len(run_case_ids), dtype=_SAMPLE_TUPLE)
+    rows["fields"], rows["n1"], rows["n2"], rows["n3"] = 3, 8, 4, 8
+    rows["run_case_id"], rows["index"], rows["value_us"] = run_case_ids, indexes, values_us
+    header = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+    return header + rows.tobytes() + struct.pack(">h", -1)
 
 
 def list_runs(

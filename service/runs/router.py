@@ -73,7 +73,16 @@ def get_run(run_id: str, access: ReadProject, session: SessionDep) -> RunOut:
     return _out(session, service.get(session, project_id=access.project.id, run_id=run_id), document=True)
 
 
-@router.put("/{run_id}/traces/{name}", status_code=204, response_class=Response)
+# The body is read raw (a gzip file, not JSON), so FastAPI cannot describe it: say what it is.
+_TRACE_BODY = {"required": True, "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}}
+
+
+@router.put(
+    "/{run_id}/traces/{name}",
+    status_code=204,
+    response_class=Response,
+    openapi_extra={"requestBody": _TRACE_BODY},
+)
 async def put_trace(
     run_id: str, name: TraceName, request: Request, access: SubmitProject, session: SessionDep, settings: SettingsDep
 ) -> Response:

@@ -111,7 +111,9 @@ def _store_normalised(session: Session, run: Run, document: ResultDocument) -> N
         )
     ids = repository.add_cases(session, case_rows)
     kernels: list[dict[str, Any]] = []
-    samples: list[dict[str, Any]] = []
+    sample_cases: list[int] = []
+    sample_indexes: list[int] = []
+    sample_values: list[float] = []
     for case_row_id, case in zip(ids, document.cases, strict=True):
         for k in case.kernels:
             kernels.append(
@@ -132,11 +134,12 @@ def _store_normalised(session: Session, run: Run, document: ResultDocument) -> N
                 }
             )
         if case.latency_us is not None:
-            samples.extend(
-                {"run_case_id": case_row_id, "index": i, "value_us": v} for i, v in enumerate(case.latency_us.samples)
-            )
+            n = len(case.latency_us.samples)
+            sample_cases.extend([case_row_id] * n)
+            sample_indexes.extend(range(n))
+            sample_values.extend(case.latency_us.samples)
     repository.add_kernels(session, kernels)
-    repository.add_samples(session, samples)
+    repository.add_samples(session, run_case_ids=sample_cases, indexes=sample_indexes, values_us=sample_values)
 
 
 def get(session: Session, *, project_id: int, run_id: str) -> Run:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, select, true
 from sqlalchemy.orm import Session
 
 from service.runs.models import Run, RunCase, RunKernel
@@ -71,29 +71,45 @@ def case_points(session: Session, tq: TrendQuery, metric: str) -> list[Row[tuple
 
 
 def kernel_points(session: Session, tq: TrendQuery, key: str, metric: str) -> list[Row[tuple[object, ...]]]:
+    """Oldest first: the case's rows in the order of ``ix_run_cases_trend``, each joined to its kernels of ``key``.
+
+    The kernels are a lateral subquery kept from being flattened into a join (``OFFSET 0``): joined, Postgres
+    takes a key to match a case's kernels as rarely as it matches anyone's, expects a handful of points, and
+    sorts every row of the case (~50 ms on 10,000 runs) instead of reading the first page in index order (~2 ms).
+    """
     med, p25, p75 = KERNEL_METRICS[metric]
+    kernels = (
+        select(
+            med.label("median"),
+            (p25 or med).label("p25"),
+            (p75 or med).label("p75"),
+            RunKernel.phase,
+            RunKernel.launches_per_iter,
+            RunKernel.bound,
+        )
+        .where(RunKernel.run_case_id == RunCase.id, RunKernel.key == key)
+        .offset(0)
+        .lateral("kernels")
+    )
+    k = kernels.c
     cols = [
         RunCase.run_id,
         Run.commit,
         RunCase.created_at,
-        med,
-        p25 or med,
-        p75 or med,
-        RunKernel.phase,
-        RunKernel.launches_per_iter,
-        RunKernel.bound,
+        k.median,
+        k.p25,
+        k.p75,
+        k.phase,
+        k.launches_per_iter,
+        k.bound,
         RunCase.testbed_id,
     ]
     q = (
         select(*cols)
-        .join(RunKernel, RunKernel.run_case_id == RunCase.id)
+        .select_from(RunCase)
+        .join(kernels, true())
         .join(Run, Run.id == RunCase.run_id)
-        .where(
-            RunCase.project_id == tq.project_id,
-            RunCase.branch == tq.branch,
-            RunCase.case_id == tq.case_id,
-            RunKernel.key == key,
-        )
+        .where(RunCase.project_id == tq.project_id, RunCase.branch == tq.branch, RunCase.case_id == tq.case_id)
     )
     if tq.testbed_id is not None:
         q = q.where(RunCase.testbed_id == tq.testbed_id)

@@ -10,6 +10,7 @@ from service import paging
 from service.auth.dependencies import ReadProject
 from service.db import SessionDep
 from service.errors import BadRequest, NotFound
+from service.openapi import errors
 from service.testbeds import repository as testbeds
 from service.trends import repository
 from service.trends.schemas import Point, Trend
@@ -70,7 +71,7 @@ def _points(rows: Sequence[Any], limit: int, extra: tuple[str, ...]) -> tuple[li
     return points, nxt
 
 
-@router.get("", response_model=Trend)
+@router.get("", response_model=Trend, responses=errors(400))
 def case_trend(
     access: ReadProject,
     session: SessionDep,
@@ -89,7 +90,7 @@ def case_trend(
     return Trend(case=case, metric=metric, unit=UNITS[metric], branch=tq.branch, points=points, next=nxt)
 
 
-@router.get("/kernels", response_model=Trend)
+@router.get("/kernels", response_model=Trend, responses=errors(400))
 def kernel_trend(
     access: ReadProject,
     session: SessionDep,

@@ -1,0 +1,138 @@
+"""The OpenAPI document told the truth about errors: every operation lists the error answers it can give, each
+with the ``{"error", "detail"}`` body that ``service.errors`` renders (FastAPI's default 422 model, a list of
+validation errors, is not what this API sends).
+
+Most error answers follow from what an operation is, so they are added here by rule, once, rather than on
+every route:
+
+* it takes a bearer token (an ``Authorization`` header parameter): 401 (no, unknown or revoked token), 429
+  (the token's rate limit, with ``Retry-After``) and, but for the operations any token may call, 403 (the
+  token's role or kind does not allow it);
+* it takes a token and names objects in its path: 404 (no such object, or another project's);
+* it has parameters or a body: 422 (payload validation); with a body, also 400 (a body that cannot be parsed,
+  such as one that is not UTF-8);
+* it is a POST, PUT or PATCH: 413 (the body limit, applied before anything reads the body);
+* it pages with a ``cursor``: 400 (a cursor this API did not return);
+* it is a POST on one job (``.../jobs/{job_id}/...``): 409, for each such POST moves the job from one state to
+  another (cancel, claim, heartbeat, result, failure) and a job in another state refuses.
+
+Answers only some operations give (409 on a conflicting state, 400 on an empty time range, 503) are declared on
+their routes with ``responses=errors(...)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from service.errors import ErrorOut
+
+DESCRIPTIONS = {
+    400: "a well-formed request that cannot be acted on",
+    401: "no token, or an unknown or revoked one",
+    403: "the token's role or kind does not allow this",
+    404: "no such object, or another project's (tenancy hides it)",
+    409: "the object's state does not allow this",
+    413: "the body is over its limit",
+    422: "the payload failed validation",
+    429: "the token's rate limit was reached",
+    503: "a dependency (the database or the broker) is down",
+}
+# Operations that every valid token may call, whatever its role or kind (no 403).
+ANY_TOKEN = {("get", "/api/v1/token")}
+_ERROR_REF = {"$ref": "#/components/schemas/ErrorOut"}
+_HEADERS: dict[int, dict[str, Any]] = {
+    401: {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}},
+    429: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}},
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for error answers a route gives beyond the rules above."""
+    return {code: {"model": ErrorOut, "description": DESCRIPTIONS[code]} for code in codes}
+
+
+def _error_response(code: int, description: str | None = None) -> dict[str, Any]:
+    answer: dict[str, Any] = {
+        "description": description or DESCRIPTIONS[code],
+        "content": {"application/json": {"schema": _ERROR_REF}},
+    }
+    if code in _HEADERS:
+        answer["headers"] = _HEADERS[code]
+    return answer
+
+
+def _codes(path: str, method: str, operation: dict[str, Any]) -> set[int]:
+    params = operation.get("parameters", [])
+    where = {(p["in"], p["name"].lower()) for p in params}
+    authenticated = ("header", "authorization") in where
+    names_objects = any(p["in"] == "path" for p in params)
+    codes: set[int] = set()
+    if authenticated:
+        codes |= {401, 429}
+        if (method, path) not in ANY_TOKEN:
+            codes.add(403)
+        if names_objects:
+            codes.add(404)
+    if params or "requestBody" in operation:
+        codes.add(422)
+    if "requestBody" in operation:
+        codes.add(400)
+    if method in ("post", "put", "patch"):
+        codes.add(413)
+    if ("query", "cursor") in where:
+        codes.add(400)
+    if method == "post" and ("path", "job_id") in where:
+        codes.add(409)
+    return codes
+
+
+def _forms_without_null(document: dict[str, Any]) -> None:
+    """An optional field of a form is left out or sent, never null: a form has no way to say null (a client that
+    followed FastAPI's ``anyOf [..., null]`` would send the text "null", which is not a file nor a number)."""
+    schemas = document["components"]["schemas"]
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            content = operation.get("requestBody", {}).get("content", {})
+            for media_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+                ref = content.get(media_type, {}).get("schema", {}).get("$ref", "")
+                form = schemas.get(ref.rsplit("/", 1)[-1], {})
+                for prop in form.get("properties", {}).values():
+                    options = [o for o in prop.get("anyOf", ()) if o.get("type") != "null"]
+                    if len(options) == 1:
+                        del prop["anyOf"]
+                        prop.update(options[0])
+
+
+def document_errors(document: dict[str, Any]) -> dict[str, Any]:
+    """Add the rule-given error answers to every operation of ``document`` (in place) and use one error model."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    schemas["ErrorOut"] = ErrorOut.model_json_schema()
+    _forms_without_null(document)
+    for path, operations in document.get("paths", {}).items():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            for code in sorted(_codes(path, method, operation)):
+                responses.setdefault(str(code), _error_response(code))
+            for code, answer in responses.items():
+                if code.isdigit() and int(code) >= 400:
+                    # FastAPI's validation model, or a bare description: the body is this API's error body.
+                    answer["content"] = {"application/json": {"schema": _ERROR_REF}}
+                    if code == "422":
+                        answer["description"] = DESCRIPTIONS[422]
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    return document
+
+
+def install(app: FastAPI) -> None:
+    """Make ``app.openapi()`` return the document with its error answers filled in (built once, then cached)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document_errors(build())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
