@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Row, select, true
+from sqlalchemy import Row, Select, select, true
 from sqlalchemy.orm import Session
 
 from service.runs.models import Run, RunCase, RunKernel
@@ -58,16 +59,7 @@ def case_points(session: Session, tq: TrendQuery, metric: str) -> list[Row[tuple
         .join(Run, Run.id == RunCase.run_id)
         .where(RunCase.project_id == tq.project_id, RunCase.branch == tq.branch, RunCase.case_id == tq.case_id)
     )
-    if tq.testbed_id is not None:
-        q = q.where(RunCase.testbed_id == tq.testbed_id)
-    if tq.since is not None:
-        q = q.where(RunCase.created_at >= tq.since)
-    if tq.until is not None:
-        q = q.where(RunCase.created_at < tq.until)
-    if tq.after is not None:
-        at, rid = tq.after
-        q = q.where((RunCase.created_at > at) | ((RunCase.created_at == at) & (RunCase.run_id > rid)))
-    return list(session.execute(q.order_by(RunCase.created_at, RunCase.run_id).limit(tq.limit)))
+    return _page(session, q, tq)
 
 
 def kernel_points(session: Session, tq: TrendQuery, key: str, metric: str) -> list[Row[tuple[object, ...]]]:
@@ -111,6 +103,11 @@ def kernel_points(session: Session, tq: TrendQuery, key: str, metric: str) -> li
         .join(Run, Run.id == RunCase.run_id)
         .where(RunCase.project_id == tq.project_id, RunCase.branch == tq.branch, RunCase.case_id == tq.case_id)
     )
+    return _page(session, q, tq)
+
+
+def _page(session: Session, q: Select[*tuple[Any, ...]], tq: TrendQuery) -> list[Row[tuple[object, ...]]]:
+    """One page of ``q`` in the trend's window: testbed, time range and cursor applied, oldest first."""
     if tq.testbed_id is not None:
         q = q.where(RunCase.testbed_id == tq.testbed_id)
     if tq.since is not None:
