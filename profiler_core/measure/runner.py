@@ -14,7 +14,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -55,7 +55,6 @@ class ProfileOptions:
     command: str | None = None
     cases: list[CaseSpec] | None = None  # a selection; default every case of the suite
     ncu_path: str | None = None
-    extra_path: list[str] = field(default_factory=list)
 
 
 def resolve_device(requested: str) -> str:
