@@ -37,9 +37,20 @@ def _die(message: str, code: int = EXIT_BAD_INPUT) -> None:
 def serve(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,
-    workers: Annotated[int, typer.Option(help="server processes")] = 1,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="server processes (uvicorn workers on one port); each keeps its own rate-limit buckets and "
+            "/metrics counters, so a token's effective limit is the per-process limit times the processes",
+        ),
+    ] = 1,
 ) -> None:
-    """Run the HTTP API (settings from ATTNPROF_* environment variables)."""
+    """Run the HTTP API (settings from ATTNPROF_* environment variables).
+
+    One process serves requests on one core at a time (the GIL); ``--workers`` runs several, as many as the
+    cores the API may use. What each process keeps in memory (rate limits, metrics) is its own.
+    """
     import uvicorn
 
     if workers > 1:

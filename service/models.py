@@ -7,7 +7,7 @@ from service.baselines.models import BaselineRule
 from service.db import Base
 from service.jobs.models import Job
 from service.projects.models import Project
-from service.runs.models import Run, RunCase, RunKernel, RunTrace, Sample
+from service.runs.models import CaseSamples, Run, RunCase, RunKernel, RunTrace
 from service.testbeds.models import Testbed
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "Artifact",
     "Base",
     "BaselineRule",
+    "CaseSamples",
     "Comparison",
     "Job",
     "Project",
@@ -22,7 +23,6 @@ __all__ = [
     "RunCase",
     "RunKernel",
     "RunTrace",
-    "Sample",
     "Testbed",
     "Token",
 ]

@@ -105,8 +105,10 @@ def compare(
 
     findings: list[Finding] = []
     tested: list[Tested] = []
+    # ResultDocument.case looks a case up by scanning the list: once per case and baseline, that is quadratic.
+    by_id = [{c.id: c for c in reversed(b.cases)} for b in baselines]
     for case in candidate.cases:
-        base_cases = [c for b in baselines if (c := b.case(case.id)) is not None]
+        base_cases = [c for cases in by_id if (c := cases.get(case.id)) is not None]
         if not base_cases:
             findings.append(
                 Finding(

@@ -8,10 +8,13 @@ runs then differ from one another by a run-level offset whose variance is the be
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy import special
 from scipy import stats as sps
 
 FloatArray = NDArray[np.float64]
@@ -28,9 +31,40 @@ class RunStat:
 
     def draw(self, rng: np.random.Generator, size: int) -> FloatArray:
         """Draws of the statistic from its within-run sampling distribution."""
-        if self.weights.size:
-            return np.asarray(rng.choice(self.support, size=size, p=self.weights), dtype=np.float64)
-        return np.asarray(self.value + np.sqrt(self.within_var) * rng.standard_normal(size), dtype=np.float64)
+        row: FloatArray = draw_runs([self], rng, size)[0]
+        return row
+
+
+def _cdf(weights: FloatArray) -> FloatArray:
+    # What Generator.choice(p=weights) inverts: the same cumulative sums, so the draws are the same too.
+    cdf = weights.cumsum()
+    cdf /= cdf[-1]
+    return cdf
+
+
+def draw_runs(runs: Sequence[RunStat], rng: np.random.Generator, size: int) -> FloatArray:
+    """Draws of each run's statistic from its sampling distribution: one row of ``size`` per run.
+
+    Runs of one kind (all bootstrapped, or all normal) take one call of the generator for all their draws; the
+    stream is consumed in the order of ``runs``, exactly as one ``draw`` per run would consume it, so the rows are
+    the same as those of ``[r.draw(rng, size) for r in runs]`` (``Generator.choice`` with ``p`` draws uniforms and
+    inverts the cumulative weights, which is what happens here).
+    """
+    out = np.empty((len(runs), size), dtype=np.float64)
+    if not runs:
+        return out
+    if all(r.weights.size for r in runs):
+        uniforms = rng.random((len(runs), size))
+        for i, r in enumerate(runs):
+            out[i] = r.support[_cdf(r.weights).searchsorted(uniforms[i], side="right")]
+    elif not any(r.weights.size for r in runs):
+        values = np.array([r.value for r in runs])[:, None]
+        sds = np.sqrt(np.array([r.within_var for r in runs]))[:, None]
+        out[:] = values + sds * rng.standard_normal((len(runs), size))
+    else:
+        for i, r in enumerate(runs):
+            out[i] = draw_runs([r], rng, size)[0]
+    return out
 
 
 def log_samples(samples_us: list[float] | FloatArray) -> FloatArray:
@@ -50,14 +84,11 @@ def median_stat(log_x: FloatArray) -> RunStat:
     n = xs.size
     if n == 0:
         raise ValueError("no samples")
-    value = float(np.median(xs))
+    half = n // 2
+    value = float(xs[half]) if n % 2 else float((xs[half - 1] + xs[half]) / 2.0)
     if n == 1:
         return RunStat(value, 0.0, xs, np.ones(1))
-    k = (n + 1) // 2
-    cdf = sps.binom.sf(k - 1, n, np.arange(1, n + 1) / n)
-    pmf = np.diff(np.concatenate(([0.0], cdf)))
-    pmf = np.clip(pmf, 0.0, None)
-    pmf /= pmf.sum()
+    pmf = _median_pmf(n)
     mean = float(pmf @ xs)
     var = float(pmf @ (xs - mean) ** 2)
     return RunStat(value, var, xs, pmf)
@@ -72,12 +103,25 @@ def spread_stat(log_x: FloatArray) -> RunStat | None:
     n = log_x.size
     if n < 5:
         return None
-    z = np.abs(log_x - np.median(log_x))
+    z = np.abs(log_x - _median(log_x))
     m = float(z.mean())
     if m <= 0.0:
         return None
     var = float(z.var(ddof=1)) / (n * m * m)
     return RunStat(float(np.log(m)), var, np.empty(0), np.empty(0))
+
+
+@lru_cache(maxsize=256)
+def _median_pmf(n: int) -> FloatArray:
+    """P(bootstrap median of n samples = the j-th smallest), j = 1..n. It depends on n alone, and runs of a
+    suite mostly share a sample count: computed once per n (read-only)."""
+    k = (n + 1) // 2
+    cdf = sps.binom.sf(k - 1, n, np.arange(1, n + 1) / n)
+    pmf = np.diff(np.concatenate(([0.0], cdf)))
+    pmf = np.clip(pmf, 0.0, None)
+    pmf /= pmf.sum()
+    pmf.setflags(write=False)
+    return pmf
 
 
 @dataclass(frozen=True)
@@ -117,7 +161,8 @@ def hierarchical_test(baseline: list[RunStat], candidate: RunStat, *, prior_sd: 
     se = float(np.sqrt(var))
     df = float(max(total_df, 1))
     # Zero variance (identical constant runs, no noise floor): any difference at all is certain.
-    p = (1.0 if diff == 0.0 else 0.0) if se <= 0.0 else float(2.0 * sps.t.sf(abs(diff) / se, df))
+    # special.stdtr(df, -t) is what scipy.stats.t.sf(t, df) computes, without its argument checking (~0.2 ms).
+    p = (1.0 if diff == 0.0 else 0.0) if se <= 0.0 else float(2.0 * special.stdtr(df, -abs(diff) / se))
     spread = float(values.max() - values.min()) if k > 1 else 0.0
     return TestResult(diff, se, df, min(p, 1.0), float(np.sqrt(tau2)), spread)
 
@@ -138,20 +183,45 @@ def bootstrap_diffs(
     resample and a single candidate run cannot show its own offset.
     """
     k = len(baseline)
+    draws = draw_runs([*baseline, candidate], rng, replicates)
     base = np.zeros(replicates)
-    for run in baseline:
-        base += run.draw(rng, replicates)
+    for row in draws[:k]:
+        base += row
     base /= k
-    cand = candidate.draw(rng, replicates)
+    cand = draws[k]
     offsets = test.between_sd * np.sqrt(1.0 + 1.0 / k) * rng.standard_t(test.df, replicates)
     return np.asarray(cand - base + offsets, dtype=np.float64)
 
 
 def percentile_interval(draws: FloatArray, level: float) -> tuple[float, float]:
-    """Equal-tailed percentile interval of ``draws`` at coverage ``level``."""
+    """Equal-tailed percentile interval of ``draws`` at coverage ``level``.
+
+    ``np.quantile(draws, [tail, 1 - tail])`` (its default, linear method), computed from a partition at the four
+    order statistics it interpolates between and with its interpolation formula, so the bounds are the same to
+    the last bit; without its generic machinery, which cost more than the partition for one case's draws.
+    """
     tail = (1.0 - level) / 2.0
-    low, high = np.quantile(draws, [tail, 1.0 - tail])
-    return float(low), float(high)
+    n = draws.size
+    virtual = (n - 1) * np.array([tail, 1.0 - tail])
+    below = np.floor(virtual)
+    gamma = virtual - below
+    lo = np.minimum(below.astype(np.intp), n - 1)
+    hi = np.minimum(lo + 1, n - 1)
+    part = np.partition(draws, np.unique(np.concatenate((lo, hi))))
+    a, b = part[lo], part[hi]
+    diff = b - a
+    bounds = np.where(gamma >= 0.5, b - diff * (1.0 - gamma), a + diff * gamma)
+    return float(bounds[0]), float(bounds[1])
+
+
+def _median(x: FloatArray) -> float:
+    """``np.median(x)`` of a non-empty array without NaNs: the middle order statistic, or the mean of the two."""
+    n = x.size
+    half = n // 2
+    if n % 2:
+        return float(np.partition(x, half)[half])
+    part = np.partition(x, [half - 1, half])
+    return float((part[half - 1] + part[half]) / 2.0)
 
 
 def benjamini_hochberg(p_values: list[float]) -> list[float]:

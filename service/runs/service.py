@@ -111,9 +111,7 @@ def _store_normalised(session: Session, run: Run, document: ResultDocument) -> N
         )
     ids = repository.add_cases(session, case_rows)
     kernels: list[dict[str, Any]] = []
-    sample_cases: list[int] = []
-    sample_indexes: list[int] = []
-    sample_values: list[float] = []
+    samples_us: dict[int, list[float]] = {}
     for case_row_id, case in zip(ids, document.cases, strict=True):
         for k in case.kernels:
             kernels.append(
@@ -133,13 +131,10 @@ def _store_normalised(session: Session, run: Run, document: ResultDocument) -> N
                     "bound": k.bound,
                 }
             )
-        if case.latency_us is not None:
-            n = len(case.latency_us.samples)
-            sample_cases.extend([case_row_id] * n)
-            sample_indexes.extend(range(n))
-            sample_values.extend(case.latency_us.samples)
+        if case.latency_us is not None and case.latency_us.samples:
+            samples_us[case_row_id] = case.latency_us.samples
     repository.add_kernels(session, kernels)
-    repository.add_samples(session, run_case_ids=sample_cases, indexes=sample_indexes, values_us=sample_values)
+    repository.add_samples(session, samples_us)
 
 
 def get(session: Session, *, project_id: int, run_id: str) -> Run:
