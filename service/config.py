@@ -63,6 +63,32 @@ class Sweep(BaseModel):
     heartbeat_stale_s: float = Field(60.0, gt=0, description="running with no heartbeat this long: the worker died")
     analyzing_stale_s: float = Field(120.0, gt=0, description="analyzing this long with no message: resend")
     batch: int = Field(200, ge=1, description="jobs handled per sweep and per kind")
+    feedback_retry_s: float = Field(
+        30.0, gt=0, description="GitHub feedback that failed is retried after this, doubling each time up to 1 h"
+    )
+    feedback_attempts: int = Field(8, ge=1, description="deliveries of GitHub feedback tried before giving up")
+
+
+class Dashboard(BaseModel):
+    """The web pages (``/ui``): sign-in with a project token, kept in a signed session cookie."""
+
+    session_secret: SecretStr | None = Field(
+        None,
+        description="key that signs session cookies; unset: a random key per process (sign-ins end with a restart, "
+        "and several server processes need one shared key)",
+    )
+    session_ttl_s: int = Field(8 * 3600, ge=60, le=30 * 24 * 3600, description="a sign-in lasts this long")
+    cookie_secure: bool = Field(False, description="send the cookie over HTTPS only (set it behind TLS)")
+    series_points: int = Field(600, ge=50, le=10_000, description="points a trend chart draws at most")
+
+    @field_validator("session_secret")
+    @classmethod
+    def _strong_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and (
+            value.get_secret_value().strip().lower() in _PLACEHOLDERS or len(value.get_secret_value()) < 32
+        ):
+            raise ValueError("must be a real secret of at least 32 characters, or unset")
+        return value
 
 
 class Settings(BaseSettings):
@@ -85,6 +111,7 @@ class Settings(BaseSettings):
     analysis: Analysis = Field(default_factory=Analysis)
     worker: ProfileWorker = Field(default_factory=ProfileWorker)
     sweep: Sweep = Field(default_factory=Sweep)
+    dashboard: Dashboard = Field(default_factory=Dashboard)
 
     @field_validator("github_token", "github_webhook_secret", "worker_token")
     @classmethod

@@ -33,7 +33,7 @@ def analysis_run(job_id: str) -> str | None:
 
 @app.task(name="jobs.sweep", acks_late=True)  # type: ignore[untyped-decorator]
 def jobs_sweep() -> dict[str, int]:
-    """Send again what was lost; re-queue or fail what a dead worker held."""
+    """Send again what was lost; re-queue or fail what a dead worker held; deliver the GitHub feedback owed."""
     from worker import sweeper
 
     return sweeper.run(get_settings())

@@ -1,22 +1,33 @@
-"""The script of the composite action ``.github/actions/attnprof``: submit, wait, summarise, decide.
+"""The script of the composite action ``.github/actions/attnprof``: profile, get the verdict, summarise, decide.
 
-Run as ``python -m service.github.action`` on a GitHub runner (the client install, no server packages). It
-reads the action's inputs from ``ATTNPROF_*`` variables and the commit, branch, base commit and pull request
-from ``GITHUB_*`` and the event JSON, runs ``attnprof submit --wait --json``, writes the job's comment to
-``$GITHUB_STEP_SUMMARY`` and the outputs to ``$GITHUB_OUTPUT``, and exits per ``fail-on``:
-``fail`` (exit as ``attnprof submit`` does), ``warn`` (a failing verdict or no verdict is a warning; bad input
-still fails), ``never`` (always 0).
+Run as ``python -m service.github.action`` on a GitHub runner. It reads the action's inputs from ``ATTNPROF_*``
+variables and the commit, branch, base commit and pull request from ``GITHUB_*`` and the event JSON. Two modes
+(``ATTNPROF_MODE``):
+
+- ``submit`` (the default; the client install, no torch, no server packages): ``attnprof submit --wait --json``
+  sends the suite to the service, whose GPU workers profile it; the job's comment is read back from the service.
+- ``local`` (a self-hosted runner with a GPU and ``attnprof[profile]``): ``attnprof profile`` runs the suite on
+  the runner, then ``attnprof upload --json`` stores the result with the same provenance; the service answers
+  with the verdict and the comparison, which are rendered here as the PR comment would show them.
+
+Both write the summary to ``$GITHUB_STEP_SUMMARY``, the outputs (``job-id`` or ``run-id``, ``verdict``,
+``report-url``) to ``$GITHUB_OUTPUT``, and exit per ``fail-on``: ``fail`` (exit as ``attnprof submit`` does: 0
+pass or warn, 1 fail, 2 bad input, 3 no verdict), ``warn`` (a failing verdict or no verdict is a warning; bad
+input still fails), ``never`` (always 0). The token travels in the environment (``ATTNPROF_TOKEN``), never in
+a command line.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_NO_VERDICT = 0, 1, 2, 3
@@ -79,6 +90,36 @@ def submit_argv(env: Mapping[str, str], prov: Provenance) -> list[str]:
     return argv
 
 
+def upload_argv(env: Mapping[str, str], prov: Provenance, result: Path) -> list[str]:
+    """``attnprof upload`` of the local mode's result, with the traces written beside it."""
+    argv = [env.get("ATTNPROF_CLI", "attnprof"), "upload", str(result), "--json", "--trace-dir", str(result.parent)]
+    for flag, value in (
+        ("--branch", prov.branch),
+        ("--commit", prov.commit),
+        ("--testbed", env.get("ATTNPROF_TESTBED")),
+        ("--repo", prov.repo),
+        ("--base-commit", prov.base_commit),
+        ("--pr", str(prov.pr) if prov.pr else None),
+    ):
+        if value:
+            argv += [flag, value]
+    return argv
+
+
+def profile_argv(env: Mapping[str, str], result: Path) -> list[str]:
+    """``attnprof profile`` of the local mode; ``ATTNPROF_PROFILE_ARGS`` adds options (``--device cpu``, ...)."""
+    extra = shlex.split(env.get("ATTNPROF_PROFILE_ARGS") or "")
+    return [
+        env.get("ATTNPROF_CLI", "attnprof"),
+        "profile",
+        env["ATTNPROF_SUITE"],
+        "--out",
+        str(result),
+        "--quiet",
+        *extra,
+    ]
+
+
 def decide(fail_on: str, code: int) -> tuple[int, str | None]:
     """The step's exit code for ``attnprof submit``'s ``code``, and a warning annotation if one is due."""
     if code == EXIT_PASS:
@@ -89,15 +130,135 @@ def decide(fail_on: str, code: int) -> tuple[int, str | None]:
     return code, None
 
 
-def _comment(server: str, token: str, job_id: str) -> str | None:
-    request = urllib.request.Request(
-        f"{server.rstrip('/')}/api/v1/jobs/{job_id}/comment", headers={"Authorization": f"Bearer {token}"}
-    )
+@dataclass(frozen=True)
+class Outcome:
+    """What one mode found: the exit code by ``attnprof submit``'s rules, the line that says why, the outputs,
+    and the summary's markdown (None: the reason alone)."""
+
+    code: int
+    reason: str
+    job_id: str = ""
+    run_id: str = ""
+    verdict: str = ""
+    report_url: str = ""
+    summary: str | None = None
+
+
+def _get(server: str, token: str, path: str) -> str | None:
+    request = urllib.request.Request(f"{server.rstrip('/')}{path}", headers={"Authorization": f"Bearer {token}"})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return str(response.read().decode())
     except OSError:
         return None
+
+
+def _without_marker(markdown: str | None) -> str | None:
+    lines = (markdown or "").splitlines()
+    return "\n".join(lines[1:]) if lines and lines[0].startswith("<!--") else None
+
+
+def _timeout_s(env: Mapping[str, str]) -> float:
+    return max(1.0, float(env.get("ATTNPROF_TIMEOUT_MINUTES") or 60) * 60)
+
+
+def _run(argv: list[str], env: Mapping[str, str], timeout_s: float | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, capture_output=True, text=True, env=dict(env), check=False, timeout=timeout_s)
+    sys.stderr.write(done.stderr)
+    return done
+
+
+def submit_mode(env: Mapping[str, str], prov: Provenance) -> Outcome:
+    if not env.get("ATTNPROF_TESTBED"):
+        return Outcome(EXIT_BAD_INPUT, "testbed: required in submit mode (the testbed the service profiles on)")
+    done = _run(submit_argv(env, prov), env)
+    try:
+        answer: dict[str, Any] = json.loads(done.stdout)
+    except ValueError:
+        print(done.stdout)
+        answer = {"exit": done.returncode or EXIT_BAD_INPUT, "reason": "attnprof submit printed no JSON"}
+    job = answer.get("job") or {}
+    job_id = str(job.get("id") or "")
+    server = env.get("ATTNPROF_SERVER", "")
+    markdown = _get(server, env.get("ATTNPROF_TOKEN", ""), f"/api/v1/jobs/{job_id}/comment") if job_id else None
+    return Outcome(
+        code=int(answer.get("exit", EXIT_BAD_INPUT)),
+        reason=str(answer.get("reason") or ""),
+        job_id=job_id,
+        run_id=str(job.get("run_id") or ""),
+        verdict=str(job.get("verdict") or ""),
+        report_url=f"{server.rstrip('/')}/api/v1/jobs/{job_id}/comment" if job_id else "",
+        summary=_without_marker(markdown),
+    )
+
+
+def local_summary(env: Mapping[str, str], prov: Provenance, answer: dict[str, Any], result: Path) -> str | None:
+    """The upload's comparison rendered as the PR comment shows it (``service.github.comment``), without its
+    marker line; None when it cannot be (the answer or the document does not parse)."""
+    from profiler_core.documents import load_result
+    from profiler_core.documents.comparison import ComparisonDocument
+    from service.github.comment import CommentInput, render
+
+    server, token = env.get("ATTNPROF_SERVER", ""), env.get("ATTNPROF_TOKEN", "")
+    try:
+        whoami = json.loads(_get(server, token, "/api/v1/token") or "{}")
+        candidate = load_result(result)
+        inp = CommentInput(
+            project=str(whoami.get("project") or ""),
+            job_id="",
+            status="done",
+            suite_name=candidate.suite.name,
+            testbed=str(answer.get("testbed") or ""),
+            branch=prov.branch or "",
+            commit=prov.commit or "",
+            public_url=server,
+            pr=prov.pr,
+            run_id=str(answer["run_id"]),
+            comparison_id=str(answer["comparison_id"]),
+            comparison=ComparisonDocument.model_validate(answer["comparison"]),
+            candidate=candidate,
+        )
+    except (KeyError, ValueError, OSError) as exc:
+        print(f"::warning::attnprof: the summary could not be rendered: {exc}")
+        return None
+    return _without_marker(render(inp))
+
+
+def local_mode(env: Mapping[str, str], prov: Provenance) -> Outcome:
+    if not prov.branch or not prov.commit:
+        return Outcome(EXIT_BAD_INPUT, "the branch and commit are unknown: GITHUB_REF_NAME and GITHUB_SHA are unset")
+    out = Path(env.get("ATTNPROF_OUT_DIR") or Path(env.get("RUNNER_TEMP") or ".") / "attnprof")
+    out.mkdir(parents=True, exist_ok=True)
+    result = out / "attnprof-result.json"
+    result.unlink(missing_ok=True)
+    try:
+        profiled = _run(profile_argv(env, result), env, _timeout_s(env))
+    except subprocess.TimeoutExpired:
+        return Outcome(
+            EXIT_NO_VERDICT, f"no verdict: attnprof profile ran past timeout-minutes ({_timeout_s(env):.0f} s)"
+        )
+    if profiled.returncode == EXIT_BAD_INPUT:
+        return Outcome(EXIT_BAD_INPUT, f"attnprof profile refused the suite: {profiled.stderr.strip()[-500:]}")
+    if not result.is_file():
+        return Outcome(EXIT_NO_VERDICT, f"no verdict: attnprof profile wrote no result (exit {profiled.returncode})")
+    # A case that failed (exit 1) is in the document: the comparison decides what it means.
+    uploaded = _run(upload_argv(env, prov, result), env)
+    try:
+        answer: dict[str, Any] = json.loads(uploaded.stdout)
+    except ValueError:
+        print(uploaded.stdout)
+        return Outcome(
+            EXIT_BAD_INPUT, f"attnprof upload failed (exit {uploaded.returncode}): {uploaded.stderr.strip()[-500:]}"
+        )
+    verdict = str(answer.get("verdict") or "")
+    return Outcome(
+        code=EXIT_FAIL if verdict == "fail" else EXIT_PASS,
+        reason=f"verdict: {verdict}",
+        run_id=str(answer.get("run_id") or ""),
+        verdict=verdict,
+        report_url=str(answer.get("url") or ""),
+        summary=local_summary(env, prov, answer, result),
+    )
 
 
 def _append(path: str | None, text: str) -> None:
@@ -112,29 +273,26 @@ def main(env: Mapping[str, str] | None = None) -> int:
     if fail_on not in ("fail", "warn", "never"):
         print(f"::error::fail-on must be fail, warn or never, not {fail_on!r}")
         return EXIT_BAD_INPUT
-    argv = submit_argv(env, provenance(env))
-    done = subprocess.run(argv, capture_output=True, text=True, env=dict(env), check=False)
-    sys.stderr.write(done.stderr)
-    try:
-        answer: dict[str, Any] = json.loads(done.stdout)
-    except ValueError:
-        print(done.stdout)
-        answer = {"exit": done.returncode or EXIT_BAD_INPUT, "reason": "attnprof submit printed no JSON"}
-    job = answer.get("job") or {}
-    job_id = str(job.get("id") or "")
-    server = env.get("ATTNPROF_SERVER", "")
-    report_url = f"{server.rstrip('/')}/api/v1/jobs/{job_id}/comment" if job_id else ""
-    verdict = str(job.get("verdict") or "")
-    _append(env.get("GITHUB_OUTPUT"), f"job-id={job_id}\nverdict={verdict}\nreport-url={report_url}\n")
-    reason = str(answer.get("reason") or "")
-    markdown = _comment(server, env.get("ATTNPROF_TOKEN", ""), job_id) if job_id else None
-    lines = (markdown or "").splitlines()
-    summary = "\n".join(lines[1:]) if lines and lines[0].startswith("<!--") else f"## attnprof\n\n{reason}\n"
+    mode = env.get("ATTNPROF_MODE") or "submit"
+    if mode not in ("submit", "local"):
+        print(f"::error::mode must be submit or local, not {mode!r}")
+        return EXIT_BAD_INPUT
+    prov = provenance(env)
+    outcome = submit_mode(env, prov) if mode == "submit" else local_mode(env, prov)
+    _append(
+        env.get("GITHUB_OUTPUT"),
+        f"job-id={outcome.job_id}\nrun-id={outcome.run_id}\nverdict={outcome.verdict}\n"
+        f"report-url={outcome.report_url}\n",
+    )
+    summary = outcome.summary if outcome.summary is not None else f"## attnprof\n\n{outcome.reason}\n"
     _append(env.get("GITHUB_STEP_SUMMARY"), summary + "\n")
-    print(f"attnprof: job {job_id or '(none)'}: {reason}")
-    code, warning = decide(fail_on, int(answer.get("exit", EXIT_BAD_INPUT)))
+    label = f"job {outcome.job_id or '(none)'}" if mode == "submit" else f"run {outcome.run_id or '(none)'}"
+    print(f"attnprof: {label}: {outcome.reason}")
+    code, warning = decide(fail_on, outcome.code)
     if warning:
         print(f"::warning::{warning}")
+    elif code != 0:
+        print(f"::error::attnprof: {outcome.reason}")
     return code
 
 

@@ -15,6 +15,16 @@ from profiler_core.documents.result import Kernel, ResultDocument
 MARKER_PREFIX = "<!-- attnprof:"
 _ICONS = {"pass": "✅", "warn": "⚠️", "fail": "❌"}
 _MOVED = ("regressed", "improved")
+_ENDED = {"failed": "failed", "timed_out": "timed out", "cancelled": "was cancelled"}
+_KERNELS_MAX = 20  # rows of a backend switch's kernel table
+_REASON_MAX = 4000  # characters of the reason shown (a worker's output tail can be long)
+_NEXT = {
+    "failed": "If the cause is in the code, fix it and push; if it was the worker or the infrastructure, comment "
+    "`/attnprof rerun` to run this commit again.",
+    "timed_out": "The profiling ran past the worker's wall-clock limit: a target that hangs, or a suite too large "
+    "for the limit. Reproduce it locally, then push, or comment `/attnprof rerun`.",
+    "cancelled": "Push again or comment `/attnprof rerun` to get a verdict.",
+}
 
 
 def marker(project: str) -> str:
@@ -24,7 +34,8 @@ def marker(project: str) -> str:
 
 @dataclass(frozen=True)
 class CommentInput:
-    """What the comment shows about one job. ``baseline`` is one of the pooled baseline runs' documents."""
+    """What the comment shows about one job (or one upload: ``job_id`` empty). ``baseline`` is one of the pooled
+    baseline runs' documents."""
 
     project: str
     job_id: str
@@ -134,6 +145,28 @@ def _kernel_lines(inp: CommentInput, f: Finding) -> list[str]:
     return lines + (["", *why] if why else [])
 
 
+def _kernel_sets(inp: CommentInput, case: str) -> list[str]:
+    """The kernels of ``case`` on both sides, by key, when the backend changed: which vanished, which appeared,
+    and what each costs per iteration (median, microseconds)."""
+    b = inp.baseline.case(case) if inp.baseline is not None else None
+    c = inp.candidate.case(case) if inp.candidate is not None else None
+    before = {k.key: k for k in (b.kernels if b is not None else [])}
+    after = {k.key: k for k in (c.kernels if c is not None else [])}
+    if not before and not after:
+        return []
+    lines = ["", "| Kernel | Phase | Baseline | Candidate | Bound |", "|---|---|---:|---:|---|"]
+    for key in list(dict.fromkeys([*before, *after]))[:_KERNELS_MAX]:
+        bk, ck = before.get(key), after.get(key)
+        state = " (new)" if bk is None and b is not None else " (gone)" if ck is None and c is not None else ""
+        either = ck or bk
+        phase = either.phase if either is not None else "–"
+        was = _num(bk.duration_us.median if bk else None, "us")
+        now = _num(ck.duration_us.median if ck else None, "us")
+        bound = _pair(_attr(bk, "bound"), _attr(ck, "bound"))
+        lines.append(f"| `{_cell(key)}`{state} | {phase} | {was} | {now} | {bound} |")
+    return lines
+
+
 def _achieved(inp: CommentInput, case: str) -> list[str]:
     """The case's achieved rates and bound, baseline → candidate, when the documents carry them."""
     b = inp.baseline.case(case) if inp.baseline is not None else None
@@ -163,7 +196,7 @@ def _run_url(inp: CommentInput) -> str | None:
 
 def _links(inp: CommentInput, cases: list[str]) -> list[str]:
     base = inp.public_url.rstrip("/")
-    links = [f"[job]({base}/api/v1/jobs/{inp.job_id})"]
+    links = [f"[job]({base}/api/v1/jobs/{inp.job_id})"] if inp.job_id else []  # an upload has no job
     run_url = _run_url(inp)
     if run_url:
         links.append(f"[run]({run_url})")
@@ -177,7 +210,8 @@ def _links(inp: CommentInput, cases: list[str]) -> list[str]:
     return ["**Links:** " + " · ".join(links + traces)]
 
 
-def _reproduce(inp: CommentInput, cases: list[str]) -> list[str]:
+def _reproduce(inp: CommentInput, cases: list[str], *, compare: bool = True) -> list[str]:
+    """How to run it locally; ``compare`` adds the baseline side and the comparison (not for a failed job)."""
     suite = f"{inp.suite_name}.toml"
     lines = ["<details><summary>Reproduce locally</summary>", "", "```sh"]
     lines.append(f"git checkout {inp.commit}")
@@ -186,9 +220,12 @@ def _reproduce(inp: CommentInput, cases: list[str]) -> list[str]:
         lines.append(f"attnprof profile {suite} {selected} --out candidate.json")
     else:
         lines.append(f"attnprof profile {suite} --out candidate.json")
+    if compare:
+        lines += [
+            "# the same on the base commit, written to baseline.json, then:",
+            "attnprof compare baseline.json candidate.json",
+        ]
     lines += [
-        "# the same on the base commit, written to baseline.json, then:",
-        "attnprof compare baseline.json candidate.json",
         "```",
         "",
         "</details>",
@@ -200,7 +237,43 @@ def _headline(inp: CommentInput) -> str:
     doc = inp.comparison
     if doc is not None:
         return f"## {_ICONS[doc.verdict]} attnprof `{inp.project}`: **{doc.verdict}** on `{inp.testbed}`"
-    return f"## attnprof `{inp.project}`: job {inp.status} on `{inp.testbed}`"
+    if inp.status in _ENDED:
+        return f"## ⛔ attnprof `{inp.project}`: **no verdict** (job {_ENDED[inp.status]}) on `{inp.testbed}`"
+    return f"## ⏳ attnprof `{inp.project}`: job {inp.status} on `{inp.testbed}`"
+
+
+def _no_verdict(inp: CommentInput) -> list[str]:
+    """What a job that ended without a comparison says: that this commit has no verdict, why, what to do.
+
+    The comment is the pull request's one, updated in place: it says outright that the earlier commit's table is
+    gone rather than leaving a verdict that no longer describes the code under review.
+    """
+    if inp.status not in _ENDED:
+        return ["", f"No verdict yet: the job is **{inp.status}**.", "", *_links(inp, []), ""]
+    reason = (inp.reason or "no reason was recorded").strip()
+    if len(reason) > _REASON_MAX:
+        reason = "…" + reason[-_REASON_MAX:]
+    fence = "````" if "```" in reason else "```"
+    stale = " A verdict on an earlier commit of this pull request no longer applies." if inp.pr is not None else ""
+    out = [
+        "",
+        f"**This commit has no verdict:** the job {_ENDED[inp.status]} before its results were compared with the "
+        f"baseline, so nothing is known about its performance.{stale}",
+        "",
+        "**Why:**",
+        "",
+        f"{fence}text",
+        reason,
+        fence,
+        "",
+        _NEXT[inp.status],
+        "",
+        *_links(inp, []),
+        "",
+    ]
+    if inp.status != "cancelled":
+        out += [*_reproduce(inp, [], compare=False), ""]
+    return out
 
 
 def render(inp: CommentInput) -> str:
@@ -209,9 +282,7 @@ def render(inp: CommentInput) -> str:
     out.append(f"Suite `{inp.suite_name}`, commit `{inp.commit[:12]}` on `{inp.branch}`.")
     doc = inp.comparison
     if doc is None:
-        out += ["", f"No comparison: the job is **{inp.status}**." + (f" {inp.reason}" if inp.reason else "")]
-        out += ["", *_links(inp, []), ""]
-        return "\n".join(out)
+        return "\n".join(out + _no_verdict(inp))
     s = doc.summary
     baselines = len(doc.baseline or [])
     out.append(
@@ -234,6 +305,7 @@ def render(inp: CommentInput) -> str:
         if f.metric == "backend":
             out += ["", f"#### ⚠️ `{f.case}`: backend switch {_num(f.baseline)} → {_num(f.candidate)}"]
             out += [f.detail] if f.detail else []
+            out += _kernel_sets(inp, f.case)
         elif f.metric == "variance":
             out += ["", f"#### `{f.case}`: run-to-run variance {_pct(f.change)}"]
             out += [f.detail] if f.detail else []

@@ -4,16 +4,18 @@ import json
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Path, Request
 
 from service import queue
+from service.auth.dependencies import PrincipalDep
 from service.db import SessionDep
 from service.dependencies import SettingsDep
-from service.errors import InvalidPayload, PayloadTooLarge
+from service.errors import Conflict, InvalidPayload, PayloadTooLarge
 from service.github import service as github
 from service.github import webhook
 from service.github.client import GitHubError
-from service.github.schemas import WebhookAnswer
+from service.github.schemas import ResendAnswer, WebhookAnswer
+from service.jobs import service as jobs
 from service.openapi import errors
 from service.testbeds import repository as testbeds
 
@@ -63,3 +65,27 @@ def receive(
         queue.enqueue_profile(settings, job_id=job.id, attempt=1, testbed=tb.name if tb else "")
         github.send_pending(session, settings, job.id)
     return WebhookAnswer(action="rerun", detail=f"{len(copies)} job(s) queued", jobs=[j.id for j in copies])
+
+
+@router.post("/jobs/{job_id}/resend", response_model=ResendAnswer)
+def resend(
+    job_id: Annotated[str, Path(max_length=36)], principal: PrincipalDep, session: SessionDep, settings: SettingsDep
+) -> ResendAnswer:
+    """Send the job's commit status (and its PR comment, once it has ended) again from what is stored: after
+    GitHub was down for longer than the sweep's retries, or a token without access was fixed. An admin token of
+    the job's project. A delivery that fails is recorded on the job and owed to the sweep again (with its
+    retries counted afresh); the job's status and verdict never change."""
+    job = jobs.get_for(session, principal, job_id, role="admin")
+    if not job.repo:
+        raise Conflict(f"job {job_id} names no repository: there is nothing to send to GitHub")
+    if settings.github_token is None:
+        raise Conflict("GitHub feedback is off: the service has no ATTNPROF_GITHUB_TOKEN")
+    delivered = github.resend(session, settings, job)
+    state, description = github.status_of(job)
+    return ResendAnswer(
+        delivered=delivered,
+        state=state,
+        description=description,
+        owed_at=job.feedback_due_at,
+        reason=job.reason,
+    )

@@ -6,11 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from service import queue
+from service import feedback, queue
 from service.auth.dependencies import WorkerDep
 from service.db import SessionDep
 from service.dependencies import SettingsDep
 from service.jobs import service
+from service.jobs.models import FINAL
 from service.jobs.schemas import (
     Claim,
     ClaimAnswer,
@@ -98,7 +99,8 @@ async def trace(
 
 @router.post("/jobs/{job_id}/failure", response_model=JobOut)
 def failure(job_id: str, body: Failure, worker: WorkerDep, session: SessionDep, settings: SettingsDep) -> JobOut:
-    """Record a failed attempt; a retried job is queued again for the next attempt."""
+    """Record a failed attempt; a retried job is queued again for the next attempt. A job that ended (failed, timed
+    out) gets its ``error`` status and PR comment after the commit; GitHub's answer never changes this one."""
     job = service.fail(
         session, worker, job_id, attempt=body.attempt, reason=body.reason, timed_out=body.timed_out, retry=body.retry
     )
@@ -106,4 +108,8 @@ def failure(job_id: str, body: Failure, worker: WorkerDep, session: SessionDep, 
     if job.status == "queued":
         session.commit()
         queue.enqueue_profile(settings, job_id=job.id, attempt=job.attempts + 1, testbed=out.testbed)
+    elif job.status in FINAL:
+        feedback.job_ended(job)
+        session.commit()
+        feedback.deliver_after_commit(session, settings, job.id)
     return out

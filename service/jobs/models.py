@@ -20,6 +20,7 @@ class Job(Base):
         UniqueConstraint("project_id", "idempotency_key"),
         Index("ix_jobs_listing", "project_id", "created_at"),
         Index("ix_jobs_status", "status", "testbed_id"),
+        Index("ix_jobs_feedback_due_at", "feedback_due_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -47,3 +48,9 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    feedback_due_at: Mapped[datetime | None] = mapped_column(
+        comment="GitHub feedback is owed from this time (null: nothing owed)"
+    )
+    feedback_attempts: Mapped[int] = mapped_column(
+        Integer, default=0, server_default="0", comment="failed deliveries of the feedback now owed"
+    )

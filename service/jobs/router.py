@@ -5,9 +5,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, File, Form, Header, Query, Response, UploadFile
 from fastapi.responses import PlainTextResponse
 
-from service import paging, queue
+from service import feedback, paging, queue
 from service.auth.dependencies import PrincipalDep, ReadProject, SubmitProject
-from service.db import SessionDep
+from service.db import INT_MAX, SessionDep
 from service.dependencies import SettingsDep
 from service.errors import InvalidPayload, PayloadTooLarge
 from service.github import service as github
@@ -46,7 +46,7 @@ def create_job(
     repo: Annotated[str | None, Form(max_length=200)] = None,
     base_commit: Annotated[str | None, Form(max_length=64)] = None,
     ancestors: Annotated[str | None, Form(description="first-parent ancestors, newest first: JSON list or CSV")] = None,
-    pr: Annotated[int | None, Form(ge=1)] = None,
+    pr: Annotated[int | None, Form(ge=1, le=INT_MAX)] = None,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
 ) -> JobCreated:
     """Queue a profiling job. The row is committed before the message is sent; a broker that is down leaves
@@ -86,7 +86,7 @@ def list_jobs(
     settings: SettingsDep,
     status: Status | None = None,
     branch: Annotated[str | None, Query(max_length=255)] = None,
-    pr: Annotated[int | None, Query(ge=1)] = None,
+    pr: Annotated[int | None, Query(ge=1, le=INT_MAX)] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> JobPage:
@@ -129,6 +129,10 @@ def get_comment(job_id: str, principal: PrincipalDep, session: SessionDep, setti
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
-def cancel_job(job_id: str, principal: PrincipalDep, session: SessionDep) -> JobOut:
+def cancel_job(job_id: str, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> JobOut:
+    """Cancel a job that has not ended; its ``error`` status and PR comment are sent after the commit."""
     job = service.cancel(session, service.get_for(session, principal, job_id, role="submit"))
+    feedback.job_ended(job)
+    session.commit()
+    feedback.deliver_after_commit(session, settings, job.id)
     return service.to_out(session, job)

@@ -11,6 +11,9 @@ Three ways a job gets stuck, and what the sweep does about each:
 - ``analyzing`` for ``analyzing_stale_s`` with no ``analysis.run`` message: sent again (analysis is
   idempotent).
 
+And GitHub feedback that is owed and due (a job that the sweep fails here, a delivery that failed before and
+waited out its backoff) is listed in ``SweepReport.feedback``, to be delivered after the commit.
+
 Where the broker cannot be read (``pending`` answers ``None``) a job is resent once per stale period: a
 duplicate message is harmless, its claim answers 409 and the worker drops it.
 
@@ -28,6 +31,8 @@ from sqlalchemy.orm import Session
 
 from service import queue
 from service.config import Sweep
+from service.github import repository as github_rows
+from service.github import service as github
 from service.jobs import repository
 from service.jobs.models import Job
 from service.testbeds import repository as testbeds
@@ -50,6 +55,8 @@ class Send:
 class SweepReport:
     sends: list[Send] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    feedback: list[str] = field(default_factory=list)
+    """Jobs whose owed GitHub feedback is due: deliver each (``github.send_owed``) once this is committed."""
 
 
 def _testbed(session: Session, job: Job) -> str:
@@ -88,6 +95,9 @@ def sweep(session: Session, *, cfg: Sweep, now: datetime, pending: PendingLookup
             continue
         job.updated_at = now
         report.sends.append(Send("analysis", job.id, job.attempts, "", f"analyzing since {_ago(job, now)}"))
+
+    session.flush()
+    report.feedback = github_rows.feedback_due(session, now=now, limit=cfg.batch)
     return report
 
 
@@ -110,4 +120,5 @@ def _worker_lost(job: Job, now: datetime, report: SweepReport, testbed: str) -> 
     job.status = "failed"
     job.reason = f"{lost}, and it was the last of {job.max_attempts} attempts"
     job.finished_at = now
+    github.owe(job, now)
     report.failed.append(job.id)

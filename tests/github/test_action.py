@@ -37,16 +37,30 @@ SPEC = '[suite]\nname = "s"\n\n[[cases]]\nname = "prefill"\ntarget = "sdpa"\nq_h
 
 def test_workflow_and_action_files_parse() -> None:
     action = yaml.safe_load((ROOT / ".github/actions/attnprof/action.yml").read_text())
-    assert set(action["inputs"]) == {"server-url", "token", "suite", "testbed", "source", "fail-on", "timeout-minutes"}
-    assert set(action["outputs"]) == {"job-id", "verdict", "report-url"}
+    assert set(action["inputs"]) == {
+        "server-url",
+        "token",
+        "suite",
+        "mode",
+        "testbed",
+        "source",
+        "profile-args",
+        "fail-on",
+        "timeout-minutes",
+    }
+    assert action["inputs"]["mode"]["default"] == "submit"
+    assert set(action["outputs"]) == {"job-id", "run-id", "verdict", "report-url"}
     assert action["runs"]["using"] == "composite"
+    env = next(s["env"] for s in action["runs"]["steps"] if s.get("id") == "run")
+    assert env["ATTNPROF_MODE"] == "${{ inputs.mode }}" and env["ATTNPROF_PROFILE_ARGS"] == "${{ inputs.profile-args }}"
     ci = yaml.safe_load((ROOT / ".github/workflows/ci.yml").read_text())
     assert {"postgres", "redis"} <= set(ci["jobs"]["test"]["services"])
     runs = [s.get("run") for job in ci["jobs"].values() for s in job["steps"]]
     assert {"make lint", "make test"} <= set(runs)
     example = yaml.safe_load((ROOT / "examples/github/attention-perf.yml").read_text())
-    step = next(s for s in example["jobs"]["attnprof"]["steps"] if "attnprof" in str(s.get("uses")))
-    assert set(step["with"]) <= set(action["inputs"])
+    steps = [s for job in example["jobs"].values() for s in job["steps"] if "attnprof" in str(s.get("uses"))]
+    assert {s["with"].get("mode", "submit") for s in steps} == {"submit", "local"}
+    assert all(set(s["with"]) <= set(action["inputs"]) for s in steps)
 
 
 def test_provenance_of_pull_request_and_push_events(tmp_path: Path) -> None:
@@ -140,6 +154,7 @@ def _play_worker(url: str, project: str, submit: str, wtok: str, settings, error
         r = httpx.post(f"{url}/internal/jobs/{job_id}/result", json={"attempt": 1, "result": doc}, headers=w)
         assert r.status_code == 200, r.text
         assert analysis.run(job_id, settings) == "fail"
+        assert analysis.run(job_id, settings) == "fail"  # a repeated message: the verdict again, no second feedback
     except BaseException as exc:
         errors.append(exc)
 
@@ -193,3 +208,111 @@ def test_action_script_in_a_pull_request(tmp_path: Path, served, pg_url: str, mo
     assert "**fail**" in text and f"`{CASE}`" in text and not text.startswith("<!--")
     assert [s["state"] for s in github.statuses(REPO, "h1")] == ["pending", "failure"]
     assert len(github.comments(REPO, 7)) == 1
+
+
+def _local_suite(backend: str) -> str:
+    """One tiny CPU case whose id does not name its backend: a change of backend is the same case, regressed (a
+    finding that does not depend on timing noise)."""
+    return (
+        '[suite]\nname = "local"\n\n[suite.timing]\nwarmup = 1\nmin_samples = 5\nmax_samples = 20\nbudget_s = 0.1\n'
+        'trace_iters = 1\n\n[[cases]]\nname = "sdpa"\ntarget = "sdpa"\nbatch = 1\nq_heads = 2\nseq_q = 64\n'
+        f'head_dim = 32\ndtype = "fp32"\nbackend = "{backend}"\n'
+    )
+
+
+def _action_env(tmp_path: Path, url: str, token: str, event: dict, **extra: str) -> dict[str, str]:
+    (tmp_path / "event.json").write_text(json.dumps(event))
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR", "OMP_NUM_THREADS")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        ATTNPROF_CLI=str(BIN / "attnprof"),
+        ATTNPROF_SERVER=url,
+        ATTNPROF_TOKEN=token,
+        ATTNPROF_SUITE=str(tmp_path / "suite.toml"),
+        ATTNPROF_TIMEOUT_MINUTES="5",
+        GITHUB_EVENT_PATH=str(tmp_path / "event.json"),
+        GITHUB_REPOSITORY=REPO,
+        GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"),
+        GITHUB_OUTPUT=str(tmp_path / "output.txt"),
+        RUNNER_TEMP=str(tmp_path / "runner-temp"),
+    )
+    env.update(extra)
+    return env
+
+
+def _action(env: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, str], str]:
+    for name in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"):
+        Path(env[name]).unlink(missing_ok=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "service.github.action"], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+    output = Path(env["GITHUB_OUTPUT"])
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines()) if output.exists() else {}
+    summary = Path(env["GITHUB_STEP_SUMMARY"])
+    return done, outputs, summary.read_text() if summary.exists() else ""
+
+
+def test_local_mode_profiles_on_the_runner_and_uploads(tmp_path: Path, served) -> None:
+    """A self-hosted runner's two pushes: main (the first run: pass), then a pull request whose case runs SDPA's
+    math backend instead of the CPU flash kernel (fail; ``fail-on: warn`` makes it a warning). On a host busier
+    than its cores the profiler marks the run suspect, and a suspect run never fails: then the verdict is warn."""
+    url, (project, _), submit, _, github, _ = served
+    profile_args = f"--device cpu --cache-dir {tmp_path / 'peaks'}"
+    suite = tmp_path / "suite.toml"
+    suite.write_text(_local_suite("flash"))
+    push = {"before": "0" * 40, "after": "l1"}
+    env = _action_env(
+        tmp_path,
+        url,
+        submit,
+        push,
+        ATTNPROF_MODE="local",
+        ATTNPROF_PROFILE_ARGS=profile_args,
+        ATTNPROF_TESTBED="gpu-runner",
+    )
+    env.update(GITHUB_EVENT_NAME="push", GITHUB_REF_NAME="main")
+    done, outputs, summary = _action(env, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert outputs["job-id"] == "" and outputs["verdict"] == "pass" and outputs["run-id"]
+    assert outputs["report-url"] == f"{url}/api/v1/runs/{outputs['run-id']}"
+    assert "**pass** on `gpu-runner`" in summary and not summary.startswith("<!--") and "[job]" not in summary
+    first_run = outputs["run-id"]
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {submit}"}) as http:
+        run = http.get(f"/api/v1/projects/{project}/runs/{first_run}").json()
+    assert (run["branch"], run["commit"], run["repo"]) == ("main", "l1", REPO)
+    assert run["document"]["run"]["mode"] == "cpu"
+
+    suite.write_text(_local_suite("math"))
+    pull = {"pull_request": {"number": 9, "head": {"ref": "slow", "sha": "l2"}, "base": {"sha": "l1"}}}
+    env = _action_env(
+        tmp_path,
+        url,
+        submit,
+        pull,
+        ATTNPROF_MODE="local",
+        ATTNPROF_PROFILE_ARGS=profile_args,
+        ATTNPROF_TESTBED="gpu-runner",
+        ATTNPROF_FAIL_ON="warn",
+    )
+    env["GITHUB_EVENT_NAME"] = "pull_request"
+    done, outputs, summary = _action(env, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    suspect = json.loads((tmp_path / "runner-temp/attnprof/attnprof-result.json").read_text())["run"]["suspect"]
+    verdict = "warn" if suspect else "fail"
+    assert outputs["verdict"] == verdict and outputs["run-id"] not in ("", first_run), summary
+    assert f"**{verdict}** on `gpu-runner`" in summary
+    assert ("::warning::attnprof: the verdict is fail (fail-on: warn)" in done.stdout) == (verdict == "fail")
+    assert "#### ⚠️ `sdpa`: backend switch `cpu_flash` → " in summary and "| Kernel | Phase |" in summary
+    assert f"[run]({url}/api/v1/projects/{project}/runs/{outputs['run-id']})" in summary
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {submit}"}) as http:
+        second = http.get(f"/api/v1/projects/{project}/runs/{outputs['run-id']}").json()
+    assert (second["branch"], second["commit"], second["pr"], second["base_commit"]) == ("slow", "l2", 9, "l1")
+    assert github.requests() == []  # an upload is answered inline; nothing is posted to GitHub for it
+
+    env["ATTNPROF_FAIL_ON"] = "fail"
+    suite.write_text(_local_suite("math").replace("head_dim", "hed_dim"))
+    done, outputs, summary = _action(env, tmp_path)
+    assert done.returncode == 2 and "attnprof profile refused the suite" in summary and "hed_dim" in summary
+    assert outputs["verdict"] == "" and outputs["run-id"] == ""
+    assert _action({**env, "ATTNPROF_MODE": "remote"}, tmp_path)[0].returncode == 2
+    assert _action({**env, "ATTNPROF_MODE": "submit", "ATTNPROF_TESTBED": ""}, tmp_path)[0].returncode == 2

@@ -81,5 +81,45 @@ def test_unchanged_candidate_passes_and_a_failed_job_has_no_table() -> None:
     same = load_result(RESULTS / "synthetic-h200-candidate-same.json")
     text = render(_input(comparison=compare(baselines, same), candidate=same))
     assert "**pass**" in text and "### Regressions" not in text
-    failed = render(_input(status="failed", reason="the worker ran out of memory", comparison=None, run_id=None))
-    assert failed.startswith(marker("flash")) and "**failed**" in failed and "out of memory" in failed
+
+
+def test_a_job_that_ended_without_a_verdict_says_so_why_and_what_to_do() -> None:
+    reason = "every case failed (1): boom: RuntimeError\nTraceback (most recent call last):\nRuntimeError: boom"
+    failed = render(_input(status="failed", reason=reason, comparison=None, comparison_id=None, run_id=None))
+    lines = failed.splitlines()
+    assert lines[0] == marker("flash")
+    assert lines[1] == "## ⛔ attnprof `flash`: **no verdict** (job failed) on `h200`"
+    assert "**This commit has no verdict:** the job failed before its results were compared" in failed
+    assert "A verdict on an earlier commit of this pull request no longer applies." in failed
+    assert "```text\n" + reason + "\n```" in failed  # the whole reason, verbatim, in a block
+    assert "`/attnprof rerun`" in failed and "[job](https://perf.example/api/v1/jobs/j-1)" in failed
+    # no table, no kernels, no comparison step in the reproduction: there was nothing to compare
+    assert "| Case |" not in failed and "| Kernel |" not in failed and "[comparison]" not in failed
+    assert "attnprof profile llama7b.toml --out candidate.json" in failed and "attnprof compare" not in failed
+    timed_out = render(_input(status="timed_out", reason="the wall-clock limit of 12 s", comparison=None, pr=None))
+    assert "(job timed out)" in timed_out and "wall-clock limit" in timed_out and "earlier commit" not in timed_out
+    cancelled = render(_input(status="cancelled", reason="cancelled by a user", comparison=None))
+    assert "(job was cancelled)" in cancelled and "Reproduce locally" not in cancelled
+    fenced = render(_input(status="failed", reason="output:\n```\nboom\n```", comparison=None))
+    assert "````text\noutput:\n```\nboom\n```\n````" in fenced  # a fence in the reason cannot close the block
+    long = render(_input(status="failed", reason="x" * 10_000 + "the end", comparison=None))
+    assert "…" in long and "the end" in long and len(long) < 6000
+
+
+def test_a_backend_switch_lists_the_kernels_that_vanished_and_appeared() -> None:
+    inp = _input()
+    assert inp.comparison is not None and inp.candidate is not None and inp.baseline is not None
+    case = inp.comparison.findings[0].case
+    candidate = inp.candidate.model_copy(deep=True)
+    found = candidate.case(case)
+    assert found is not None and found.kernels
+    gone = found.kernels[0].key
+    found.kernels[0] = found.kernels[0].model_copy(update={"key": "bmm", "phase": "qk_matmul"})
+    doc = inp.comparison.model_copy(deep=True)
+    doc.findings.insert(
+        0, Finding(case=case, metric="backend", status="regressed", verdict="fail", baseline="cudnn", candidate="math")
+    )
+    text = render(_input(comparison=doc, candidate=candidate))
+    section = text.split("backend switch `cudnn` → `math`", 1)[1]
+    assert "| Kernel | Phase | Baseline | Candidate | Bound |" in section
+    assert f"| `{gone}` (gone) | " in section and "| `bmm` (new) | qk_matmul | – | " in section
