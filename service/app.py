@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,6 +16,8 @@ from service.metrics import Metrics, MetricsMiddleware
 from service.openapi import install as install_openapi
 from service.ratelimit import RateLimiter
 from service.routers import ROUTERS
+from service.timing import ServerTimingMiddleware
+from service.web.router import install as install_web
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -24,6 +27,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # What exists at start-up (modules, the app, its routes) lives as long as the process: moved out of
+        # the collector's generations, full collections no longer walk it on every page (~17 ms of a trend
+        # page's 45 ms of CPU on the benchmark database).
+        gc.freeze()
         yield
         engine.dispose()
 
@@ -43,6 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
+    install_web(app, settings)
     install_openapi(app)
     app.add_middleware(
         BodyLimitMiddleware,
@@ -51,4 +59,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         trace_bytes=settings.limits.trace_bytes,
     )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(ServerTimingMiddleware)
     return app

@@ -94,7 +94,7 @@ def error_response(status: int, error: str, detail: Any, headers: dict[str, str]
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
 
 
-def _validation_detail(exc: RequestValidationError) -> str:
+def validation_detail(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:10]:
         loc = ".".join(str(p) for p in err.get("loc", ())) or "(request)"
@@ -112,7 +112,7 @@ def install_handlers(app: FastAPI) -> None:
 
     async def validation_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        return error_response(422, "invalid_payload", _validation_detail(exc))
+        return error_response(422, "invalid_payload", validation_detail(exc))
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)

@@ -1,0 +1,233 @@
+"""The comparison page: the verdict and why, the change of every case with its interval, the findings
+(regressions first), the kernels that moved side by side, the software that differs, the baseline runs; and, for
+a project admin, accepting the candidate as an intended change."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, Path, Query
+from fastapi.responses import HTMLResponse, RedirectResponse
+from sqlalchemy.orm import Session
+
+from service.db import SessionDep
+from service.web import repository
+from service.web.dependencies import AdminFormDep, Viewer, ViewerDep, not_found
+from service.web.pages import figures
+from service.web.pages.runs import DONE, RULE_WORDS, RunId, apply_rule, dram_bytes_per_iter, run_href
+from service.web.render import fmt_num, fmt_pct, fmt_us, page
+
+router = APIRouter(prefix="/ui/p/{project}", include_in_schema=False)
+
+ComparisonId = Annotated[str, Path(min_length=1, max_length=200)]
+_VERDICT_RANK = {"fail": 0, "warn": 1, "pass": 2}
+_STATUS_RANK = {"regressed": 0, "inconclusive": 1, "improved": 2, "unchanged": 3}
+VERDICT_WORDS = {
+    "fail": "the candidate regressed beyond its minimum effect, or broke",
+    "warn": "nothing failed, but something needs a look",
+    "pass": "no regression beyond the minimum effects",
+}
+
+
+def comparison_href(viewer: Viewer, comparison_id: str) -> str:
+    return f"/ui/p/{quote(viewer.project.name)}/comparisons/{quote(comparison_id)}"
+
+
+def finding_order(f: dict[str, Any]) -> tuple[int, int, float]:
+    """Failing findings first, then regressions before the rest, larger changes first."""
+    change = f.get("change")
+    size = abs(float(change)) if isinstance(change, int | float) else 0.0
+    return (_VERDICT_RANK.get(str(f.get("verdict")), 3), _STATUS_RANK.get(str(f.get("status")), 4), -size)
+
+
+def _fmt_value(value: Any, unit: str | None) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        return value
+    if unit == "us":
+        return fmt_us(float(value))
+    if unit == "fraction":
+        return fmt_num(float(value), 3)
+    return f"{fmt_num(float(value), 4)} {unit or ''}".strip()
+
+
+def _fmt_field(field: str, value: Any) -> str:
+    if value is None:
+        return "–"
+    if field in ("grid", "block") and isinstance(value, list):
+        return "×".join(str(v) for v in value)
+    if field in ("theoretical_occupancy", "compute_util", "bandwidth_util"):
+        return fmt_pct(float(value))
+    if field == "shared_mem_bytes":
+        return f"{float(value) / 1024:,.1f} KiB"
+    if field == "dram_bytes":
+        return f"{float(value):,.0f} B"
+    if isinstance(value, float):
+        return fmt_num(value, 4)
+    return str(value)
+
+
+# The columns of a kernel side by side: (heading, field in the document's kernel or in the move's changes).
+KERNEL_FIELDS = (
+    ("Launches / iter.", "launches_per_iter"),
+    ("Grid", "grid"),
+    ("Block", "block"),
+    ("Registers / thread", "registers_per_thread"),
+    ("Shared memory", "shared_mem_bytes"),
+    ("Theoretical occupancy", "theoretical_occupancy"),
+    ("Bound", "bound"),
+    ("Compute util.", "compute_util"),
+    ("Bandwidth util.", "bandwidth_util"),
+    ("DRAM bytes / iter.", "dram_bytes"),
+)
+
+
+def _side_by_side(move: dict[str, Any], candidate: dict[str, Any] | None, base_share: float | None) -> dict[str, Any]:
+    """A kernel that moved, baseline beside candidate: a field that did not change reads once (the candidate's
+    value); one that changed reads ``baseline → candidate`` and is marked changed."""
+    changes = {c["field"]: c for c in [*move.get("launch", []), *move.get("rates", [])]}
+    cells = []
+    for _, field in KERNEL_FIELDS:
+        if field in changes:
+            c = changes[field]
+            cells.append((f"{_fmt_field(field, c.get('baseline'))} → {_fmt_field(field, c.get('candidate'))}", True))
+        elif candidate is not None:
+            value = dram_bytes_per_iter(candidate) if field == "dram_bytes" else candidate.get(field)
+            cells.append((_fmt_field(field, value), False))
+        else:
+            cells.append(("–", False))
+    cand_share = None if candidate is None else candidate.get("share")
+    return {
+        "key": move.get("key"),
+        "phase": move.get("phase"),
+        "name": move.get("name"),
+        "appeared": move.get("appeared", False),
+        "vanished": move.get("vanished", False),
+        "baseline_us": move.get("baseline_us"),
+        "candidate_us": move.get("candidate_us"),
+        "delta_us": move.get("delta_us"),
+        "change": move.get("change"),
+        "share": (base_share, cand_share),
+        "cells": cells,
+    }
+
+
+def _kernel_moves(
+    session: Session, findings: list[dict[str, Any]], candidate_run: str, baseline_run: str | None, project_id: int
+) -> list[dict[str, Any]]:
+    """For each finding that names kernels: the case, the metric and its kernels side by side."""
+    with_kernels = [f for f in findings if f.get("kernels")]
+    if not with_kernels:
+        return []
+    case_ids = list(dict.fromkeys(str(f["case"]) for f in with_kernels))
+    doc_cases = {str(c["id"]): c for c in repository.run_cases_named(session, project_id, candidate_run, case_ids)}
+    shares: dict[tuple[str, str, str], float] = {}
+    if baseline_run is not None:
+        totals: dict[str, float] = {}
+        for row in repository.kernel_durations(session, baseline_run, case_ids):
+            totals[row.case_id] = totals.get(row.case_id, 0.0) + row.duration_median_us
+            ident = (row.case_id, row.key, row.phase)
+            shares[ident] = shares.get(ident, 0.0) + row.duration_median_us
+        shares = {k: v / totals[k[0]] for k, v in shares.items() if totals.get(k[0])}
+    out = []
+    for f in with_kernels:
+        case = str(f["case"])
+        kernels = {(k.get("key"), k.get("phase")): k for k in doc_cases.get(case, {}).get("kernels", [])}
+        rows = [
+            _side_by_side(
+                m,
+                None if m.get("vanished") else kernels.get((m.get("key"), m.get("phase"))),
+                None if m.get("appeared") else shares.get((case, str(m.get("key")), str(m.get("phase")))),
+            )
+            for m in f["kernels"]
+        ]
+        out.append({"case": case, "anchor": figures.case_anchor(case), "metric": f["metric"], "rows": rows})
+    return out
+
+
+@router.get("/comparisons/{comparison_id}", response_class=HTMLResponse)
+def comparison_page(
+    viewer: ViewerDep,
+    session: SessionDep,
+    comparison_id: ComparisonId,
+    done: Annotated[str | None, Query(max_length=20)] = None,
+) -> HTMLResponse:
+    found = repository.comparison_in_project(session, viewer.project.id, comparison_id)
+    if found is None:
+        raise not_found(f"no comparison {comparison_id} in project {viewer.project.name}")
+    doc: dict[str, Any] = found.document
+    baseline_ids = [str(b) for b in found.baseline_run_ids]
+    brief = repository.runs_brief(session, viewer.project.id, [found.candidate_run_id, *baseline_ids])
+    baselines = [(b, brief.get(b)) for b in baseline_ids]
+    present = [r for _, r in baselines if r is not None]
+    newest_baseline = max(present, key=lambda r: r.created_at).id if present else None
+    findings = sorted(doc.get("findings", []), key=finding_order)
+    settings = doc.get("settings", {})
+    candidate_href = run_href(viewer, found.candidate_run_id)
+    rules = repository.rules_of_runs(session, viewer.project.id, [found.candidate_run_id])
+    return page(
+        "comparison.html",
+        viewer=viewer,
+        comparison=found,
+        doc=doc,
+        verdict_words=VERDICT_WORDS.get(found.verdict, found.verdict),
+        candidate=brief.get(found.candidate_run_id),
+        candidate_href=candidate_href,
+        baselines=baselines,
+        findings=findings,
+        chart_spec=figures.comparison_changes(findings, settings.get("thresholds", {}), candidate_href),
+        charted_metrics=figures.CHARTED_METRICS,
+        moves=_kernel_moves(session, findings, found.candidate_run_id, newest_baseline, viewer.project.id),
+        kernel_fields=[heading for heading, _ in KERNEL_FIELDS],
+        settings=settings,
+        href=comparison_href(viewer, found.id),
+        rules={r.kind: r for r in rules if r.kind == "accept"},
+        rule_words=RULE_WORDS,
+        fmt_value=_fmt_value,
+        anchor=figures.case_anchor,
+        done=DONE.get(done or ""),
+    )
+
+
+@router.get("/runs/{run_id}/comparison")
+def latest_comparison(viewer: ViewerDep, session: SessionDep, run_id: RunId) -> RedirectResponse:
+    """The run's newest comparison."""
+    found = repository.latest_comparison_of(session, viewer.project.id, run_id)
+    if found is None:
+        raise not_found(f"no comparison of run {run_id} in project {viewer.project.name}")
+    return RedirectResponse(comparison_href(viewer, found.id), status_code=303)
+
+
+def _candidate_of(session: Session, viewer: Viewer, comparison_id: str) -> str:
+    found = repository.comparison_in_project(session, viewer.project.id, comparison_id)
+    if found is None:
+        raise not_found(f"no comparison {comparison_id} in project {viewer.project.name}")
+    return found.candidate_run_id
+
+
+@router.post("/comparisons/{comparison_id}/baselines/{kind}")
+def accept(
+    viewer: AdminFormDep,
+    session: SessionDep,
+    comparison_id: ComparisonId,
+    kind: Annotated[Literal["accept"], Path()],
+    reason: Annotated[str, Form(max_length=2000)] = "",
+) -> RedirectResponse:
+    """Accept the candidate run as an intended change: it becomes the baseline of its testbed key."""
+    run_id = _candidate_of(session, viewer, comparison_id)
+    apply_rule(session, viewer, run_id=run_id, kind=kind, reason=reason, remove=False)
+    return RedirectResponse(f"{comparison_href(viewer, comparison_id)}?done={kind}#baselines", status_code=303)
+
+
+@router.post("/comparisons/{comparison_id}/baselines/{kind}/remove")
+def unaccept(
+    viewer: AdminFormDep,
+    session: SessionDep,
+    comparison_id: ComparisonId,
+    kind: Annotated[Literal["accept"], Path()],
+) -> RedirectResponse:
+    run_id = _candidate_of(session, viewer, comparison_id)
+    apply_rule(session, viewer, run_id=run_id, kind=kind, reason="", remove=True)
+    return RedirectResponse(f"{comparison_href(viewer, comparison_id)}?done=un{kind}#baselines", status_code=303)

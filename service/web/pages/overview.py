@@ -1,0 +1,83 @@
+"""The project overview: testbeds, the default branch's latest runs and verdicts, alerts, jobs with live state."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from service.db import SessionDep
+from service.jobs.models import FINAL
+from service.web import repository
+from service.web.dependencies import ViewerDep
+from service.web.render import fmt_time, page
+
+router = APIRouter(prefix="/ui/p/{project}", include_in_schema=False)
+_RUNS, _ALERTS, _JOBS = 20, 20, 20
+
+
+def _verdict_chart(runs: list[dict[str, object]]) -> dict[str, object]:
+    """One bar per recent default-branch run, coloured by its verdict, oldest on the left."""
+    ordered = list(reversed(runs))
+    colours = {"pass": "#009E73", "warn": "#E69F00", "fail": "#D55E00", None: "#999999"}
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "x": [str(r["commit"])[:8] + " · " + str(r["id"])[:4] for r in ordered],
+                "y": [1] * len(ordered),
+                "marker": {"color": [colours.get(r["verdict"], "#999999") for r in ordered]},  # type: ignore[call-overload]
+                "customdata": [f"runs/{r['id']}" for r in ordered],
+                "text": [str(r["verdict"] or "not compared") for r in ordered],
+                "hovertemplate": "%{x}<br>%{text}<extra></extra>",
+            }
+        ],
+        "layout": {
+            "height": 140,
+            "margin": {"l": 10, "r": 10, "t": 10, "b": 60},
+            "yaxis": {"visible": False},
+            "xaxis": {"type": "category", "tickangle": -45},
+        },
+        "links": True,
+    }
+
+
+@router.get("", response_class=HTMLResponse)
+def overview(viewer: ViewerDep, session: SessionDep) -> HTMLResponse:
+    project = viewer.project
+    runs = [r._asdict() for r in repository.latest_runs(session, project.id, project.default_branch, _RUNS)]
+    jobs = [j._asdict() for j in repository.recent_jobs(session, project.id, _JOBS)]
+    return page(
+        "overview.html",
+        viewer=viewer,
+        testbeds=repository.testbeds_in_use(session, project.id),
+        runs=runs,
+        alerts=repository.recent_alerts(session, project.id, _ALERTS),
+        jobs=jobs,
+        live_ids=",".join(j["id"] for j in jobs if j["status"] not in FINAL),
+        verdict_chart=_verdict_chart(runs) if runs else None,
+    )
+
+
+@router.get("/jobs/state")
+def job_states(
+    viewer: ViewerDep, session: SessionDep, ids: Annotated[str, Query(max_length=37 * 50)] = ""
+) -> JSONResponse:
+    """The live fields of up to 50 jobs, for the pages that show jobs in progress (polled, no reload)."""
+    wanted = [i for i in ids.split(",") if i][:50]
+    fields: dict[str, str] = {}
+    links: dict[str, str | None] = {}
+    done = True
+    for row in repository.job_states(session, viewer.project.id, wanted):
+        fields[f"{row.id}.status"] = row.status
+        fields[f"{row.id}.verdict"] = row.verdict or "–"
+        fields[f"{row.id}.reason"] = row.reason or ""
+        fields[f"{row.id}.attempts"] = f"{row.attempts} of {row.max_attempts}"
+        fields[f"{row.id}.started_at"] = fmt_time(row.started_at) if row.started_at else ""
+        fields[f"{row.id}.finished_at"] = fmt_time(row.finished_at) if row.finished_at else ""
+        run = f"/ui/p/{viewer.project.name}/runs/{row.run_id}" if row.run_id else None
+        links[f"{row.id}.run"] = run
+        links[f"{row.id}.comparison"] = f"{run}/comparison" if run and row.comparison_id else None
+        done = done and row.status in FINAL
+    return JSONResponse({"fields": fields, "links": links, "done": done}, headers={"Cache-Control": "no-store"})

@@ -1,0 +1,84 @@
+"""Templates and formatting: Jinja2 with autoescaping, filters that put units on numbers, chart specs as JSON."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from functools import lru_cache
+from importlib.metadata import version
+from typing import Any
+
+import pydantic_core
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+# Okabe and Ito's palette, which stays distinct under the common colour-vision deficiencies.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+VERDICT_COLOURS = {"pass": "#009E73", "warn": "#E69F00", "fail": "#D55E00"}
+
+
+def fmt_us(value: float | None) -> str:
+    """A duration given in microseconds, in the unit that reads best."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    if value >= 1e6:
+        return f"{value / 1e6:.3g} s"
+    if value >= 1e3:
+        return f"{value / 1e3:.4g} ms"
+    return f"{value:.4g} µs"
+
+
+def fmt_num(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:.{digits}g}"
+
+
+def fmt_pct(value: float | None, digits: int = 1, signed: bool = False) -> str:
+    """A fraction as a percentage (0.123 → 12.3 %)."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value * 100:{'+' if signed else ''}.{digits}f} %"
+
+
+def fmt_time(value: datetime | str | None) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def short(sha: str | None, n: int = 10) -> str:
+    return (sha or "")[:n] or "–"
+
+
+def to_json(value: Any) -> Markup:
+    """JSON for a ``<script type="application/json">`` block; ``</`` is escaped so data can never end the block."""
+    text = pydantic_core.to_json(value).decode()
+    return Markup(text.replace("</", "<\\/"))
+
+
+@lru_cache(maxsize=1)
+def plotly_version() -> str:
+    return version("plotly")
+
+
+@lru_cache(maxsize=1)
+def environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("service.web", "templates"),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(us=fmt_us, num=fmt_num, pct=fmt_pct, when=fmt_time, short=short, tojson_script=to_json)
+    env.globals.update(verdict_colours=VERDICT_COLOURS, palette=PALETTE, plotly_version=plotly_version())
+    return env
+
+
+def page(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    """Render ``templates/<name>`` with ``context``."""
+    html = environment().get_template(name).render(**context)
+    return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})

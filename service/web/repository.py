@@ -1,0 +1,480 @@
+"""Queries of the pages that no API route shares: narrow column selects, never a run's whole document."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, Select, String, any_, bindparam, func, select, true
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import Session, defer
+
+from service.analysis.models import Alert, Comparison
+from service.baselines.models import BaselineRule
+from service.jobs.models import Job
+from service.runs.models import Run, RunCase, RunKernel
+from service.testbeds.models import Testbed
+from service.trends import repository as trends
+from service.trends.repository import TrendQuery
+
+
+def testbeds_in_use(session: Session, project_id: int) -> list[Row[tuple[Any, ...]]]:
+    """Each testbed the project has runs on: name, key, meaning, its run count and its latest run's time."""
+    per = (
+        select(Run.testbed_id, func.count().label("runs"), func.max(Run.created_at).label("latest"))
+        .where(Run.project_id == project_id)
+        .group_by(Run.testbed_id)
+        .subquery()
+    )
+    q = (
+        select(Testbed.id, Testbed.name, Testbed.key, Testbed.meaning, per.c.runs, per.c.latest)
+        .join(per, per.c.testbed_id == Testbed.id)
+        .order_by(per.c.latest.desc())
+    )
+    return list(session.execute(q))
+
+
+def latest_runs(session: Session, project_id: int, branch: str, limit: int) -> list[Row[tuple[Any, ...]]]:
+    """The newest runs on ``branch`` with the verdict of their latest comparison (None: not compared)."""
+    verdict = (
+        select(Comparison.verdict)
+        .where(Comparison.candidate_run_id == Run.id)
+        .order_by(Comparison.created_at.desc())
+        .limit(1)
+        .correlate(Run)
+        .scalar_subquery()
+    )
+    q = (
+        select(
+            Run.id,
+            Run.commit,
+            Run.branch,
+            Run.pr,
+            Run.created_at,
+            Run.suspect,
+            Run.mode,
+            Run.job_id,
+            Testbed.name.label("testbed"),
+            verdict.label("verdict"),
+        )
+        .join(Testbed, Testbed.id == Run.testbed_id)
+        .where(Run.project_id == project_id, Run.branch == branch)
+        .order_by(Run.created_at.desc(), Run.id.desc())
+        .limit(limit)
+    )
+    return list(session.execute(q))
+
+
+def recent_alerts(session: Session, project_id: int, limit: int) -> list[Row[tuple[Any, ...]]]:
+    q = (
+        select(
+            Alert.id,
+            Alert.case_id,
+            Alert.metric,
+            Alert.run_id,
+            Alert.before,
+            Alert.after,
+            Alert.change,
+            Alert.p,
+            Alert.regression,
+            Alert.created_at,
+            Run.commit,
+            Testbed.name.label("testbed"),
+        )
+        .join(Run, Run.id == Alert.run_id)
+        .join(Testbed, Testbed.id == Alert.testbed_id)
+        .where(Alert.project_id == project_id)
+        .order_by(Alert.id.desc())
+        .limit(limit)
+    )
+    return list(session.execute(q))
+
+
+def recent_jobs(session: Session, project_id: int, limit: int) -> list[Row[tuple[Any, ...]]]:
+    q = (
+        select(
+            Job.id,
+            Job.suite_name,
+            Job.branch,
+            Job.commit,
+            Job.pr,
+            Job.status,
+            Job.verdict,
+            Job.reason,
+            Job.run_id,
+            Job.created_at,
+            Testbed.name.label("testbed"),
+        )
+        .join(Testbed, Testbed.id == Job.testbed_id)
+        .where(Job.project_id == project_id)
+        .order_by(Job.created_at.desc(), Job.id.desc())
+        .limit(limit)
+    )
+    return list(session.execute(q))
+
+
+def job_states(session: Session, project_id: int, job_ids: Sequence[str]) -> list[Row[tuple[Any, ...]]]:
+    """Status, verdict, reason, attempts, times, run and comparison of the given jobs of the project (the others
+    are left out)."""
+    if not job_ids:
+        return []
+    compared = (
+        select(Comparison.id).where(Comparison.candidate_run_id == Job.run_id).limit(1).correlate(Job).scalar_subquery()
+    )
+    q = select(
+        Job.id,
+        Job.status,
+        Job.verdict,
+        Job.reason,
+        Job.run_id,
+        Job.attempts,
+        Job.max_attempts,
+        Job.started_at,
+        Job.finished_at,
+        compared.label("comparison_id"),
+    ).where(Job.project_id == project_id, Job.id.in_(job_ids))
+    return list(session.execute(q))
+
+
+def case_ids(session: Session, project_id: int, limit: int) -> list[str]:
+    """The case ids the project's newest run measured (the trend page's default choices)."""
+    newest = select(Run.id).where(Run.project_id == project_id).order_by(Run.created_at.desc()).limit(1)
+    q = select(RunCase.case_id).where(RunCase.run_id == newest.scalar_subquery()).order_by(RunCase.case_id)
+    return list(session.scalars(q.limit(limit)))
+
+
+# --- trends page -------------------------------------------------------------------------------------------
+
+
+def branches(session: Session, project_id: int, limit: int) -> list[str]:
+    """The project's branches, the most recently run first."""
+    q = (
+        select(Run.branch)
+        .where(Run.project_id == project_id)
+        .group_by(Run.branch)
+        .order_by(func.max(Run.created_at).desc())
+        .limit(limit)
+    )
+    return list(session.scalars(q))
+
+
+def has_branch(session: Session, project_id: int, branch: str) -> bool:
+    q = select(Run.id).where(Run.project_id == project_id, Run.branch == branch).limit(1)
+    return session.execute(q).first() is not None
+
+
+def trend_case_ids(session: Session, project_id: int, testbed_id: int, branch: str, limit: int) -> list[str]:
+    """The cases of the newest run on ``branch`` and ``testbed_id`` (one ``ix_runs_history`` probe), else of the
+    project's newest run."""
+    newest = (
+        select(Run.id)
+        .where(Run.project_id == project_id, Run.testbed_id == testbed_id, Run.branch == branch)
+        .order_by(Run.created_at.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    q = select(RunCase.case_id).where(RunCase.run_id == newest).order_by(RunCase.case_id).limit(limit)
+    found = list(session.scalars(q))
+    return found or case_ids(session, project_id, limit)
+
+
+def kernel_keys(
+    session: Session, project_id: int, testbed_id: int, branch: str, case_id: str, limit: int
+) -> list[Row[tuple[Any, ...]]]:
+    """Key and phase of each kernel of the case in its newest run on ``branch`` and ``testbed_id``."""
+    newest = (
+        select(RunCase.id)
+        .where(
+            RunCase.project_id == project_id,
+            RunCase.testbed_id == testbed_id,
+            RunCase.branch == branch,
+            RunCase.case_id == case_id,
+        )
+        .order_by(RunCase.created_at.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    q = (
+        select(RunKernel.key, RunKernel.phase, RunKernel.duration_median_us)
+        .where(RunKernel.run_case_id == newest)
+        .order_by(RunKernel.duration_median_us.desc())
+        .limit(limit)
+    )
+    return list(session.execute(q))
+
+
+def case_series(session: Session, tq: TrendQuery, metric: str) -> list[Row[*tuple[Any, ...]]]:
+    """(run_id, created_at, median, p25, p75) of a case's metric in the window, oldest first.
+
+    ``service.trends.repository.case_points`` without its join to ``runs``: the API needs each point's commit, the
+    page only the drawn points' (``run_details``), and the join to 2,800 runs took three quarters of the time of
+    a year's history on the benchmark database.
+    """
+    med, p25, p75 = trends.CASE_METRICS[metric]
+    q = select(RunCase.run_id, RunCase.created_at, med, p25 or med, p75 or med).where(
+        RunCase.project_id == tq.project_id, RunCase.branch == tq.branch, RunCase.case_id == tq.case_id
+    )
+    return _window(session, q, tq)
+
+
+def kernel_series(session: Session, tq: TrendQuery, key: str, metric: str) -> list[Row[*tuple[Any, ...]]]:
+    """(run_id, created_at, median, p25, p75) of one kernel of a case in the window, oldest first: the case's rows
+    in index order, each joined to its kernel of ``key`` by a lateral subquery kept from being flattened into a
+    join (``OFFSET 0``), as ``service.trends.repository.kernel_points`` does, without the join to ``runs``."""
+    med, p25, p75 = trends.KERNEL_METRICS[metric]
+    kernels = (
+        select(med.label("median"), (p25 or med).label("p25"), (p75 or med).label("p75"))
+        .where(RunKernel.run_case_id == RunCase.id, RunKernel.key == key)
+        .offset(0)
+        .lateral("kernels")
+    )
+    q = (
+        select(RunCase.run_id, RunCase.created_at, kernels.c.median, kernels.c.p25, kernels.c.p75)
+        .select_from(RunCase)
+        .join(kernels, true())
+        .where(RunCase.project_id == tq.project_id, RunCase.branch == tq.branch, RunCase.case_id == tq.case_id)
+    )
+    return _window(session, q, tq)
+
+
+def _window(session: Session, q: Select[*tuple[Any, ...]], tq: TrendQuery) -> list[Row[*tuple[Any, ...]]]:
+    if tq.testbed_id is not None:
+        q = q.where(RunCase.testbed_id == tq.testbed_id)
+    if tq.since is not None:
+        q = q.where(RunCase.created_at >= tq.since)
+    if tq.until is not None:
+        q = q.where(RunCase.created_at < tq.until)
+    return list(session.execute(q.order_by(RunCase.created_at, RunCase.run_id).limit(tq.limit)))
+
+
+def run_details(session: Session, run_ids: Sequence[str]) -> dict[str, Row[*tuple[Any, ...]]]:
+    """Commit and PR of the given runs, by id (what a trend point's hover and table row show)."""
+    if not run_ids:
+        return {}
+    if session.get_bind().dialect.name == "postgresql":
+        # One array parameter: hundreds of ids in an IN list cost more to send and parse than to look up.
+        where = Run.id == any_(bindparam("run_ids", list(run_ids), type_=ARRAY(String(36))))
+    else:
+        where = Run.id.in_(run_ids)
+    q = select(Run.id, Run.commit, Run.pr).where(where)
+    return {r.id: r for r in session.execute(q)}
+
+
+def trend_alerts(
+    session: Session, project_id: int, testbed_id: int, case_id: str, metric: str
+) -> list[Row[tuple[Any, ...]]]:
+    """The change points found on the case's metric on ``testbed_id``, oldest first."""
+    q = (
+        select(Alert.run_id, Alert.before, Alert.after, Alert.change, Alert.p, Alert.regression)
+        .where(
+            Alert.project_id == project_id,
+            Alert.testbed_id == testbed_id,
+            Alert.case_id == case_id,
+            Alert.metric == metric,
+        )
+        .order_by(Alert.created_at)
+    )
+    return list(session.execute(q))
+
+
+def baseline_marks(session: Session, project_id: int) -> list[Row[tuple[Any, ...]]]:
+    """The project's baseline rules (pin, exclude, accept): which run each names, and why."""
+    q = select(BaselineRule.kind, BaselineRule.run_id, BaselineRule.reason).where(BaselineRule.project_id == project_id)
+    return list(session.execute(q.order_by(BaselineRule.id)))
+
+
+# --- jobs pages --------------------------------------------------------------------------------------------
+
+
+def list_jobs(
+    session: Session,
+    project_id: int,
+    *,
+    status: str | None,
+    branch: str | None,
+    pr: int | None,
+    before: tuple[datetime, str] | None,
+    limit: int,
+) -> list[Row[tuple[Any, ...]]]:
+    """One page of the project's jobs, newest first, without their specs (``ix_jobs_listing``)."""
+    q = (
+        select(
+            Job.id,
+            Job.suite_name,
+            Job.branch,
+            Job.commit,
+            Job.pr,
+            Job.status,
+            Job.verdict,
+            Job.reason,
+            Job.attempts,
+            Job.max_attempts,
+            Job.run_id,
+            Job.created_at,
+            Job.started_at,
+            Job.finished_at,
+            Testbed.name.label("testbed"),
+        )
+        .join(Testbed, Testbed.id == Job.testbed_id)
+        .where(Job.project_id == project_id)
+    )
+    if status is not None:
+        q = q.where(Job.status == status)
+    if branch is not None:
+        q = q.where(Job.branch == branch)
+    if pr is not None:
+        q = q.where(Job.pr == pr)
+    if before is not None:
+        q = q.where((Job.created_at < before[0]) | ((Job.created_at == before[0]) & (Job.id < before[1])))
+    return list(session.execute(q.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)))
+
+
+def job_in_project(session: Session, project_id: int, job_id: str) -> Row[*tuple[Any, ...]] | None:
+    """A job of the project with its testbed's name and whether its run has a comparison (None: no such job
+    in this project)."""
+    compared = (
+        select(Comparison.id)
+        .where(Comparison.candidate_run_id == Job.run_id)
+        .order_by(Comparison.created_at.desc())
+        .limit(1)
+        .correlate(Job)
+        .scalar_subquery()
+    )
+    q = (
+        select(
+            Job.id,
+            Job.suite_name,
+            Job.spec,
+            Job.repo,
+            Job.branch,
+            Job.commit,
+            Job.base_commit,
+            Job.pr,
+            Job.status,
+            Job.verdict,
+            Job.reason,
+            Job.attempts,
+            Job.max_attempts,
+            Job.claimed_by,
+            Job.run_id,
+            Job.created_at,
+            Job.started_at,
+            Job.finished_at,
+            Job.updated_at,
+            Testbed.name.label("testbed"),
+            compared.label("comparison_id"),
+        )
+        .join(Testbed, Testbed.id == Job.testbed_id)
+        .where(Job.project_id == project_id, Job.id == job_id)
+    )
+    return session.execute(q).first()
+
+
+def run_page_row(
+    session: Session, project_id: int, run_id: str, *, with_document: bool
+) -> Row[*tuple[Any, ...]] | None:
+    """A run of the project with its provenance, its testbed's name and meaning, and, ``with_document``, its
+    document (the run page draws every case and kernel of it), or None for an unknown run or another project's."""
+    q = (
+        select(
+            Run.id,
+            Run.document_run_id,
+            Run.branch,
+            Run.commit,
+            Run.repo,
+            Run.pr,
+            Run.base_commit,
+            Run.mode,
+            Run.suspect,
+            Run.job_id,
+            Run.created_at,
+            Run.testbed_key,
+            Testbed.name.label("testbed"),
+            Testbed.meaning.label("testbed_meaning"),
+            *([Run.document] if with_document else []),
+        )
+        .join(Testbed, Testbed.id == Run.testbed_id)
+        .where(Run.id == run_id, Run.project_id == project_id)
+    )
+    return session.execute(q).first()
+
+
+def run_cases_named(session: Session, project_id: int, run_id: str, case_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The cases ``case_ids`` of a run's document (empty for another project's run). On Postgres only those cases
+    leave the database: a 100-case document is a megabyte, and a comparison names the few cases that moved."""
+    if not case_ids:
+        return []
+    if session.get_bind().dialect.name == "postgresql":
+        case = func.jsonb_array_elements(Run.document["cases"], type_=JSONB).column_valued("c")
+        q = select(case).select_from(Run).where(Run.id == run_id, Run.project_id == project_id)
+        return [dict(c) for c in session.scalars(q.where(case["id"].astext.in_(case_ids)))]
+    found = session.scalars(select(Run.document["cases"]).where(Run.id == run_id, Run.project_id == project_id))
+    wanted = set(case_ids)
+    return [dict(c) for c in found.first() or [] if c.get("id") in wanted]
+
+
+def latest_comparison_of(session: Session, project_id: int, run_id: str) -> Row[*tuple[Any, ...]] | None:
+    """Id, verdict and time of the newest comparison whose candidate is ``run_id``."""
+    q = (
+        select(Comparison.id, Comparison.verdict, Comparison.created_at)
+        .where(Comparison.candidate_run_id == run_id, Comparison.project_id == project_id)
+        .order_by(Comparison.created_at.desc())
+        .limit(1)
+    )
+    return session.execute(q).first()
+
+
+def comparison_in_project(session: Session, project_id: int, comparison_id: str) -> Comparison | None:
+    q = select(Comparison).where(Comparison.id == comparison_id, Comparison.project_id == project_id)
+    return session.scalars(q).one_or_none()
+
+
+def runs_brief(session: Session, project_id: int, run_ids: Sequence[str]) -> dict[str, Row[*tuple[Any, ...]]]:
+    """Provenance of the given runs of the project (others left out), by id; documents not read."""
+    if not run_ids:
+        return {}
+    q = (
+        select(
+            Run.id,
+            Run.branch,
+            Run.commit,
+            Run.pr,
+            Run.created_at,
+            Run.suspect,
+            Run.mode,
+            Run.testbed_key,
+            Run.document_run_id,
+            Testbed.name.label("testbed"),
+        )
+        .join(Testbed, Testbed.id == Run.testbed_id)
+        .where(Run.project_id == project_id, Run.id.in_(run_ids))
+    )
+    return {row.id: row for row in session.execute(q)}
+
+
+def rules_of_runs(session: Session, project_id: int, run_ids: Sequence[str]) -> list[BaselineRule]:
+    """The baseline rules (pin, exclude, accept) that name any of ``run_ids``, oldest first."""
+    if not run_ids:
+        return []
+    q = select(BaselineRule).where(BaselineRule.project_id == project_id, BaselineRule.run_id.in_(run_ids))
+    return list(session.scalars(q.order_by(BaselineRule.created_at, BaselineRule.id)))
+
+
+def kernel_durations(session: Session, run_id: str, case_ids: Sequence[str]) -> list[Row[tuple[Any, ...]]]:
+    """Case id, kernel key, phase and per-iteration median duration (µs) of each kernel of the given cases."""
+    if not case_ids:
+        return []
+    q = (
+        select(RunCase.case_id, RunKernel.key, RunKernel.phase, RunKernel.duration_median_us)
+        .join(RunKernel, RunKernel.run_case_id == RunCase.id)
+        .where(RunCase.run_id == run_id, RunCase.case_id.in_(case_ids))
+    )
+    return list(session.execute(q))
+
+
+def run_without_document(session: Session, project_id: int, run_id: str) -> Run | None:
+    """A run of the project with its document left unread (a trace download or a baseline rule needs the row,
+    not the megabyte of JSON)."""
+    q = select(Run).options(defer(Run.document)).where(Run.id == run_id, Run.project_id == project_id)
+    return session.scalars(q).one_or_none()
