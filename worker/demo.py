@@ -256,9 +256,12 @@ def run_demo(*, workdir: Path, port: int, once: bool) -> int:
             else:
                 _say(f"\nthe planted regression was NOT named (exit code {second_code}): see the logs")
             ok = ok and named is not None and second_code in (0, 1)
+            if job_id:
+                _say(f"  in the dashboard: {demo.url}/ui/p/{PROJECT}/jobs/{job_id} (sign in with the submit token)")
             if once:
                 return 0 if ok else 1
             _say(f"\nserving at {demo.url} (docs: {demo.url}/docs); Ctrl-C stops the service and the workers.")
+            _say(f"  dashboard: {demo.url}/ui (sign in with the submit token)")
             _say(f"  submit token: {demo.submit_token}")
             _say(
                 f"  try: attnprof submit {src}/attnprof.toml --source {src} --server {demo.url} "
