@@ -62,7 +62,12 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def is_git_checkout(root: Path) -> bool:
-    return (_git(root, "rev-parse", "--is-inside-work-tree") or "").strip() == "true"
+    """Whether ``root`` is part of a git work tree. A folder that its enclosing work tree ignores (a scratch or
+    build folder such as ``out/``) is not: git would track none of its files, so it is bundled as a plain
+    folder, and it has no commit of its own."""
+    if (_git(root, "rev-parse", "--is-inside-work-tree") or "").strip() != "true":
+        return False
+    return _git(root, "check-ignore", "-q", ".") is None
 
 
 def _ignore_patterns(root: Path) -> list[str]:

@@ -105,6 +105,19 @@ def test_provenance_from_git(repo: Path) -> None:
     assert given.base_commit == first and given.ancestors == [first]
 
 
+def test_a_folder_its_checkout_ignores_is_bundled_as_a_plain_folder(repo: Path) -> None:
+    # `make demo` copies the demo project under the checkout's ignored out/: git would track none of it.
+    source = repo / "build" / "project"
+    (source / "pkg").mkdir(parents=True)
+    (source / "pkg" / "attn.py").write_text("a = 1\n")
+    (source / "attnprof.toml").write_text("[suite]\n")
+    (source / "trace.log").write_text("noise")
+    (source / ".gitignore").write_text("*.log\n")
+    assert _names(client_source.build_bundle(source).data) == [".gitignore", "attnprof.toml", "pkg/attn.py"]
+    info = client_source.git_info(source)
+    assert (info.commit, info.base_commit, info.ancestors) == (None, None, [])
+
+
 def test_no_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GITHUB_REPOSITORY", "acme/k")
     monkeypatch.setenv("GITHUB_HEAD_REF", "")
