@@ -406,7 +406,7 @@ def run_cases_named(session: Session, project_id: int, run_id: str, case_ids: Se
     if not case_ids:
         return []
     if session.get_bind().dialect.name == "postgresql":
-        case = func.jsonb_array_elements(Run.document["cases"], type_=JSONB).column_valued("c")
+        case = func.jsonb_array_elements(Run.document["cases"], type_=JSONB).column_valued("c", joins_implicitly=True)
         q = select(case).select_from(Run).where(Run.id == run_id, Run.project_id == project_id)
         return [dict(c) for c in session.scalars(q.where(case["id"].astext.in_(case_ids)))]
     found = session.scalars(select(Run.document["cases"]).where(Run.id == run_id, Run.project_id == project_id))

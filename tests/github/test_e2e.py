@@ -223,10 +223,13 @@ def test_a_pull_request_regression_then_a_second_push_then_a_failing_target(stac
     boom_id = _submit(stack, boom, FAULTY, commit="e2e-boom", branch="feat", pr=PR)
     job = stack.wait_status(boom_id, ("failed", "done", "timed_out"), 300)
     assert job["status"] == "failed" and job["verdict"] is None, job
-    assert _states(github, "e2e-boom") == ["pending", "error"]
+    # A failure report is committed first and its feedback delivered after: the job reads failed a moment
+    # before GitHub has the status and the comment.
+    wait_for("the error status", lambda: _states(github, "e2e-boom") == ["pending", "error"], 30, logs=stack.logs)
     error = github.statuses(REPO, "e2e-boom")[1]
     assert error["description"].startswith("no verdict: job failed: every case failed (1): boom: RuntimeError")
     assert error["target_url"] == f"{stack.url}/api/v1/jobs/{boom_id}"
+    wait_for("the comment's update", lambda: len(github.requests("PATCH")) == 2, 30, logs=stack.logs)
     ours = _ours(stack, github)
     assert len(ours) == 1 and len(github.requests("PATCH")) == 2
     assert "**no verdict** (job failed)" in ours[0]["body"] and "boom from the user's factory" in ours[0]["body"]
