@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, TypeVar
 
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from service.jobs.models import Job
+
+_Q = TypeVar("_Q", bound=Select[*tuple[Any, ...]])
 
 
 def add(session: Session, job: Job) -> Job:
@@ -28,6 +31,30 @@ def get_by_idempotency_key(session: Session, project_id: int, key: str) -> Job |
     return session.scalars(q).one_or_none()
 
 
+def listing(
+    q: _Q,
+    *,
+    project_id: int,
+    status: str | None,
+    branch: str | None,
+    pr: int | None,
+    before: tuple[datetime, str] | None,
+    limit: int,
+) -> _Q:
+    """``q`` (a select over ``jobs``) narrowed to one page of the project's jobs, newest first
+    (``ix_jobs_listing``); ``before`` is the keyset cursor (created_at, id) of the page's start."""
+    q = q.where(Job.project_id == project_id)
+    if status is not None:
+        q = q.where(Job.status == status)
+    if branch is not None:
+        q = q.where(Job.branch == branch)
+    if pr is not None:
+        q = q.where(Job.pr == pr)
+    if before is not None:
+        q = q.where((Job.created_at < before[0]) | ((Job.created_at == before[0]) & (Job.id < before[1])))
+    return q.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)
+
+
 def list_jobs(
     session: Session,
     *,
@@ -38,16 +65,8 @@ def list_jobs(
     before: tuple[datetime, str] | None,
     limit: int,
 ) -> list[Job]:
-    q = select(Job).where(Job.project_id == project_id)
-    if status is not None:
-        q = q.where(Job.status == status)
-    if branch is not None:
-        q = q.where(Job.branch == branch)
-    if pr is not None:
-        q = q.where(Job.pr == pr)
-    if before is not None:
-        q = q.where((Job.created_at < before[0]) | ((Job.created_at == before[0]) & (Job.id < before[1])))
-    return list(session.scalars(q.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)))
+    q = listing(select(Job), project_id=project_id, status=status, branch=branch, pr=pr, before=before, limit=limit)
+    return list(session.scalars(q))
 
 
 def _stale(session: Session, q: Select[Job], limit: int) -> list[Job]:

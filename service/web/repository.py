@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, defer
 
 from service.analysis.models import Alert, Comparison
 from service.baselines.models import BaselineRule
+from service.jobs import repository as jobs
 from service.jobs.models import Job
 from service.runs.models import Run, RunCase, RunKernel
 from service.testbeds.models import Testbed
@@ -298,36 +299,25 @@ def list_jobs(
     limit: int,
 ) -> list[Row[tuple[Any, ...]]]:
     """One page of the project's jobs, newest first, without their specs (``ix_jobs_listing``)."""
-    q = (
-        select(
-            Job.id,
-            Job.suite_name,
-            Job.branch,
-            Job.commit,
-            Job.pr,
-            Job.status,
-            Job.verdict,
-            Job.reason,
-            Job.attempts,
-            Job.max_attempts,
-            Job.run_id,
-            Job.created_at,
-            Job.started_at,
-            Job.finished_at,
-            Testbed.name.label("testbed"),
-        )
-        .join(Testbed, Testbed.id == Job.testbed_id)
-        .where(Job.project_id == project_id)
-    )
-    if status is not None:
-        q = q.where(Job.status == status)
-    if branch is not None:
-        q = q.where(Job.branch == branch)
-    if pr is not None:
-        q = q.where(Job.pr == pr)
-    if before is not None:
-        q = q.where((Job.created_at < before[0]) | ((Job.created_at == before[0]) & (Job.id < before[1])))
-    return list(session.execute(q.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)))
+    q = select(
+        Job.id,
+        Job.suite_name,
+        Job.branch,
+        Job.commit,
+        Job.pr,
+        Job.status,
+        Job.verdict,
+        Job.reason,
+        Job.attempts,
+        Job.max_attempts,
+        Job.run_id,
+        Job.created_at,
+        Job.started_at,
+        Job.finished_at,
+        Testbed.name.label("testbed"),
+    ).join(Testbed, Testbed.id == Job.testbed_id)
+    q = jobs.listing(q, project_id=project_id, status=status, branch=branch, pr=pr, before=before, limit=limit)
+    return list(session.execute(q))
 
 
 def job_in_project(session: Session, project_id: int, job_id: str) -> Row[*tuple[Any, ...]] | None:
