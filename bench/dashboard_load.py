@@ -30,8 +30,6 @@ import json
 import os
 import platform
 import re
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import service_load  # noqa: E402
 import service_seed as seeding  # noqa: E402
 
 REPORT = ROOT / "bench" / "reports" / "dashboard-load.md"
@@ -72,56 +71,30 @@ def wait_quiet(below: float, max_s: float, poll_s: float = 20.0) -> float:
     return time.monotonic() - start
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` and its reaped children."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Server:
-    url: str
-    proc: subprocess.Popen[bytes]
+    """The service benchmark's ``attnprof serve`` (one process), with a folder broker of its own: the pages
+    send no message, and the jobs they show are queued rows."""
+
+    served: service_load.Server
     folder: tempfile.TemporaryDirectory[str]
+
+    @property
+    def url(self) -> str:
+        return self.served.url
 
     @classmethod
     def start(cls, database_url: str) -> Server:
-        port = _free_port()
         folder = tempfile.TemporaryDirectory(prefix="attnprof-dash-queue-")
-        env = {
-            **os.environ,
-            "ATTNPROF_DATABASE_URL": database_url,
-            "ATTNPROF_BROKER_URL": "filesystem://",
-            "ATTNPROF_BROKER_FOLDER": folder.name,
-            "ATTNPROF_PUBLIC_URL": f"http://127.0.0.1:{port}",
-            "ATTNPROF_RATE_LIMIT__REQUESTS_PER_MINUTE": "100000000",
-            "ATTNPROF_RATE_LIMIT__BURST": "1000000",
-        }
-        cmd = [str(ROOT / ".venv" / "bin" / "attnprof"), "serve", "--port", str(port), "--workers", "1"]
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    return cls(url=url, proc=proc, folder=folder)
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        proc.kill()
-        raise RuntimeError("attnprof serve did not become ready")
+        broker = {"ATTNPROF_BROKER_URL": "filesystem://", "ATTNPROF_BROKER_FOLDER": folder.name}
+        try:
+            return cls(served=service_load.Server.start(database_url, env=broker), folder=folder)
+        except BaseException:
+            folder.cleanup()
+            raise
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        self.served.stop()
         self.folder.cleanup()
 
 
@@ -263,7 +236,7 @@ def measure(client: httpx.Client, server: Server, kinds: dict[str, list[str]]) -
             paths = [target] * len(paths)
             client.get(target)
         timed = Timed(example=paths[0])
-        cpu0 = cpu_seconds(server.proc.pid)
+        cpu0 = service_load.cpu_seconds(server.served.pids())
         for i, path in enumerate(paths):
             t = time.perf_counter()
             response = client.get(path)
@@ -282,7 +255,7 @@ def measure(client: httpx.Client, server: Server, kinds: dict[str, list[str]]) -
                     end="" if live else "\n",
                     flush=True,
                 )
-        timed.cpu_s = cpu_seconds(server.proc.pid) - cpu0
+        timed.cpu_s = service_load.cpu_seconds(server.served.pids()) - cpu0
         if live:
             print(flush=True)
         results[name] = timed

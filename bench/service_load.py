@@ -158,7 +158,9 @@ class Server:
     proc: subprocess.Popen[bytes]
 
     @classmethod
-    def start(cls, database_url: str, workers: int = 1) -> Server:
+    def start(cls, database_url: str, workers: int = 1, env: dict[str, str] | None = None) -> Server:
+        """``attnprof serve`` on a free port, once it answers ``/readyz``; ``env`` adds to or overrides its
+        environment (the broker is this benchmark's Redis by default)."""
         port = free_port()
         env = {
             **os.environ,
@@ -168,6 +170,7 @@ class Server:
             # The benchmark's one token sends far more than a CI token would.
             "ATTNPROF_RATE_LIMIT__REQUESTS_PER_MINUTE": "100000000",
             "ATTNPROF_RATE_LIMIT__BURST": "1000000",
+            **(env or {}),
         }
         cmd = [str(ROOT / ".venv" / "bin" / "attnprof"), "serve", "--port", str(port), "--workers", str(workers)]
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
