@@ -14,13 +14,11 @@ the verdict is then ``warn`` and the status ``success``. The test reads the stor
 from __future__ import annotations
 
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from fakegithub import FakeGitHub
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker"))
@@ -30,24 +28,22 @@ from wkstack import (
     FAULTY,
     NO_DATABASE,
     Stack,
+    base_env,
     create_database,
     custom_case,
     drop_database,
+    flush_redis,
     free_port,
+    seed_project,
     start,
     stop,
     suite,
     tar_gz,
     wait_for,
+    wait_ready,
 )
-from wkstack import _base_env as base_env
 
-from service import migrate
-from service.auth import service as auth
-from service.db import make_engine, make_sessionmaker
 from service.github.comment import marker
-from service.projects import service as projects
-from service.testbeds import service as testbeds
 
 pytestmark = pytest.mark.slow
 
@@ -81,21 +77,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory, github: FakeGitHub) -> Itera
     tmp = tmp_path_factory.mktemp("ghstack")
     logs = tmp / "logs"
     logs.mkdir()
-    r = redis.Redis.from_url(REDIS_URL)
-    r.flushdb()
-    r.close()
+    flush_redis(REDIS_URL)
     name, url = create_database()
     procs = []
     try:
-        migrate.upgrade(url)
-        eng = make_engine(url)
-        with make_sessionmaker(eng)() as session:
-            project = projects.create(session, name=f"gh-{uuid.uuid4().hex[:6]}")
-            submit = auth.create_project_token(session, project_id=project.id, role="submit")[1]
-            wtok = auth.create_worker_token(session, testbed_id=testbeds.ensure(session, TESTBED).id)[1]
-            session.commit()
-            project_name = project.name
-        eng.dispose()
+        project_name, submit, tokens = seed_project(url, "gh", (TESTBED,))
+        wtok = tokens[TESTBED]
         port = free_port()
         env = {
             **base_env(tmp),
@@ -134,17 +121,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory, github: FakeGitHub) -> Itera
             "profile", [*ATTNPROF, "worker", "--testbed", TESTBED, "--device", "cpu"], wenv, logs, tmp
         )
         procs = list(s.procs.values())
-        for p in procs:
-            if p.name != "service":
-                wait_for(f"{p.name} to be ready", lambda p=p: " ready." in p.text() or not p.alive(), 90, logs=procs)
-                assert p.alive(), p.text()
+        wait_ready(procs)
         yield s
     finally:
         stop(procs)
         drop_database(name)
-        r = redis.Redis.from_url(REDIS_URL)
-        r.flushdb()
-        r.close()
+        flush_redis(REDIS_URL)
 
 
 def _submit(stack: Stack, spec: str, files: dict[str, bytes], *, commit: str, branch: str, pr: int | None) -> str:

@@ -18,7 +18,7 @@ import sys
 import tarfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -282,7 +282,7 @@ def db_fixture(engine: Engine) -> Iterator[Session]:
         connection.close()
 
 
-def _base_env(tmp: Path) -> dict[str, str]:
+def base_env(tmp: Path) -> dict[str, str]:
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "OMP_NUM_THREADS")
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(
@@ -299,30 +299,52 @@ def _base_env(tmp: Path) -> dict[str, str]:
     return env
 
 
+def flush_redis(url: str = REDIS_URL) -> None:
+    """Empty a Redis database of the tests: no message of an earlier stack reaches this one's workers."""
+    r = redis.Redis.from_url(url)
+    r.flushdb()
+    r.close()
+
+
+def seed_project(url: str, prefix: str, testbed_names: Sequence[str]) -> tuple[str, str, dict[str, str]]:
+    """Migrate the database at ``url`` and make a project with a submit token and a worker token per testbed:
+    (the project's name, the submit token, {testbed: worker token})."""
+    migrate.upgrade(url)
+    eng = make_engine(url)
+    try:
+        with make_sessionmaker(eng)() as session:
+            project = projects.create(session, name=f"{prefix}-{uuid.uuid4().hex[:6]}")
+            submit = auth.create_project_token(session, project_id=project.id, role="submit")[1]
+            tokens = {
+                tb: auth.create_worker_token(session, testbed_id=testbeds.ensure(session, tb).id)[1]
+                for tb in testbed_names
+            }
+            session.commit()
+            return project.name, submit, tokens
+    finally:
+        eng.dispose()
+
+
+def wait_ready(procs: list[Proc]) -> None:
+    """Wait until every worker among ``procs`` says it is ready (the service is reached over HTTP instead)."""
+    for p in procs:
+        if p.name != "service":
+            wait_for(f"{p.name} to be ready", lambda p=p: " ready." in p.text() or not p.alive(), 90, logs=procs)
+            assert p.alive(), p.text()
+
+
 @pytest.fixture(scope="module", name="stack")
 def stack_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("stack")
     logs = tmp / "logs"
     logs.mkdir()
-    r = redis.Redis.from_url(REDIS_URL)
-    r.flushdb()
-    r.close()
+    flush_redis()
     name, url = create_database()
     procs = []
     try:
-        migrate.upgrade(url)
-        eng = make_engine(url)
-        with make_sessionmaker(eng)() as session:
-            project = projects.create(session, name=f"wk-{uuid.uuid4().hex[:6]}")
-            submit = auth.create_project_token(session, project_id=project.id, role="submit")[1]
-            tokens = {}
-            for tb in ("tb-main", "tb-faults", "tb-idle"):
-                tokens[tb] = auth.create_worker_token(session, testbed_id=testbeds.ensure(session, tb).id)[1]
-            session.commit()
-            project_name = project.name
-        eng.dispose()
+        project_name, submit, tokens = seed_project(url, "wk", ("tb-main", "tb-faults", "tb-idle"))
         port = free_port()
-        env = {**_base_env(tmp), "ATTNPROF_DATABASE_URL": url, "ATTNPROF_SERVICE_URL": f"http://127.0.0.1:{port}"}
+        env = {**base_env(tmp), "ATTNPROF_DATABASE_URL": url, "ATTNPROF_SERVICE_URL": f"http://127.0.0.1:{port}"}
         s = Stack(
             url=f"http://127.0.0.1:{port}",
             database_url=url,
@@ -356,10 +378,7 @@ def stack_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 label, [*ATTNPROF, "worker", "--testbed", testbed, "--device", "cpu"], wenv, logs, tmp
             )
             procs.append(s.procs[label])
-        for p in procs:
-            if p.name != "service":
-                wait_for(f"{p.name} to be ready", lambda p=p: " ready." in p.text() or not p.alive(), 90, logs=procs)
-                assert p.alive(), p.text()
+        wait_ready(procs)
         yield s
     finally:
         stop(procs)
