@@ -7,6 +7,8 @@ the sweeper (``jobs.sweep``, beside the analysis worker) sends it again; the fai
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import json
 import logging
 import os
@@ -18,6 +20,7 @@ from typing import Any
 
 from kombu.connection import Connection
 from kombu.pools import producers
+from kombu.transport import redis as kombu_redis
 
 from service.config import Settings
 
@@ -60,10 +63,33 @@ _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 _ORIGIN = f"{socket.gethostname()}/{os.getpid()}"
 
 
+class _PublishingChannel(kombu_redis.Channel):
+    """Kombu's Redis channel, publishing through one client it keeps: the stock channel builds a new
+    ``redis.Redis`` for every message it sends (``conn_or_acquire``), which was a quarter of a job message's
+    CPU. The client is thread-safe and takes its connections from the channel's pool, as before."""
+
+    def conn_or_acquire(self, client: Any = None) -> Any:
+        return contextlib.nullcontext(client or self._publisher)
+
+    @functools.cached_property
+    def _publisher(self) -> Any:
+        return self._create_client()  # type: ignore[no-untyped-call]
+
+
+class _PublishingTransport(kombu_redis.Transport):
+    Channel = _PublishingChannel
+
+
 @lru_cache(maxsize=8)
 def _connection(broker_url: str, folder: str) -> Connection:
     settings = Settings(broker_url=broker_url, broker_folder=folder)
-    return Connection(broker_url, transport_options=transport_options(settings), connect_timeout=2)  # type: ignore[no-untyped-call]
+    redis_url = broker_url.startswith(("redis://", "rediss://"))
+    return Connection(  # type: ignore[no-untyped-call]
+        broker_url,
+        transport=_PublishingTransport if redis_url else None,
+        transport_options=transport_options(settings),
+        connect_timeout=2,
+    )
 
 
 def task_message(name: str, args: list[object]) -> tuple[list[object], dict[str, object], str]:
