@@ -53,7 +53,7 @@ def list_alerts(
 ) -> Alerts:
     """Change points found on the default branch, newest first."""
     rows = repository.list_alerts(
-        session, project_id=access.project.id, regressions_only=regressions_only, after_id=after, limit=limit + 1
+        session, project_id=access.project_id, regressions_only=regressions_only, after_id=after, limit=limit + 1
     )
     nxt = rows[limit - 1].id if len(rows) > limit else None
     return Alerts(alerts=[AlertOut.model_validate(a) for a in rows[:limit]], next=nxt)
@@ -62,7 +62,7 @@ def list_alerts(
 @router.get("/comparisons/{comparison_id}", response_model=ComparisonOut)
 def get_comparison(comparison_id: str, access: ReadProject, session: SessionDep) -> ComparisonOut:
     found = repository.get_comparison(session, comparison_id)
-    if found is None or found.project_id != access.project.id:
+    if found is None or found.project_id != access.project_id:
         raise NotFound(f"no comparison {comparison_id}")
     return ComparisonOut(
         id=found.id,

@@ -7,26 +7,29 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, Path, Request
+from sqlalchemy.orm import Session
+from starlette.applications import Starlette
 
 from service.auth import service as auth
 from service.auth.models import WORKER
 from service.db import SessionDep
-from service.errors import Forbidden, NotFound, RateLimited
-from service.projects import repository as projects
-from service.projects.models import Project
+from service.errors import Forbidden, RateLimited
 from service.ratelimit import RateLimiter
 
+Authorization = Annotated[str | None, Header(description="Bearer <token>")]
 
-def get_principal(
-    request: Request,
-    session: SessionDep,
-    authorization: Annotated[str | None, Header(description="Bearer <token>")] = None,
-) -> auth.Principal:
-    principal = auth.authenticate(session, authorization)
-    limiter: RateLimiter = request.app.state.rate_limiter
+
+def rate_limit(app: Starlette, principal: auth.Principal) -> None:
+    """Take one request from the token's bucket, or raise ``RateLimited``."""
+    limiter: RateLimiter = app.state.rate_limiter
     wait_s = limiter.hit(principal.token_id)
     if wait_s > 0:
         raise RateLimited(wait_s)
+
+
+def get_principal(request: Request, session: SessionDep, authorization: Authorization = None) -> auth.Principal:
+    principal = auth.authenticate(session, authorization)
+    rate_limit(request.app, principal)
     return principal
 
 
@@ -35,20 +38,28 @@ PrincipalDep = Annotated[auth.Principal, Depends(get_principal)]
 
 @dataclass(frozen=True)
 class ProjectAccess:
-    project: Project
+    project_id: int
     principal: auth.Principal
+
+
+def project_access(
+    app: Starlette, session: Session, authorization: str | None, project: str, role: str
+) -> ProjectAccess:
+    """The token's access to ``project`` with ``role``, from one query: 401, 429, then 404 for a missing or
+    another's project, then 403."""
+    principal, project_id = auth.authenticate_with_project(session, authorization, project)
+    rate_limit(app, principal)
+    return ProjectAccess(project_id=auth.require_project(principal, project_id, project, role), principal=principal)
 
 
 def _project_access(role: str) -> Callable[..., ProjectAccess]:
     def dependency(
-        session: SessionDep, principal: PrincipalDep, project: Annotated[str, Path(max_length=100)]
+        request: Request,
+        session: SessionDep,
+        project: Annotated[str, Path(max_length=100)],
+        authorization: Authorization = None,
     ) -> ProjectAccess:
-        found = projects.get_by_name(session, project)
-        # Another project's name answers exactly like a name that does not exist.
-        if found is None or (principal.role != WORKER and principal.project_id != found.id):
-            raise NotFound(f"no project {project!r}")
-        principal.require(role)
-        return ProjectAccess(project=found, principal=principal)
+        return project_access(request.app, session, authorization, project, role)
 
     return dependency
 

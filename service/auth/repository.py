@@ -1,13 +1,48 @@
 from __future__ import annotations
 
+from datetime import datetime
+from typing import NamedTuple
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.auth.models import Token
+from service.projects.models import Project
+
+
+class TokenRow(NamedTuple):
+    """What authenticating a request needs of a token: plain columns, no ORM object (every request pays it)."""
+
+    id: int
+    role: str
+    project_id: int | None
+    testbed_id: int | None
+    revoked_at: datetime | None
+
+
+_TOKEN_COLUMNS = (Token.id, Token.role, Token.project_id, Token.testbed_id, Token.revoked_at)
 
 
 def get_by_hash(session: Session, secret_sha256: str) -> Token | None:
     return session.scalars(select(Token).where(Token.secret_sha256 == secret_sha256)).one_or_none()
+
+
+def row_by_hash(session: Session, secret_sha256: str) -> TokenRow | None:
+    row = session.execute(select(*_TOKEN_COLUMNS).where(Token.secret_sha256 == secret_sha256)).one_or_none()
+    return TokenRow(*row) if row is not None else None
+
+
+def row_by_hash_with_project(session: Session, secret_sha256: str, project: str) -> tuple[TokenRow | None, int | None]:
+    """The token and the id of the project named ``project`` (None when there is none), in one statement."""
+    q = (
+        select(*_TOKEN_COLUMNS, Project.id)
+        .outerjoin(Project, Project.name == project)
+        .where(Token.secret_sha256 == secret_sha256)
+    )
+    row = session.execute(q).one_or_none()
+    if row is None:
+        return None, None
+    return TokenRow(*row[:5]), row[5]
 
 
 def get(session: Session, token_id: int) -> Token | None:

@@ -21,14 +21,14 @@ def whoami(principal: PrincipalDep, session: SessionDep) -> Whoami:
 
 @router.post("", status_code=201, response_model=TokenCreated)
 def create_token(body: TokenIn, access: AdminProject, session: SessionDep) -> TokenCreated:
-    token, secret = service.create_project_token(session, project_id=access.project.id, role=body.role, name=body.name)
+    token, secret = service.create_project_token(session, project_id=access.project_id, role=body.role, name=body.name)
     return TokenCreated(**TokenOut.model_validate(token).model_dump(), token=secret)
 
 
 @router.get("", response_model=Tokens)
 def list_tokens(access: AdminProject, session: SessionDep) -> Tokens:
     return Tokens(
-        tokens=[TokenOut.model_validate(t) for t in service.list_tokens(session, project_id=access.project.id)]
+        tokens=[TokenOut.model_validate(t) for t in service.list_tokens(session, project_id=access.project_id)]
     )
 
 
@@ -36,4 +36,4 @@ def list_tokens(access: AdminProject, session: SessionDep) -> Tokens:
 def revoke_token(
     token_id: Annotated[int, Path(ge=1, le=INT_MAX)], access: AdminProject, session: SessionDep
 ) -> TokenOut:
-    return TokenOut.model_validate(service.revoke(session, project_id=access.project.id, token_id=token_id))
+    return TokenOut.model_validate(service.revoke(session, project_id=access.project_id, token_id=token_id))

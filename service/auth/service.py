@@ -73,17 +73,42 @@ def create_worker_token(session: Session, *, testbed_id: int, name: str | None =
     return token, secret
 
 
-def authenticate(session: Session, authorization: str | None) -> Principal:
-    """The principal behind an ``Authorization: Bearer <token>`` header, or ``Unauthorized``."""
+def _secret_hash(authorization: str | None) -> str:
     if not authorization:
         raise Unauthorized("missing Authorization: Bearer <token>")
     scheme, _, secret = authorization.partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         raise Unauthorized("the Authorization header must be 'Bearer <token>'")
-    token = repository.get_by_hash(session, hash_secret(secret.strip()))
-    if token is None or token.revoked_at is not None:
+    return hash_secret(secret.strip())
+
+
+def _principal(row: repository.TokenRow | None) -> Principal:
+    if row is None or row.revoked_at is not None:
         raise Unauthorized("unknown or revoked token")
-    return Principal(token_id=token.id, role=token.role, project_id=token.project_id, testbed_id=token.testbed_id)
+    return Principal(token_id=row.id, role=row.role, project_id=row.project_id, testbed_id=row.testbed_id)
+
+
+def authenticate(session: Session, authorization: str | None) -> Principal:
+    """The principal behind an ``Authorization: Bearer <token>`` header, or ``Unauthorized``."""
+    return _principal(repository.row_by_hash(session, _secret_hash(authorization)))
+
+
+def authenticate_with_project(
+    session: Session, authorization: str | None, project: str
+) -> tuple[Principal, int | None]:
+    """``authenticate``, and the id of the project named ``project`` (None: there is none), in one query."""
+    row, project_id = repository.row_by_hash_with_project(session, _secret_hash(authorization), project)
+    return _principal(row), project_id
+
+
+def require_project(principal: Principal, project_id: int | None, project: str, role: str) -> int:
+    """``project_id`` if the principal may act on it with ``role``: ``NotFound`` for a project that does not exist
+    or is another's (answered alike), then ``Forbidden``. Worker tokens reach every project (their internal
+    endpoints check the job's testbed)."""
+    if project_id is None or (principal.role != WORKER and principal.project_id != project_id):
+        raise NotFound(f"no project {project!r}")
+    principal.require(role)
+    return project_id
 
 
 def revoke(session: Session, *, project_id: int, token_id: int) -> Token:

@@ -16,12 +16,12 @@ Kind = Literal["pin", "exclude", "accept"]
 @router.get("", response_model=Rules)
 def list_rules(access: ReadProject, session: SessionDep) -> Rules:
     """Pins, exclusions (with their reasons) and accepted changes."""
-    rules = service.list_rules(session, project_id=access.project.id)
+    rules = service.list_rules(session, project_id=access.project_id)
     return Rules(rules=[RuleOut.model_validate(r) for r in rules])
 
 
 def _add(kind: str, body: RuleIn, access: AdminProject, session: SessionDep) -> RuleOut:
-    rule = service.add_rule(session, project_id=access.project.id, kind=kind, run_id=body.run_id, reason=body.reason)
+    rule = service.add_rule(session, project_id=access.project_id, kind=kind, run_id=body.run_id, reason=body.reason)
     return RuleOut.model_validate(rule)
 
 
@@ -51,5 +51,5 @@ def remove(
     session: SessionDep,
 ) -> Response:
     """Unpin, un-exclude or un-accept a run."""
-    service.remove_rule(session, project_id=access.project.id, kind=kind, run_id=run_id)
+    service.remove_rule(session, project_id=access.project_id, kind=kind, run_id=run_id)
     return Response(status_code=204)

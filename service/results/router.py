@@ -20,7 +20,7 @@ def upload_result(
     """Store a result document profiled elsewhere, compare it with its baseline, answer with the verdict."""
     done = service.upload(
         session,
-        project_id=access.project.id,
+        project_id=access.project_id,
         body=body,
         cfg=settings.analysis,
         ancestors_max=settings.limits.ancestors,

@@ -57,7 +57,7 @@ def list_runs(
         testbed_id = tb.id
     rows = repository.list_runs(
         session,
-        project_id=access.project.id,
+        project_id=access.project_id,
         branch=branch,
         testbed_id=testbed_id,
         commit=commit,
@@ -70,7 +70,7 @@ def list_runs(
 
 @router.get("/{run_id}", response_model=RunOut)
 def get_run(run_id: str, access: ReadProject, session: SessionDep) -> RunOut:
-    return _out(session, service.get(session, project_id=access.project.id, run_id=run_id), document=True)
+    return _out(session, service.get(session, project_id=access.project_id, run_id=run_id), document=True)
 
 
 # The body is read raw (a gzip file, not JSON), so FastAPI cannot describe it: say what it is.
@@ -88,7 +88,7 @@ async def put_trace(
 ) -> Response:
     """Attach a trace file (gzip Chrome trace) that the run's document names."""
     data = await request.body()
-    run = service.get(session, project_id=access.project.id, run_id=run_id)
+    run = service.get(session, project_id=access.project_id, run_id=run_id)
     service.put_trace(session, run=run, name=name, data=data, limit_bytes=settings.limits.trace_bytes)
     return Response(status_code=204)
 
@@ -96,7 +96,7 @@ async def put_trace(
 @router.get("/{run_id}/traces/{name}", response_class=Response, responses={200: {"content": {"application/gzip": {}}}})
 def get_trace(run_id: str, name: TraceName, access: ReadProject, session: SessionDep) -> Response:
     """Download a trace. Traces reveal model architecture: only the run's project can read them."""
-    run = service.get(session, project_id=access.project.id, run_id=run_id)
+    run = service.get(session, project_id=access.project_id, run_id=run_id)
     data = service.get_trace(session, run=run, name=name)
     return Response(
         data,

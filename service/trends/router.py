@@ -5,12 +5,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
+from sqlalchemy.orm import Session
 
 from service import paging
 from service.auth.dependencies import ReadProject
 from service.db import SessionDep
 from service.errors import BadRequest, NotFound
 from service.openapi import errors
+from service.projects import repository as projects
 from service.testbeds import repository as testbeds
 from service.trends import repository
 from service.trends.schemas import Point, Trend
@@ -27,6 +29,11 @@ UNITS = {
     "occupancy": "fraction",
 }
 Text = Annotated[str, Query(min_length=1, max_length=500)]
+
+
+def _default_branch(session: Session, project_id: int) -> str:
+    project = projects.get(session, project_id)
+    return project.default_branch if project is not None else "main"
 
 
 def _query(
@@ -49,9 +56,9 @@ def _query(
     if since is not None and until is not None and since >= until:
         raise BadRequest("since must be before until")
     return repository.TrendQuery(
-        project_id=access.project.id,
+        project_id=access.project_id,
         testbed_id=testbed_id,
-        branch=branch or access.project.default_branch,
+        branch=branch or _default_branch(session, access.project_id),
         case_id=case,
         since=since,
         until=until,
