@@ -47,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         requests_per_minute=settings.rate_limit.requests_per_minute, burst=settings.rate_limit.burst
     )
     app.state.metrics = Metrics()
+    app.state.testbed_ids = {}  # name -> id, read from committed rows (see service.jobs.service.create)
     install_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar
 
 import pydantic_core
 from fastapi import Depends, Request
 from sqlalchemy import JSON, BigInteger, DateTime, Engine, Integer, MetaData, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.types import TypeDecorator
+from starlette.applications import Starlette
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -51,6 +54,11 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def insert_for(session: Session) -> Any:
+    """The dialect's ``insert`` (Postgres' or SQLite's), which has ``on_conflict_do_nothing``."""
+    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
 def utcnow() -> datetime:
@@ -104,7 +112,15 @@ def session_slots(engine: Engine) -> int:
     return max(1, pool.size()) if isinstance(pool, QueuePool) else 10
 
 
-async def session_slot(request: Request) -> AsyncIterator[None]:
+def _slots(app: Starlette) -> asyncio.Semaphore:
+    slots: asyncio.Semaphore | None = getattr(app.state, "session_slots", None)
+    if slots is None:
+        slots = app.state.session_slots = asyncio.Semaphore(session_slots(app.state.engine))
+    return slots
+
+
+@asynccontextmanager
+async def session_slot(app: Starlette) -> AsyncIterator[None]:
     """Wait, on the event loop, for one of the app's session slots; hold it until the session is closed.
 
     The endpoints and their dependencies are sync: each runs on a thread of the server's pool (40), and a request
@@ -114,23 +130,37 @@ async def session_slot(request: Request) -> AsyncIterator[None]:
     (seen at 100 job creations per second). Waiting here, where no thread is held, bounds the sessions by the
     connections, so no thread ever waits on the pool.
     """
-    slots: asyncio.Semaphore | None = getattr(request.app.state, "session_slots", None)
-    if slots is None:
-        slots = request.app.state.session_slots = asyncio.Semaphore(session_slots(request.app.state.engine))
-    async with slots:
+    async with _slots(app):
         yield
 
 
-def get_session(request: Request, _slot: Annotated[None, Depends(session_slot, scope="function")]) -> Iterator[Session]:
-    """One session per request; committed when the endpoint returns, rolled back when it raises."""
-    factory: sessionmaker[Session] = request.app.state.sessionmaker
-    with factory() as session:
+async def _session_slot(request: Request) -> AsyncIterator[None]:
+    async with session_slot(request.app):
+        yield
+
+
+@contextmanager
+def request_session(app: Starlette) -> Iterator[Session]:
+    """The session of one request: committed when the block ends, rolled back when it raises. Tests bind their
+    own (``app.state.bound_session``: a session in a transaction they roll back), which is then neither opened
+    nor closed here."""
+    bound: Session | None = getattr(app.state, "bound_session", None)
+    factory: sessionmaker[Session] = app.state.sessionmaker
+    with nullcontext(bound) if bound is not None else factory() as session:
         try:
             yield session
             session.commit()
         except BaseException:
             session.rollback()
             raise
+
+
+def get_session(
+    request: Request, _slot: Annotated[None, Depends(_session_slot, scope="function")]
+) -> Iterator[Session]:
+    """One session per request; committed when the endpoint returns, rolled back when it raises."""
+    with request_session(request.app) as session:
+        yield session
 
 
 # scope="function": the commit happens before the response is sent, so a 2xx means the data is stored.

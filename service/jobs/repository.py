@@ -6,6 +6,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from service.db import insert_for
 from service.jobs.models import Job
 
 _Q = TypeVar("_Q", bound=Select[*tuple[Any, ...]])
@@ -15,6 +16,19 @@ def add(session: Session, job: Job) -> Job:
     session.add(job)
     session.flush()
     return job
+
+
+def insert_unless_key_taken(session: Session, values: dict[str, Any]) -> Job | None:
+    """The job inserted from ``values``, or None when its project already has a job with its idempotency key:
+    one ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` (no savepoint, no flush; the row comes back as the
+    session's object)."""
+    stmt = (
+        insert_for(session)(Job)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["project_id", "idempotency_key"])
+        .returning(Job)
+    )
+    return session.scalars(stmt).one_or_none()
 
 
 def get(session: Session, job_id: str) -> Job | None:

@@ -6,6 +6,41 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class JobFields(BaseModel):
+    """The text fields of a job submission (``multipart/form-data``, beside the ``spec`` and ``bundle`` files)."""
+
+    testbed: str = Field(min_length=1, max_length=100)
+    branch: str = Field(min_length=1, max_length=255)
+    commit: str = Field(min_length=1, max_length=64)
+    repo: str | None = Field(default=None, max_length=200)
+    base_commit: str | None = Field(default=None, max_length=64)
+    ancestors: str | None = Field(default=None, description="first-parent ancestors, newest first: JSON list or CSV")
+    pr: int | None = Field(default=None, ge=1, le=2**31 - 1)
+
+
+_FILE = {"type": "string", "contentMediaType": "application/octet-stream"}
+
+
+def submission_schema() -> dict[str, Any]:
+    """The OpenAPI schema of the whole form: the two files, then the text fields."""
+    fields = JobFields.model_json_schema()
+    properties = {
+        "spec": {**_FILE, "title": "Spec", "description": "the suite file (TOML)"},
+        "bundle": {**_FILE, "title": "Bundle", "description": "the source, tar.gz"},
+    }
+    for name, prop in fields["properties"].items():
+        # A form field is sent or left out, never null: an optional one is documented as its type.
+        (kind,) = [p for p in prop.pop("anyOf", [prop]) if p.get("type") != "null"]
+        prop.pop("default", None)
+        properties[name] = {**prop, **kind}
+    return {
+        "title": "JobSubmission",
+        "type": "object",
+        "properties": properties,
+        "required": ["spec", *fields["required"]],
+    }
+
+
 class JobCreated(BaseModel):
     id: str
     status: str

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.db import insert_for
 from service.testbeds.models import Testbed
 
 
@@ -12,15 +11,21 @@ def get_by_name(session: Session, name: str) -> Testbed | None:
     return session.scalars(select(Testbed).where(Testbed.name == name)).one_or_none()
 
 
+def id_by_name(session: Session, name: str) -> int | None:
+    found: int | None = session.scalar(select(Testbed.id).where(Testbed.name == name))
+    return found
+
+
+def insert_if_new(session: Session, name: str) -> int | None:
+    """The id of a testbed inserted as ``name``, or None when that name is taken (by a row committed meanwhile or
+    by one another transaction is inserting: this waits for that one to end)."""
+    stmt = insert_for(session)(Testbed).values(name=name).on_conflict_do_nothing(index_elements=["name"])
+    found: int | None = session.scalar(stmt.returning(Testbed.id))
+    return found
+
+
 def get_by_key(session: Session, key: str) -> Testbed | None:
     return session.scalars(select(Testbed).where(Testbed.key == key).order_by(Testbed.id).limit(1)).one_or_none()
-
-
-def add(session: Session, *, name: str, key: str | None = None, meaning: dict[str, Any] | None = None) -> Testbed:
-    testbed = Testbed(name=name, key=key, meaning=meaning)
-    session.add(testbed)
-    session.flush()
-    return testbed
 
 
 def get(session: Session, testbed_id: int) -> Testbed | None:

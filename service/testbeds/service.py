@@ -21,9 +21,24 @@ def check_name(name: str) -> str:
     return name
 
 
+def ensure_id(session: Session, name: str) -> tuple[int, bool]:
+    """The id of the testbed ``name``, created if new, and whether it existed (its row is committed). Two requests
+    that first use one name at once both get its one row."""
+    found = repository.id_by_name(session, check_name(name))
+    if found is not None:
+        return found, True
+    inserted = repository.insert_if_new(session, name)
+    if inserted is not None:
+        return inserted, False
+    found = repository.id_by_name(session, name)  # the other one's, committed meanwhile
+    assert found is not None
+    return found, True
+
+
 def ensure(session: Session, name: str) -> Testbed:
-    testbed = repository.get_by_name(session, check_name(name))
-    return testbed if testbed is not None else repository.add(session, name=name)
+    testbed = repository.get(session, ensure_id(session, name)[0])
+    assert testbed is not None
+    return testbed
 
 
 def for_run(session: Session, *, name: str | None, key: str, meaning: dict[str, Any]) -> Testbed:

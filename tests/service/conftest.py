@@ -19,7 +19,7 @@ from service import migrate
 from service.app import create_app
 from service.auth import service as auth
 from service.config import Analysis, Limits, RateLimit, Settings
-from service.db import get_session, make_engine
+from service.db import make_engine
 from service.projects import service as projects
 from service.testbeds import service as testbeds
 
@@ -93,15 +93,9 @@ def settings(pg_url: str) -> Settings:
 
 
 def bind(app: FastAPI, session: Session) -> FastAPI:
-    def _session() -> Iterator[Session]:
-        try:
-            yield session
-            session.commit()  # releases the test's savepoint: the outer transaction still rolls back
-        except BaseException:
-            session.rollback()
-            raise
-
-    app.dependency_overrides[get_session] = _session
+    """Every request of ``app`` works in ``session``: its commit releases the test's savepoint, and the outer
+    transaction still rolls back."""
+    app.state.bound_session = session
     return app
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import time
+import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +17,9 @@ import pytest
 import redis
 import svcdocs as docs
 from conftest import REDIS_URL, create_database, drop_database
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 from svcconf import Tenant
 
@@ -23,7 +27,9 @@ from profiler_core.analysis import stats
 from profiler_core.analysis.compare import compare
 from profiler_core.documents import parse_result
 from service import migrate
+from service.config import Limits
 from service.db import make_engine
+from service.jobs import service as jobs
 from service.jobs.models import Job
 from service.projects import service as projects
 from service.runs import repository as run_rows
@@ -90,6 +96,116 @@ def test_an_oversized_pr_is_a_422_naming_the_field(client: TestClient, tenant: T
     largest = _post_job(client, tenant.name, tenant.h("submit"), pr=str(2**31 - 1))
     assert largest.status_code == 202, largest.text
     _messages("profile.tb-fresh")
+
+
+def _count(db: Session) -> int:
+    return db.query(Job).count()
+
+
+@pytest.mark.parametrize(
+    ("files", "data", "named"),
+    [
+        ({}, {"testbed": "tb", "branch": "b", "commit": "c"}, "body.spec: Field required"),
+        ({"spec": ("a.toml", SPEC.encode())}, {"branch": "b", "commit": "c"}, "body.testbed: Field required"),
+        ({"spec": ("a.toml", SPEC.encode())}, {"testbed": "", "branch": "b", "commit": "c"}, "body.testbed"),
+        (
+            {"spec": ("a.toml", SPEC.encode())},
+            {"testbed": "tb", "branch": "b", "commit": "c", "pr": "seven"},
+            "body.pr",
+        ),
+        ({"spec": ("a.toml", SPEC.encode())}, {"testbed": "tb", "branch": "b" * 256, "commit": "c"}, "body.branch"),
+        (
+            {"spec": ("a.toml", SPEC.encode()), "testbed": ("tb.txt", b"tb")},
+            {"branch": "b", "commit": "c"},
+            "body.testbed: a text field, not a file",
+        ),
+        (
+            {"spec": ("a.toml", SPEC.encode())},
+            {"testbed": "tb", "branch": "b", "commit": "c", "bundle": "not a file"},
+            "body.bundle: a file (tar.gz)",
+        ),
+        ({"spec": ("a.toml", b"\xff\xfe")}, {"testbed": "tb", "branch": "b", "commit": "c"}, "spec: not UTF-8 text"),
+    ],
+)
+def test_a_bad_job_form_is_a_422_naming_the_field_and_changes_nothing(
+    client: TestClient, tenant: Tenant, db: Session, files: dict, data: dict, named: str
+) -> None:
+    before = _count(db)
+    r = client.post(f"/api/v1/projects/{tenant.name}/jobs", files=files, data=data, headers=tenant.h("submit"))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == "invalid_payload" and named in r.json()["detail"], r.text
+    assert _count(db) == before
+    assert _messages("profile.tb") == []
+
+
+def test_job_form_fields_left_empty_are_left_out_and_the_suite_may_be_a_text_field(
+    client: TestClient, tenant: Tenant, db: Session
+) -> None:
+    data = {"testbed": "tb-fresh", "branch": "feature", "commit": "abc123", "repo": "", "pr": "", "spec": SPEC}
+    r = client.post(f"/api/v1/projects/{tenant.name}/jobs", data=data, headers=tenant.h("submit"))
+    assert r.status_code == 202, r.text
+    job = db.get(Job, r.json()["id"])
+    assert job is not None and job.repo is None and job.pr is None and job.suite_name == "s"
+    assert len(_messages("profile.tb-fresh")) == 1
+
+
+def test_a_testbed_id_is_remembered_once_read_from_a_committed_row(
+    app: FastAPI, client: TestClient, tenant: Tenant, db: Session
+) -> None:
+    testbed = f"tb-{uuid.uuid4().hex[:8]}"
+    first = _post_job(client, tenant.name, tenant.h("submit"), testbed=testbed)
+    assert first.status_code == 202, first.text
+    assert testbed not in app.state.testbed_ids  # created by that request: not known to be committed
+    second = _post_job(client, tenant.name, tenant.h("submit"), testbed=testbed)
+    assert second.status_code == 202, second.text
+    row = db.scalars(select(TestbedRow).where(TestbedRow.name == testbed)).one()
+    assert app.state.testbed_ids[testbed] == row.id
+    third = _post_job(client, tenant.name, tenant.h("submit"), testbed=testbed)
+    assert {db.get(Job, r.json()["id"]).testbed_id for r in (first, second, third)} == {row.id}
+    assert len(_messages(f"profile.{testbed}")) == 3
+
+
+def test_job_creation_documents_its_multipart_form(client: TestClient) -> None:
+    op = client.get("/openapi.json").json()["paths"]["/api/v1/projects/{project}/jobs"]["post"]
+    schema = op["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert schema["required"] == ["spec", "testbed", "branch", "commit"]
+    assert schema["properties"]["spec"]["contentMediaType"] == "application/octet-stream"
+    assert schema["properties"]["pr"] == {"title": "Pr", "type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+    assert {"401", "403", "404", "413", "422", "429"} <= set(op["responses"])
+    assert {p["name"] for p in op["parameters"]} == {"project", "authorization", "Idempotency-Key"}
+
+
+def test_two_submissions_racing_with_one_idempotency_key_make_one_job(engine: Engine) -> None:
+    """The second INSERT waits on the first's uncommitted row, then finds the key taken and answers the job the
+    first committed."""
+    with Session(engine) as setup:
+        project = projects.create(setup, name=f"race-{uuid.uuid4().hex[:8]}")
+        setup.commit()
+        project_id = project.id
+    key = uuid.uuid4().hex
+    new = jobs.NewJob(spec=SPEC, testbed="tb-race", branch="b", commit="c", idempotency_key=key)
+
+    def submit(session: Session) -> tuple[str, bool]:
+        job, created = jobs.create(session, project_id=project_id, new=new, limits=Limits(), max_attempts=3)
+        return job.id, created
+
+    first, second = Session(engine), Session(engine)
+    try:
+        first_id, first_created = submit(first)
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(submit, second)
+            time.sleep(0.3)
+            assert not waiting.done()  # blocked on the first's row
+            first.commit()
+            assert waiting.result(timeout=10) == (first_id, False)
+        assert first_created
+    finally:
+        first.close()
+        second.close()
+        with Session(engine) as cleanup:
+            cleanup.query(Job).filter_by(project_id=project_id).delete()
+            cleanup.execute(text("DELETE FROM projects WHERE id = :id"), {"id": project_id})
+            cleanup.commit()
 
 
 # --- samples, one array per case ---------------------------------------------------------------------------

@@ -17,7 +17,9 @@ from service.analysis import service as analysis
 from service.baselines import service as baselines
 from service.config import Analysis, Limits
 from service.db import make_engine
+from service.errors import InvalidPayload
 from service.jobs import service as jobs
+from service.jobs.models import Job
 from service.models import Base
 from service.projects import service as projects
 from service.runs import service as runs
@@ -115,25 +117,18 @@ def test_store_compare_and_query_on_both_backends(store: Session) -> None:
     )
     points = trends.case_points(store, tq, "latency")
     assert [p[0] for p in points] == [first.id] and points[0][2].tzinfo is not None
-    job, created = jobs.create(
-        store,
-        project_id=project.id,
-        limits=Limits(),
-        max_attempts=3,
-        new=jobs.NewJob(
-            spec='[suite]\nname="s"\n[[cases]]\nname="x"\ntarget="naive"\nq_heads=1\nseq_q=8\nhead_dim=8\n',
-            testbed="tb1",
-            branch="pr",
-            commit="b1",
-            idempotency_key="k",
-        ),
-    )
-    again, created2 = jobs.create(
-        store,
-        project_id=project.id,
-        limits=Limits(),
-        max_attempts=3,
-        new=jobs.NewJob(spec="", testbed="tb1", branch="pr", commit="b1", idempotency_key="k"),
-    )
+    spec = '[suite]\nname="s"\n[[cases]]\nname="x"\ntarget="naive"\nq_heads=1\nseq_q=8\nhead_dim=8\n'
+    retry = jobs.NewJob(spec=spec, testbed="tb1", branch="pr", commit="b1", idempotency_key="k")
+    job, created = jobs.create(store, project_id=project.id, limits=Limits(), max_attempts=3, new=retry)
+    again, created2 = jobs.create(store, project_id=project.id, limits=Limits(), max_attempts=3, new=retry)
     assert created and not created2 and again.id == job.id
+    assert store.query(Job).filter_by(project_id=project.id, idempotency_key="k").count() == 1
+    with pytest.raises(InvalidPayload):  # a retry is checked like the first request
+        jobs.create(
+            store,
+            project_id=project.id,
+            limits=Limits(),
+            max_attempts=3,
+            new=jobs.NewJob(spec="", testbed="tb1", branch="pr", commit="b1", idempotency_key="k"),
+        )
     store.commit()
