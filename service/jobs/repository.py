@@ -4,12 +4,13 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Select, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, make_transient_to_detached
 
 from service.db import insert_for
 from service.jobs.models import Job
 
 _Q = TypeVar("_Q", bound=Select[*tuple[Any, ...]])
+_JOB_COLUMNS = tuple(Job.__table__.columns)
 
 
 def add(session: Session, job: Job) -> Job:
@@ -19,16 +20,22 @@ def add(session: Session, job: Job) -> Job:
 
 
 def insert_unless_key_taken(session: Session, values: dict[str, Any]) -> Job | None:
-    """The job inserted from ``values``, or None when its project already has a job with its idempotency key:
-    one ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` (no savepoint, no flush; the row comes back as the
-    session's object)."""
+    """The job inserted from ``values`` (columns left out are null), or None when its project already has a job
+    with its idempotency key: one ``INSERT ... ON CONFLICT DO NOTHING RETURNING id``, no savepoint, no flush.
+    The job comes back as the session's object, built from ``values`` rather than read back."""
+    row = {c.key: None for c in _JOB_COLUMNS} | values
     stmt = (
-        insert_for(session)(Job)
-        .values(**values)
+        insert_for(session)(Job.__table__)
+        .values(**row)
         .on_conflict_do_nothing(index_elements=["project_id", "idempotency_key"])
-        .returning(Job)
+        .returning(Job.__table__.c.id)
     )
-    return session.scalars(stmt).one_or_none()
+    if session.scalar(stmt) is None:
+        return None
+    job = Job(**row)
+    make_transient_to_detached(job)  # as if loaded: every attribute set, none pending
+    session.add(job)
+    return job
 
 
 def get(session: Session, job_id: str) -> Job | None:

@@ -131,7 +131,11 @@ def create(
             "ancestors": list(new.ancestors),
             "pr": new.pr,
             "status": "queued",
+            "attempts": 0,
             "max_attempts": max_attempts,
+            "created_at": (now := utcnow()),
+            "updated_at": now,
+            "feedback_attempts": 0,
         },
     )
     if job is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import svcdocs as docs
 from conftest import create_database, drop_database
-from sqlalchemy import inspect
+from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
 from profiler_core.documents import parse_result
@@ -121,8 +121,14 @@ def test_store_compare_and_query_on_both_backends(store: Session) -> None:
     retry = jobs.NewJob(spec=spec, testbed="tb1", branch="pr", commit="b1", idempotency_key="k")
     job, created = jobs.create(store, project_id=project.id, limits=Limits(), max_attempts=3, new=retry)
     again, created2 = jobs.create(store, project_id=project.id, limits=Limits(), max_attempts=3, new=retry)
-    assert created and not created2 and again.id == job.id
+    assert created and not created2 and again is job
     assert store.query(Job).filter_by(project_id=project.id, idempotency_key="k").count() == 1
+    # The inserted job is the session's object, and holds what its row holds.
+    row = store.execute(select(Job.__table__).where(Job.id == job.id)).mappings().one()
+    assert {name: getattr(job, name) for name in row} == dict(row)
+    job.status = "running"
+    store.flush()
+    assert store.execute(select(Job.status).where(Job.id == job.id)).scalar_one() == "running"
     with pytest.raises(InvalidPayload):  # a retry is checked like the first request
         jobs.create(
             store,
