@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from service.db import insert_for
@@ -11,8 +11,11 @@ def get_by_name(session: Session, name: str) -> Testbed | None:
     return session.scalars(select(Testbed).where(Testbed.name == name)).one_or_none()
 
 
+_ID_BY_NAME = select(Testbed.id).where(Testbed.name == bindparam("name"))
+
+
 def id_by_name(session: Session, name: str) -> int | None:
-    found: int | None = session.scalar(select(Testbed.id).where(Testbed.name == name))
+    found: int | None = session.scalar(_ID_BY_NAME, {"name": name})
     return found
 
 
