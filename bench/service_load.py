@@ -259,16 +259,16 @@ class RawHttp:
     """One keep-alive HTTP/1.1 connection sending one prepared request again and again: far cheaper per request
     than a general client, so that the generator leaves the shared cores to the server."""
 
-    def __init__(self, host: str, port: int, request: bytes) -> None:
-        self.host, self.port, self.request = host, port, request
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def send(self) -> int:
+    async def send(self, request: bytes) -> int:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
-        self.writer.write(self.request)
+        self.writer.write(request)
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
         length = 0
@@ -290,11 +290,14 @@ class RawHttp:
         self.reader = self.writer = None
 
 
-def raw_request(url: str, headers: dict[str, str], body: bytes) -> tuple[str, int, bytes]:
+def raw_request(url: str, headers: dict[str, str], body: bytes) -> tuple[str, int, bytes, bytes]:
+    """(host, port, and the request's bytes before and after its Idempotency-Key's value): every request
+    carries a key of its own, as ``attnprof submit`` sends one."""
     u = httpx.URL(url)
     lines = [f"POST {u.raw_path.decode()} HTTP/1.1", f"Host: {u.host}:{u.port}", f"Content-Length: {len(body)}"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
-    return u.host, int(u.port or 80), ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+    head = ("\r\n".join(lines) + "\r\nIdempotency-Key: ").encode()
+    return u.host, int(u.port or 80), head, b"\r\n\r\n" + body
 
 
 async def open_loop(
@@ -305,16 +308,18 @@ async def open_loop(
     was due, so waiting in the generator counts as the server's slowness it is."""
     level = Level(offered_rps=rate, duration_s=duration_s)
     n = max(1, round(rate * duration_s))
-    host, port, request = raw_request(url, headers, body)
-    due: asyncio.Queue[float | None] = asyncio.Queue()
+    host, port, head, tail = raw_request(url, headers, body)
+    run = uuid.uuid4().hex[:12]
+    due: asyncio.Queue[tuple[float, int] | None] = asyncio.Queue()
     done_at: list[float] = []
 
     async def worker() -> None:
-        conn = RawHttp(host, port, request)
-        while (at := await due.get()) is not None:
+        conn = RawHttp(host, port)
+        while (item := await due.get()) is not None:
+            at, i = item
             level.send_lag_s.append(time.perf_counter() - at)
             try:
-                status = await asyncio.wait_for(conn.send(), timeout=60.0)
+                status = await asyncio.wait_for(conn.send(head + f"{run}-{i}".encode() + tail), timeout=60.0)
             except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
                 conn.close()
                 key = type(exc).__name__
@@ -336,7 +341,7 @@ async def open_loop(
         delay = at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        due.put_nowait(at)
+        due.put_nowait((at, i))
         level.sent += 1
     for _ in workers:
         due.put_nowait(None)
@@ -587,8 +592,88 @@ def in_process(seeded: seeding.Seeded, repeats: int = 5) -> dict[str, Any]:
         queue.enqueue_profile(settings, job_id=f"in-process-{i}", attempt=1, testbed="bench-in-process")
     out["enqueue_ms"] = (time.process_time() - start) * 1000 / sends
     subprocess.run(["redis-cli", "-u", REDIS, "DEL", "profile.bench-in-process"], capture_output=True)
+    out["submit_ms"] = asyncio.run(submissions_in_process(seeded))
     print(f"in process: {out}", flush=True)
     return out
+
+
+async def submissions_in_process(seeded: seeding.Seeded, n: int = 2000, concurrency: int = 8) -> float:
+    """CPU ms of one job submission through the app itself, called as an ASGI application (no HTTP server, no
+    sockets of the client's): the benchmark's request, each with its own Idempotency-Key, ``concurrency`` at a
+    time; the median of three rounds of ``n``."""
+    from service.app import create_app
+    from service.config import RateLimit, Settings
+
+    settings = Settings(
+        database_url=seeded.url,
+        broker_url=REDIS,
+        rate_limit=RateLimit(requests_per_minute=100_000_000, burst=1_000_000),
+    )
+    app = create_app(settings)
+    body, ctype = multipart(
+        {"testbed": "bench-in-process", "branch": "feature-load", "commit": "0123abcd", "repo": "example/attention"},
+        {"spec": ("attnprof.toml", SPEC.encode())},
+    )
+    path = f"/api/v1/projects/{seeded.project}/jobs"
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"authorization", f"Bearer {seeded.admin_token}".encode()),
+        (b"content-type", ctype.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    run = uuid.uuid4().hex[:12]
+    statuses: list[int] = []
+
+    async def submit(i: int) -> None:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [*headers, (b"idempotency-key", f"{run}-{i}".encode())],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+            "state": {},
+        }
+        sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.Event().wait()  # the client never disconnects
+            raise AssertionError
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        await app(scope, receive, send)
+
+    rounds = []
+    async with app.router.lifespan_context(app):
+        slots = asyncio.Semaphore(concurrency)
+
+        async def bounded(i: int) -> None:
+            async with slots:
+                await submit(i)
+
+        await asyncio.gather(*(bounded(-1 - i) for i in range(50)))  # warm: connections, caches
+        for r in range(3):
+            start = time.process_time()
+            await asyncio.gather(*(bounded(r * n + i) for i in range(n)))
+            rounds.append((time.process_time() - start) * 1000 / n)
+    subprocess.run(["redis-cli", "-u", REDIS, "DEL", "profile.bench-in-process"], capture_output=True)
+    bad = [s for s in statuses if s != 202]
+    if bad:
+        raise RuntimeError(f"{len(bad)} submissions in process were answered {sorted(set(bad))}")
+    return float(np.median(rounds))
 
 
 # --- query plans --------------------------------------------------------------------------------------------
@@ -694,32 +779,48 @@ timed out and the server logged `QueuePool limit of size 10 overflow 10 reached,
 30.00`. A py-spy dump showed all 40 threads of the server's pool blocked in `QueuePool._do_get`, none holding a
 connection: the requests holding the 20 connections were each waiting for a thread to run their next sync
 dependency or endpoint. Fixed in `service/db.py`: a request now waits on the event loop for one of as many
-session slots as the pool keeps connections (`session_slot`, a dependency of `get_session`), so no thread ever
+session slots as the pool keeps connections (`session_slot`, taken by `get_session` and by the job submission), so no thread ever
 waits on the pool. Past saturation the service now queues and answers every request (0 errors at every level
 above). The slots equal the pool's size, not size + overflow: an overflow connection is closed on return, so
 sustained concurrency past the pool's size would open a Postgres backend for nearly every request.
 
-**Job creation: what a leaner request path bought (little).** The first round's profile (py-spy, GIL samples, on the
-AMD EPYC host that report ran on) put ~31% of a request in SQLAlchemy's ORM, ~20% in FastAPI's dependency solving
-and thread hops, ~8% in Celery's `send_task`, at ~12 ms of server CPU a request. This round tried the suggested
-fixes and measured each against the committed code (`git archive HEAD` unpacked beside the working tree, both
-servers on this machine, open-loop levels of 5 s alternating between them, four each): an async endpoint whose token
-and project were checked by one Core statement on one thread hop, the job inserted with one `INSERT ... SELECT` of
-the testbed's id and `ON CONFLICT DO NOTHING` for the Idempotency-Key (no savepoint, no flush), and an async
-settings dependency. Server CPU a request, committed code against the changed one: 5.89 against 6.26 ms at 60/s
-(load average 3.2), 5.12 against 5.06 and 4.94 against 5.03 ms at 120/s (4.1-5.4), 4.96 against 4.74 ms at 200/s
-(6.2); user time 4.4-4.8 ms and system time 0.3-0.6 ms a request on both. No difference beyond the noise, so those
-changes were not kept: the time is spread over the framework (uvicorn, the event loop, Starlette's multipart parser,
-FastAPI) rather than in anything one change removes; in those alternating runs a request cost 4.7-6.3 ms on either
-code, and the levels in the table above, taken at another moment, 7-9 ms. What was kept: `profile.run` is published
-with kombu directly (a pooled producer on the default exchange, Celery's protocol-2 headers and body;
-tests/worker/test_pipeline.py runs such a message in a real Celery worker): 0.33 ms of CPU a message against 0.53 ms
-through Celery's `send_task`, alternating 200 of each six times in one process (load average 8); and the `pr` fields
-of the jobs routes are bounded (2^31 - 1: a larger value is a 422 naming `pr`). At 5-8 ms a request, 200 jobs/s take
-one to one and a half cores of server CPU: one process cannot give it with Postgres, Redis and the generator on the
-same two cores, and `attnprof serve --workers 2` needs a quiet machine to keep the p99 under 50 ms. uvicorn with
-httptools and uvloop (`uvicorn[standard]`, not a dependency here) took 5-10% less CPU a request in this script's job
-levels.
+**Job creation: where a request's CPU went, and the written-out path (this round).** The earlier rounds measured
+7-12 ms of server CPU a job creation on an Intel Xeon host, where one process saturated at ~126/s and two at
+~167/s; an attempt then at an async endpoint with Core statements showed no difference at load averages of 3-6.
+This round measured without HTTP and on a quiet host (AMD EPYC, load average under 2): the job request of this
+benchmark, with an Idempotency-Key, sent to the app as an ASGI application 8 at a time, 2,000 a round
+(`submissions_in_process` here; the 'In process' table has this run's figure), each change's tree against the
+previous one, alternating. The committed code took 4.0-4.3 ms of CPU a request, and more with more requests in
+flight (2.9-3.6 ms one at a time, 4.1-4.5 ms eight at a time): a request crossed to the thread pool and back seven
+times (the session's set-up and tear-down, the settings, the token, the project, the endpoint), each crossing a
+hand-over of the GIL between threads. yappi (CPU clock, every thread) put the rest in: the token and the project
+as two ORM queries (19%), the job's savepoint and ORM flush (11%), FastAPI's form handling (10%: Starlette's
+multipart parser, then FastAPI's extraction of each field, which re-derives its annotation on every request), the
+testbed's ORM lookup (8%), the Redis publish (12%, a third of it kombu building a new `redis.Redis` client for
+every message) and the suite's TOML validation (4%). Changes, with the CPU a request after each: kombu's Redis
+channel publishes through one client it keeps (3.9-4.0 ms); the token and the project come from one query as
+plain columns, a valid suite file's validation is remembered (CI sends the same one again and again) (3.1 ms);
+the endpoint written out: the form parsed on the event loop and checked with a pydantic model (the same 422
+wording, the token still checked before the form), everything that blocks in one hop to the pool, the testbed's
+id remembered once read from a committed row (2.0-2.2 ms, and no longer growing with requests in flight: 1.4 ms
+one at a time, 2.1 ms 32 at a time); the job inserted by one `INSERT ... ON CONFLICT DO NOTHING RETURNING id` on
+the Idempotency-Key (no savepoint, no flush, no lookup of the key first; a retry that lost the race reads the
+winner's row), and the statements every request runs built once and executed with parameters (coercing the
+job's 27 values into a new statement cost as much as executing it) (1.7-1.8 ms). On the way: two first uses of
+one new testbed at once made one request fail on the unique name; a testbed is now inserted with `ON CONFLICT
+DO NOTHING` (tests/service/test_load_paths.py races two submissions). Last, uvicorn's C HTTP parser and event
+loop (httptools, uvloop; now in the server extra, and uvicorn takes them when installed). The same job levels
+on the seeded database, one server process, before and after on this host (`/proc` CPU of the server):
+
+| code | 100/s | 200/s | 300/s | 400/s | 500/s | 600/s offered |
+|---|---|---|---|---|---|---|
+| committed before this round | p99 9.2 ms, 4.7 ms CPU | 194/s achieved, p99 349 ms | 190/s achieved, p99 5.8 s | | | |
+| this round, without httptools and uvloop | p99 5.1 ms, 2.0 ms CPU | p99 4.2 ms, 1.6 ms | p99 6.4 ms, 1.6 ms | p99 7.3 ms, 1.4 ms | p99 79 ms, 1.6 ms | 421/s achieved |
+| this round, with them | | | | | p99 28 ms, 1.3 ms | 525/s achieved |
+
+What is left in a request (yappi, the final code): the token-and-project query with the pool's checkout and
+pre-ping (~18%), the publish (~14%), the job's INSERT (~14%), the multipart parse (~13%), FastAPI's path and
+header parameters (~8%), the commit (~6%); the rest is the event loop, the middlewares and the hop to the pool.
 
 **The load generator was the bottleneck at first (fixed in the benchmark).** An httpx `AsyncClient` with one task
 per request used more CPU than the server once requests queued (3.7 s of CPU for 300 requests at 100/s offered);
@@ -888,7 +989,8 @@ def write_report(r: dict[str, Any], path: Path) -> None:
         f"{r['job_duration_s']:.0f} s, and go out over 64 keep-alive connections (wrk2's model: a request due "
         "while all 64 are busy waits for one); a latency runs from the moment the request was due to its answer, "
         "so time spent waiting in the generator or in front of the server counts. Each request is a multipart body "
-        "(a suite file and the job's fields); the job row is committed, then `profile.run` is sent to Redis "
+        "(a suite file and the job's fields) with an Idempotency-Key of its own, as `attnprof submit` sends it; the "
+        "job row is committed, then `profile.run` is sent to Redis "
         f"(`{REDIS}`, queue `profile.{TESTBED}`). 'lag' is how late the generator sent (p99); CPU is the share of "
         "one core used during the level by the server, the generator, and the rest of the machine (Postgres, "
         "Redis and anything else running; the machine has 2); 'load' is the 1-minute load average at the level's "
@@ -969,6 +1071,12 @@ def write_report(r: dict[str, Any], path: Path) -> None:
             f"| publishing one `profile.run` message to Redis (`service.queue.enqueue_profile`) "
             f"| {ip['enqueue_ms']:.2f} |",
         ]
+        if "submit_ms" in ip:
+            lines.append(
+                "| one job submission through the app, called as an ASGI application (no HTTP server): token and "
+                "project, form, job row, commit, message; 8 at a time, median of 3 rounds of 2,000 "
+                f"| {ip['submit_ms']:.2f} |"
+            )
     lines += [
         "",
         "## Query plans",
@@ -1003,7 +1111,7 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="measure on the database a previous --keep run left")
     ap.add_argument("--keep", action="store_true", help="leave the seeded database for a later --reuse")
     ap.add_argument("--quick", action="store_true", help="a smoke run: small seed, short levels")
-    ap.add_argument("--rates", default="25,50,75,100,150,200,300,400")
+    ap.add_argument("--rates", default="25,50,75,100,150,200,300,400,500,600")
     ap.add_argument("--duration", type=float, default=10.0, help="seconds per load level")
     ap.add_argument("--uploads", type=int, default=30)
     ap.add_argument("--main-uploads", type=int, default=10)
