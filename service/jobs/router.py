@@ -124,7 +124,7 @@ async def create_job(
 ) -> JobCreated:
     """Queue a profiling job. The row is committed before the message is sent; a broker that is down leaves
     the job queued for the sweeper.
-
+    \f
     The hot path of CI traffic, so written out rather than declared: the form is parsed here on the event loop,
     and everything that blocks runs in one hop to the thread pool (``_submit``) instead of one per dependency.
     """

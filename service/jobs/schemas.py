@@ -5,6 +5,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.db import INT_MAX
+
 
 class JobFields(BaseModel):
     """The text fields of a job submission (``multipart/form-data``, beside the ``spec`` and ``bundle`` files)."""
@@ -15,7 +17,7 @@ class JobFields(BaseModel):
     repo: str | None = Field(default=None, max_length=200)
     base_commit: str | None = Field(default=None, max_length=64)
     ancestors: str | None = Field(default=None, description="first-parent ancestors, newest first: JSON list or CSV")
-    pr: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    pr: int | None = Field(default=None, ge=1, le=INT_MAX)
 
 
 _FILE = {"type": "string", "contentMediaType": "application/octet-stream"}
