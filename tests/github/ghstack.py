@@ -1,6 +1,7 @@
-"""Fixtures of the GitHub tests: the service tests' database set-up (one Postgres migrated with Alembic,
-per-test rollback), and a fake GitHub server. Test modules import the fixtures they use from here (a
-``conftest.py`` in this folder would shadow ``tests/service``'s for ``from conftest import ...``)."""
+"""Fixtures of the GitHub tests: the tests' Postgres (``pgtest``: one database migrated with Alembic, per-test
+rollback), the service tests' tenants and settings, and a fake GitHub server. Test modules import the fixtures
+they use from here (a ``conftest.py`` in this folder would shadow ``tests/service``'s for ``from conftest import
+...``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from fakegithub import FakeGitHub
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 _SERVICE_TESTS = Path(__file__).resolve().parents[1] / "service"
@@ -24,48 +24,26 @@ sys.modules[_spec.name] = _setup
 _spec.loader.exec_module(_setup)
 
 import svcdocs as docs  # noqa: E402
+from pgtest import db_fixture, engine_fixture, pg_url_fixture  # noqa: E402
 from svcconf import Tenant  # noqa: E402
 
-from service import migrate  # noqa: E402
 from service.auth import service as auth  # noqa: E402
-from service.db import make_engine  # noqa: E402
 from service.testbeds import service as testbeds  # noqa: E402
 
-__all__ = ["REDIS_URL", "Tenant", "bind", "docs", "make_settings"]
+__all__ = [
+    "REDIS_URL",
+    "Tenant",
+    "bind",
+    "db_fixture",
+    "docs",
+    "engine_fixture",
+    "make_settings",
+    "pg_url_fixture",
+]
 
 REDIS_URL: str = _setup.REDIS_URL
 make_settings = _setup.make_settings
 bind = _setup.bind
-
-
-@pytest.fixture(scope="session", name="pg_url")
-def pg_url_fixture() -> Iterator[str]:
-    name, url = _setup.create_database()
-    try:
-        migrate.upgrade(url)
-        yield url
-    finally:
-        _setup.drop_database(name)
-
-
-@pytest.fixture(scope="session", name="engine")
-def engine_fixture(pg_url: str) -> Iterator[Engine]:
-    eng = make_engine(pg_url)
-    yield eng
-    eng.dispose()
-
-
-@pytest.fixture(name="db")
-def db_fixture(engine: Engine) -> Iterator[Session]:
-    connection = engine.connect()
-    transaction = connection.begin()
-    session = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
-    try:
-        yield session
-    finally:
-        session.close()
-        transaction.rollback()
-        connection.close()
 
 
 @pytest.fixture(name="tenant")

@@ -1,5 +1,5 @@
 """Service tests: one real Postgres database per test process, migrated to head with Alembic once; every test
-runs inside a transaction that is rolled back, with the API's session dependency overridden to it."""
+runs inside a transaction that is rolled back, with the API's requests bound to it (``pgtest``)."""
 
 from __future__ import annotations
 
@@ -7,71 +7,31 @@ import os
 import uuid
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
+from pgtest import create_database, db_fixture, drop_database, engine_fixture, pg_url_fixture
 from sqlalchemy.orm import Session
 from svcconf import Tenant
 
-from service import migrate
 from service.app import create_app
 from service.auth import service as auth
 from service.config import Analysis, Limits, RateLimit, Settings
-from service.db import make_engine
 from service.projects import service as projects
 from service.testbeds import service as testbeds
 
-PG_ADMIN = os.environ.get("ATTNPROF_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+# pgtest's fixtures (db, engine, pg_url) serve this folder; its tests import create_database from here.
+__all__ = [
+    "REDIS_URL",
+    "create_database",
+    "db_fixture",
+    "drop_database",
+    "engine_fixture",
+    "make_settings",
+    "pg_url_fixture",
+]
+
 REDIS_URL = os.environ.get("ATTNPROF_TEST_REDIS", "redis://127.0.0.1:6379/11")
-
-
-def _pg_url(name: str) -> str:
-    base = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    return f"{base}/{name}"
-
-
-def create_database() -> tuple[str, str]:
-    name = f"attnprof_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return name, _pg_url(name)
-
-
-def drop_database(name: str) -> None:
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    name, url = create_database()
-    try:
-        migrate.upgrade(url)
-        yield url
-    finally:
-        drop_database(name)
-
-
-@pytest.fixture(scope="session")
-def engine(pg_url: str) -> Iterator[Engine]:
-    eng = make_engine(pg_url)
-    yield eng
-    eng.dispose()
-
-
-@pytest.fixture
-def db(engine: Engine) -> Iterator[Session]:
-    connection = engine.connect()
-    transaction = connection.begin()
-    session = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
-    try:
-        yield session
-    finally:
-        session.close()
-        transaction.rollback()
-        connection.close()
 
 
 def make_settings(url: str, **kw: object) -> Settings:

@@ -27,8 +27,13 @@ import httpx
 import psycopg
 import pytest
 import redis
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
+from pgtest import (  # noqa: F401 (the fixtures db, engine, pg_url)
+    create_database,
+    db_fixture,
+    drop_database,
+    engine_fixture,
+    pg_url_fixture,
+)
 
 from service import migrate
 from service.auth import service as auth
@@ -36,7 +41,6 @@ from service.db import make_engine, make_sessionmaker
 from service.projects import service as projects
 from service.testbeds import service as testbeds
 
-PG_ADMIN = os.environ.get("ATTNPROF_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("ATTNPROF_TEST_WORKER_REDIS", "redis://127.0.0.1:6379/12")
 ATTNPROF = [str(Path(sys.executable).parent / "attnprof")]
 FAULTS_TIMEOUT_S = 12  # wall-clock limit of the tb-faults worker (the hanging target)
@@ -109,19 +113,6 @@ def free_port() -> int:
 
 
 # --- Postgres -------------------------------------------------------------------------------------------
-
-
-def create_database() -> tuple[str, str]:
-    name = f"attnprof_wk_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    return name, f"{base}/{name}"
-
-
-def drop_database(name: str) -> None:
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def sql(url: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -250,36 +241,6 @@ class Stack:
 
 
 # --- fixtures -------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session", name="pg_url")
-def pg_url_fixture() -> Iterator[str]:
-    name, url = create_database()
-    try:
-        migrate.upgrade(url)
-        yield url
-    finally:
-        drop_database(name)
-
-
-@pytest.fixture(scope="session", name="engine")
-def engine_fixture(pg_url: str) -> Iterator[Engine]:
-    eng = make_engine(pg_url)
-    yield eng
-    eng.dispose()
-
-
-@pytest.fixture(name="db")
-def db_fixture(engine: Engine) -> Iterator[Session]:
-    connection = engine.connect()
-    transaction = connection.begin()
-    session = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
-    try:
-        yield session
-    finally:
-        session.close()
-        transaction.rollback()
-        connection.close()
 
 
 def base_env(tmp: Path) -> dict[str, str]:
