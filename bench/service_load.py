@@ -778,10 +778,10 @@ before each change.
 timed out and the server logged `QueuePool limit of size 10 overflow 10 reached, connection timed out, timeout
 30.00`. A py-spy dump showed all 40 threads of the server's pool blocked in `QueuePool._do_get`, none holding a
 connection: the requests holding the 20 connections were each waiting for a thread to run their next sync
-dependency or endpoint. Fixed in `service/db.py`: a request now waits on the event loop for one of as many
-session slots as the pool keeps connections (`session_slot`, taken by `get_session` and by the job submission), so no thread ever
-waits on the pool. Past saturation the service now queues and answers every request (0 errors at every level
-above). The slots equal the pool's size, not size + overflow: an overflow connection is closed on return, so
+dependency or endpoint. Fixed in `service/db.py`: a request now waits on the event loop for one of as many session
+slots as the pool keeps connections (`session_slot`, taken by `get_session` and by the job submission), so no
+thread ever waits on the pool. Past saturation the service now queues and answers every request (0 errors at every
+level above). The slots equal the pool's size, not size + overflow: an overflow connection is closed on return, so
 sustained concurrency past the pool's size would open a Postgres backend for nearly every request.
 
 **Job creation: where a request's CPU went, and the written-out path (this round).** The earlier rounds measured
@@ -810,13 +810,14 @@ job's 27 values into a new statement cost as much as executing it) (1.7-1.8 ms).
 one new testbed at once made one request fail on the unique name; a testbed is now inserted with `ON CONFLICT
 DO NOTHING` (tests/service/test_load_paths.py races two submissions). Last, uvicorn's C HTTP parser and event
 loop (httptools, uvloop; now in the server extra, and uvicorn takes them when installed). The same job levels
-on the seeded database, one server process, before and after on this host (`/proc` CPU of the server):
+on the seeded database, one server process, before and after on this host: p99 latency and the server's CPU
+(`/proc`) a request, or the rate achieved past saturation:
 
-| code | 100/s | 200/s | 300/s | 400/s | 500/s | 600/s offered |
+| code, at offered /s | 100 | 200 | 300 | 400 | 500 | 600 |
 |---|---|---|---|---|---|---|
-| committed before this round | p99 9.2 ms, 4.7 ms CPU | 194/s achieved, p99 349 ms | 190/s achieved, p99 5.8 s | | | |
-| this round, without httptools and uvloop | p99 5.1 ms, 2.0 ms CPU | p99 4.2 ms, 1.6 ms | p99 6.4 ms, 1.6 ms | p99 7.3 ms, 1.4 ms | p99 79 ms, 1.6 ms | 421/s achieved |
-| this round, with them | | | | | p99 28 ms, 1.3 ms | 525/s achieved |
+| committed before this round | 9.2, 4.7 ms | 194/s, p99 349 ms | 190/s | | | |
+| this round, no httptools, uvloop | 5.1, 2.0 ms | 4.2, 1.6 ms | 6.4, 1.6 ms | 7.3, 1.4 ms | 79, 1.6 ms | 421/s |
+| this round, with them | | | | | 28, 1.3 ms | 525/s |
 
 What is left in a request (yappi, the final code): the token-and-project query with the pool's checkout and
 pre-ping (~18%), the publish (~14%), the job's INSERT (~14%), the multipart parse (~13%), FastAPI's path and
