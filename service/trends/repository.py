@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Select, select, true
+from sqlalchemy import ColumnElement, FromClause, Row, Select, select, true
 from sqlalchemy.orm import Session
 
 from service.runs.models import Run, RunCase, RunKernel
@@ -62,26 +62,34 @@ def case_points(session: Session, tq: TrendQuery, metric: str) -> list[Row[tuple
     return _page(session, q, tq)
 
 
-def kernel_points(session: Session, tq: TrendQuery, key: str, metric: str) -> list[Row[tuple[object, ...]]]:
-    """Oldest first: the case's rows in the order of ``ix_run_cases_trend``, each joined to its kernels of ``key``.
+def kernels_of_case(session: Session, key: str, *columns: Any) -> tuple[FromClause, ColumnElement[bool]]:
+    """``columns`` of the kernels of ``key`` (labelled), to join to ``run_cases``: (the kernels, the join's ON).
 
-    The kernels are a lateral subquery kept from being flattened into a join (``OFFSET 0``): joined, Postgres
-    takes a key to match a case's kernels as rarely as it matches anyone's, expects a handful of points, and
-    sorts every row of the case (~50 ms on 10,000 runs) instead of reading the first page in index order (~2 ms).
+    On Postgres a lateral subquery kept from being flattened into a join (``OFFSET 0``): joined, Postgres takes a
+    key to match a case's kernels as rarely as it matches anyone's, expects a handful of points, and sorts every
+    row of the case (~50 ms on 10,000 runs) instead of reading the first page in index order (~2 ms). SQLite has
+    no LATERAL: there it is a derived table joined on the case, which gives the same rows.
     """
+    if session.get_bind().dialect.name == "postgresql":
+        lateral = select(*columns).where(RunKernel.run_case_id == RunCase.id, RunKernel.key == key).offset(0)
+        return lateral.lateral("kernels"), true()
+    derived = select(RunKernel.run_case_id, *columns).where(RunKernel.key == key).subquery("kernels")
+    return derived, derived.c.run_case_id == RunCase.id
+
+
+def kernel_points(session: Session, tq: TrendQuery, key: str, metric: str) -> list[Row[tuple[object, ...]]]:
+    """Oldest first: the case's rows in the order of ``ix_run_cases_trend``, each joined to its kernels of ``key``
+    (``kernels_of_case``)."""
     med, p25, p75 = KERNEL_METRICS[metric]
-    kernels = (
-        select(
-            med.label("median"),
-            (p25 or med).label("p25"),
-            (p75 or med).label("p75"),
-            RunKernel.phase,
-            RunKernel.launches_per_iter,
-            RunKernel.bound,
-        )
-        .where(RunKernel.run_case_id == RunCase.id, RunKernel.key == key)
-        .offset(0)
-        .lateral("kernels")
+    kernels, on = kernels_of_case(
+        session,
+        key,
+        med.label("median"),
+        (p25 or med).label("p25"),
+        (p75 or med).label("p75"),
+        RunKernel.phase,
+        RunKernel.launches_per_iter,
+        RunKernel.bound,
     )
     k = kernels.c
     cols = [
@@ -99,7 +107,7 @@ def kernel_points(session: Session, tq: TrendQuery, key: str, metric: str) -> li
     q = (
         select(*cols)
         .select_from(RunCase)
-        .join(kernels, true())
+        .join(kernels, on)
         .join(Run, Run.id == RunCase.run_id)
         .where(RunCase.project_id == tq.project_id, RunCase.branch == tq.branch, RunCase.case_id == tq.case_id)
     )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Select, String, any_, bindparam, func, select, true
+from sqlalchemy import Row, Select, String, any_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Session, defer
 
@@ -221,19 +221,16 @@ def case_series(session: Session, tq: TrendQuery, metric: str) -> list[Row[*tupl
 
 def kernel_series(session: Session, tq: TrendQuery, key: str, metric: str) -> list[Row[*tuple[Any, ...]]]:
     """(run_id, created_at, median, p25, p75) of one kernel of a case in the window, oldest first: the case's rows
-    in index order, each joined to its kernel of ``key`` by a lateral subquery kept from being flattened into a
-    join (``OFFSET 0``), as ``service.trends.repository.kernel_points`` does, without the join to ``runs``."""
+    in index order, each joined to its kernel of ``key`` as ``service.trends.repository.kernel_points`` joins them
+    (``kernels_of_case``), without the join to ``runs``."""
     med, p25, p75 = trends.KERNEL_METRICS[metric]
-    kernels = (
-        select(med.label("median"), (p25 or med).label("p25"), (p75 or med).label("p75"))
-        .where(RunKernel.run_case_id == RunCase.id, RunKernel.key == key)
-        .offset(0)
-        .lateral("kernels")
+    kernels, on = trends.kernels_of_case(
+        session, key, med.label("median"), (p25 or med).label("p25"), (p75 or med).label("p75")
     )
     q = (
         select(RunCase.run_id, RunCase.created_at, kernels.c.median, kernels.c.p25, kernels.c.p75)
         .select_from(RunCase)
-        .join(kernels, true())
+        .join(kernels, on)
         .where(RunCase.project_id == tq.project_id, RunCase.branch == tq.branch, RunCase.case_id == tq.case_id)
     )
     return _window(session, q, tq)
