@@ -117,6 +117,9 @@ def test_store_compare_and_query_on_both_backends(store: Session) -> None:
     )
     points = trends.case_points(store, tq, "latency")
     assert [p[0] for p in points] == [first.id] and points[0][2].tzinfo is not None
+    kernel = next(c for c in docs.h200()["cases"] if c["id"] == case)["kernels"][0]
+    (point,) = trends.kernel_points(store, tq, kernel["key"], "latency")
+    assert point.run_id == first.id and point.median == pytest.approx(kernel["duration_us"]["median"])
     spec = '[suite]\nname="s"\n[[cases]]\nname="x"\ntarget="naive"\nq_heads=1\nseq_q=8\nhead_dim=8\n'
     retry = jobs.NewJob(spec=spec, testbed="tb1", branch="pr", commit="b1", idempotency_key="k")
     job, created = jobs.create(store, project_id=project.id, limits=Limits(), max_attempts=3, new=retry)
