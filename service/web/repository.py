@@ -1,4 +1,5 @@
-"""Queries of the pages that no API route shares: narrow column selects, never a run's whole document."""
+"""Queries of the pages that no API route shares (the trends page's are in ``trend_repository``): narrow column
+selects, never a run's whole document."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Select, String, any_, bindparam, func, select
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy import Row, func, select
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session, defer
 
 from service.analysis.models import Alert, Comparison
@@ -16,8 +17,6 @@ from service.jobs import repository as jobs
 from service.jobs.models import Job
 from service.runs.models import Run, RunCase, RunKernel
 from service.testbeds.models import Testbed
-from service.trends import repository as trends
-from service.trends.repository import TrendQuery
 
 
 def testbeds_in_use(session: Session, project_id: int) -> list[Row[tuple[Any, ...]]]:
@@ -136,153 +135,6 @@ def job_states(session: Session, project_id: int, job_ids: Sequence[str]) -> lis
         compared.label("comparison_id"),
     ).where(Job.project_id == project_id, Job.id.in_(job_ids))
     return list(session.execute(q))
-
-
-def case_ids(session: Session, project_id: int, limit: int) -> list[str]:
-    """The case ids the project's newest run measured (the trend page's default choices)."""
-    newest = select(Run.id).where(Run.project_id == project_id).order_by(Run.created_at.desc()).limit(1)
-    q = select(RunCase.case_id).where(RunCase.run_id == newest.scalar_subquery()).order_by(RunCase.case_id)
-    return list(session.scalars(q.limit(limit)))
-
-
-# --- trends page -------------------------------------------------------------------------------------------
-
-
-def branches(session: Session, project_id: int, limit: int) -> list[str]:
-    """The project's branches, the most recently run first."""
-    q = (
-        select(Run.branch)
-        .where(Run.project_id == project_id)
-        .group_by(Run.branch)
-        .order_by(func.max(Run.created_at).desc())
-        .limit(limit)
-    )
-    return list(session.scalars(q))
-
-
-def has_branch(session: Session, project_id: int, branch: str) -> bool:
-    q = select(Run.id).where(Run.project_id == project_id, Run.branch == branch).limit(1)
-    return session.execute(q).first() is not None
-
-
-def trend_case_ids(session: Session, project_id: int, testbed_id: int, branch: str, limit: int) -> list[str]:
-    """The cases of the newest run on ``branch`` and ``testbed_id`` (one ``ix_runs_history`` probe), else of the
-    project's newest run."""
-    newest = (
-        select(Run.id)
-        .where(Run.project_id == project_id, Run.testbed_id == testbed_id, Run.branch == branch)
-        .order_by(Run.created_at.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    q = select(RunCase.case_id).where(RunCase.run_id == newest).order_by(RunCase.case_id).limit(limit)
-    found = list(session.scalars(q))
-    return found or case_ids(session, project_id, limit)
-
-
-def kernel_keys(
-    session: Session, project_id: int, testbed_id: int, branch: str, case_id: str, limit: int
-) -> list[Row[tuple[Any, ...]]]:
-    """Key and phase of each kernel of the case in its newest run on ``branch`` and ``testbed_id``."""
-    newest = (
-        select(RunCase.id)
-        .where(
-            RunCase.project_id == project_id,
-            RunCase.testbed_id == testbed_id,
-            RunCase.branch == branch,
-            RunCase.case_id == case_id,
-        )
-        .order_by(RunCase.created_at.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    q = (
-        select(RunKernel.key, RunKernel.phase, RunKernel.duration_median_us)
-        .where(RunKernel.run_case_id == newest)
-        .order_by(RunKernel.duration_median_us.desc())
-        .limit(limit)
-    )
-    return list(session.execute(q))
-
-
-def case_series(session: Session, tq: TrendQuery, metric: str) -> list[Row[*tuple[Any, ...]]]:
-    """(run_id, created_at, median, p25, p75) of a case's metric in the window, oldest first.
-
-    ``service.trends.repository.case_points`` without its join to ``runs``: the API needs each point's commit, the
-    page only the drawn points' (``run_details``), and the join to 2,800 runs took three quarters of the time of
-    a year's history on the benchmark database.
-    """
-    med, p25, p75 = trends.CASE_METRICS[metric]
-    q = select(RunCase.run_id, RunCase.created_at, med, p25 or med, p75 or med).where(
-        RunCase.project_id == tq.project_id, RunCase.branch == tq.branch, RunCase.case_id == tq.case_id
-    )
-    return _window(session, q, tq)
-
-
-def kernel_series(session: Session, tq: TrendQuery, key: str, metric: str) -> list[Row[*tuple[Any, ...]]]:
-    """(run_id, created_at, median, p25, p75) of one kernel of a case in the window, oldest first: the case's rows
-    in index order, each joined to its kernel of ``key`` as ``service.trends.repository.kernel_points`` joins them
-    (``kernels_of_case``), without the join to ``runs``."""
-    med, p25, p75 = trends.KERNEL_METRICS[metric]
-    kernels, on = trends.kernels_of_case(
-        session, key, med.label("median"), (p25 or med).label("p25"), (p75 or med).label("p75")
-    )
-    q = (
-        select(RunCase.run_id, RunCase.created_at, kernels.c.median, kernels.c.p25, kernels.c.p75)
-        .select_from(RunCase)
-        .join(kernels, on)
-        .where(RunCase.project_id == tq.project_id, RunCase.branch == tq.branch, RunCase.case_id == tq.case_id)
-    )
-    return _window(session, q, tq)
-
-
-def _window(session: Session, q: Select[*tuple[Any, ...]], tq: TrendQuery) -> list[Row[*tuple[Any, ...]]]:
-    if tq.testbed_id is not None:
-        q = q.where(RunCase.testbed_id == tq.testbed_id)
-    if tq.since is not None:
-        q = q.where(RunCase.created_at >= tq.since)
-    if tq.until is not None:
-        q = q.where(RunCase.created_at < tq.until)
-    return list(session.execute(q.order_by(RunCase.created_at, RunCase.run_id).limit(tq.limit)))
-
-
-def run_details(session: Session, run_ids: Sequence[str]) -> dict[str, Row[*tuple[Any, ...]]]:
-    """Commit and PR of the given runs, by id (what a trend point's hover and table row show)."""
-    if not run_ids:
-        return {}
-    if session.get_bind().dialect.name == "postgresql":
-        # One array parameter: hundreds of ids in an IN list cost more to send and parse than to look up.
-        where = Run.id == any_(bindparam("run_ids", list(run_ids), type_=ARRAY(String(36))))
-    else:
-        where = Run.id.in_(run_ids)
-    q = select(Run.id, Run.commit, Run.pr).where(where)
-    return {r.id: r for r in session.execute(q)}
-
-
-def trend_alerts(
-    session: Session, project_id: int, testbed_id: int, case_id: str, metric: str
-) -> list[Row[tuple[Any, ...]]]:
-    """The change points found on the case's metric on ``testbed_id``, oldest first."""
-    q = (
-        select(Alert.run_id, Alert.before, Alert.after, Alert.change, Alert.p, Alert.regression)
-        .where(
-            Alert.project_id == project_id,
-            Alert.testbed_id == testbed_id,
-            Alert.case_id == case_id,
-            Alert.metric == metric,
-        )
-        .order_by(Alert.created_at)
-    )
-    return list(session.execute(q))
-
-
-def baseline_marks(session: Session, project_id: int) -> list[Row[tuple[Any, ...]]]:
-    """The project's baseline rules (pin, exclude, accept): which run each names, and why."""
-    q = select(BaselineRule.kind, BaselineRule.run_id, BaselineRule.reason).where(BaselineRule.project_id == project_id)
-    return list(session.execute(q.order_by(BaselineRule.id)))
-
-
-# --- jobs pages --------------------------------------------------------------------------------------------
 
 
 def list_jobs(
