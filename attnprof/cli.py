@@ -73,4 +73,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: unknown verb {args[0]!r}; the verbs are: {', '.join(verbs)}", file=sys.stderr)
         sys.exit(2)
     app = importlib.import_module(verbs[args[0]][0]).app
+    if args[0] == "profile":
+        from profiler_core.cli import exit_with
+
+        exit_with(lambda: app(args=args, prog_name="attnprof"))
     app(args=args, prog_name="attnprof")

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -254,3 +255,58 @@ def test_report_and_schema_do_not_import_torch(verb: list[str]) -> None:
         [sys.executable, "-c", NO_TORCH, *verb], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert proc.stderr.strip().splitlines()[-1] == "EXIT 0 HEAVY -", proc.stderr
+
+
+@pytest.mark.parametrize(("load_torch", "code"), [(True, 3), (True, None), (True, "bad input"), (False, 3)])
+def test_a_profiling_process_ends_without_torchs_teardown(load_torch: bool, code: object) -> None:
+    """Once torch is loaded, ``exit_with`` ends the process at once (no atexit handlers: torch's teardown is
+    where they run), with the command's exit code and its output flushed; without torch it exits as usual."""
+    script = "\n".join(
+        [
+            "import atexit, sys",
+            "import torch" if load_torch else "",
+            "from profiler_core.cli import exit_with",
+            "atexit.register(lambda: print('teardown ran'))",
+            "def command():",
+            "    print('result written', end='')",  # no newline: still flushed
+            f"    sys.exit({code!r})",
+            "exit_with(command)",
+        ]
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    expected = {3: 3, None: 0, "bad input": 1}[code]  # type: ignore[index]
+    assert proc.returncode == expected, proc.stderr
+    assert proc.stdout.startswith("result written")
+    assert ("teardown ran" in proc.stdout) is not load_torch
+    if code == "bad input":
+        assert "bad input" in proc.stderr
+
+
+def test_a_profiling_process_takes_the_processes_it_started_with_it(tmp_path: Path) -> None:
+    """Compile workers and their pools (here: a child and a grandchild that would sleep a minute) end with the
+    profiling process instead of outliving it."""
+    sleeper = "import time; time.sleep(60)"
+    inner = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {sleeper!r}]); time.sleep(60)"
+    script = "\n".join(
+        [
+            "import subprocess, sys, time, torch",
+            "from profiler_core.cli import exit_with",
+            f"subprocess.Popen([sys.executable, '-c', {inner!r}])",
+            "time.sleep(1.0)",  # both started
+            "exit_with(lambda: sys.exit(0))",
+        ]
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    assert proc.wait(timeout=120) == 0
+    time.sleep(0.5)  # what was killed is gone by then
+    left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    # Killed, they wait as zombies for whoever adopted them to reap them (not every container's init does).
+    assert [pid for pid in left if _state(pid) not in ("Z", "gone")] == []
+
+
+def _state(pid: str) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "gone"
+    return stat[stat.rindex(")") + 2]
