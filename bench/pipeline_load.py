@@ -808,7 +808,8 @@ def write_load_report(data: dict[str, Any], out: Path, data_path: Path) -> None:
         + ".",
         "",
         "**The machine is shared.** It has "
-        f"{host['cpus']} cores ({host['cpu_model']}), shared with other engineers' builds and tests while this ran; "
+        f"{host['cpus']} cores ({host['cpu_model']}), which the stack, the benchmark and whatever else ran on the host "
+        "shared; "
         f"1/5/15-minute load average {host['load_start']} at the start, {host.get('load_end')} at the end "
         f"(burst phase: {b['load_before']} → {b['load_after']}; paced phase: {p['load_before']} → {p['load_after']}). "
         "Wall times include waiting for a core; the CPU seconds below do not.",
@@ -962,7 +963,8 @@ def _load_reading(data: dict[str, Any], d_wall: float, d_prof: float, d_cpu: flo
         "waits on the queue receives it and claims the job in one request. In the burst the wait is the backlog: "
         f"p50 {_fmt(b['summary']['queue_wait_s']['p50'], 1)} s.",
         f"- **Throughput**: {_fmt(b['jobs_per_min'])} jobs/min with {data['config']['profile_workers']} profile "
-        f"workers for this suite on this host, whose {data['host']['cpus']} cores were shared with other work (load "
+        f"workers for this suite on this host, whose {data['host']['cpus']} cores the stack shared with whatever "
+        "else ran (load "
         f"average {b['load_before'][0]} → {b['load_after'][0]} during the burst, {load[0]} → {load[1]} while paced). "
         "Per worker that is one job every "
         f"{_fmt(60 / b['jobs_per_min'] * data['config']['profile_workers'], 1)} s, against "
