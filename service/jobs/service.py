@@ -70,14 +70,25 @@ def parse_ancestors(raw: str | None, limit: int) -> tuple[str, ...]:
     return out
 
 
-@functools.lru_cache(maxsize=256)
+# Suite files this long or shorter are remembered once valid (a suite file is a few KiB; the 256 remembered hold
+# at most 16 M characters, whatever clients send).
+_REMEMBERED_SPEC_CHARS = 64 * 1024
+
+
 def suite_name(spec: str) -> str:
     """The name of the suite ``spec`` (TOML) after validating it, or ``InvalidPayload`` with the profiler core's
     message. CI sends the same suite file again and again: valid ones are remembered (errors are not)."""
+    return _remembered_suite_name(spec) if len(spec) <= _REMEMBERED_SPEC_CHARS else _suite_name(spec)
+
+
+def _suite_name(spec: str) -> str:
     try:
         return parse_suite(spec, source="spec").name
     except SuiteError as exc:
         raise InvalidPayload(str(exc)) from exc
+
+
+_remembered_suite_name = functools.lru_cache(maxsize=256)(_suite_name)
 
 
 def create(
