@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.artifacts.models import Artifact
+from service.db import insert_for, utcnow
 
 
 class ArtifactStore(Protocol):
@@ -27,11 +28,11 @@ class DatabaseArtifactStore:
     """Artifacts as rows of ``artifacts`` (bytea on Postgres, BLOB on SQLite)."""
 
     def put(self, session: Session, *, kind: str, data: bytes) -> str:
+        """One statement, ``INSERT ... ON CONFLICT DO NOTHING``: two requests storing the same bytes at once both
+        succeed (the second waits for the first's row, then finds it there)."""
         digest = hashlib.sha256(data).hexdigest()
-        exists = session.scalars(select(Artifact.sha256).where(Artifact.sha256 == digest)).first()
-        if exists is None:
-            session.add(Artifact(sha256=digest, kind=kind, size_bytes=len(data), data=data))
-            session.flush()
+        row = {"sha256": digest, "kind": kind, "size_bytes": len(data), "data": data, "created_at": utcnow()}
+        session.execute(insert_for(session)(Artifact).values(**row).on_conflict_do_nothing(index_elements=["sha256"]))
         return digest
 
     def get(self, session: Session, sha256: str) -> bytes | None:

@@ -17,6 +17,9 @@ from service.errors import Forbidden, RateLimited
 from service.ratelimit import RateLimiter
 
 Authorization = Annotated[str | None, Header(description="Bearer <token>")]
+# A project's name in a path. Its length (at most 100) is not a 422 before the token is checked: a longer name
+# names no project, which is a 404 after it.
+ProjectName = Annotated[str, Path(json_schema_extra={"maxLength": 100})]
 
 
 def rate_limit(app: Starlette, principal: auth.Principal) -> None:
@@ -56,7 +59,7 @@ def _project_access(role: str) -> Callable[..., ProjectAccess]:
     def dependency(
         request: Request,
         session: SessionDep,
-        project: Annotated[str, Path(max_length=100)],
+        project: ProjectName,
         authorization: Authorization = None,
     ) -> ProjectAccess:
         return project_access(request.app, session, authorization, project, role)

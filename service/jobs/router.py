@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
 from pydantic import ValidationError
@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
 
 from service import feedback, paging, queue
-from service.auth.dependencies import Authorization, PrincipalDep, ReadProject, project_access
+from service.auth.dependencies import Authorization, PrincipalDep, ProjectName, ReadProject, project_access
 from service.config import Limits, Settings
 from service.db import INT_MAX, SessionDep, request_session, session_slot
 from service.dependencies import SettingsDep
@@ -22,6 +22,8 @@ from service.jobs.models import STATES
 from service.jobs.schemas import ComparisonOut, JobCreated, JobFields, JobOut, JobPage, submission_schema
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
+# Checked after the token, like every other field (documented as the header's maxLength).
+IDEMPOTENCY_KEY_CHARS = 200
 Status = Literal["queued", "running", "analyzing", "done", "failed", "timed_out", "cancelled"]
 assert set(Status.__args__) == set(STATES)  # type: ignore[attr-defined]
 
@@ -88,6 +90,16 @@ def _submit(
     settings: Settings = app.state.settings
     with request_session(app) as session:
         access = project_access(app, session, authorization, project, "submit")
+        if idempotency_key is not None and len(idempotency_key) > IDEMPOTENCY_KEY_CHARS:
+            raise RequestValidationError(
+                [
+                    {
+                        "type": "string_too_long",
+                        "loc": ("header", "Idempotency-Key"),
+                        "msg": f"String should have at most {IDEMPOTENCY_KEY_CHARS} characters",
+                    }
+                ]
+            )
         new = read_submission(form, settings.limits, idempotency_key)
         job, created = service.create(
             session,
@@ -99,6 +111,7 @@ def _submit(
         )
         answer = JobCreated(id=job.id, status=job.status)
         if not created:
+            session.rollback()  # a retry leaves nothing: not its bundle, not a testbed it named
             return answer, False
         session.commit()
         queue.enqueue_profile(settings, job_id=job.id, attempt=job.attempts + 1, testbed=new.testbed)
@@ -118,9 +131,11 @@ def _submit(
 async def create_job(
     request: Request,
     response: Response,
-    project: Annotated[str, Path(max_length=100)],
+    project: ProjectName,
     authorization: Authorization = None,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", json_schema_extra={"maxLength": IDEMPOTENCY_KEY_CHARS})
+    ] = None,
 ) -> JobCreated:
     """Queue a profiling job. The row is committed before the message is sent; a broker that is down leaves
     the job queued for the sweeper.

@@ -5,7 +5,9 @@ behind the upload's comparison."""
 from __future__ import annotations
 
 import base64
+import io
 import json
+import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ import svcdocs as docs
 from conftest import REDIS_URL, create_database, drop_database
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from kombu import Connection as KombuConnection
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 from svcconf import Tenant
@@ -26,7 +29,7 @@ from svcconf import Tenant
 from profiler_core.analysis import stats
 from profiler_core.analysis.compare import compare
 from profiler_core.documents import parse_result
-from service import migrate
+from service import migrate, queue
 from service.config import Limits
 from service.db import make_engine
 from service.jobs import service as jobs
@@ -44,6 +47,16 @@ def _post_job(client: TestClient, project: str, headers: dict[str, str], **field
     return client.post(
         f"/api/v1/projects/{project}/jobs", files={"spec": ("attnprof.toml", SPEC.encode())}, data=data, headers=headers
     )
+
+
+def _tar_gz(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 def _messages(queue: str) -> list[dict]:
@@ -84,6 +97,46 @@ def test_job_creation_checks_the_token_before_the_form(client: TestClient, tenan
     assert r.status_code == 403 and r.json()["error"] == "forbidden"
     r = _post_job(client, tenant.name, tenant.h("submit"), **bad_form)
     assert r.status_code == 422 and "commit" in r.json()["detail"]
+    # Bounded path and header values too: a name no project can have, an over-long key.
+    long_key = {"Idempotency-Key": "k" * 201}
+    assert _post_job(client, "p" * 101, {}).status_code == 401
+    assert _post_job(client, "p" * 101, tenant.h("submit")).status_code == 404
+    assert client.get(f"/api/v1/projects/{'p' * 101}/jobs").status_code == 401
+    assert _post_job(client, tenant.name, long_key).status_code == 401
+    r = _post_job(client, tenant.name, {**tenant.h("submit"), **long_key})
+    assert r.status_code == 422 and "header.Idempotency-Key" in r.json()["detail"], r.text
+
+
+def test_a_retry_under_a_known_key_leaves_nothing_behind(client: TestClient, tenant: Tenant, db: Session) -> None:
+    """The job the key named is the answer; the retry's own bundle and testbed are not kept."""
+    key = {**tenant.h("submit"), "Idempotency-Key": uuid.uuid4().hex}
+    first = _post_job(client, tenant.name, key, testbed="tb-first")
+    assert first.status_code == 202, first.text
+    artifacts = db.execute(text("SELECT count(*) FROM artifacts")).scalar_one()
+    bundle = {"bundle": ("src.tar.gz", _tar_gz({"pkg/a.py": b"x = 2\n"}))}
+    again = client.post(
+        f"/api/v1/projects/{tenant.name}/jobs",
+        files={"spec": ("attnprof.toml", SPEC.encode()), **bundle},
+        data={"testbed": "tb-named-by-a-retry", "branch": "feature", "commit": "abc123"},
+        headers=key,
+    )
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"], again.text
+    assert db.execute(text("SELECT count(*) FROM artifacts")).scalar_one() == artifacts
+    assert db.scalars(select(TestbedRow).where(TestbedRow.name == "tb-named-by-a-retry")).first() is None
+    assert len(_messages("profile.tb-first")) == 1
+
+
+def test_a_redis_broker_keeps_what_kombu_reads_from_its_url() -> None:
+    """The publishing transport is set after kombu read the URL: TLS for rediss:// is kept."""
+    for url in ("rediss://:pw@h:6380/0", "rediss://h:6380/0?ssl_cert_reqs=required", "redis://127.0.0.1:6379/13"):
+        ours, stock = queue._connection(url, "/tmp"), KombuConnection(url)
+        assert ours.transport_cls is queue._PublishingTransport
+        assert (ours.ssl, ours.hostname, ours.port, ours.virtual_host) == (
+            stock.ssl,
+            stock.hostname,
+            stock.port,
+            stock.virtual_host,
+        )
 
 
 def test_an_oversized_pr_is_a_422_naming_the_field(client: TestClient, tenant: Tenant, db: Session) -> None:
@@ -175,37 +228,45 @@ def test_job_creation_documents_its_multipart_form(client: TestClient) -> None:
     assert {p["name"] for p in op["parameters"]} == {"project", "authorization", "Idempotency-Key"}
 
 
-def test_two_submissions_racing_with_one_idempotency_key_make_one_job(engine: Engine) -> None:
-    """The second INSERT waits on the first's uncommitted row, then finds the key taken and answers the job the
+@pytest.fixture
+def own_database() -> Iterator[Engine]:
+    """A database of the test's own, for transactions that must commit (the shared one rolls back per test)."""
+    name, url = create_database()
+    try:
+        migrate.upgrade(url)
+        engine = make_engine(url)
+        yield engine
+        engine.dispose()
+    finally:
+        drop_database(name)
+
+
+def test_two_submissions_racing_with_one_idempotency_key_make_one_job(own_database: Engine) -> None:
+    """An original and its retry at once, each with the bundle and on a testbed new to the service: the second
+    waits on the first's uncommitted rows (artifact, testbed, job), then finds them there and answers the job the
     first committed."""
-    with Session(engine) as setup:
-        project = projects.create(setup, name=f"race-{uuid.uuid4().hex[:8]}")
+    with Session(own_database) as setup:
+        project_id = projects.create(setup, name="race").id
         setup.commit()
-        project_id = project.id
-    key = uuid.uuid4().hex
-    new = jobs.NewJob(spec=SPEC, testbed="tb-race", branch="b", commit="c", idempotency_key=key)
+    bundle = _tar_gz({"pkg/a.py": b"x = 1\n"})
+    new = jobs.NewJob(spec=SPEC, testbed="tb-race", branch="b", commit="c", bundle=bundle, idempotency_key="k")
 
     def submit(session: Session) -> tuple[str, bool]:
         job, created = jobs.create(session, project_id=project_id, new=new, limits=Limits(), max_attempts=3)
         return job.id, created
 
-    first, second = Session(engine), Session(engine)
-    try:
+    with Session(own_database) as first, Session(own_database) as second:
         first_id, first_created = submit(first)
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(submit, second)
             time.sleep(0.3)
-            assert not waiting.done()  # blocked on the first's row
+            assert not waiting.done()  # blocked on the first's rows
             first.commit()
             assert waiting.result(timeout=10) == (first_id, False)
         assert first_created
-    finally:
-        first.close()
-        second.close()
-        with Session(engine) as cleanup:
-            cleanup.query(Job).filter_by(project_id=project_id).delete()
-            cleanup.execute(text("DELETE FROM projects WHERE id = :id"), {"id": project_id})
-            cleanup.commit()
+    with Session(own_database) as check:
+        assert check.execute(text("SELECT count(*) FROM jobs")).scalar_one() == 1
+        assert check.execute(text("SELECT count(*) FROM testbeds WHERE name = 'tb-race'")).scalar_one() == 1
 
 
 # --- samples, one array per case ---------------------------------------------------------------------------
