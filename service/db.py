@@ -4,6 +4,7 @@ SQLite alike, the engine, and the request-scoped session dependency (the request
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from datetime import UTC, datetime
@@ -80,11 +81,20 @@ def _json_dumps(value: Any) -> str:
     return pydantic_core.to_json(value).decode()
 
 
+# INSERT ... RETURNING, which job submission and testbed creation use, came in SQLite 3.35.
+SQLITE_MIN = (3, 35)
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for ``url``; on SQLite, foreign keys on and connections usable from the server's threads."""
     kwargs.setdefault("json_serializer", _json_dumps)
     kwargs.setdefault("json_deserializer", pydantic_core.from_json)
     if url.startswith("sqlite"):
+        if sqlite3.sqlite_version_info < SQLITE_MIN:
+            raise RuntimeError(
+                f"SQLite {sqlite3.sqlite_version} is too old for the embedded mode: it needs "
+                f"{'.'.join(map(str, SQLITE_MIN))} or newer (INSERT ... RETURNING); Python uses the system's library"
+            )
         engine = create_engine(url, connect_args={"check_same_thread": False}, **kwargs)
 
         @event.listens_for(engine, "connect")
@@ -123,7 +133,7 @@ def _slots(app: Starlette) -> asyncio.Semaphore:
 async def session_slot(app: Starlette) -> AsyncIterator[None]:
     """Wait, on the event loop, for one of the app's session slots; hold it until the session is closed.
 
-    The endpoints and their dependencies are sync: each runs on a thread of the server's pool (40), and a request
+    Most endpoints and their dependencies are sync: each runs on a thread of the server's pool (40), and a request
     holds its connection from its first query (the token) across several of them until its session closes. With
     more requests in flight than the pool has connections, every thread could end up blocked on the pool while
     the requests holding the connections wait for a thread to go on: nothing moves until the pool's 30 s timeout
@@ -143,7 +153,8 @@ async def _session_slot(request: Request) -> AsyncIterator[None]:
 def request_session(app: Starlette) -> Iterator[Session]:
     """The session of one request: committed when the block ends, rolled back when it raises. Tests bind their
     own (``app.state.bound_session``: a session in a transaction they roll back), which is then neither opened
-    nor closed here."""
+    nor closed here. The hook is here rather than in a dependency override because the job submission, written
+    out for speed, opens its session without dependency injection; both paths go through this function."""
     bound: Session | None = getattr(app.state, "bound_session", None)
     factory: sessionmaker[Session] = app.state.sessionmaker
     with nullcontext(bound) if bound is not None else factory() as session:

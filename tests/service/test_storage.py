@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,3 +142,12 @@ def test_store_compare_and_query_on_both_backends(store: Session) -> None:
             new=jobs.NewJob(spec="", testbed="tb1", branch="pr", commit="b1", idempotency_key="k"),
         )
     store.commit()
+
+
+def test_an_sqlite_too_old_for_the_embedded_mode_is_refused_with_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 34, 1))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.34.1")
+    with pytest.raises(RuntimeError, match=r"SQLite 3\.34\.1 is too old .* 3\.35 or newer"):
+        make_engine(f"sqlite:///{tmp_path / 'old.db'}")
