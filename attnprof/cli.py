@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: unknown verb {args[0]!r}; the verbs are: {', '.join(verbs)}", file=sys.stderr)
         sys.exit(2)
     app = importlib.import_module(verbs[args[0]][0]).app
-    if args[0] == "profile":
+    if args[0] == "profile" and argv is None:
+        # The console script's profiling process ends as soon as its result is written (``exit_with``); called
+        # in process with ``argv``, the caller's process is left alone.
         from profiler_core.cli import exit_with
 
         exit_with(lambda: app(args=args, prog_name="attnprof"))

@@ -310,3 +310,16 @@ def _state(pid: str) -> str:
     except OSError:
         return "gone"
     return stat[stat.rindex(")") + 2]
+
+
+def test_attnprof_main_called_in_process_returns_to_its_caller(
+    tmp_path: Path, peaks_cache: Path, write_suite: Callable[[str, str], Path]
+) -> None:
+    """Only the console script's profiling process ends at once: ``main(argv)`` raises ``SystemExit`` as usual."""
+    from attnprof.cli import main
+
+    suite = write_suite("inproc", SMALL_MATH)
+    with pytest.raises(SystemExit) as ended:
+        main(profile_args(suite, tmp_path, peaks_cache, "--quiet"))
+    assert ended.value.code in (0, None)
+    assert (tmp_path / "out" / "result.json").exists()
