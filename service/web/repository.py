@@ -137,6 +137,9 @@ def job_states(session: Session, project_id: int, job_ids: Sequence[str]) -> lis
     return list(session.execute(q))
 
 
+# --- jobs pages --------------------------------------------------------------------------------------------
+
+
 def list_jobs(
     session: Session,
     project_id: int,

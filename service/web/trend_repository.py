@@ -156,6 +156,3 @@ def baseline_marks(session: Session, project_id: int) -> list[Row[tuple[Any, ...
     """The project's baseline rules (pin, exclude, accept): which run each names, and why."""
     q = select(BaselineRule.kind, BaselineRule.run_id, BaselineRule.reason).where(BaselineRule.project_id == project_id)
     return list(session.execute(q.order_by(BaselineRule.id)))
-
-
-# --- jobs pages --------------------------------------------------------------------------------------------
