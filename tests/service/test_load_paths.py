@@ -110,7 +110,8 @@ def test_job_creation_checks_the_token_before_the_form(client: TestClient, tenan
 def test_a_retry_under_a_known_key_leaves_nothing_behind(client: TestClient, tenant: Tenant, db: Session) -> None:
     """The job the key named is the answer; the retry's own bundle and testbed are not kept."""
     key = {**tenant.h("submit"), "Idempotency-Key": uuid.uuid4().hex}
-    first = _post_job(client, tenant.name, key, testbed="tb-first")
+    testbed = f"tb-{uuid.uuid4().hex[:8]}"
+    first = _post_job(client, tenant.name, key, testbed=testbed)
     assert first.status_code == 202, first.text
     artifacts = db.execute(text("SELECT count(*) FROM artifacts")).scalar_one()
     bundle = {"bundle": ("src.tar.gz", _tar_gz({"pkg/a.py": b"x = 2\n"}))}
@@ -123,7 +124,7 @@ def test_a_retry_under_a_known_key_leaves_nothing_behind(client: TestClient, ten
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"], again.text
     assert db.execute(text("SELECT count(*) FROM artifacts")).scalar_one() == artifacts
     assert db.scalars(select(TestbedRow).where(TestbedRow.name == "tb-named-by-a-retry")).first() is None
-    assert len(_messages("profile.tb-first")) == 1
+    assert len(_messages(f"profile.{testbed}")) == 1
 
 
 def test_a_redis_broker_keeps_what_kombu_reads_from_its_url() -> None:
