@@ -225,23 +225,6 @@ class Stack:
         return {name: tree_cpu(proc.pid) for name, proc in self.procs.items()}
 
 
-def _create_pg_database() -> tuple[str, str]:
-    import psycopg
-
-    name = f"attnprof_pipeline_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    return name, f"{base}/{name}"
-
-
-def _drop_pg_database(name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def _wait_ready(stack: Stack, name: str, ready: str, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -282,7 +265,11 @@ def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
     else:
         import redis
 
-        pg_name, database_url = _create_pg_database()
+        # service_seed (psycopg) is imported here: the GPU host's compare mode has neither Postgres nor psycopg.
+        import service_seed as seeding
+
+        pg_name = f"attnprof_pipeline_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        database_url = seeding.create_database(PG_ADMIN, pg_name)
         broker = REDIS_URL
         r = redis.Redis.from_url(REDIS_URL)
         r.flushdb()
@@ -367,7 +354,7 @@ def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         if pg_name:
-            _drop_pg_database(pg_name)
+            seeding.drop_database(PG_ADMIN, pg_name)
 
 
 # --- jobs ------------------------------------------------------------------------------------------------
