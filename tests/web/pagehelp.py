@@ -1,4 +1,4 @@
-"""Helpers of the run and comparison page tests: a project of their own (baseline rules act per project, so the
+"""Helpers of the dashboard page tests: a project of their own (baseline rules act per project, so the
 shared site's comparisons never see them), HTTP sign-in, and keyboard navigation in the browser."""
 
 from __future__ import annotations
@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +63,14 @@ def login(client: httpx.Client, token: str) -> None:
     assert csrf is not None
     answer = client.post("/ui/login", data={"token": token, "csrf": csrf.group(1), "next": ""})
     assert answer.status_code == 303, answer.text
+
+
+@contextmanager
+def http(site: Site, token: str) -> Iterator[httpx.Client]:
+    """An HTTP client signed in through the form (CSRF cookie and field), as a browser would be."""
+    with httpx.Client(base_url=site.url, timeout=60) as client:
+        login(client, token)
+        yield client
 
 
 def csrf_of(html: str) -> str:

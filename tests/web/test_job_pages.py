@@ -9,14 +9,12 @@ written to the row the way the worker's calls write it (status, attempts, times,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 import pytest
+from pagehelp import http
 from sqlalchemy import update
 from webstack import CPU_SUITE, Site, Tokens, _project, _upload, browser, docs, page, sign_in, site  # noqa: F401
 
@@ -82,18 +80,6 @@ def js(site: Site) -> JobSite:
             assert answer.status_code == 202, answer.text
             made.append(answer.json()["id"])
     return JobSite(site, name, tokens, made, pr_run["run_id"], testbed)
-
-
-@contextmanager
-def http(site: Site, token: str) -> Iterator[httpx.Client]:
-    """An HTTP client signed in through the form (CSRF cookie and field), as a browser would be."""
-    with httpx.Client(base_url=site.url, timeout=60) as client:
-        form = client.get("/ui/login")
-        match = re.search(r'name="csrf" value="([^"]+)"', form.text)
-        assert match is not None
-        answer = client.post("/ui/login", data={"token": token, "csrf": match.group(1), "next": ""})
-        assert answer.status_code == 303, answer.text
-        yield client
 
 
 def _field(tab: Any, key: str) -> Any:

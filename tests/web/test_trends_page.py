@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import httpx
 import pytest
+from pagehelp import http
 from sqlalchemy import select
 from webstack import Site, Tokens, _project, _upload, browser, docs, page, sign_in, site  # noqa: F401  (fixtures)
 
@@ -80,18 +78,6 @@ def ts(site: Site) -> TrendSite:
     return TrendSite(
         site, name, tokens, case, kernel, runs, runs[2], runs[3], found[0].run_id, float(found[0].change), testbed
     )
-
-
-@contextmanager
-def http(site: Site, token: str) -> Iterator[httpx.Client]:
-    """An HTTP client signed in through the form (CSRF cookie and field), as a browser would be."""
-    with httpx.Client(base_url=site.url, timeout=60) as client:
-        form = client.get("/ui/login")
-        match = re.search(r'name="csrf" value="([^"]+)"', form.text)
-        assert match is not None
-        answer = client.post("/ui/login", data={"token": token, "csrf": match.group(1), "next": ""})
-        assert answer.status_code == 303, answer.text
-        yield client
 
 
 def _trace(tab: Any, name: str) -> dict[str, Any]:
