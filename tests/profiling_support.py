@@ -6,6 +6,8 @@ conftest of its own, and two modules named ``conftest`` shadow each other on the
 
 from __future__ import annotations
 
+import io
+import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,3 +28,14 @@ trace_iters = 1
 def suite_text(name: str, cases: str) -> str:
     """A suite file: ``[suite]`` named ``name`` with the tiny timing, then ``cases`` (TOML)."""
     return f'[suite]\nname = "{name}"\n\n{TINY_TIMING}\n{cases}'
+
+
+def tar_gz(files: dict[str, bytes]) -> bytes:
+    """A gzipped tar of ``files`` (path in the archive -> bytes): a job's source bundle."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

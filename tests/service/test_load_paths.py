@@ -5,9 +5,7 @@ behind the upload's comparison."""
 from __future__ import annotations
 
 import base64
-import io
 import json
-import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +20,7 @@ from conftest import REDIS_URL, create_database, drop_database
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from kombu import Connection as KombuConnection
+from profiling_support import tar_gz
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 from svcconf import Tenant
@@ -47,16 +46,6 @@ def _post_job(client: TestClient, project: str, headers: dict[str, str], **field
     return client.post(
         f"/api/v1/projects/{project}/jobs", files={"spec": ("attnprof.toml", SPEC.encode())}, data=data, headers=headers
     )
-
-
-def _tar_gz(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def _messages(queue: str) -> list[dict]:
@@ -114,7 +103,7 @@ def test_a_retry_under_a_known_key_leaves_nothing_behind(client: TestClient, ten
     first = _post_job(client, tenant.name, key, testbed=testbed)
     assert first.status_code == 202, first.text
     artifacts = db.execute(text("SELECT count(*) FROM artifacts")).scalar_one()
-    bundle = {"bundle": ("src.tar.gz", _tar_gz({"pkg/a.py": b"x = 2\n"}))}
+    bundle = {"bundle": ("src.tar.gz", tar_gz({"pkg/a.py": b"x = 2\n"}))}
     again = client.post(
         f"/api/v1/projects/{tenant.name}/jobs",
         files={"spec": ("attnprof.toml", SPEC.encode()), **bundle},
@@ -249,7 +238,7 @@ def test_two_submissions_racing_with_one_idempotency_key_make_one_job(own_databa
     with Session(own_database) as setup:
         project_id = projects.create(setup, name="race").id
         setup.commit()
-    bundle = _tar_gz({"pkg/a.py": b"x = 1\n"})
+    bundle = tar_gz({"pkg/a.py": b"x = 1\n"})
     new = jobs.NewJob(spec=SPEC, testbed="tb-race", branch="b", commit="c", bundle=bundle, idempotency_key="k")
 
     def submit(session: Session) -> tuple[str, bool]:

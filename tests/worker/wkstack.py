@@ -8,14 +8,12 @@ Test modules import the fixtures they use from here (there is no conftest.py in 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import tarfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -34,6 +32,7 @@ from pgtest import (  # noqa: F401 (the fixtures db, engine, pg_url)
     engine_fixture,
     pg_url_fixture,
 )
+from profiling_support import tar_gz
 
 from service import migrate
 from service.auth import service as auth
@@ -94,16 +93,6 @@ dtype = "fp32"
 def custom_case(name: str, target: str, args: dict[str, str] | None = None) -> str:
     extra = "".join(f'args.{k} = "{v}"\n' for k, v in (args or {}).items())
     return f'[[cases]]\nname = "{name}"\ntarget = "{target}"\n{extra}'
-
-
-def tar_gz(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def free_port() -> int:
