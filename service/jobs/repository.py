@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, make_transient_to_detached
 from service.jobs.models import Job
 
 _Q = TypeVar("_Q", bound=Select[*tuple[Any, ...]])
-_JOB_COLUMNS = tuple(Job.__table__.columns)
+_NULL_ROW: dict[str, Any] = dict.fromkeys(c.key for c in Job.__table__.columns)
 _INSERT_JOB = {
     backend.dialect.name: backend.insert(Job.__table__)
     .on_conflict_do_nothing(index_elements=["project_id", "idempotency_key"])
@@ -29,7 +29,7 @@ def insert_unless_key_taken(session: Session, values: dict[str, Any]) -> Job | N
     """The job inserted from ``values`` (columns left out are null), or None when its project already has a job
     with its idempotency key: one ``INSERT ... ON CONFLICT DO NOTHING RETURNING id``, no savepoint, no flush.
     The job comes back as the session's object, built from ``values`` rather than read back."""
-    row = {c.key: None for c in _JOB_COLUMNS} | values
+    row = _NULL_ROW | values
     # The values go as parameters of one statement built once, not into a new statement (27 bound values
     # coerced anew on every request cost as much as executing it).
     stmt = _INSERT_JOB[session.get_bind().dialect.name]
