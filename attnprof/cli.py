@@ -18,6 +18,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "compare": ("profiler_core.cli", "Compare baseline result(s) with a candidate: pass, warn or fail."),
     "changepoints": ("profiler_core.cli", "Find change points in a chronological series of results."),
     "schema": ("profiler_core.cli", "Print the JSON Schema of a document."),
+    "calibrate": ("profiler_core.cli", "Measure this host's peak bandwidth and matmul rates into the peaks cache."),
     "serve": ("service.cli", "Run the HTTP API of the service."),
     "db": ("service.cli", "Migrate the service's database (db upgrade)."),
     "admin": ("service.cli", "Create projects, project tokens and worker tokens."),

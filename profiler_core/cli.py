@@ -72,6 +72,13 @@ def profile(
     quiet: Annotated[bool, typer.Option(help="print no report and no progress")] = False,
     seed: Annotated[int, typer.Option(help="seed of the random inputs")] = 0,
     cache_dir: Annotated[Path, typer.Option(help="peaks cache")] = Path.home() / ".cache" / "attnprof",
+    pid_namespace: Annotated[
+        bool,
+        typer.Option(
+            "--pid-namespace",
+            help="running in a PID namespace of its own (a worker's jail): record the GPU's processes, count none",
+        ),
+    ] = False,
 ) -> None:
     """Profile every case of SUITE and write the result document (exit 1 if a case failed, 2 on bad input)."""
     from profiler_core.suite import load_suite, select_cases
@@ -93,6 +100,7 @@ def profile(
         seed=seed,
         cases=selected,
         command=shlex.join(["attnprof", *sys.argv[1:]]),
+        own_pid_namespace=pid_namespace,
     )
     try:
         doc = _profile_with_progress(parsed, options, quiet)
@@ -107,6 +115,21 @@ def profile(
     if failed:
         typer.echo(f"{len(failed)} case(s) failed: " + ", ".join(c.id for c in failed), err=True)
         raise typer.Exit(1)
+
+
+@app.command()
+def calibrate(
+    device: Annotated[Device, typer.Option(help="auto: the GPU if there is one")] = Device.auto,
+    cache_dir: Annotated[Path, typer.Option(help="peaks cache")] = Path.home() / ".cache" / "attnprof",
+) -> None:
+    """Measure this host's peaks (a large copy, a matmul per dtype) into the peaks cache, or find them there."""
+    from profiler_core.measure.runner import calibrate as measure
+
+    try:
+        path = measure(device.value, cache_dir)
+    except AttnprofError as exc:
+        raise fail(str(exc)) from None
+    typer.echo(str(path))
 
 
 def _profile_with_progress(parsed: Suite, options: ProfileOptions, quiet: bool) -> ResultDocument:

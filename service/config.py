@@ -54,6 +54,19 @@ class ProfileWorker(BaseModel):
         default_factory=list, description="extra environment variables the subprocess may see (never ATTNPROF_*)"
     )
 
+    trusted_single_tenant: bool = Field(
+        False,
+        description="the host runs one tenant's trusted code: where no bubblewrap jail can be built, jobs run without "
+        "one instead of the worker refusing to start",
+    )
+    job_user: str = Field(
+        "nobody", min_length=1, description="the unprivileged user jobs run as (and their uid inside the jail)"
+    )
+    max_processes: int = Field(4096, ge=16, description="processes and threads a job may hold at once")
+    tmpfs_mib: int = Field(1024, ge=16, description="size of the job's own /tmp and /dev/shm, each")
+    sandbox_ro_binds: list[str] = Field(
+        default_factory=list, description="extra host paths the job sees read-only (a model cache, a toolkit)"
+    )
 
 class Sweep(BaseModel):
     """The sweeper (``jobs.sweep``, ``ATTNPROF_SWEEP__*``): what counts as lost. Durations in seconds."""

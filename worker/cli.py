@@ -14,13 +14,18 @@ Only typer and the standard library are imported at module level.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from service.config import Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="attnprof worker verbs.")
 EXIT_BAD_INPUT = 2
@@ -105,10 +110,11 @@ def _profile(
     except gpus.DeviceMismatch as exc:
         raise _die(str(exc)) from None
     typer.echo(f"testbed {testbed}: {why}", err=True)
-    if check_only:
-        return
     os.environ["ATTNPROF_WORKER__DEVICE"] = mode
     get_settings.cache_clear()
+    _jail_and_peaks(get_settings(), mode)
+    if check_only:
+        return
     from worker.celery_app import app as celery
 
     device_tag = os.environ.get("CUDA_VISIBLE_DEVICES", "cpu" if mode == "cpu" else "0").replace(",", "_")
@@ -129,6 +135,65 @@ def _profile(
             loglevel,
         ]
     )
+
+
+def _jail_and_peaks(settings: Settings, mode: str) -> None:
+    """Build the jail and prove it holds (a probe through it), then measure the peaks in a trusted step with no user
+    code: jobs see the peaks cache read-only. Refuses to go on, saying why, where no jail can be built, unless the
+    host is declared trusted and single-tenant."""
+    from urllib.parse import urlsplit
+
+    import worker
+    from worker import jail as jails
+    from worker.profile import ProfileConfig, job_jail
+
+    try:
+        jail = job_jail(settings)
+    except jails.JailUnavailable as exc:
+        raise _die(
+            f"cannot build the jail jobs run in: {exc}. Set ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT=true only on a "
+            "host that runs one tenant's trusted code"
+        ) from None
+    cfg = ProfileConfig.from_settings(settings)
+    if jail is None:
+        typer.echo(
+            "WARNING: no jail can be built here (bubblewrap or user namespaces missing): jobs run WITHOUT a sandbox, "
+            "as ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT allows. Never do this on a host shared by several tenants.",
+            err=True,
+        )
+    else:
+        addresses = []
+        for url in (settings.broker_url, settings.service_url):
+            parts = urlsplit(url)
+            if parts.hostname and parts.port:
+                addresses.append((parts.hostname, parts.port))
+        import service
+
+        code = [Path(worker.__file__).parent, Path(service.__file__).parent]
+        try:
+            jail.self_test(
+                cfg.scratch_root,
+                forbidden=[Path.home(), cfg.scratch_root, cfg.cache_dir, *code],
+                addresses=addresses,
+            )
+        except jails.JailUnavailable as exc:
+            raise _die(f"the jail's self-test failed: {exc}") from None
+        typer.echo(f"jail: bubblewrap, jobs run as {jail.job_user}; self-test passed", err=True)
+    command = [sys.executable, "-m", "profiler_core", "calibrate", "--device", mode, "--cache-dir", str(cfg.cache_dir)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=_plain_env())
+    if done.returncode != 0:
+        raise _die(f"measuring the peaks failed: {(done.stderr or done.stdout).strip()[-500:]}")
+    typer.echo(f"peaks: {done.stdout.strip()}", err=True)
+
+
+def _plain_env() -> dict[str, str]:
+    """The calibration's environment: no secret of the worker's, and the profiler importable."""
+    from worker.jail import profiler_parent
+    from worker.sandbox import scrubbed_env
+
+    parent = profiler_parent()
+    tmp = Path(tempfile.gettempdir())
+    return scrubbed_env(os.environ, home=Path.home(), tmp=tmp, pythonpath=parent or tmp)
 
 
 def _analysis(beat: bool, schedule: Path | None, concurrency: int, loglevel: str) -> None:

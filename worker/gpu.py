@@ -12,11 +12,15 @@ as a testbed-key mismatch, a warning).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from profiler_core.testbed import cpu_model, testbed_key
+
+T = TypeVar("T")
 
 
 class DeviceMismatch(Exception):
@@ -45,9 +49,10 @@ def visible_devices() -> list[str]:
     return [] if raw is None else [d.strip() for d in raw.split(",") if d.strip()]
 
 
-def probe_gpu() -> LocalDevice | None:
-    """The GPU that CUDA will call device 0 in the subprocess (``CUDA_VISIBLE_DEVICES``'s first entry, an
-    index in PCI bus order or a ``GPU-`` UUID), read through NVML; ``None`` without a driver or a GPU."""
+def _with_visible_handle(read: Callable[[Any, Any], T]) -> T | None:
+    """``read(pynvml, handle)`` for the GPU that CUDA will call device 0 in the subprocess
+    (``CUDA_VISIBLE_DEVICES``'s first entry, an index in PCI bus order or a ``GPU-`` UUID); ``None`` without a
+    driver, a GPU, or an answer."""
     try:
         import pynvml
     except ImportError:
@@ -65,16 +70,29 @@ def probe_gpu() -> LocalDevice | None:
             handle = pynvml.nvmlDeviceGetHandleByIndex(int(first))
         else:
             return None
-        return LocalDevice(
-            mode="cuda",
-            name=_text(pynvml.nvmlDeviceGetName(handle)),
-            driver=_text(pynvml.nvmlSystemGetDriverVersion()),
-        )
+        return read(pynvml, handle)
     except Exception:
         return None
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
+
+
+def probe_gpu() -> LocalDevice | None:
+    """The GPU that CUDA will call device 0 in the subprocess, read through NVML; ``None`` without one."""
+    return _with_visible_handle(
+        lambda nvml, handle: LocalDevice(
+            mode="cuda",
+            name=_text(nvml.nvmlDeviceGetName(handle)),
+            driver=_text(nvml.nvmlSystemGetDriverVersion()),
+        )
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def probe_minor() -> int | None:
+    """The minor number of that GPU (``/dev/nvidia<minor>``: the one GPU node a job's jail is given), or ``None``."""
+    return _with_visible_handle(lambda nvml, handle: int(nvml.nvmlDeviceGetMinorNumber(handle)))
 
 
 def _describe(meaning: dict[str, Any] | None) -> str:

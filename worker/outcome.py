@@ -121,3 +121,27 @@ def decide(
         named = "; ".join(errors[:_CASES_NAMED]) + ("; …" if len(errors) > _CASES_NAMED else "")
         return Failure(with_output(f"{what}: {named}", tail))
     return document
+
+
+def judge_gpu_processes(document: dict[str, Any], job_pids: frozenset[int]) -> None:
+    """Count the processes on the GPU that are not the job's, in a document profiled in the jail, and mark the run
+    suspect when there were any (in place).
+
+    In its PID namespace the profiler cannot tell which of NVML's host PIDs is its own, so it records them all
+    (``gpu_pids``) and counts none; the worker saw every host PID of the job's process tree, and judges here.
+    """
+    environment = document.get("environment")
+    if not isinstance(environment, dict):
+        return
+    reasons = []
+    for label in ("start", "end"):
+        health = environment.get(f"health_{label}")
+        if not isinstance(health, dict) or not isinstance(health.get("gpu_pids"), list):
+            continue
+        others = [p for p in health["gpu_pids"] if isinstance(p, int) and p not in job_pids]
+        health["other_processes"] = len(others)
+        if others:
+            reasons.append(f"{len(others)} other process(es) on the GPU at {label}")
+    run = document.get("run")
+    if reasons and isinstance(run, dict):
+        run["suspect"] = [*(run.get("suspect") or []), *reasons]

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from service.config import Settings
 from service.jobs import archive
+from worker import jail as jails
 from worker import outcome, sandbox
 from worker.api import Refused, ServiceAPIError, Stale, Unreachable, WorkerAPI
 
@@ -67,6 +68,8 @@ class ProfileConfig:
     bundle_bytes: int
     bundle_unpacked_bytes: int
     bundle_members: int
+    jail: jails.Jail | None = None
+    max_processes: int = 0
     worker: str = field(default_factory=worker_name)
 
     @classmethod
@@ -88,7 +91,32 @@ class ProfileConfig:
             bundle_bytes=settings.limits.bundle_bytes,
             bundle_unpacked_bytes=settings.limits.bundle_unpacked_bytes,
             bundle_members=settings.limits.bundle_members,
+            jail=job_jail(settings),
+            max_processes=w.max_processes,
         )
+
+
+def job_jail(settings: Settings) -> jails.Jail | None:
+    """The jail for this worker's jobs; ``None`` only on a host declared trusted and single-tenant where none can
+    be built. Raises ``JailUnavailable`` otherwise."""
+    w = settings.worker
+    devices: list[str] = []
+    if w.device != "cpu":
+        from worker.gpu import probe_minor
+
+        devices = jails.gpu_nodes(probe_minor())
+    try:
+        return jails.Jail.build(
+            job_user=w.job_user,
+            devices=devices,
+            extra_ro_binds=w.sandbox_ro_binds,
+            tmpfs_mib=w.tmpfs_mib,
+            max_processes=w.max_processes,
+        )
+    except jails.JailUnavailable:
+        if w.trusted_single_tenant:
+            return None
+        raise
 
 
 class Heartbeat(threading.Thread):
@@ -178,23 +206,26 @@ def reap_stale_scratch(root: Path) -> list[Path]:
     return removed
 
 
-def profiler_argv(cfg: ProfileConfig, scratch: Path) -> list[str]:
-    return [
+def profiler_argv(cfg: ProfileConfig, root: Path, cache_dir: Path) -> list[str]:
+    """The profiling command, with the scratch folder at ``root`` and the peaks cache at ``cache_dir`` (as the job
+    sees them: inside the jail, ``/job`` and ``/peaks``)."""
+    argv = [
         sys.executable,
         "-m",
         "profiler_core",
         "profile",
-        str(scratch / SPEC_NAME),
+        str(root / SPEC_NAME),
         "--device",
         cfg.device,
         "--out",
-        str(scratch / "out" / "result.json"),
+        str(root / "out" / "result.json"),
         "--trace-dir",
-        str(scratch / "out" / "traces"),
+        str(root / "out" / "traces"),
         "--cache-dir",
-        str(cfg.cache_dir),
+        str(cache_dir),
         "--quiet",
     ]
+    return [*argv, "--pid-namespace"] if cfg.jail is not None else argv
 
 
 def run_job(job_id: str, attempt: int, cfg: ProfileConfig, api: Callable[[], WorkerAPI] | None = None) -> Outcome:
@@ -274,13 +305,31 @@ def _attempt(
     (scratch / SPEC_NAME).write_text(str(claim["spec"]))
     if beat.stop.is_set():
         return "cancelled" if beat.cancelled else "lost"
+    # Inside the jail the scratch folder is /job and the peaks cache /peaks (read-only); without one (a trusted
+    # single-tenant host) the real paths.
+    root = jails.JOB_ROOT if cfg.jail is not None else scratch
+    parent = jails.profiler_parent()
     env = sandbox.scrubbed_env(
-        os.environ, home=scratch / "home", tmp=scratch / "tmp", pythonpath=src, extra=cfg.pass_env
+        os.environ,
+        home=root / "home",
+        tmp=root / "tmp",
+        pythonpath=root / "src",
+        extra=cfg.pass_env,
+        library_paths=[parent] if parent else [],
     )
-    limits = sandbox.Limits(timeout_s=cfg.timeout_s, memory_bytes=cfg.memory_limit_bytes)
+    limits = sandbox.Limits(
+        timeout_s=cfg.timeout_s, memory_bytes=cfg.memory_limit_bytes, max_processes=cfg.max_processes
+    )
+    if cfg.jail is not None:
+        cfg.jail.prepare(scratch)
+        argv = cfg.jail.argv(
+            profiler_argv(cfg, root, jails.PEAKS_DIR), scratch=scratch, peaks=cfg.cache_dir, cwd=root / "src"
+        )
+    else:
+        argv = profiler_argv(cfg, root, cfg.cache_dir)
     log.info("job %s attempt %s: profiling in %s", job_id, attempt, scratch)
     finished = sandbox.run(
-        profiler_argv(cfg, scratch),
+        argv,
         cwd=src,
         env=env,
         log_path=scratch / "output.log",
@@ -293,6 +342,8 @@ def _attempt(
         log.info("job %s attempt %s: %s: the subprocess was stopped", job_id, attempt, why)
         return "cancelled" if beat.cancelled else "lost"
     document = outcome.read_document(scratch / "out" / "result.json")
+    if document is not None and cfg.jail is not None:
+        outcome.judge_gpu_processes(document, finished.pids)
     decided = outcome.decide(finished, document, timeout_s=cfg.timeout_s, memory_limit_bytes=cfg.memory_limit_bytes)
     if isinstance(decided, outcome.Failure):
         _report(http, job_id, attempt, decided)

@@ -52,14 +52,16 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TAIL_BYTES = 256 * 1024
 _LINE_CHARS = 400
 
-# Run first, in the subprocess: ask the kernel to SIGKILL it when the worker thread that started it dies,
-# then become the real command. The parent's pid is checked after the request, closing the race where the
-# worker died before it was made.
+# Run first, in the subprocess: ask the kernel to SIGKILL it when the worker thread that started it dies, bound the
+# processes (threads included) its user may have, then become the real command. The parent's pid is checked after
+# the request, closing the race where the worker died before it was made.
 _DIE_WITH_PARENT = (
-    "import ctypes, os, sys\n"
+    "import ctypes, os, resource, sys\n"
     "ctypes.CDLL(None, use_errno=True).prctl(1, 9)\n"
     "os.getppid() == int(sys.argv[1]) or os._exit(137)\n"
-    "os.execv(sys.argv[2], sys.argv[2:])\n"
+    "n = int(sys.argv[2])\n"
+    "n and resource.setrlimit(resource.RLIMIT_NPROC, (n, n))\n"
+    "os.execv(sys.argv[3], sys.argv[3:])\n"
 )
 
 Stopped = Literal["timeout", "memory", "cancelled"]
@@ -71,10 +73,17 @@ def is_passable(name: str) -> bool:
 
 
 def scrubbed_env(
-    source: Mapping[str, str], *, home: Path, tmp: Path, pythonpath: Path, extra: Sequence[str] = ()
+    source: Mapping[str, str],
+    *,
+    home: Path,
+    tmp: Path,
+    pythonpath: Path,
+    extra: Sequence[str] = (),
+    library_paths: Sequence[Path] = (),
 ) -> dict[str, str]:
     """The subprocess's whole environment: the allow-list (plus ``extra``, minus anything secret-looking) taken
-    from ``source``, then a home, temporary directory and caches inside the job's scratch directory."""
+    from ``source``, then a home, temporary directory and caches inside the job's scratch directory. The job's
+    source comes first on ``PYTHONPATH``, then ``library_paths`` (where the profiler is, when not installed)."""
     env: dict[str, str] = {}
     for name in (*ALLOWED_ENV, *extra):
         if is_passable(name) and name in source:
@@ -85,7 +94,7 @@ def scrubbed_env(
         TMPDIR=str(tmp),
         TMP=str(tmp),
         TEMP=str(tmp),
-        PYTHONPATH=str(pythonpath),
+        PYTHONPATH=os.pathsep.join(str(p) for p in (pythonpath, *library_paths)),
         PYTHONNOUSERSITE="1",
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",
@@ -107,6 +116,7 @@ class Limits:
     timeout_s: float
     memory_bytes: int
     poll_s: float = 0.25
+    max_processes: int = 0  # processes and threads of the job's user at once (RLIMIT_NPROC); 0: unbounded
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,7 @@ class Finished:
     wall_s: float
     peak_rss_bytes: int
     tail: list[str]
+    pids: frozenset[int] = frozenset()  # host PIDs of the tree, as seen at each poll
 
 
 # --- the process tree, read from /proc ---------------------------------------------------------------------
@@ -206,11 +217,12 @@ def tail_lines(path: Path, lines: int) -> list[str]:
     return [ln if len(ln) <= _LINE_CHARS else ln[: _LINE_CHARS - 1] + "…" for ln in kept[-lines:]]
 
 
-def die_with_parent(argv: Sequence[str]) -> list[str]:
-    """``argv`` wrapped so that, on Linux, the process is SIGKILLed when the thread that starts it dies."""
+def die_with_parent(argv: Sequence[str], *, max_processes: int = 0) -> list[str]:
+    """``argv`` wrapped so that, on Linux, the process is SIGKILLed when the thread that starts it dies (and its user
+    may hold at most ``max_processes`` processes and threads, when not 0)."""
     if not sys.platform.startswith("linux"):
         return list(argv)
-    return [sys.executable, "-S", "-E", "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
+    return [sys.executable, "-S", "-E", "-c", _DIE_WITH_PARENT, str(os.getpid()), str(max_processes), *argv]
 
 
 def run(
@@ -225,7 +237,7 @@ def run(
 ) -> Finished:
     """Run ``argv`` under the limits; ``stop`` set by another thread (a cancel) kills it. Never raises for
     what the subprocess does; raises ``OSError`` only when it cannot be started."""
-    command = die_with_parent(argv)
+    command = die_with_parent(argv, max_processes=limits.max_processes)
     started = time.monotonic()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -240,6 +252,7 @@ def run(
         )
     stopped: Stopped | None = None
     peak = 0
+    seen: set[int] = {proc.pid}
     try:
         while True:
             try:
@@ -247,7 +260,10 @@ def run(
                 break
             except subprocess.TimeoutExpired:
                 pass
-            rss = tree_rss_bytes(proc.pid)
+            table = _table()
+            members = tree(proc.pid, table)
+            seen |= members
+            rss = sum(table[pid][2] for pid in members if pid in table)
             peak = max(peak, rss)
             if stop is not None and stop.is_set():
                 stopped = "cancelled"
@@ -270,4 +286,5 @@ def run(
         wall_s=time.monotonic() - started,
         peak_rss_bytes=peak,
         tail=tail_lines(log_path, lines),
+        pids=frozenset(seen),
     )

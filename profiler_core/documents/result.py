@@ -99,6 +99,9 @@ class GpuHealth(_Model):
     utilization_pct: float | None = None
     throttle_reasons: list[str] = Field(default_factory=list)
     other_processes: int | None = None
+    gpu_pids: list[int] | None = Field(
+        None, description="host PIDs of the processes NVML saw on the GPU (the profiler's own among them)"
+    )
 
 
 class PeakValue(_Model):

@@ -62,9 +62,12 @@ class Nvml:
 
     handle: Any
     module: Any
+    # In a PID namespace of its own (the worker's jail) the profiler cannot tell which of NVML's host PIDs is itself:
+    # it then records them (``gpu_pids``) and counts none; the worker, which sees both sides, judges them.
+    own_pid_namespace: bool = False
 
     @classmethod
-    def open(cls) -> Nvml | None:
+    def open(cls, *, own_pid_namespace: bool = False) -> Nvml | None:
         try:
             import pynvml
 
@@ -73,7 +76,7 @@ class Nvml:
             visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
             if visible.isdigit():
                 index = int(visible)
-            return cls(pynvml.nvmlDeviceGetHandleByIndex(index), pynvml)
+            return cls(pynvml.nvmlDeviceGetHandleByIndex(index), pynvml, own_pid_namespace)
         except Exception:  # no driver, no library, no GPU: health is simply unknown
             return None
 
@@ -109,8 +112,9 @@ class Nvml:
         reasons = self._try("nvmlDeviceGetCurrentClocksThrottleReasons")
         procs = self._try("nvmlDeviceGetComputeRunningProcesses")
         others = None
-        if procs is not None:
-            others = sum(1 for p in procs if getattr(p, "pid", None) != os.getpid())
+        pids = sorted({int(p.pid) for p in procs if getattr(p, "pid", None) is not None}) if procs is not None else None
+        if pids is not None and not self.own_pid_namespace:
+            others = sum(1 for pid in pids if pid != os.getpid())
         return GpuHealth(
             sm_clock_mhz=sm,
             mem_clock_mhz=mem,
@@ -120,6 +124,7 @@ class Nvml:
             utilization_pct=getattr(util, "gpu", None),
             throttle_reasons=[n for bit, n in _THROTTLE_BITS.items() if reasons and reasons & bit],
             other_processes=others,
+            gpu_pids=pids,
         )
 
 

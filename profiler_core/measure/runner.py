@@ -55,6 +55,7 @@ class ProfileOptions:
     command: str | None = None
     cases: list[CaseSpec] | None = None  # a selection; default every case of the suite
     ncu_path: str | None = None
+    own_pid_namespace: bool = False  # see ``environment.Nvml``: GPU processes are recorded, judged by the caller
 
 
 def resolve_device(requested: str) -> str:
@@ -235,6 +236,19 @@ def collect_environment(device: str, nvml: env.Nvml | None, cache_dir: Path | No
     )
 
 
+def calibrate(device: str, cache_dir: Path) -> Path:
+    """Measure this host's peaks into ``cache_dir`` (or find them there) under the testbed key a profile run would
+    use, with no user code loaded; returns the cache file. A worker runs this before it takes jobs, so a job's
+    sandbox can read the peaks without being able to write them."""
+    device = resolve_device(device)
+    nvml = env.Nvml.open() if device == "cuda" else None
+    environment = collect_environment(device, nvml, cache_dir)
+    path = cache_dir / f"peaks-{environment.testbed_key}.json"
+    if not path.exists():
+        raise DeviceError(f"the peaks could not be written to {path}")
+    return path
+
+
 def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | None = None) -> ResultDocument:
     """Profile every case of ``suite`` (or ``options.cases``) and return the result document."""
     device = resolve_device(options.device)
@@ -248,7 +262,7 @@ def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | No
     started = time.perf_counter()
     created = datetime.now(UTC)
     torch.manual_seed(options.seed)
-    nvml = env.Nvml.open() if device == "cuda" else None
+    nvml = env.Nvml.open(own_pid_namespace=options.own_pid_namespace) if device == "cuda" else None
     environment = collect_environment(device, nvml, options.cache_dir)
     environment.health_start = nvml.health() if nvml else None
     flusher = Flusher(device)

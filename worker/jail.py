@@ -1,0 +1,376 @@
+"""The jail a job's code runs in: bubblewrap namespaces around the profiling subprocess (DESIGN 6).
+
+What the job gets, and nothing else:
+
+- its own PID namespace (bubblewrap's reaper is PID 1 there: when the profiler ends, every process the job
+  started ends with it, double-forked daemons included) and a ``/proc`` that shows only those processes;
+- its own network namespace (a loopback of its own: no Redis, Postgres, service or outside address), and
+  its own IPC and UTS namespaces;
+- a filesystem built from nothing: ``/usr`` and the Python installation read-only, a few files of ``/etc``
+  (a ``passwd`` and ``group`` of its own, the loader's cache), the job's scratch folder at ``/job`` (the only
+  writable place besides small ``/tmp`` and ``/dev/shm`` of its own), the peaks cache read-only at ``/peaks``,
+  and the GPU's device nodes when it has one. The worker's home, its settings, other jobs' folders, the
+  repository the worker runs from and the database's files are not there at all;
+- a uid that is not the worker's. A worker running as root starts the job as ``job_user`` (``nobody`` by
+  default) with no capabilities, no new privileges and no supplementary groups, inside a user namespace of
+  its own; an unprivileged worker starts it in a user namespace in which it is ``job_user``'s uid.
+
+``self_test`` runs a probe through the same jail at worker start: the worker refuses to start unless every
+wall holds (or ``trusted_single_tenant`` is set and no jail can be built, which it then says loudly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+JOB_ROOT = Path("/job")
+PEAKS_DIR = Path("/peaks")
+# Top-level system paths a merged-/usr Debian or Ubuntu keeps as links into /usr; older layouts have real folders.
+_SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Of /etc, only what the loader and the C library read; never shadow, ssh keys, or the worker's configuration.
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime")
+_GPU_SHARED_NODES = (
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+)
+
+
+class JailUnavailable(Exception):
+    """No jail can be built on this host; the message says what is missing and how to provide it."""
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = Path(path).parts[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def profiler_parent() -> Path | None:
+    """The folder that holds the ``profiler_core`` package when it is not installed into the Python that runs it (a
+    checkout run with ``PYTHONPATH=.``, an editable install): it goes on the job's ``PYTHONPATH``."""
+    import profiler_core
+
+    package = Path(profiler_core.__file__).resolve().parent
+    prefixes = [Path(p).resolve() for p in {sys.base_prefix, sys.prefix}]
+    return None if any(package.is_relative_to(p) for p in prefixes) else package.parent
+
+
+def runtime_paths() -> list[Path]:
+    """What the profiler needs to run: the Python installation (and the virtual environment it runs from), and the
+    ``profiler_core`` package itself when it is not inside them (an editable install points into a checkout:
+    the package folder is bound, never the checkout around it)."""
+    import profiler_core
+
+    found = [Path(p).resolve() for p in {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix}]
+    package = Path(profiler_core.__file__).resolve().parent
+    if not any(package.is_relative_to(p) for p in found):
+        found.append(package)
+    return sorted(set(found))
+
+
+def gpu_nodes(minor: int | None) -> list[str]:
+    """The device nodes a job on GPU ``minor`` (NVML's minor number; ``None``: every GPU of the host) needs."""
+    nodes = [n for n in _GPU_SHARED_NODES if os.path.exists(n)]
+    nodes += sorted(glob.glob("/dev/nvidia-caps/*"))
+    if minor is not None and os.path.exists(f"/dev/nvidia{minor}"):
+        nodes.append(f"/dev/nvidia{minor}")
+    else:
+        nodes += sorted(n for n in glob.glob("/dev/nvidia[0-9]*") if n[len("/dev/nvidia") :].isdigit())
+    return nodes
+
+
+@dataclass(frozen=True)
+class Jail:
+    """One worker's jail. ``job_uid``/``job_gid`` are the host ids a root worker starts jobs as (``None`` when the
+    worker is unprivileged: the job's uid is then its own only inside the user namespace)."""
+
+    bwrap: str
+    job_user: str
+    job_uid: int
+    job_gid: int
+    as_root: bool
+    ro_binds: tuple[Path, ...]
+    devices: tuple[str, ...] = ()
+    whole_sys: bool = False
+    tmpfs_bytes: int = 1024 * 1024 * 1024
+    max_processes: int = 4096
+    extra: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        job_user: str = "nobody",
+        devices: Sequence[str] = (),
+        extra_ro_binds: Sequence[str] = (),
+        tmpfs_mib: int = 1024,
+        max_processes: int = 4096,
+    ) -> Jail:
+        """The jail for this host, or ``JailUnavailable`` saying why there can be none."""
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise JailUnavailable("bubblewrap is not installed (apt-get install bubblewrap)")
+        try:
+            user = pwd.getpwnam(job_user)
+        except KeyError:
+            raise JailUnavailable(
+                f"the job user {job_user!r} does not exist (useradd --system {job_user}, or set "
+                "ATTNPROF_WORKER__JOB_USER to an unprivileged user)"
+            ) from None
+        if user.pw_uid == 0:
+            raise JailUnavailable(f"the job user {job_user!r} is root: jobs must run as an unprivileged user")
+        as_root = os.geteuid() == 0
+        if as_root:
+            for tool in ("setpriv", "unshare"):
+                if not Path("/usr/bin", tool).exists():
+                    raise JailUnavailable(f"/usr/bin/{tool} is missing (util-linux): a root worker needs it")
+        elif user.pw_uid == os.geteuid():
+            raise JailUnavailable(f"the job user {job_user!r} is the worker's own user")
+        binds = [*runtime_paths(), *(Path(p).resolve() for p in extra_ro_binds)]
+        return cls(
+            bwrap=bwrap,
+            job_user=job_user,
+            job_uid=user.pw_uid,
+            job_gid=user.pw_gid,
+            as_root=as_root,
+            ro_binds=tuple(sorted(set(binds))),
+            devices=tuple(devices),
+            whole_sys=bool(devices),
+            tmpfs_bytes=tmpfs_mib * 1024 * 1024,
+            max_processes=max_processes,
+        )
+
+    # --- the command ------------------------------------------------------------------------------------
+
+    def prepare(self, scratch: Path) -> None:
+        """Make ``scratch`` the job's: its ``passwd`` and ``group``, and (root worker) every file owned by the job's
+        uid, so the job can write there and nowhere else. Called after the bundle is unpacked."""
+        etc = scratch / ".etc"
+        etc.mkdir(exist_ok=True)
+        # Inside a root worker's user namespace the job's uid is unmapped and reads as 65534 (the overflow uid).
+        home = JOB_ROOT / "home"
+        lines = ["root:x:0:0:root:/nonexistent:/usr/sbin/nologin", f"nobody:x:65534:65534:nobody:{home}:/bin/false"]
+        if self.job_uid != 65534:
+            lines.append(f"{self.job_user}:x:{self.job_uid}:{self.job_gid}:attnprof job:{home}:/bin/false")
+        (etc / "passwd").write_text("\n".join(lines) + "\n")
+        (etc / "group").write_text(f"root:x:0:\n{self.job_user}:x:{self.job_gid}:\nnogroup:x:65534:\n")
+        (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
+        if self.as_root:
+            os.chown(scratch, self.job_uid, self.job_gid)
+            for root, dirs, files in os.walk(scratch):
+                for name in [*dirs, *files]:
+                    path = os.path.join(root, name)
+                    if not path.startswith(str(etc)):
+                        os.lchown(path, self.job_uid, self.job_gid)
+            for name in ("passwd", "group", "hosts"):
+                os.chown(etc / name, 0, 0)
+
+    def argv(self, command: Sequence[str], *, scratch: Path, peaks: Path | None, cwd: Path = JOB_ROOT) -> list[str]:
+        """``command`` (paths as the job sees them: under ``/job`` and ``/peaks``) wrapped in the jail."""
+        args = [
+            self.bwrap,
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "attnprof-job",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
+        for top in _SYSTEM_DIRS:
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        for name in _ETC_FILES:
+            if os.path.exists(name):
+                args += ["--ro-bind", name, name]
+        etc = scratch / ".etc"
+        for name in ("passwd", "group", "hosts"):
+            args += ["--ro-bind", str(etc / name), f"/etc/{name}"]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--size", str(self.tmpfs_bytes), "--tmpfs", "/tmp"]
+        args += ["--size", str(self.tmpfs_bytes), "--tmpfs", "/dev/shm"]
+        for node in self.devices:
+            args += ["--dev-bind", node, node]
+        # NVML and the CUDA driver read the PCI tree; on the CPU only the topology that thread counts come from.
+        system = ["/sys"] if self.whole_sys else ["/sys/devices/system/cpu", "/sys/fs/cgroup"]
+        made: set[str] = {"/", "/usr", "/etc", "/proc", "/dev", "/tmp", "/sys", *_SYSTEM_DIRS}
+        binds = [(str(p), str(p)) for p in self.ro_binds if not str(p).startswith(("/usr/", "/proc", "/dev"))]
+        binds += [(s, s) for s in system if os.path.exists(s)]
+        if peaks is not None and peaks.is_dir():
+            binds.append((str(peaks), str(PEAKS_DIR)))
+        for source, dest in binds:
+            # bubblewrap makes missing parents private (0700): a job user could not walk through them.
+            for parent in _ancestors(dest):
+                if parent not in made:
+                    args += ["--perms", "0755", "--dir", parent]
+                    made.add(parent)
+            args += ["--ro-bind", source, dest]
+            made.add(dest)
+        args += ["--bind", str(scratch), str(JOB_ROOT), "--remount-ro", "/", "--chdir", str(cwd)]
+        if self.as_root:
+            # bubblewrap ran as root to build the mounts; the job itself runs as job_user, with nothing to gain.
+            args += [
+                "--",
+                "/usr/bin/setpriv",
+                f"--reuid={self.job_uid}",
+                f"--regid={self.job_gid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+                "/usr/bin/unshare",
+                "--user",
+                "--",
+            ]
+        else:
+            args += [
+                "--unshare-user",
+                "--disable-userns",
+                "--uid",
+                str(self.job_uid),
+                "--gid",
+                str(self.job_gid),
+                "--cap-drop",
+                "ALL",
+                "--",
+            ]
+        return [*args, *command]
+
+    # --- the self-test ----------------------------------------------------------------------------------
+
+    def hidden(self, paths: Iterable[Path]) -> list[Path]:
+        """Of ``paths`` (the worker's home, its code, other jobs' folders), what must be invisible in the jail: each
+        one that exists, or where a bound path lies inside it (a Python installation in the worker's home), the
+        entries beside the way down to it."""
+        found: list[Path] = []
+        for path in (Path(p) for p in paths):
+            if not path.exists():
+                continue
+            inside = [b for b in self.ro_binds if b.is_relative_to(path)]
+            if not inside:
+                found.append(path)
+                continue
+            if any(b == path for b in inside):
+                continue
+            ways = {path / b.relative_to(path).parts[0] for b in inside}
+            with contextlib.suppress(OSError):
+                found += sorted(p for p in path.iterdir() if p not in ways)[:20]
+        return found
+
+    def self_test(
+        self, scratch_root: Path, *, forbidden: Iterable[Path] = (), addresses: Iterable[tuple[str, int]] = ()
+    ) -> None:
+        """Run a probe through the jail and raise ``JailUnavailable`` unless each wall holds: its PIDs are its own,
+        it holds no capability and runs as no one the worker is, ``forbidden`` paths and ``/etc/shadow`` are
+        invisible, nothing outside ``/job`` is writable, and no TCP connection reaches ``addresses``
+        (the broker, the service)."""
+        scratch_root.mkdir(parents=True, exist_ok=True)
+        scratch = Path(
+            subprocess.check_output(["mktemp", "-d", str(scratch_root / "selftest-XXXXXX")], text=True).strip()
+        )
+        try:
+            self.prepare(scratch)
+            probe = {
+                "worker_pid": os.getpid(),
+                "worker_uid": os.geteuid(),
+                "forbidden": [str(p) for p in [Path("/etc/shadow"), *self.hidden(forbidden)]],
+                "addresses": sorted(set(addresses)),
+            }
+            (scratch / "probe.json").write_text(json.dumps(probe))
+            if self.as_root:
+                os.chown(scratch / "probe.json", self.job_uid, self.job_gid)
+            command = [sys.executable, "-I", "-S", "-c", _PROBE, str(JOB_ROOT / "probe.json")]
+            done = subprocess.run(
+                self.argv(command, scratch=scratch, peaks=None),
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            if done.returncode != 0:
+                why = (done.stderr or done.stdout).strip().splitlines()[-3:]
+                raise JailUnavailable(
+                    f"bubblewrap could not start a job (exit {done.returncode}): {' / '.join(why) or 'no output'}"
+                    + _HINT
+                )
+            holes = json.loads(done.stdout.strip().splitlines()[-1])
+            owner = (scratch / "attnprof-probe").stat().st_uid
+            if owner == os.geteuid() and self.as_root:
+                holes.append(f"the job's files belong to the worker's uid {owner}")
+            if holes:
+                raise JailUnavailable("the jail leaks: " + "; ".join(holes))
+        finally:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(scratch)
+
+
+_HINT = (
+    ". In a container, the GPU worker needs user namespaces and mounts: see the gpu-worker service in "
+    "docker-compose.yml (security_opt seccomp=unconfined, apparmor=unconfined, systempaths=unconfined; "
+    "cap_add SYS_ADMIN when it runs as root)"
+)
+
+# Runs inside the jail with -I -S: the standard library only. Prints one JSON list: the walls that did not hold.
+_PROBE = r"""
+import json, os, socket, sys
+p = json.load(open(sys.argv[1]))
+holes = []
+pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+if p["worker_pid"] in pids and os.path.exists("/proc/%d/environ" % p["worker_pid"]) and len(pids) > 8:
+    holes.append("the job sees the host's processes")
+if max(pids) > 64:
+    holes.append("the job is not in a PID namespace of its own (it sees PID %d)" % max(pids))
+with open("/proc/self/status") as f:
+    status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+if int(status.get("CapEff", "0"), 16) or int(status.get("CapPrm", "0"), 16):
+    holes.append("the job holds capabilities (CapEff %s)" % status.get("CapEff"))
+if status.get("NoNewPrivs", "0").strip() != "1":
+    holes.append("the job may gain privileges (no_new_privs is off)")
+if os.getuid() == 0:
+    holes.append("the job runs as root in its namespace")
+for path in p["forbidden"]:
+    if os.path.exists(path):
+        holes.append("the job sees " + path)
+for path in ("/usr/attnprof-probe", "/attnprof-probe", "/etc/attnprof-probe", "/peaks/attnprof-probe"):
+    try:
+        open(path, "w").close()
+        holes.append("the job can write " + path)
+    except OSError:
+        pass
+try:
+    open("/job/attnprof-probe", "w").close()
+except OSError as e:
+    holes.append("the job cannot write its scratch folder: %s" % e)
+for host, port in p["addresses"]:
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+        holes.append("the job reached %s:%d" % (host, port))
+    except OSError:
+        pass
+with open("/proc/net/dev") as f:
+    devs = [line.split(":")[0].strip() for line in f.readlines()[2:]]
+if [d for d in devs if d != "lo"]:
+    holes.append("the job has network interfaces: " + ", ".join(d for d in devs if d != "lo"))
+print(json.dumps(holes))
+"""
