@@ -123,8 +123,25 @@ def prepare(workdir: Path, port: int) -> DemoEnv:
         "ATTNPROF_WORKER__CACHE_DIR": str(workdir / "cache"),
         "ATTNPROF_WORKER__HEARTBEAT_S": "2",
         "ATTNPROF_SWEEP__INTERVAL_S": "5",
+        **_jail_setting(workdir),
     }
     return DemoEnv(workdir=workdir, url=url, env=env, submit_token=submit)
+
+
+def _jail_setting(workdir: Path) -> dict[str, str]:
+    """Jobs run in the jail a real worker uses; only where none can be built here does the demo's worker run them
+    without one (the trusted single-tenant setting), and the demo says so."""
+    from worker.jail import Jail, JailUnavailable
+
+    try:
+        Jail.build().self_test(workdir / "scratch")
+    except JailUnavailable as exc:
+        _say(f"NOTE: no jail can be built on this machine ({exc}).")
+        _say("  The demo's worker runs its two jobs WITHOUT a sandbox (ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT=true);")
+        _say("  a real worker refuses to start like this. `apt-get install bubblewrap` gives the demo its jail.")
+        return {"ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT": "true"}
+    _say("  jobs run in a bubblewrap jail (their own PID and network namespaces, an unprivileged uid)")
+    return {}
 
 
 @contextmanager

@@ -205,8 +205,8 @@ class Jail:
         for name in ("passwd", "group", "hosts"):
             args += ["--ro-bind", str(etc / name), f"/etc/{name}"]
         args += ["--proc", "/proc", "--dev", "/dev"]
-        args += ["--size", str(self.tmpfs_bytes), "--tmpfs", "/tmp"]
-        args += ["--size", str(self.tmpfs_bytes), "--tmpfs", "/dev/shm"]
+        for tmpfs in ("/tmp", "/dev/shm"):
+            args += ["--perms", "1777", "--size", str(self.tmpfs_bytes), "--tmpfs", tmpfs]
         for node in self.devices:
             args += ["--dev-bind", node, node]
         # NVML and the CUDA driver read the PCI tree; on the CPU only the topology that thread counts come from.

@@ -1,0 +1,269 @@
+"""The jail a job runs in (bubblewrap), attacked from inside the way a hostile job would: every attempt fails.
+
+These run the real bubblewrap (``.ci/run`` installs it) through ``sandbox.run``, as the profile worker does.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from worker import jail as jails
+from worker import outcome, sandbox
+from worker.profile import make_scratch, remove_scratch
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
+
+
+@pytest.fixture(scope="module")
+def jail() -> jails.Jail:
+    return jails.Jail.build(max_processes=256)
+
+
+@pytest.fixture
+def scratch_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("jobs")
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(jail: jails.Jail, scratch: Path, code: str, *, timeout_s: float = 60, env: dict[str, str] | None = None):
+    (scratch / "src" / "hostile.py").write_text(textwrap.dedent(code))
+    jail.prepare(scratch)
+    command = [sys.executable, "-I", str(jails.JOB_ROOT / "src" / "hostile.py")]
+    base = sandbox.scrubbed_env(
+        os.environ, home=jails.JOB_ROOT / "home", tmp=jails.JOB_ROOT / "tmp", pythonpath=jails.JOB_ROOT / "src"
+    )
+    return sandbox.run(
+        jail.argv(command, scratch=scratch, peaks=None, cwd=jails.JOB_ROOT / "src"),
+        cwd=scratch,
+        env={**base, **(env or {})},
+        log_path=scratch / "output.log",
+        limits=sandbox.Limits(timeout_s=timeout_s, memory_bytes=2**33, max_processes=jail.max_processes),
+        lines=50,
+    )
+
+
+def _verdicts(finished: sandbox.Finished) -> dict[str, str]:
+    """The ``what: outcome`` lines the hostile script printed."""
+    pairs = (line.split(": ", 1) for line in finished.tail if ": " in line)
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def test_the_self_test_passes_here(jail: jails.Jail, scratch_root: Path) -> None:
+    jail.self_test(scratch_root, forbidden=[Path.home(), scratch_root], addresses=[("127.0.0.1", 6379)])
+
+
+def test_a_jail_that_cannot_start_fails_the_self_test(jail: jails.Jail, scratch_root: Path) -> None:
+    broken = jails.Jail(**{**jail.__dict__, "bwrap": "/bin/false"})
+    with pytest.raises(jails.JailUnavailable, match="bubblewrap could not start a job"):
+        broken.self_test(scratch_root)
+
+
+def test_a_job_user_that_does_not_exist_is_named() -> None:
+    with pytest.raises(jails.JailUnavailable, match="no-such-attnprof-user"):
+        jails.Jail.build(job_user="no-such-attnprof-user")
+
+
+def test_the_job_cannot_read_the_worker_or_other_jobs(
+    jail: jails.Jail, scratch_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    canary = "ap_canary_" + secrets.token_hex(8)
+    monkeypatch.setenv("ATTNPROF_WORKER_TOKEN", canary)  # what the worker process holds
+    home_file = Path.home() / f".attnprof-canary-{secrets.token_hex(4)}"
+    home_file.write_text(canary)
+    other = make_scratch(scratch_root, "other-job", 1)
+    (other / "src" / "secret_model.py").write_text(canary)
+    mine = make_scratch(scratch_root, "hostile-job", 1)
+    try:
+        done = _run(
+            jail,
+            mine,
+            f"""
+            import glob, os
+            def attempt(what, fn):
+                try:
+                    got = fn()
+                    print(what + ": LEAKED" if {canary!r} in str(got) else what + ": nothing")
+                except Exception as e:
+                    print(what + ": refused " + type(e).__name__)
+            attempt("parent environ", lambda: open("/proc/%d/environ" % {os.getpid()}).read())
+            attempt("every environ", lambda: [open(p).read() for p in glob.glob("/proc/*/environ")])
+            attempt("other job", lambda: open({str(other / "src" / "secret_model.py")!r}).read())
+            attempt("other job glob", lambda: [open(p).read() for p in glob.glob({str(scratch_root)!r} + "/*/src/*")])
+            attempt("worker home", lambda: open({str(home_file)!r}).read())
+            attempt("shadow", lambda: open("/etc/shadow").read())
+            attempt("postgres data", lambda: os.listdir("/var/lib/postgresql"))
+            attempt("worker code", lambda: os.listdir({str(Path(sandbox.__file__).parent)!r}))
+            print("pids:", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+            """,
+        )
+    finally:
+        home_file.unlink()
+    said = _verdicts(done)
+    assert done.exit_code == 0, done.tail
+    for what in ("parent environ", "every environ", "other job", "other job glob", "worker home", "shadow"):
+        assert said[what] in ("nothing",) or said[what].startswith("refused"), (what, said[what])
+    assert said["postgres data"].startswith("refused") and said["worker code"].startswith("refused")
+    assert max(eval(said["pids"])) < 64  # a PID namespace of its own
+
+
+def test_the_job_has_no_network(jail: jails.Jail, scratch_root: Path) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    try:
+        done = _run(
+            jail,
+            make_scratch(scratch_root, "net-job", 1),
+            f"""
+            import socket
+            for name, port in (("redis", 6379), ("postgres", 5432), ("service", {port})):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                    print(name + ": CONNECTED")
+                except OSError as e:
+                    print(name + ": refused " + type(e).__name__)
+            try:
+                socket.create_connection(("1.1.1.1", 53), timeout=2).close()
+                print("outside: CONNECTED")
+            except OSError as e:
+                print("outside: refused " + type(e).__name__)
+            for path in ("/var/run/postgresql/.s.PGSQL.5432", "/run/postgresql/.s.PGSQL.5432"):
+                s = socket.socket(socket.AF_UNIX)
+                try:
+                    s.connect(path)
+                    print("unix " + path + ": CONNECTED")
+                except OSError as e:
+                    print("unix " + path + ": refused " + type(e).__name__)
+            """,
+        )
+    finally:
+        listener.close()
+    said = _verdicts(done)
+    assert done.exit_code == 0, done.tail
+    assert said and all(v.startswith("refused") for v in said.values()), said
+
+
+def test_the_job_writes_only_its_scratch_folder(jail: jails.Jail, scratch_root: Path) -> None:
+    marker = f"attnprof-escape-{secrets.token_hex(4)}"
+    scratch = make_scratch(scratch_root, "write-job", 1)
+    done = _run(
+        jail,
+        scratch,
+        f"""
+        import os
+        for path in ("/usr/{marker}", "/{marker}", "/etc/{marker}", "/root/{marker}", "{scratch_root}/{marker}",
+                     "/tmp/{marker}", "/job/{marker}"):
+            try:
+                with open(path, "w") as f:
+                    f.write("x")
+                print(path + ": written")
+            except OSError as e:
+                print(path + ": refused " + type(e).__name__)
+        """,
+    )
+    said = _verdicts(done)
+    assert done.exit_code == 0, done.tail
+    assert said[f"/job/{marker}"] == "written" and (scratch / marker).exists()
+    assert said[f"/tmp/{marker}"] == "written" and not Path("/tmp", marker).exists()  # its own /tmp
+    for path, verdict in said.items():
+        if path not in (f"/job/{marker}", f"/tmp/{marker}"):
+            assert verdict.startswith("refused"), (path, verdict)
+    assert not (scratch_root / marker).exists() and not Path("/", marker).exists()
+    if jail.as_root:
+        assert (scratch / marker).stat().st_uid == jail.job_uid != os.geteuid()
+
+
+def test_a_daemon_left_behind_dies_with_the_job(jail: jails.Jail, scratch_root: Path) -> None:
+    marker = f"attnprof-daemon-{secrets.token_hex(4)}"
+    scratch = make_scratch(scratch_root, "daemon-job", 1)
+    done = _run(
+        jail,
+        scratch,
+        f"""
+        import os, sys, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                sys.argv[0] = "{marker}"
+                time.sleep(3)
+                open("/job/{marker}", "w").write("survived")
+                os._exit(0)
+            os._exit(0)
+        time.sleep(0.5)
+        print("parent: exits")
+        """,
+    )
+    assert done.exit_code == 0, done.tail
+    time.sleep(4)
+    assert not (scratch / marker).exists(), "a process of the job outlived it"
+    left = [p for p in done.pids if Path(f"/proc/{p}").exists() and _state(p) != "Z"]
+    assert not left, left
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_processes_are_bounded(jail: jails.Jail, scratch_root: Path) -> None:
+    done = _run(
+        jail,
+        make_scratch(scratch_root, "bomb-job", 1),
+        """
+        import threading, time
+        n = 0
+        try:
+            for _ in range(2000):
+                threading.Thread(target=time.sleep, args=(5,), daemon=True).start()
+                n += 1
+            print("threads: all 2000")
+        except RuntimeError as e:
+            print("threads: stopped at %d" % n)
+        """,
+    )
+    said = _verdicts(done)
+    assert said["threads"].startswith("stopped at"), said
+    assert int(said["threads"].split()[-1]) < jail.max_processes
+
+
+def test_gpu_processes_are_judged_by_the_worker() -> None:
+    document = {
+        "run": {"suspect": None},
+        "environment": {
+            "health_start": {"gpu_pids": [4100], "other_processes": None},
+            "health_end": {"gpu_pids": [4100, 977], "other_processes": None},
+        },
+    }
+    outcome.judge_gpu_processes(document, frozenset({4000, 4100}))
+    assert document["environment"]["health_start"]["other_processes"] == 0
+    assert document["environment"]["health_end"]["other_processes"] == 1
+    assert document["run"]["suspect"] == ["1 other process(es) on the GPU at end"]
+    alone = {"run": {"suspect": None}, "environment": {"health_start": {"gpu_pids": [4100]}}}
+    outcome.judge_gpu_processes(alone, frozenset({4100}))
+    assert alone["run"]["suspect"] is None  # the job's own process is not another
+
+
+def test_the_hidden_paths_skip_what_the_jail_binds(jail: jails.Jail, tmp_path: Path) -> None:
+    inside = jail.ro_binds[0]
+    hidden = jail.hidden([inside, tmp_path, tmp_path / "missing"])
+    assert inside not in hidden and tmp_path in hidden and tmp_path / "missing" not in hidden
+
+
+@pytest.fixture(autouse=True)
+def _clean(scratch_root: Path) -> Iterator[None]:
+    yield
+    for path in scratch_root.iterdir():
+        remove_scratch(path)
