@@ -56,7 +56,11 @@ Impossible values (suite errors)
     ``batch * q_heads * seq_q * seq_kv`` above 2**40 elements (a sanity bound: 2 TiB in bf16);
     ``seq_kv`` different from ``seq_q`` for ``block`` (it is self-attention); ``args`` on a built-in
     target; TOML dates or non-finite floats in ``args`` (params are stored as JSON); more than
-    :data:`MAX_CASES` expanded cases or a file above :data:`MAX_SUITE_BYTES` (inputs are bounded).
+    :data:`MAX_CASES` expanded cases or a file above :data:`MAX_SUITE_BYTES` (inputs are bounded);
+    anything nested more than :data:`MAX_NESTING` levels deep, where each key and each array index on the
+    path to a value is one level (``cases[0].args.x`` is four): arrays and inline tables, dotted keys and
+    table headers are counted in the text before it is parsed, since the TOML parser recurses once per
+    nested array or inline table and slows down with the square of a dotted key's length.
 
 Run-time eligibility (not suite errors)
     Whether a case can run is PyTorch's and the device's decision, made when it runs and recorded
@@ -109,6 +113,7 @@ MAX_HEAD_DIM = 512
 MAX_DIM = 2**31 - 1
 MAX_NAME_CHARS = 100
 MAX_TARGET_CHARS = 200
+MAX_NESTING = 32
 
 _NAME_FORBIDDEN = "[],=*?/\\"
 _SHAPE_KEYS = ("batch", "q_heads", "kv_heads", "seq_q", "seq_kv", "head_dim")
@@ -357,6 +362,7 @@ def _parse(text: str, source: str, sha256: str, size: int) -> Suite:
     ctx = _Ctx(source)
     if size > MAX_SUITE_BYTES:
         raise ctx.error(f"the suite file is larger than {MAX_SUITE_BYTES} bytes")
+    _check_nesting(ctx, text)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -407,6 +413,93 @@ def _parse(text: str, source: str, sha256: str, size: int) -> Suite:
         source=source,
         source_sha256=sha256,
     )
+
+
+# What matters to nesting in TOML text: string openings (skipped whole), comments, brackets, braces, dots,
+# "=", "," and line ends. Bare keys, numbers, dates and booleans are never looked at.
+_TOKEN = re.compile(r'"""|\'\'\'|["\'#\[\]{}=,.\n]')
+# The rest of a string after its opening quotes, as tomllib reads it: a multi-line string ends at the first
+# unescaped triple quote, plus at most two more quotes that belong to its text.
+_STRING_REST = {
+    '"': re.compile(r'(?:[^"\\\n]|\\.)*"'),
+    "'": re.compile(r"[^'\n]*'"),
+    '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*""""{0,2}', re.DOTALL),
+    "'''": re.compile(r"(?:[^']|'(?!''))*''''{0,2}", re.DOTALL),
+}
+
+
+def _check_nesting(ctx: _Ctx, text: str) -> None:
+    """Refuse ``text`` if a value in it lies more than :data:`MAX_NESTING` levels deep, before tomllib reads it.
+
+    A level is a key or an array index on the path to a value (``cases[0].args.x`` is four deep): the segments
+    of the current ``[table]`` header (``[[array]]`` adds its index), of a dotted key, and every array and
+    inline table on the way. The scan follows tomllib's strings and comments, so a bracket inside either is
+    no bracket; on text that is not TOML it stops or overcounts only past the point where tomllib fails.
+    """
+    frames: list[tuple[str, int]] = []  # the open "[" and "{", each with the depth of what it holds
+    table = 0  # depth of the table the last [header] opened
+    mode = "key"  # "key", "header", "value", or "done" (a value or header was read; "," or a line end follows)
+    dots = 0  # dots seen in the current key or header
+    value = 0  # depth of the value being read
+    pos = 0
+
+    def too_deep(what: str, at: int) -> SuiteError:
+        line = text.count("\n", 0, at) + 1
+        return ctx.error(
+            f"line {line}: {what} nested more than {MAX_NESTING} levels deep; at most {MAX_NESTING} are allowed "
+            "(each key and each array index on the path to a value is a level)"
+        )
+
+    while match := _TOKEN.search(text, pos):
+        token, pos = match.group(), match.end()
+        if token in _STRING_REST:
+            rest = _STRING_REST[token].match(text, pos)
+            if rest is None:
+                return  # an unterminated string: tomllib says where
+            pos = rest.end()
+        elif token == "#":
+            pos = text.find("\n", pos)
+            if pos < 0:
+                return
+        elif token == "\n":
+            if not frames:
+                mode, dots = "key", 0
+        elif token == "." and mode in ("key", "header"):
+            dots += 1
+            base = 0 if mode == "header" else frames[-1][1] if frames else table
+            if base + dots + 1 > MAX_NESTING:
+                raise too_deep("a table header is" if mode == "header" else "a key is", match.start())
+        elif token == "=" and mode == "key":
+            base = frames[-1][1] if frames else table
+            value = base + dots + 1
+            if value > MAX_NESTING:
+                deep_tables = frames and base + 1 > MAX_NESTING
+                raise too_deep("arrays and inline tables are" if deep_tables else "a key is", match.start())
+            mode = "value"
+        elif token == "[" and mode == "key" and not frames:
+            mode, dots = "header", 0
+            if text.startswith("[", pos):  # [[array of tables]]: each table is an index deeper
+                pos += 1
+                dots = 1
+        elif token == "]" and mode == "header":
+            table, mode = dots + 1, "done"
+            pos += 1 if text.startswith("]", pos) else 0
+        elif token == "[" and mode == "value":
+            value += 1
+            if value > MAX_NESTING:
+                raise too_deep("arrays and inline tables are", match.start())
+            frames.append(("[", value))
+        elif token == "{" and mode == "value":
+            frames.append(("{", value))
+            mode, dots = "key", 0
+        elif token in "]}" and frames and frames[-1][0] == ("[" if token == "]" else "{"):
+            frames.pop()
+            mode = "done"
+        elif token == "," and frames:
+            if frames[-1][0] == "[":
+                mode, value = "value", frames[-1][1]
+            else:
+                mode, dots = "key", 0
 
 
 def _check_label(ctx: _Ctx, value: Any, path: str, *, forbidden: str) -> str:

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import textwrap
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from profiler_core.errors import SuiteError
 from profiler_core.suite import (
     MAX_CASES,
+    MAX_NESTING,
     CaseSpec,
     Suite,
     TimingConfig,
@@ -194,9 +200,7 @@ def test_target_specific_params() -> None:
 def test_threshold_merging_case_wins_and_suite_values_are_copied() -> None:
     text = (
         '[suite]\nname = "s"\n[suite.thresholds]\nlatency = 0.02\nfdr = 0.05\n'
-        '[[cases]]\nname = "a"\ntarget = "naive"\n'
-        + SHAPE
-        + "thresholds = { latency = 0.05, variance = 0.5 }\n"
+        '[[cases]]\nname = "a"\ntarget = "naive"\n' + SHAPE + "thresholds = { latency = 0.05, variance = 0.5 }\n"
         '[[cases]]\nname = "b"\ntarget = "naive"\n' + SHAPE
     )
     suite = parse_suite(text)
@@ -445,6 +449,126 @@ def test_bad_toml_reports_line_and_column() -> None:
 def test_oversized_text_is_rejected_before_parsing() -> None:
     err = reject(HEAD + "#" * (1 << 20) + "\n" + CASE)
     assert "larger than" in err.detail
+
+
+# --- nesting ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "what", "line"),
+    [
+        (HEAD + "x = " + "[" * 5000 + "]" * 5000 + "\n", "arrays and inline tables are", 3),
+        (HEAD + "x = " + "{a = " * 5000 + "}" * 5000 + "\n", "arrays and inline tables are", 3),
+        (HEAD + "x = " + "[{a = " * 2500 + "\n", "arrays and inline tables are", 3),
+        (
+            one_case("args = " + "[" * 40 + "]" * 40 + "\n", target="m:f", shape=False),
+            "arrays and inline tables are",
+            6,
+        ),
+        (HEAD + ".".join(["a"] * 2000) + " = 1\n", "a key is", 3),
+        (HEAD + "[" + ".".join(['"a"'] * 2000) + "]\n", "a table header is", 3),
+        (HEAD + "[[" + ".".join(["a"] * 32) + "]]\n", "a table header is", 3),
+        (HEAD + "[" + ".".join(["a"] * 30) + "]\nb.c.d = 1\n", "a key is", 4),
+        (HEAD + "x = [\n  1, # ]]]\n  " + "[" * 40 + "\n", "arrays and inline tables are", 5),
+    ],
+    ids=["arrays", "inline-tables", "mixed", "args", "dotted-key", "header", "array-of-tables", "header-key", "lines"],
+)
+def test_deep_nesting_is_refused_before_parsing(text: str, what: str, line: int) -> None:
+    err = reject(text)
+    assert err.key is None
+    assert err.detail.startswith(f"line {line}: {what} nested more than {MAX_NESTING} levels deep")
+    assert f"at most {MAX_NESTING} are allowed" in err.detail
+
+
+def test_nesting_up_to_the_limit_is_accepted() -> None:
+    # cases[0].args.v is four levels: 28 arrays more put the innermost value at the limit.
+    deep = "[" * 28 + "1" + "]" * 28
+    case = parse_suite(one_case(f"args = {{ v = {deep} }}\n", target="m:f", shape=False)).cases[0]
+    value = case.params["args"]["v"]
+    for _ in range(28):
+        value = value[0]
+    assert value == 1
+    assert "levels deep" in reject(one_case(f"args = {{ v = [{deep}] }}\n", target="m:f", shape=False)).detail
+    header = "[" + ".".join(["t"] * MAX_NESTING) + "]\n"
+    assert "unknown key 't'" in reject(HEAD + CASE + header).detail  # at the limit: refused for its name only
+
+
+def test_brackets_in_strings_and_comments_are_not_nesting() -> None:
+    b = "[{" * 40
+    body = f'args = {{ a = "{b}\\"{b}", b = \'{b}\', c = """{b}\n\\"""{b}""""",'
+    body += f" d = '''{b}\n''{b}''''' }} # {b}\n"
+    text = one_case(body, target="m:f", shape=False).replace("[[cases]]", f"# {b}\n[[cases]] # {b}")
+    args = parse_suite(text).cases[0].params["args"]
+    assert args["a"] == f'{b}"{b}' and args["b"] == b
+    assert args["c"] == f'{b}\n"""{b}""' and args["d"] == f"{b}\n''{b}''"
+
+
+def _depth(value: Any, here: int = 0) -> int:
+    """Levels to the deepest value: a key or an array index is one (an array counts the slot of an element)."""
+    if isinstance(value, dict):
+        return max([here, *(_depth(v, here + 1) for v in value.values())])
+    if isinstance(value, list):
+        return max([here + 1, *(_depth(v, here + 1) for v in value)])
+    return here
+
+
+_KEYS = st.sampled_from(["k", "a-b", "1", "a.b", "[x]", "#", "'q'", '"dq"', "{"])
+_TEXT = st.text(alphabet="ab[]{}#.=,'\"\\\n ", max_size=12)
+
+
+def _toml_key(key: str, quote: int) -> str:
+    if quote == 0 and key.replace("-", "").isalnum():
+        return key
+    if quote == 1 and "'" not in key:
+        return f"'{key}'"
+    return json.dumps(key)
+
+
+def _toml_string(text: str, quote: int) -> str:
+    """``text`` as a TOML string: basic, literal, multi-line literal or multi-line basic."""
+    if quote == 1 and "'" not in text and "\n" not in text:
+        return f"'{text}'"
+    if quote == 2 and "'''" not in text and not text.endswith("'") and not text.startswith("\n"):
+        return "'''" + text + "'''"
+    if quote == 3:
+        return '"""' + json.dumps(text)[1:-1] + '"""'
+    return json.dumps(text)
+
+
+@st.composite
+def _toml_value(draw: st.DrawFn, levels: int) -> str:
+    """An inline TOML value whose containers nest ``levels`` deep on one branch, with shallower siblings."""
+    if levels == 0:
+        return draw(st.one_of(st.integers(-5, 5).map(str), st.builds(_toml_string, _TEXT, st.integers(0, 3))))
+    inner = draw(_toml_value(levels - 1))
+    siblings = [draw(_toml_value(draw(st.integers(0, min(levels - 1, 1))))) for _ in range(draw(st.integers(0, 1)))]
+    if draw(st.booleans()):
+        sep = draw(st.sampled_from([", ", ",\n", ", # ]]] {{ '\n"]))
+        return "[" + sep.join([inner, *siblings]) + "]"
+    keys = [_toml_key(k, draw(st.integers(0, 2))) for k in draw(st.lists(_KEYS, min_size=1, max_size=3))]
+    pairs = [f"{'.'.join(keys)} = {inner}", *(f"s{i} = {v}" for i, v in enumerate(siblings))]
+    return "{" + ", ".join(pairs) + "}"
+
+
+@given(
+    header=st.lists(st.sampled_from(["h", "'h.i'", '"[h]"']), max_size=6),
+    array_of_tables=st.booleans(),
+    key=st.lists(st.sampled_from(["x", '"x.y"', "'#'"]), min_size=1, max_size=4),
+    value=st.integers(18, 34).flatmap(_toml_value),
+)
+@settings(max_examples=100, deadline=None)
+def test_the_nesting_scan_agrees_with_the_parser(
+    header: list[str], array_of_tables: bool, key: list[str], value: str
+) -> None:
+    head = ("[[{}]]\n" if array_of_tables else "[{}]\n").format(".".join(header)) if header else ""
+    text = f"{head}{'.'.join(key)} = {value}  # [[[\n"
+    try:
+        depth = _depth(tomllib.loads(text))
+    except tomllib.TOMLDecodeError:
+        return  # the generator defined a key twice: not TOML
+    with pytest.raises(SuiteError) as info:
+        parse_suite(text)  # no [suite]: refused for that when not for its depth
+    assert ("levels deep" in info.value.detail) == (depth > MAX_NESTING), (depth, info.value.detail, text)
 
 
 # --- selection -------------------------------------------------------------------------------------
