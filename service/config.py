@@ -68,6 +68,12 @@ class ProfileWorker(BaseModel):
         default_factory=list, description="extra host paths the job sees read-only (a model cache, a toolkit)"
     )
 
+    jail: Literal["auto", "privileged", "userns", "none"] = Field(
+        "auto",
+        description="how the jail is built: privileged (bubblewrap as root, needs CAP_SYS_ADMIN), userns (bubblewrap "
+        "in a user namespace, started as the job user by a root worker); auto: the first whose self-test passes; "
+        "none: no jail, allowed only with trusted_single_tenant",
+    )
 class Sweep(BaseModel):
     """The sweeper (``jobs.sweep``, ``ATTNPROF_SWEEP__*``): what counts as lost. Durations in seconds."""
 

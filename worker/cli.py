@@ -140,45 +140,66 @@ def _profile(
 def _jail_and_peaks(settings: Settings, mode: str) -> None:
     """Build the jail and prove it holds (a probe through it), then measure the peaks in a trusted step with no user
     code: jobs see the peaks cache read-only. Refuses to go on, saying why, where no jail can be built, unless the
-    host is declared trusted and single-tenant."""
+    host is declared trusted and single-tenant. With ``ATTNPROF_WORKER__JAIL=auto`` a root worker tries the
+    privileged jail, then the user-namespace one, and keeps the first that passes."""
     from urllib.parse import urlsplit
 
-    import worker
+    import service.config
+    from service.config import get_settings
     from worker import jail as jails
     from worker.profile import ProfileConfig, job_jail
 
-    try:
-        jail = job_jail(settings)
-    except jails.JailUnavailable as exc:
-        raise _die(
-            f"cannot build the jail jobs run in: {exc}. Set ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT=true only on a "
-            "host that runs one tenant's trusted code"
-        ) from None
-    cfg = ProfileConfig.from_settings(settings)
-    if jail is None:
-        typer.echo(
-            "WARNING: no jail can be built here (bubblewrap or user namespaces missing): jobs run WITHOUT a sandbox, "
-            "as ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT allows. Never do this on a host shared by several tenants.",
-            err=True,
-        )
-    else:
+    strategies: list[str] = [settings.worker.jail]
+    if settings.worker.jail == "auto" and os.geteuid() == 0:
+        strategies = ["privileged", "userns"]
+    failures: list[str] = []
+    cfg: ProfileConfig | None = None
+    for strategy in strategies:
+        if strategy != "auto":
+            os.environ["ATTNPROF_WORKER__JAIL"] = strategy
+            get_settings.cache_clear()
+            settings = get_settings()
+        try:
+            jail = job_jail(settings)
+        except jails.JailUnavailable as exc:
+            failures.append(f"{strategy}: {exc}")
+            continue
+        cfg = ProfileConfig.from_settings(settings)
+        if jail is None:
+            break
         addresses = []
         for url in (settings.broker_url, settings.service_url):
             parts = urlsplit(url)
             if parts.hostname and parts.port:
                 addresses.append((parts.hostname, parts.port))
-        import service
-
-        code = [Path(worker.__file__).parent, Path(service.__file__).parent]
+        # The worker's and the service's code (a checkout's, or the installed packages').
+        code = [Path(__file__).resolve().parent, Path(service.config.__file__).resolve().parent]
         try:
             jail.self_test(
-                cfg.scratch_root,
-                forbidden=[Path.home(), cfg.scratch_root, cfg.cache_dir, *code],
-                addresses=addresses,
+                cfg.scratch_root, forbidden=[Path.home(), cfg.scratch_root, cfg.cache_dir, *code], addresses=addresses
             )
         except jails.JailUnavailable as exc:
-            raise _die(f"the jail's self-test failed: {exc}") from None
-        typer.echo(f"jail: bubblewrap, jobs run as {jail.job_user}; self-test passed", err=True)
+            failures.append(f"{jail.strategy}: {exc}")
+            cfg = None
+            continue
+        typer.echo(f"jail: bubblewrap ({jail.strategy}), jobs run as {jail.job_user}; self-test passed", err=True)
+        break
+    if cfg is None:
+        if not settings.worker.trusted_single_tenant:
+            raise _die(
+                "no jail for jobs can be built here: " + " | ".join(failures) + ". Set "
+                "ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT=true only on a host that runs one tenant's trusted code"
+            )
+        os.environ["ATTNPROF_WORKER__JAIL"] = "none"
+        get_settings.cache_clear()
+        cfg = ProfileConfig.from_settings(get_settings())
+    if cfg.jail is None:
+        typer.echo(
+            "WARNING: no jail can be built here: jobs run WITHOUT a sandbox, as ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT "
+            "allows. Never do this on a host shared by several tenants."
+            + (f" ({' | '.join(failures)})" if failures else ""),
+            err=True,
+        )
     command = [sys.executable, "-m", "profiler_core", "calibrate", "--device", mode, "--cache-dir", str(cfg.cache_dir)]
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=_plain_env())
     if done.returncode != 0:

@@ -32,6 +32,9 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+from worker.sandbox import die_with_parent
 
 JOB_ROOT = Path("/job")
 PEAKS_DIR = Path("/peaks")
@@ -90,16 +93,25 @@ def gpu_nodes(minor: int | None) -> list[str]:
     return nodes
 
 
+Strategy = Literal["privileged", "userns"]
+
+
 @dataclass(frozen=True)
 class Jail:
-    """One worker's jail. ``job_uid``/``job_gid`` are the host ids a root worker starts jobs as (``None`` when the
-    worker is unprivileged: the job's uid is then its own only inside the user namespace)."""
+    """One worker's jail.
+
+    ``strategy`` says how it is built. ``privileged`` (a root worker with CAP_SYS_ADMIN): bubblewrap runs as root
+    to build the mounts, then the job drops to ``job_uid`` with no capabilities and enters a user namespace of its
+    own. ``userns``: bubblewrap itself runs unprivileged in a user namespace, started as ``job_uid`` by a root
+    worker (the launcher drops to it first: ``run_as``), or as the worker's own uid by an unprivileged worker, in
+    which case the job is ``job_uid`` only inside the namespace."""
 
     bwrap: str
     job_user: str
     job_uid: int
     job_gid: int
     as_root: bool
+    strategy: Strategy
     ro_binds: tuple[Path, ...]
     devices: tuple[str, ...] = ()
     whole_sys: bool = False
@@ -116,8 +128,10 @@ class Jail:
         extra_ro_binds: Sequence[str] = (),
         tmpfs_mib: int = 1024,
         max_processes: int = 4096,
+        strategy: Strategy | None = None,
     ) -> Jail:
-        """The jail for this host, or ``JailUnavailable`` saying why there can be none."""
+        """The jail for this host (``strategy`` by default: ``privileged`` for a root worker, else ``userns``), or
+        ``JailUnavailable`` saying why there can be none."""
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise JailUnavailable("bubblewrap is not installed (apt-get install bubblewrap)")
@@ -131,7 +145,10 @@ class Jail:
         if user.pw_uid == 0:
             raise JailUnavailable(f"the job user {job_user!r} is root: jobs must run as an unprivileged user")
         as_root = os.geteuid() == 0
-        if as_root:
+        strategy = strategy or ("privileged" if as_root else "userns")
+        if strategy == "privileged" and not as_root:
+            raise JailUnavailable("the privileged jail needs a worker running as root")
+        if strategy == "privileged":
             for tool in ("setpriv", "unshare"):
                 if not Path("/usr/bin", tool).exists():
                     raise JailUnavailable(f"/usr/bin/{tool} is missing (util-linux): a root worker needs it")
@@ -144,6 +161,7 @@ class Jail:
             job_uid=user.pw_uid,
             job_gid=user.pw_gid,
             as_root=as_root,
+            strategy=strategy,
             ro_binds=tuple(sorted(set(binds))),
             devices=tuple(devices),
             whole_sys=bool(devices),
@@ -225,7 +243,7 @@ class Jail:
             args += ["--ro-bind", source, dest]
             made.add(dest)
         args += ["--bind", str(scratch), str(JOB_ROOT), "--remount-ro", "/", "--chdir", str(cwd)]
-        if self.as_root:
+        if self.strategy == "privileged":
             # bubblewrap ran as root to build the mounts; the job itself runs as job_user, with nothing to gain.
             args += [
                 "--",
@@ -254,6 +272,11 @@ class Jail:
                 "--",
             ]
         return [*args, *command]
+
+    @property
+    def run_as(self) -> tuple[int, int] | None:
+        """(uid, gid) the launcher drops to before it starts bubblewrap: a root worker's unprivileged jail."""
+        return (self.job_uid, self.job_gid) if self.as_root and self.strategy == "userns" else None
 
     # --- the self-test ----------------------------------------------------------------------------------
 
@@ -300,7 +323,7 @@ class Jail:
                 os.chown(scratch / "probe.json", self.job_uid, self.job_gid)
             command = [sys.executable, "-I", "-S", "-c", _PROBE, str(JOB_ROOT / "probe.json")]
             done = subprocess.run(
-                self.argv(command, scratch=scratch, peaks=None),
+                die_with_parent(self.argv(command, scratch=scratch, peaks=None), run_as=self.run_as),
                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
                 stdin=subprocess.DEVNULL,
                 capture_output=True,

@@ -1,15 +1,18 @@
 """One attempt of a profiling job on a GPU host: the plain code behind the ``profile.run`` task.
 
-claim (queued → running; a stale or duplicate delivery is dropped) → heartbeats in a thread (a cancel, or a
-409 saying another attempt owns the job, stops the subprocess) → fetch the bundle and unpack it, checked,
+claim with the worker token and the message's one-time claim secret (queued → running; a stale or duplicate
+delivery is dropped), which answers with the attempt's job token → heartbeats in a thread (a cancel, or a 409 or
+401 saying the attempt is over, stops the subprocess) → fetch the bundle and unpack it, checked,
 into a scratch directory → run ``python -m profiler_core profile`` in the sandbox → upload the result
 document and its traces, or the failure with its reason. The scratch directory is removed whatever happens.
 
-Talks to the service over HTTP with the worker token only: a GPU host holds no database credentials.
+Talks to the service over HTTP with the worker token (the claim) and the job token (everything after it) only: a
+GPU host holds no database credentials.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -100,6 +103,10 @@ def job_jail(settings: Settings) -> jails.Jail | None:
     """The jail for this worker's jobs; ``None`` only on a host declared trusted and single-tenant where none can
     be built. Raises ``JailUnavailable`` otherwise."""
     w = settings.worker
+    if w.jail == "none":
+        if not w.trusted_single_tenant:
+            raise jails.JailUnavailable("ATTNPROF_WORKER__JAIL=none needs ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT=true")
+        return None
     devices: list[str] = []
     if w.device != "cpu":
         from worker.gpu import probe_minor
@@ -112,6 +119,7 @@ def job_jail(settings: Settings) -> jails.Jail | None:
             extra_ro_binds=w.sandbox_ro_binds,
             tmpfs_mib=w.tmpfs_mib,
             max_processes=w.max_processes,
+            strategy=None if w.jail == "auto" else w.jail,
         )
     except jails.JailUnavailable:
         if w.trusted_single_tenant:
@@ -228,14 +236,17 @@ def profiler_argv(cfg: ProfileConfig, root: Path, cache_dir: Path) -> list[str]:
     return [*argv, "--pid-namespace"] if cfg.jail is not None else argv
 
 
-def run_job(job_id: str, attempt: int, cfg: ProfileConfig, api: Callable[[], WorkerAPI] | None = None) -> Outcome:
-    """Run attempt ``attempt`` of job ``job_id`` and report its result or failure to the service."""
+def run_job(
+    job_id: str, attempt: int, claim_secret: str, cfg: ProfileConfig, api: Callable[[], WorkerAPI] | None = None
+) -> Outcome:
+    """Run attempt ``attempt`` of job ``job_id``, claimed with its message's ``claim_secret``, and report its result
+    or failure to the service."""
     connect = api or (lambda: WorkerAPI(cfg.service_url, cfg.token))
     for path in reap_stale_scratch(cfg.scratch_root):
         log.warning("removed %s, left by a worker that is gone", path)
-    with connect() as http:
+    with connect() as worker_http:
         try:
-            claim = http.claim(job_id, attempt, cfg.worker)
+            claim = worker_http.claim(job_id, attempt, cfg.worker, claim_secret)
         except Stale as exc:
             log.info("job %s attempt %s: not claimed (%s): dropping the message", job_id, attempt, exc)
             return "dropped"
@@ -243,7 +254,10 @@ def run_job(job_id: str, attempt: int, cfg: ProfileConfig, api: Callable[[], Wor
             # The row stays queued; the sweeper sends the job again once the service answers.
             log.error("job %s attempt %s: cannot claim: %s", job_id, attempt, exc)
             return "unreachable"
-        beat = Heartbeat(connect, job_id, attempt, cfg.heartbeat_s)
+        # From here on only the attempt's job token opens the job: the worker token opened the claim alone.
+        attempt_api = functools.partial(worker_http.for_job, str(claim["token"]))
+    with attempt_api() as http:
+        beat = Heartbeat(attempt_api, job_id, attempt, cfg.heartbeat_s)
         scratch: Path | None = None
         try:
             beat.start()
@@ -336,6 +350,7 @@ def _attempt(
         limits=limits,
         stop=beat.stop,
         lines=cfg.output_lines,
+        run_as=cfg.jail.run_as if cfg.jail is not None else None,
     )
     if finished.stopped == "cancelled" or beat.stop.is_set():
         why = "cancelled" if beat.cancelled else f"lost ({beat.lost})"

@@ -52,16 +52,22 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TAIL_BYTES = 256 * 1024
 _LINE_CHARS = 400
 
-# Run first, in the subprocess: ask the kernel to SIGKILL it when the worker thread that started it dies, bound the
-# processes (threads included) its user may have, then become the real command. The parent's pid is checked after
-# the request, closing the race where the worker died before it was made.
-_DIE_WITH_PARENT = (
+# Run first, in the subprocess: become ``uid``/``gid`` when given (no groups, no new privileges), ask the kernel to
+# SIGKILL it when the worker thread that started it dies (after the uid change, which would clear the request),
+# bound the processes (threads included) its user may have, then become the real command. The parent's pid is
+# checked after the request, closing the race where the worker died before it was made.
+_LAUNCHER = (
     "import ctypes, os, resource, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, 9)\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "uid, gid = int(sys.argv[3]), int(sys.argv[4])\n"
+    "if uid >= 0:\n"
+    "    os.setgroups([]); os.setresgid(gid, gid, gid); os.setresuid(uid, uid, uid)\n"
+    "    libc.prctl(38, 1, 0, 0, 0) == 0 or os._exit(126)\n"
+    "libc.prctl(1, 9)\n"
     "os.getppid() == int(sys.argv[1]) or os._exit(137)\n"
     "n = int(sys.argv[2])\n"
     "n and resource.setrlimit(resource.RLIMIT_NPROC, (n, n))\n"
-    "os.execv(sys.argv[3], sys.argv[3:])\n"
+    "os.execv(sys.argv[5], sys.argv[5:])\n"
 )
 
 Stopped = Literal["timeout", "memory", "cancelled"]
@@ -217,12 +223,25 @@ def tail_lines(path: Path, lines: int) -> list[str]:
     return [ln if len(ln) <= _LINE_CHARS else ln[: _LINE_CHARS - 1] + "…" for ln in kept[-lines:]]
 
 
-def die_with_parent(argv: Sequence[str], *, max_processes: int = 0) -> list[str]:
-    """``argv`` wrapped so that, on Linux, the process is SIGKILLed when the thread that starts it dies (and its user
-    may hold at most ``max_processes`` processes and threads, when not 0)."""
+def die_with_parent(argv: Sequence[str], *, max_processes: int = 0, run_as: tuple[int, int] | None = None) -> list[str]:
+    """``argv`` wrapped so that, on Linux, the process is SIGKILLed when the thread that starts it dies; it runs as
+    ``run_as`` (uid, gid: a root worker's job user) when given, and its user may hold at most ``max_processes``
+    processes and threads when not 0."""
     if not sys.platform.startswith("linux"):
         return list(argv)
-    return [sys.executable, "-S", "-E", "-c", _DIE_WITH_PARENT, str(os.getpid()), str(max_processes), *argv]
+    uid, gid = run_as or (-1, -1)
+    return [
+        sys.executable,
+        "-S",
+        "-E",
+        "-c",
+        _LAUNCHER,
+        str(os.getpid()),
+        str(max_processes),
+        str(uid),
+        str(gid),
+        *argv,
+    ]
 
 
 def run(
@@ -234,10 +253,12 @@ def run(
     limits: Limits,
     stop: threading.Event | None = None,
     lines: int = 40,
+    run_as: tuple[int, int] | None = None,
 ) -> Finished:
-    """Run ``argv`` under the limits; ``stop`` set by another thread (a cancel) kills it. Never raises for
-    what the subprocess does; raises ``OSError`` only when it cannot be started."""
-    command = die_with_parent(argv, max_processes=limits.max_processes)
+    """Run ``argv`` under the limits (as ``run_as``, uid and gid, when given); ``stop`` set by another thread (a
+    cancel) kills it. Never raises for what the subprocess does; raises ``OSError`` only when it cannot be
+    started."""
+    command = die_with_parent(argv, max_processes=limits.max_processes, run_as=run_as)
     started = time.monotonic()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

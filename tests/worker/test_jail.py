@@ -51,6 +51,7 @@ def _run(jail: jails.Jail, scratch: Path, code: str, *, timeout_s: float = 60, e
         log_path=scratch / "output.log",
         limits=sandbox.Limits(timeout_s=timeout_s, memory_bytes=2**33, max_processes=jail.max_processes),
         lines=50,
+        run_as=jail.run_as,
     )
 
 
@@ -267,3 +268,69 @@ def _clean(scratch_root: Path) -> Iterator[None]:
     yield
     for path in scratch_root.iterdir():
         remove_scratch(path)
+
+
+@pytest.fixture
+def worker_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, peaks_cache: Path) -> Iterator[None]:
+    from service.config import get_settings
+
+    for name, value in {
+        "ATTNPROF_WORKER_TOKEN": "ap_" + secrets.token_hex(16),
+        "ATTNPROF_WORKER__JAIL": "auto",  # the start writes the strategy it chose here; restored after the test
+        "ATTNPROF_WORKER__SCRATCH_DIR": str(tmp_path),
+        "ATTNPROF_WORKER__CACHE_DIR": str(peaks_cache),
+        "ATTNPROF_BROKER_URL": "redis://127.0.0.1:6379/0",
+    }.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def test_a_worker_refuses_to_start_where_no_jail_can_be_built(
+    worker_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import typer
+
+    from service.config import get_settings
+    from worker import cli
+
+    monkeypatch.setenv("ATTNPROF_WORKER__JOB_USER", "no-such-attnprof-user")
+    get_settings.cache_clear()
+    with pytest.raises(typer.Exit) as stopped:
+        cli._jail_and_peaks(get_settings(), "cpu")
+    assert stopped.value.exit_code == 2
+    err = capsys.readouterr().err
+    assert "no jail for jobs can be built here" in err and "no-such-attnprof-user" in err
+    assert "TRUSTED_SINGLE_TENANT" in err
+
+
+def test_a_trusted_single_tenant_worker_starts_without_a_jail_and_says_so(
+    worker_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service.config import get_settings
+    from worker import cli
+    from worker.profile import ProfileConfig
+
+    monkeypatch.setenv("ATTNPROF_WORKER__JOB_USER", "no-such-attnprof-user")
+    monkeypatch.setenv("ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT", "true")
+    get_settings.cache_clear()
+    cli._jail_and_peaks(get_settings(), "cpu")
+    err = capsys.readouterr().err
+    assert "jobs run WITHOUT a sandbox" in err and "peaks:" in err
+    assert ProfileConfig.from_settings(get_settings()).jail is None
+
+
+def test_a_worker_starts_with_the_jail_and_measures_the_peaks_first(
+    worker_env: None, peaks_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service.config import get_settings
+    from worker import cli
+    from worker.profile import ProfileConfig
+
+    cli._jail_and_peaks(get_settings(), "cpu")
+    err = capsys.readouterr().err
+    assert "self-test passed" in err
+    assert list(peaks_cache.glob("peaks-*.json")), "the trusted step measured no peaks"
+    cfg = ProfileConfig.from_settings(get_settings())
+    assert cfg.jail is not None and cfg.jail.strategy == os.environ["ATTNPROF_WORKER__JAIL"]
