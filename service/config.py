@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from ipaddress import ip_network
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MIB = 1024 * 1024
 _PLACEHOLDERS = {"changeme", "change-me", "secret", "placeholder", "xxx", "todo"}
@@ -125,6 +126,11 @@ class Settings(BaseSettings):
     service_url: str = Field("http://127.0.0.1:8000", description="the service, as a profile worker reaches it")
     worker_token: SecretStr | None = Field(None, description="a profile worker's token (bound to its testbed)")
     max_attempts: int = Field(3, ge=1)
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="addresses or networks of the reverse proxies in front of the service, comma-separated; only a "
+        "request from one of them has its client address taken from X-Forwarded-For (for the audit log)",
+    )
     limits: Limits = Field(default_factory=Limits)
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     analysis: Analysis = Field(default_factory=Analysis)
@@ -138,6 +144,18 @@ class Settings(BaseSettings):
         if value is not None and value.get_secret_value().strip().lower() in _PLACEHOLDERS:
             raise ValueError("is a placeholder: set a real secret or leave it unset")
         return value
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> Any:
+        items = [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+        if isinstance(items, list):
+            for item in items:
+                try:
+                    ip_network(str(item).strip(), strict=False)
+                except ValueError as exc:
+                    raise ValueError(f"{item!r} is not an address or a network (10.0.0.1, 10.0.0.0/8, ::1)") from exc
+        return items
 
     @field_validator("database_url")
     @classmethod

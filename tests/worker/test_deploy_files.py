@@ -16,6 +16,7 @@ from attnprof.cli import VERBS
 from service.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
+BROKER_URL = "redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD}@redis:6379/0"
 
 
 @pytest.fixture(scope="module")
@@ -117,10 +118,10 @@ def test_the_server_side_holds_the_database_and_the_gpu_worker_does_not(compose:
     for name in ("migrate", "service", "analysis-worker"):
         env = _env(services[name])
         assert env["ATTNPROF_DATABASE_URL"].startswith("postgresql+psycopg://"), name
-        assert env["ATTNPROF_BROKER_URL"] == "redis://redis:6379/0", name
+        assert env["ATTNPROF_BROKER_URL"] == BROKER_URL, name
     worker = _env(services["gpu-worker"])
     assert set(worker) >= {"ATTNPROF_BROKER_URL", "ATTNPROF_SERVICE_URL", "ATTNPROF_WORKER_TOKEN"}
-    assert worker["ATTNPROF_BROKER_URL"] == "redis://redis:6379/0"
+    assert worker["ATTNPROF_BROKER_URL"] == BROKER_URL
     assert worker["ATTNPROF_SERVICE_URL"] == "http://service:8000"
     assert not any("DATABASE" in k or "POSTGRES" in k or "postgres" in v for k, v in worker.items())
     assert "POSTGRES_PASSWORD" in services["postgres"]["environment"]
@@ -143,3 +144,26 @@ def test_the_images(dockerfile: dict[str, dict[str, Any]]) -> None:
     assert dockerfile["gpu-worker"]["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     # the service answers where compose and the healthcheck expect it
     assert shlex.join(dockerfile["server"]["cmd"]).endswith("--port 8000")
+
+
+def test_redis_requires_the_password_every_client_is_given(compose: dict[str, Any]) -> None:
+    redis = compose["services"]["redis"]
+    command = redis["command"]
+    assert command[command.index("--requirepass") + 1] == "${REDIS_PASSWORD:?set REDIS_PASSWORD}"
+    assert redis["environment"]["REDISCLI_AUTH"] == "${REDIS_PASSWORD:?set REDIS_PASSWORD}"  # the healthcheck's
+    for name, svc in compose["services"].items():
+        url = _env(svc).get("ATTNPROF_BROKER_URL")
+        assert url is None or url == BROKER_URL, name
+
+
+def test_the_gpu_worker_container_can_build_the_jail(compose: dict[str, Any], dockerfile: dict[str, Any]) -> None:
+    """What bubblewrap needs of Docker (worker/jail.py): namespaces and mounts past the default seccomp profile and
+    AppArmor, and an unmasked /proc for the job's own; no added capability; a job user other than root."""
+    worker = compose["services"]["gpu-worker"]
+    assert set(worker["security_opt"]) >= {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"}
+    assert "cap_add" not in worker and not worker.get("privileged")
+    assert _env(worker)["ATTNPROF_WORKER__JAIL"] == "userns"
+    gpu = dockerfile["gpu-worker"]
+    assert gpu["env"]["ATTNPROF_WORKER__JOB_USER"] == "attnprof-job"
+    assert any("bubblewrap" in r and "useradd --system" in r and "attnprof-job" in r for r in gpu["run"])
+    assert Settings(worker={"jail": "userns", "job_user": "attnprof-job"}).worker.jail == "userns"
