@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from service.audit.address import ClientAddressMiddleware
 from service.config import Settings, get_settings
 from service.db import make_engine, make_sessionmaker
 from service.errors import install_handlers
@@ -61,4 +62,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(ServerTimingMiddleware)
+    app.add_middleware(ClientAddressMiddleware, trusted_proxies=settings.trusted_proxies)
     return app

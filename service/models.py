@@ -2,6 +2,7 @@
 
 from service.analysis.models import Alert, Comparison
 from service.artifacts.models import Artifact
+from service.audit.models import AuditEvent
 from service.auth.models import Token
 from service.baselines.models import BaselineRule
 from service.db import Base
@@ -13,6 +14,7 @@ from service.testbeds.models import Testbed
 __all__ = [
     "Alert",
     "Artifact",
+    "AuditEvent",
     "Base",
     "BaselineRule",
     "CaseSamples",

@@ -5,7 +5,7 @@ validation errors, is not what this API sends).
 Most error answers follow from what an operation is, so they are added here by rule, once, rather than on
 every route:
 
-* it takes a bearer token (an ``Authorization`` header parameter): 401 (no, unknown or revoked token), 429
+* it takes a bearer token (an ``Authorization`` header parameter): 401 (no, unknown, revoked or expired token), 429
   (the token's rate limit, with ``Retry-After``) and, but for the operations any token may call, 403 (the
   token's role or kind does not allow it);
 * it takes a token and names objects in its path: 404 (no such object, or another project's);
@@ -30,7 +30,7 @@ from service.errors import ErrorOut
 
 DESCRIPTIONS = {
     400: "a well-formed request that cannot be acted on",
-    401: "no token, or an unknown or revoked one",
+    401: "no token, or an unknown, revoked or expired one",
     403: "the token's role or kind does not allow this",
     404: "no such object, or another project's (tenancy hides it)",
     409: "the object's state does not allow this",

@@ -3,6 +3,7 @@
 from fastapi import APIRouter
 
 from service.analysis.router import router as alerts
+from service.audit.router import router as audit
 from service.auth.router import router as tokens
 from service.auth.router import whoami_router as whoami
 from service.baselines.router import router as baselines
@@ -14,4 +15,17 @@ from service.results.router import router as results
 from service.runs.router import router as runs
 from service.trends.router import router as trends
 
-ROUTERS: list[APIRouter] = [results, jobs, runs, trends, baselines, alerts, tokens, whoami, github, internal, health]
+ROUTERS: list[APIRouter] = [
+    results,
+    jobs,
+    runs,
+    trends,
+    baselines,
+    alerts,
+    tokens,
+    audit,
+    whoami,
+    github,
+    internal,
+    health,
+]

@@ -9,6 +9,8 @@ from service.db import Base, utcnow
 
 ROLES = ("admin", "submit", "read")
 WORKER = "worker"
+# An IPv6 address with a zone is at most 45 + a zone name; longer (a test client's name) is cut.
+ADDRESS_CHARS = 64
 
 
 class Token(Base):
@@ -31,4 +33,14 @@ class Token(Base):
     project_id: Mapped[int | None] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
     testbed_id: Mapped[int | None] = mapped_column(ForeignKey("testbeds.id", ondelete="CASCADE"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Later than now for a rotated token in its grace period: it works until then.
     revoked_at: Mapped[datetime | None]
+    expires_at: Mapped[datetime | None] = mapped_column(comment="stops working from this time; null: never")
+    last_address: Mapped[str | None] = mapped_column(
+        String(ADDRESS_CHARS), comment="the client address it was last used from (an audit event when it changes)"
+    )
+
+    def works_at(self, now: datetime) -> bool:
+        """Whether the token opens anything at ``now``: neither revoked nor expired by then."""
+        revoked = self.revoked_at is not None and self.revoked_at <= now
+        return not revoked and (self.expires_at is None or self.expires_at > now)

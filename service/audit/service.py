@@ -1,0 +1,70 @@
+"""The audit log: events in the life of tokens, written by the code that makes the change, in its transaction
+(this module never commits), with the address of the request being served (null on the command line)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from service import paging
+from service.audit import repository
+from service.audit.address import request_address
+from service.audit.repository import EventRow
+from service.auth.models import Token
+from service.auth.repository import TokenRow
+from service.errors import BadRequest
+
+# Ids are a BIGINT: a larger one in a cursor is not one this API wrote.
+_ID_MAX = 2**63 - 1
+
+
+def record(session: Session, *, kind: str, token: Token, detail: str) -> None:
+    """An event about ``token``."""
+    repository.add(
+        session,
+        kind=kind,
+        token_id=token.id,
+        token_prefix=token.prefix,
+        project_id=token.project_id,
+        testbed_id=token.testbed_id,
+        address=request_address(),
+        detail=detail,
+    )
+
+
+def record_row(session: Session, *, kind: str, row: TokenRow, detail: str) -> None:
+    """An event about the token a request authenticated with (read as a row, not an object)."""
+    repository.add(
+        session,
+        kind=kind,
+        token_id=row.id,
+        token_prefix=row.prefix,
+        project_id=row.project_id,
+        testbed_id=row.testbed_id,
+        address=request_address(),
+        detail=detail,
+    )
+
+
+def _before(cursor: str | None) -> tuple[datetime, int] | None:
+    found = paging.decode(cursor)
+    if found is None:
+        return None
+    stamp, row_id = found
+    if not row_id.isdigit() or not 0 < int(row_id) <= _ID_MAX:
+        raise BadRequest("cursor: not a cursor this API returned")
+    return stamp, int(row_id)
+
+
+def page(
+    session: Session, *, project_id: int | None = None, testbed_id: int | None = None, cursor: str | None, limit: int
+) -> tuple[list[EventRow], str | None]:
+    """One page of a project's events (or a testbed's), newest first, and the cursor of the next (None: last)."""
+    rows = repository.page(
+        session, project_id=project_id, testbed_id=testbed_id, before=_before(cursor), limit=limit + 1
+    )
+    if len(rows) <= limit:
+        return rows, None
+    last = rows[limit - 1].event
+    return rows[:limit], paging.encode(last.created_at, last.id)
