@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from profiling_support import DATA
 
 from profiler_core.documents import (
+    MAX_PARAMS_DEPTH,
     RESULT_SCHEMA,
     ResultDocument,
     load_result,
@@ -168,3 +170,85 @@ def test_a_document_is_a_model_not_just_json() -> None:
     assert doc.case("sdpa[backend=cudnn,pass=fwd]") is doc.cases[0]
     assert doc.case("nope") is None
     assert json.loads(doc.to_json())["schema"] == RESULT_SCHEMA
+
+
+NON_FINITE_FIELDS = [
+    ("cases", 0, "latency_us", "median"),
+    ("cases", 0, "latency_us", "samples", 3),
+    ("cases", 0, "kernels", 0, "duration_us", "p25"),
+    ("cases", 0, "kernels", 0, "counters"),
+    ("suite", "thresholds", "latency"),
+    ("environment", "peaks", "dram_gbps", "value"),
+    ("environment", "health_start", "power_w"),
+]
+
+
+def _set(data: dict[str, Any], path: tuple[str | int, ...], value: Any) -> str:
+    """Put ``value`` at ``path`` (a counters table gets it under "x"); returns the field as errors name it."""
+    node: Any = data
+    for key in path[:-1]:
+        node = node[key]
+    if path[-1] == "counters":
+        node["counters"] = {"x": value}
+        path = (*path, "x")
+    else:
+        node[path[-1]] = value
+    return ".".join(str(p) for p in path)
+
+
+@pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "NaN", "1e309", "-1e309"])
+@pytest.mark.parametrize("path", NON_FINITE_FIELDS, ids=lambda p: ".".join(map(str, p)))
+def test_non_finite_numbers_are_refused_naming_the_field(
+    tmp_path: Path, path: tuple[str | int, ...], literal: str
+) -> None:
+    data = raw()
+    data["environment"]["health_start"] = data["environment"]["health_start"] or {}
+    field = _set(data, path, "__here__")
+    # As a file holds it: Python's json reads these literals (and 1e309 as infinity); JSON has none of them.
+    doc = tmp_path / "r.json"
+    doc.write_text(json.dumps(data).replace('"__here__"', literal))
+    with pytest.raises(DocumentError) as info:
+        load_result(doc)
+    assert f"{field}: Input should be a finite number" in str(info.value)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_numbers_in_params_are_refused_with_their_path(value: float) -> None:
+    data = raw()
+    data["cases"][1]["params"]["args"] = {"block": [64, {"scale": value}]}
+    with pytest.raises(DocumentError) as info:
+        parse_result(data)
+    assert f"cases.1.params: Input should be a finite number at args.block.1.scale, got {value}" in str(info.value)
+
+
+def test_params_nest_at_most_the_limit() -> None:
+    deep: Any = 1
+    for _ in range(MAX_PARAMS_DEPTH - 1):
+        deep = [deep]
+    data = raw()
+    data["cases"][0]["params"]["deep"] = deep  # deep, then MAX_PARAMS_DEPTH - 1 indices: at the limit
+    assert parse_result(data).cases[0].params["deep"] == deep
+    data["cases"][0]["params"]["deep"] = [deep]
+    with pytest.raises(DocumentError, match=rf"cases\.0\.params: Input should nest at most {MAX_PARAMS_DEPTH} levels"):
+        parse_result(data)
+    # Far deeper than Python's recursion limit: still a DocumentError, found without recursing.
+    for _ in range(5000):
+        deep = [deep]
+    data["cases"][0]["params"]["deep"] = deep
+    with pytest.raises(DocumentError, match="levels deep"):
+        parse_result(data)
+
+
+def test_the_schema_says_numbers_are_finite() -> None:
+    schema = result_json_schema()
+    assert "finite" in schema["$comment"]
+    median = schema["$defs"]["LatencyStats"]["properties"]["median"]
+    assert median["minimum"] == 0 and median["maximum"] == sys.float_info.max
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in (float("inf"), float("-inf"), json.loads("1e309")):
+        data = raw()
+        _set(data, ("cases", 0, "kernels", 0, "counters"), value)
+        assert not validator.is_valid(data)
+        data = raw()
+        data["cases"][0]["latency_us"]["median"] = value
+        assert not validator.is_valid(data)

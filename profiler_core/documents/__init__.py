@@ -2,6 +2,7 @@
 
 from profiler_core.documents.io import load_result, parse_result, write_result
 from profiler_core.documents.result import (
+    MAX_PARAMS_DEPTH,
     PHASES,
     RESULT_SCHEMA,
     Accuracy,
@@ -26,6 +27,7 @@ from profiler_core.documents.result import (
 )
 
 __all__ = [
+    "MAX_PARAMS_DEPTH",
     "PHASES",
     "RESULT_SCHEMA",
     "Accuracy",

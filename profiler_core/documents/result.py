@@ -3,16 +3,24 @@
 Units live in field names: ``_us`` microseconds, ``_bytes`` bytes, ``_gbps`` 10^9 bytes per second,
 ``_tflops`` 10^12 floating-point operations per second, ``_mhz``, ``_w``, ``_c``. Utilisations are
 fractions in [0, 1] of the peaks recorded in ``environment.peaks``.
+
+Every number is finite: ``NaN`` and the infinities are not JSON (Python's ``json`` reads them, and reads
+``1e309`` as infinity), and a database's JSON type refuses them, so validation refuses them first and names
+the field. The free-form ``params`` of a case hold plain JSON, at most :data:`MAX_PARAMS_DEPTH` levels deep.
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 RESULT_SCHEMA: Final = "attnprof.result/v1"
+MAX_PARAMS_DEPTH: Final = 32
 
 Mode = Literal["cuda", "cpu"]
 CountersMode = Literal["none", "ncu"]
@@ -39,7 +47,32 @@ NonNegative = Annotated[float, Field(ge=0.0)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+def _plain_json(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` if every number in it is finite and nothing lies deeper than ``MAX_PARAMS_DEPTH`` levels."""
+    todo: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while todo:
+        node, where, depth = todo.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            raise PydanticCustomError(
+                "finite_number", "Input should be a finite number at {where}, got {got}", {"where": where, "got": node}
+            )
+        if isinstance(node, dict | list) and node:
+            if depth >= MAX_PARAMS_DEPTH:
+                raise PydanticCustomError(
+                    "too_deep",
+                    "Input should nest at most {limit} levels deep; {where} holds more",
+                    {"where": where, "limit": MAX_PARAMS_DEPTH},
+                )
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            todo.extend((v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in items)
+    return value
+
+
+# Case parameters as they were expanded from the suite (and a custom target's ``args``): any JSON, within bounds.
+Params = Annotated[dict[str, Any], AfterValidator(_plain_json)]
 
 
 class Thresholds(_Model):
@@ -227,7 +260,7 @@ class Case(_Model):
     id: str
     name: str
     target: str
-    params: dict[str, Any]
+    params: Params
     thresholds: Thresholds = Field(default_factory=Thresholds)
     status: CaseStatus
     error: CaseError | None = None
@@ -261,7 +294,26 @@ class ResultDocument(_Model):
 
 
 def result_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``attnprof.result/v1``.
+
+    JSON Schema has no word for a finite number: every ``number`` gets the largest double as its bounds, which
+    refuses the infinities (and ``1e309``, read as one); NaN is refused by the models and is not JSON at all.
+    """
     schema = ResultDocument.model_json_schema(by_alias=True, mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://attnprof.dev/schemas/" + RESULT_SCHEMA
+    schema["$comment"] = "Every number is finite: NaN, Infinity and -Infinity are refused."
+    _bound_numbers(schema)
     return schema
+
+
+def _bound_numbers(node: Any) -> None:
+    if isinstance(node, dict):
+        if node.get("type") == "number":
+            node.setdefault("maximum", sys.float_info.max)
+            node.setdefault("minimum", -sys.float_info.max)
+        for child in node.values():
+            _bound_numbers(child)
+    elif isinstance(node, list):
+        for child in node:
+            _bound_numbers(child)
