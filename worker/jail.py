@@ -350,8 +350,8 @@ class Jail:
 
 _HINT = (
     ". In a container, the GPU worker needs user namespaces and mounts: see the gpu-worker service in "
-    "docker-compose.yml (security_opt seccomp=unconfined, apparmor=unconfined, systempaths=unconfined; "
-    "cap_add SYS_ADMIN when it runs as root)"
+    "docker-compose.yml (security_opt seccomp=unconfined, apparmor=unconfined, systempaths=unconfined); the "
+    "privileged jail also needs CAP_SYS_ADMIN"
 )
 
 # Runs inside the jail with -I -S: the standard library only. Prints one JSON list: the walls that did not hold.

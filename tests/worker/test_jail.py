@@ -26,7 +26,15 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bub
 
 @pytest.fixture(scope="module")
 def jail() -> jails.Jail:
-    return jails.Jail.build(max_processes=256)
+    """The jail a worker builds here; on a GPU host (``ATTNPROF_TEST_JAIL_GPU=1``, bench/jail_h200.sh) with its GPU's
+    device nodes passed in, and the carried packages (``BENCH_SITE``) bound."""
+    devices: list[str] = []
+    if os.environ.get("ATTNPROF_TEST_JAIL_GPU") == "1":
+        from worker.gpu import probe_minor
+
+        devices = jails.gpu_nodes(probe_minor())
+    site = os.environ.get("BENCH_SITE")
+    return jails.Jail.build(max_processes=256, devices=devices, extra_ro_binds=[site] if site else [])
 
 
 @pytest.fixture

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The job jail on the GPU host (bench/reports/jail.md): run from the repository root through the device tool with
+# .bwrap (bubblewrap's Debian package, when the host lacks it) and .whl (the packages the host lacks) carried.
+#   bash bench/jail_h200.sh           # probe, self-tests, CUDA in the jail, hostile jobs, then PAIRS direct/jailed runs
+#   bash bench/jail_h200.sh fetch     # here, once: .bwrap/*.deb and .whl/ (bench/pipeline_h200.sh wheels, pytest)
+set -u
+if [ "${1:-}" = fetch ]; then
+  mkdir -p .bwrap && (cd .bwrap && apt-get download bubblewrap libcap2 libselinux1)
+  bash bench/pipeline_h200.sh wheels
+  exec python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl \
+    pytest==9.2.0 pluggy iniconfig packaging pytest-timeout
+fi
+DEST=${OUT:-out/jail}; mkdir -p "$DEST"
+export PYTHONUNBUFFERED=1
+{ id; uname -r; head -2 /etc/os-release; } 2>&1 | tee "$DEST/host.txt"
+if ! command -v bwrap >/dev/null; then
+  for f in .bwrap/*.deb; do dpkg -x "$f" /opt/bw; done
+  export PATH=/opt/bw/usr/bin:$PATH
+  bwrap --version >/dev/null 2>&1 || export LD_LIBRARY_PATH=/opt/bw/usr/lib/x86_64-linux-gnu:/opt/bw/lib/x86_64-linux-gnu
+fi
+bwrap --version 2>&1 | tee -a "$DEST/host.txt"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /opt/attnprof-site .whl/*.whl || exit 1
+chmod -R a+rX /opt/attnprof-site
+export PYTHONPATH=/opt/attnprof-site:$PWD BENCH_SITE=/opt/attnprof-site
+for who in root nobody; do
+  pre=(); [ $who = nobody ] && pre=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+  "${pre[@]}" bwrap --unshare-all --die-with-parent --ro-bind / / --proc /proc --dev /dev true 2>&1 | tail -1
+  echo "bwrap --unshare-all as $who: exit ${PIPESTATUS[0]}" | tee -a "$DEST/host.txt"
+done
+python3 bench/jail_h200.py all --pairs 0 --out "$DEST" 2>&1 | tail -40
+ATTNPROF_TEST_JAIL_GPU=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/worker/test_jail.py 2>&1 \
+  | tee "$DEST/hostile.txt" | tail -15
+python3 bench/jail_h200.py ab --pairs "${PAIRS:-2}" --budget-s "${BUDGET_S:-330}" --out "$DEST" 2>&1 | tail -12
