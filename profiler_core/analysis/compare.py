@@ -46,14 +46,18 @@ def compare(
     config: Thresholds | None = None,
     noise_floor: float | None = None,
     seed: int = 0,
+    first_run: bool = True,
 ) -> ComparisonDocument:
     """Compare ``candidate`` with the pooled ``baselines`` and decide ``pass``, ``warn`` or ``fail``.
 
     ``config`` overrides the candidate's suite-level thresholds (a case's own thresholds still win).
     ``noise_floor`` is the relative range of run medians that unchanged code shows on this testbed
     (e.g. 0.015 = 1.5%); ``None`` takes the documented default of the candidate's mode. ``seed`` fixes the
-    bootstrap: the same inputs and seed give the same document. Raises ``AnalysisError`` on input that
-    cannot be compared (no common cases, a noise floor outside [0, 1)).
+    bootstrap: the same inputs and seed give the same document. ``first_run`` says what no ``baselines`` means:
+    the first run of all, which passes (``baseline: null``), or, when ``False``, a run whose cases have no
+    baseline though other runs exist (another suite's), which warns on each case as a case new in a candidate
+    does. Raises ``AnalysisError`` on input that cannot be compared (no common cases, a noise floor outside
+    [0, 1)).
     """
     mode = candidate.run.mode
     floor = default_noise_floor(mode) if noise_floor is None else float(noise_floor)
@@ -75,14 +79,20 @@ def compare(
     if not candidate.cases:
         raise AnalysisError(f"candidate {candidate.run.id} has no cases")
     if not baselines:
+        new = [] if first_run else sorted((_no_baseline(c.id, c.status) for c in candidate.cases), key=_order)
         return ComparisonDocument(
-            verdict="pass",
+            verdict="warn" if new else "pass",
             baseline=None,
             candidate=candidate.run.id,
             testbed_candidate=candidate.environment.testbed_key,
             suspect=candidate.run.suspect,
-            notes=["no baseline: the first run of its kind passes and becomes history"],
-            summary=_summary(candidate, 0, []),
+            notes=[
+                f"no baseline for any of the {len(new)} case(s): this run becomes their history"
+                if new
+                else "no baseline: the first run of its kind passes and becomes history"
+            ],
+            findings=new,
+            summary=_summary(candidate, 0, new),
             settings=settings,
         )
     base_ids = {c.id for b in baselines for c in b.cases}
@@ -110,16 +120,7 @@ def compare(
     for case in candidate.cases:
         base_cases = [c for cases in by_id if (c := cases.get(case.id)) is not None]
         if not base_cases:
-            findings.append(
-                Finding(
-                    case=case.id,
-                    metric="status",
-                    status="inconclusive",
-                    verdict="warn",
-                    candidate=case.status,
-                    detail="no baseline: the case is new in the candidate",
-                )
-            )
+            findings.append(_no_baseline(case.id, case.status))
             continue
         if case.status == "ok" and not any(c.status == "ok" for c in base_cases):
             findings.append(
@@ -188,6 +189,17 @@ def compare(
         findings=findings,
         summary=_summary(candidate, len(common), findings),
         settings=settings,
+    )
+
+
+def _no_baseline(case_id: str, status: str) -> Finding:
+    return Finding(
+        case=case_id,
+        metric="status",
+        status="inconclusive",
+        verdict="warn",
+        candidate=status,
+        detail="no baseline: the case is new in the candidate",
     )
 
 
