@@ -6,6 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, defer
 
 from service.analysis.models import Alert, Comparison
+from service.baselines.repository import shares_a_case
 from service.runs.models import Run, RunCase
 
 
@@ -25,9 +26,17 @@ def latest_for_run(session: Session, run_id: str) -> Comparison | None:
 
 
 def history(
-    session: Session, *, project_id: int, testbed_key: str, branch: str, exclude: Sequence[str], limit: int
+    session: Session,
+    *,
+    project_id: int,
+    testbed_key: str,
+    branch: str,
+    exclude: Sequence[str],
+    limit: int,
+    cases_of: str | None = None,
 ) -> list[Run]:
-    """The newest non-suspect runs on ``branch`` on ``testbed_key``, oldest first (their documents not loaded)."""
+    """The newest non-suspect runs on ``branch`` on ``testbed_key`` (sharing a case with run ``cases_of`` when
+    given), newest first (their documents not loaded)."""
     q = (
         select(Run)
         .options(defer(Run.document))
@@ -40,7 +49,9 @@ def history(
     )
     if exclude:
         q = q.where(Run.id.not_in(exclude))
-    return list(reversed(list(session.scalars(q.order_by(Run.created_at.desc()).limit(limit)))))
+    if cases_of is not None:
+        q = q.where(shares_a_case(cases_of))
+    return list(session.scalars(q.order_by(Run.created_at.desc()).limit(limit)))
 
 
 def medians(session: Session, run_ids: Sequence[str]) -> list[tuple[str, str, float]]:

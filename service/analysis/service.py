@@ -16,6 +16,7 @@ from service.analysis import repository
 from service.analysis.models import Alert, Comparison
 from service.baselines import repository as baseline_rules
 from service.baselines import service as baselines
+from service.baselines import suites
 from service.config import Analysis
 from service.errors import InvalidPayload, NotFound
 from service.projects import repository as projects
@@ -76,18 +77,22 @@ def analyze(
     project = projects.get(session, run.project_id)
     assert project is not None
     branch = project.default_branch
+    candidate = document if document is not None else _document(run)
+    # Baselines are runs of the candidate's suite; its name is known here without reading the stored document.
+    suites.remember(run.id, candidate.suite.name)
     choice = baselines.select(
         session, candidate=run, default_branch=branch, ancestors=[str(a) for a in run.ancestors], cfg=cfg
     )
     floor = baselines.noise_floor(session, candidate=run, default_branch=branch, cfg=cfg)
     try:
-        candidate = document if document is not None else _document(run)
-        doc = compare([_document(b) for b in choice.runs], candidate, noise_floor=floor, seed=seed)
+        doc = compare(
+            [_document(b) for b in choice.runs], candidate, noise_floor=floor, seed=seed, first_run=choice.first_run
+        )
     except AnalysisError as exc:
         raise InvalidPayload(f"cannot compare this run with its baseline: {exc}") from exc
     doc.notes[:0] = choice.notes
     if floor is not None:
-        doc.notes.append(f"noise floor {floor:.4f} learnt from this testbed's default-branch history")
+        doc.notes.append(f"noise floor {floor:.4f} learnt from this suite's default-branch history on this testbed")
     comparison = repository.add_comparison(
         session,
         Comparison(
@@ -106,20 +111,28 @@ def analyze(
 
 
 def detect_alerts(session: Session, *, run: Run, cfg: Analysis, seed: int = 0) -> list[Alert]:
-    """E-divisive change points of each case's median latency over the default branch's recent history.
+    """E-divisive change points of each case's median latency over the default branch's recent history of the
+    run's suite (another suite's runs of the same case ids are not its history).
 
     Works on the normalised medians (not the documents), the same series that ``changepoints`` builds.
     A change point already recorded is not recorded twice.
     """
     excluded = [r.run_id for r in baseline_rules.rules(session, project_id=run.project_id) if r.kind == "exclude"]
-    history = repository.history(
+    history = suites.first_of_suite(
         session,
-        project_id=run.project_id,
-        testbed_key=run.testbed_key,
-        branch=run.branch,
-        exclude=excluded,
-        limit=cfg.alert_history_runs,
+        suites.name_of(session, run.id),
+        lambda n: repository.history(
+            session,
+            project_id=run.project_id,
+            testbed_key=run.testbed_key,
+            branch=run.branch,
+            exclude=excluded,
+            limit=n,
+            cases_of=run.id,
+        ),
+        cfg.alert_history_runs,
     )
+    history.reverse()  # oldest first
     if len(history) < 2 * ALERT_MIN_SIZE:
         return []
     order = {r.id: i for i, r in enumerate(history)}

@@ -4,8 +4,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, delete, select
-from sqlalchemy.orm import Session, defer
+from sqlalchemy import ColumnElement, delete, exists, select
+from sqlalchemy.orm import Session, aliased, defer
 
 from service.baselines.models import BaselineRule
 from service.runs.models import Run, RunCase
@@ -38,22 +38,44 @@ def delete_rules(session: Session, *, project_id: int, kind: str, run_id: str) -
     return int(session.execute(stmt).rowcount)  # type: ignore[attr-defined]
 
 
-def runs_by_id(session: Session, run_ids: Collection[str]) -> list[Run]:
+def runs_by_id(session: Session, run_ids: Collection[str], *, cases_of: str | None = None) -> list[Run]:
+    """Runs ``run_ids``, oldest first (only those sharing a case with run ``cases_of`` when given). Their documents
+    load when first read."""
     if not run_ids:
         return []
-    return list(session.scalars(select(Run).where(Run.id.in_(run_ids)).order_by(Run.created_at)))
+    q = select(Run).options(defer(Run.document)).where(Run.id.in_(run_ids))
+    if cases_of is not None:
+        q = q.where(shares_a_case(cases_of))
+    return list(session.scalars(q.order_by(Run.created_at)))
+
+
+def shares_a_case(run_id: str) -> ColumnElement[bool]:
+    """The run holds a case id that run ``run_id`` holds too. Both sides are looked up in run_cases' (run_id,
+    case_id) unique index, and the first shared id ends the search: no list of ids is sent."""
+    theirs, mine = aliased(RunCase), aliased(RunCase)
+    return exists().where(theirs.run_id == Run.id, mine.run_id == run_id, mine.case_id == theirs.case_id)
+
+
+def suite_names(session: Session, run_ids: Collection[str]) -> list[tuple[str, str | None]]:
+    """(run id, the suite name in its result document) of ``run_ids``. Postgres reads each document whole to find
+    the name (some milliseconds for a 100-case document): ask for the few runs whose name is not known yet."""
+    if not run_ids:
+        return []
+    q = select(Run.id, Run.document[("suite", "name")].as_string()).where(Run.id.in_(run_ids))
+    return [(run_id, name) for run_id, name in session.execute(q)]
 
 
 @dataclass(frozen=True)
 class Window:
     """Which runs may serve: this project and testbed key, older than ``before``, not ``exclude``d, not older
-    than ``since`` (an accepted change)."""
+    than ``since`` (an accepted change), sharing a case with run ``cases_of`` (the candidate) when given."""
 
     project_id: int
     testbed_key: str
     before: datetime
     exclude: Collection[str] = ()
     since: datetime | None = None
+    cases_of: str | None = None
 
     def where(self) -> list[ColumnElement[bool]]:
         where = [Run.project_id == self.project_id, Run.testbed_key == self.testbed_key, Run.created_at < self.before]
@@ -61,6 +83,8 @@ class Window:
             where.append(Run.id.not_in(self.exclude))
         if self.since is not None:
             where.append(Run.created_at >= self.since)
+        if self.cases_of is not None:
+            where.append(shares_a_case(self.cases_of))
         return where
 
 

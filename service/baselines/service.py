@@ -1,27 +1,34 @@
 """Baseline selection (DESIGN 3.5) and the testbed's run-to-run noise floor, plus the rules people set.
 
-Selection, for a candidate run on testbed key K:
-1. pins on K serve, whatever else is true (an excluded run never serves, even pinned);
-2. otherwise the nearest of ``base_commit`` and its first-parent ancestors (newest first) that has runs on
-   the default branch on K: its newest runs, topped up from the next ancestors until ``baseline_runs`` are
-   pooled (ancestors on the default branch passed their own comparison, so they differ by noise unless a
+Selection, for a candidate run on testbed key K, among the runs of its suite (``suites``: the same suite name and at
+least one case id in common), so that a project's suites never serve one another:
+1. pins on K of runs of the suite serve, whatever else is true (an excluded run never serves, even pinned); a pin
+   of another suite's run serves that suite only, and the notes of this suite's comparisons say it was left out;
+2. otherwise the nearest of ``base_commit`` and its first-parent ancestors (newest first) that has runs of the
+   suite on the default branch on K: its newest runs, topped up from the next ancestors until ``baseline_runs``
+   are pooled (ancestors on the default branch passed their own comparison, so they differ by noise unless a
    change was accepted, which cuts the history);
-3. with no such ancestor, the newest default-branch runs on K older than the candidate, and the comparison's
-   notes say so.
-An accepted change on K makes its run the baseline: runs older than it never serve again, and the accepted
-run serves though it may sit on another branch.
+3. with no such ancestor, the newest default-branch runs of the suite on K older than the candidate, and the
+   comparison's notes say so;
+4. with none of those either, no baseline: the first run of all on K (no default-branch run of any suite) passes,
+   and a run whose suite has no history yet though others have warns on each of its cases (``first_run``).
+An accepted change of a run of the suite on K makes that run the baseline: older runs of the suite never serve
+again, and the accepted run serves though it may sit on another branch. Another suite's accepted change does not
+cut this suite's history. A pooled baseline that lacks some of the candidate's cases (the suite grew) serves the
+cases it has; the new ones are compared with nothing and warn.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from sqlalchemy.orm import Session
 
 from profiler_core.analysis.config import RANGE_TO_SD
-from service.baselines import repository
+from service.baselines import repository, suites
 from service.baselines.models import BaselineRule
 from service.config import Analysis
 from service.errors import InvalidPayload, NotFound
@@ -37,27 +44,52 @@ MIN_HISTORY_RUNS = 3
 
 @dataclass
 class BaselineChoice:
+    """``first_run``: no baseline because nothing ran before on the testbed's default branch (not because only
+    other suites did)."""
+
     runs: list[Run]
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    first_run: bool = False
+
+
+def _few(items: Sequence[str], limit: int = 3) -> str:
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
 def select(
     session: Session, *, candidate: Run, default_branch: str, ancestors: list[str], cfg: Analysis
 ) -> BaselineChoice:
+    suite = suites.name_of(session, candidate.id)
     rules = repository.rules(session, project_id=candidate.project_id, testbed_key=candidate.testbed_key)
     excluded = {r.run_id for r in rules if r.kind == "exclude"} | {candidate.id}
     pinned = [r.run_id for r in rules if r.kind == "pin" and r.run_id not in excluded]
+    notes: list[str] = []
     if pinned:
-        return BaselineChoice(repository.runs_by_id(session, pinned), "pin", [f"baseline pinned: {len(pinned)} run(s)"])
-    accepted = [r for r in rules if r.kind == "accept" and r.run_id != candidate.id]
-    accept_run = runs.get(session, accepted[-1].run_id) if accepted else None
+        mine = suites.keep(session, suite, repository.runs_by_id(session, pinned, cases_of=candidate.id))
+        if mine:
+            return BaselineChoice(mine, "pin", [f"baseline pinned: {len(mine)} run(s)"])
+        notes.append(
+            f"pinned run(s) {_few(pinned)} ran another suite (or none of this run's cases): not a baseline of "
+            f"suite {suite!r}, which is compared with its own history"
+        )
+    accepted = [r.run_id for r in rules if r.kind == "accept" and r.run_id != candidate.id]
+    of_suite = {
+        r.id: r for r in suites.keep(session, suite, repository.runs_by_id(session, accepted, cases_of=candidate.id))
+    }
+    accept_run = next((of_suite[i] for i in reversed(accepted) if i in of_suite), None)
     since = accept_run.created_at if accept_run else None
-    notes = [f"an accepted change (run {accept_run.id}) cut the history"] if accept_run else []
-    window = repository.Window(candidate.project_id, candidate.testbed_key, candidate.created_at, excluded, since)
+    if accept_run:
+        notes.append(f"an accepted change (run {accept_run.id}) cut the history")
+    window = repository.Window(
+        candidate.project_id, candidate.testbed_key, candidate.created_at, excluded, since, cases_of=candidate.id
+    )
     chain = [c for c in dict.fromkeys([candidate.base_commit, *ancestors]) if c][: cfg.ancestor_commits_pooled]
-    found = repository.runs_of_commits(
-        session, window, branch=default_branch, commits=chain, limit=cfg.baseline_runs * len(chain) or 1
+    found = suites.first_of_suite(
+        session,
+        suite,
+        lambda n: repository.runs_of_commits(session, window, branch=default_branch, commits=chain, limit=n),
+        cfg.baseline_runs * len(chain),
     )
     if found:
         order = {c: i for i, c in enumerate(chain)}
@@ -66,21 +98,35 @@ def select(
         nearest = pool[0].commit
         notes.append(f"baseline: {len(pool)} run(s) from ancestor {nearest[:12]} ({order[nearest]} commit(s) back)")
         return BaselineChoice(pool, "ancestor", notes)
-    latest = repository.latest_runs(
+    latest = suites.first_of_suite(
         session,
-        window,
-        branch=default_branch,
-        limit=cfg.baseline_runs,
-        include=accept_run.id if accept_run else None,
+        suite,
+        lambda n: repository.latest_runs(
+            session, window, branch=default_branch, limit=n, include=accept_run.id if accept_run else None
+        ),
+        cfg.baseline_runs,
     )
     if latest:
-        why = "no run of the base commit or its ancestors on this testbed" if chain else "no base commit given"
-        notes.append(f"{why}: the latest {len(latest)} default-branch run(s) older than this one serve")
-    return BaselineChoice(latest, "latest" if latest else "none", notes)
+        why = (
+            f"no run of suite {suite!r} at the base commit or its ancestors on this testbed"
+            if chain
+            else "no base commit given"
+        )
+        notes.append(f"{why}: the latest {len(latest)} default-branch run(s) of the suite older than this one serve")
+        return BaselineChoice(latest, "latest", notes)
+    anything = repository.Window(candidate.project_id, candidate.testbed_key, candidate.created_at, excluded)
+    first_run = not repository.latest_runs(session, anything, branch=default_branch, limit=1)
+    if not first_run:
+        notes.append(
+            f"no earlier default-branch run of suite {suite!r} on this testbed shares a case with this run "
+            "(runs of other suites are no baseline of its cases)"
+        )
+    return BaselineChoice([], "none", notes, first_run=first_run)
 
 
 def noise_floor(session: Session, *, candidate: Run, default_branch: str, cfg: Analysis) -> float | None:
-    """The testbed's run-to-run noise floor from the default branch's history, or ``None`` (analysis default).
+    """The testbed's run-to-run noise floor from the default branch's history of the candidate's suite, or ``None``
+    (analysis default).
 
     For each case, the log-ratios of consecutive runs' medians; their MAD (x 1.4826, / sqrt 2 for the
     difference of two runs) estimates one run's relative standard deviation. The median over cases is robust
@@ -88,12 +134,18 @@ def noise_floor(session: Session, *, candidate: Run, default_branch: str, cfg: A
     Suspect and excluded runs are left out; fewer than 3 runs give ``None``.
     """
     excluded = {r.run_id for r in repository.rules(session, project_id=candidate.project_id) if r.kind == "exclude"}
-    history = repository.latest_runs(
+    window = repository.Window(
+        candidate.project_id,
+        candidate.testbed_key,
+        candidate.created_at,
+        excluded | {candidate.id},
+        cases_of=candidate.id,
+    )
+    history = suites.first_of_suite(
         session,
-        repository.Window(candidate.project_id, candidate.testbed_key, candidate.created_at, excluded | {candidate.id}),
-        branch=default_branch,
-        limit=cfg.noise_history_runs,
-        suspect=False,
+        suites.name_of(session, candidate.id),
+        lambda n: repository.latest_runs(session, window, branch=default_branch, limit=n, suspect=False),
+        cfg.noise_history_runs,
     )
     if len(history) < MIN_HISTORY_RUNS:
         return None
