@@ -21,7 +21,11 @@ app.add_typer(db_app, name="db")
 app.add_typer(admin_app, name="admin")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
-EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+ExpiresOpt = Annotated[
+    str | None,
+    typer.Option("--expires-in", help="the token stops working after this long: 90d, 12h, 30m, 45s, 2w [never]"),
+]
+EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_NO_VERDICT = 0, 1, 2, 3
 
 
 def _emit(as_json: bool, data: dict[str, Any], text: str) -> None:
@@ -53,12 +57,14 @@ def serve(
     """
     import uvicorn
 
+    # uvicorn would take X-Forwarded-For from a peer on 127.0.0.1 by default; the client address the audit log
+    # records is the service's to decide (ATTNPROF_TRUSTED_PROXIES).
     if workers > 1:
-        uvicorn.run("service.asgi:app", host=host, port=port, workers=workers, log_level="warning")
+        uvicorn.run("service.asgi:app", host=host, port=port, workers=workers, log_level="warning", proxy_headers=False)
     else:
         from service.app import create_app
 
-        uvicorn.run(create_app(), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(), host=host, port=port, log_level="warning", proxy_headers=False)
 
 
 @db_app.command("upgrade")
@@ -88,6 +94,40 @@ def _session() -> Any:
     return make_sessionmaker(make_engine(get_settings().database_url))()
 
 
+def _actor() -> str:
+    """Who acts, for the audit log: the command line and the system user running it."""
+    import getpass
+
+    try:
+        return f"the command line (user {getpass.getuser()})"
+    except (KeyError, OSError):  # no name for the uid (a container's arbitrary user)
+        return "the command line"
+
+
+def _duration(option: str, value: str | None, *, zero: bool = False) -> Any:
+    """``value`` (``90d``) as a timedelta, None when not given; exits 2 naming ``option`` when it is no duration."""
+    from service.auth.schemas import parse_duration
+
+    if value is None:
+        return None
+    try:
+        return parse_duration(value, zero=zero)
+    except ValueError as exc:
+        _die(f"{option}: {exc}")
+
+
+def _token_data(token: Any) -> dict[str, Any]:
+    from service.auth.schemas import TokenOut
+
+    return TokenOut.model_validate(token).model_dump(mode="json")
+
+
+def _ends(token: Any) -> str:
+    from service.auth.service import when
+
+    return f"expires {when(token.expires_at)}" if token.expires_at else "never expires"
+
+
 @admin_app.command("create-project")
 def create_project(
     name: str,
@@ -102,7 +142,9 @@ def create_project(
     with _session() as session:
         try:
             project = projects.create(session, name=name, default_branch=default_branch)
-            token, secret = auth.create_project_token(session, project_id=project.id, role="admin", name="created")
+            token, secret = auth.create_project_token(
+                session, project_id=project.id, role="admin", name="created", actor=_actor()
+            )
             session.commit()
         except ServiceError as exc:
             _die(exc.detail)
@@ -120,6 +162,7 @@ def create_token(
     project: str,
     role: Annotated[str, typer.Option(help="admin, submit or read")],
     name: Annotated[str | None, typer.Option(help="a label")] = None,
+    expires_in: ExpiresOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a project token of a role and print it (shown once)."""
@@ -127,24 +170,29 @@ def create_token(
     from service.errors import ServiceError
     from service.projects import repository as projects
 
+    lifetime = _duration("--expires-in", expires_in)
     with _session() as session:
         found = projects.get_by_name(session, project)
         if found is None:
             _die(f"no project {project!r}")
         assert found is not None
         try:
-            token, secret = auth.create_project_token(session, project_id=found.id, role=role, name=name)
+            token, secret = auth.create_project_token(
+                session, project_id=found.id, role=role, name=name, expires_in=lifetime, actor=_actor()
+            )
             session.commit()
         except ServiceError as exc:
             _die(exc.detail)
-        data = {"project": project, "role": role, "token": secret, "token_id": token.id}
-    _emit(as_json, data, f"{role} token for {project} (shown once): {secret}")
+        data = {"project": project, "role": role, "token": secret, "token_id": token.id, **_token_data(token)}
+        ends = _ends(token)
+    _emit(as_json, data, f"{role} token {token.id} for {project}, {ends} (shown once): {secret}")
 
 
 @admin_app.command("create-worker-token")
 def create_worker_token(
     testbed: Annotated[str, typer.Option(help="the testbed the worker serves (created if new)")],
     name: Annotated[str | None, typer.Option(help="a label")] = None,
+    expires_in: ExpiresOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a global worker token bound to a testbed and print it (shown once)."""
@@ -152,15 +200,153 @@ def create_worker_token(
     from service.errors import ServiceError
     from service.testbeds import service as testbeds
 
+    lifetime = _duration("--expires-in", expires_in)
     with _session() as session:
         try:
             tb = testbeds.ensure(session, testbed)
-            token, secret = auth.create_worker_token(session, testbed_id=tb.id, name=name)
+            token, secret = auth.create_worker_token(
+                session, testbed_id=tb.id, name=name, expires_in=lifetime, actor=_actor()
+            )
             session.commit()
         except ServiceError as exc:
             _die(exc.detail)
-        data = {"testbed": testbed, "role": "worker", "token": secret, "token_id": token.id}
-    _emit(as_json, data, f"worker token for testbed {testbed} (shown once): {secret}")
+        data = {"testbed": testbed, "token": secret, "token_id": token.id, **_token_data(token)}
+        ends = _ends(token)
+    _emit(as_json, data, f"worker token {token.id} for testbed {testbed}, {ends} (shown once): {secret}")
+
+
+@admin_app.command("rotate-token")
+def rotate_token(
+    token_id: Annotated[int, typer.Argument(min=1, help="the token's id (create-token and list-tokens show it)")],
+    grace: Annotated[
+        str | None,
+        typer.Option(help="the old token keeps working this long: 1h, 30m, 2d, 0s [it stops at once]"),
+    ] = None,
+    expires_in: Annotated[
+        str | None,
+        typer.Option("--expires-in", help="the new token's lifetime: 90d, 12h [the old one's; none if it had none]"),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Give a token (of a project, or a worker's) a new secret, printed once; the old one is revoked, at once or
+    after --grace."""
+    from service.auth import service as auth
+    from service.errors import ServiceError
+
+    wait = _duration("--grace", grace, zero=True)
+    lifetime = _duration("--expires-in", expires_in)
+    with _session() as session:
+        try:
+            new, secret, old = auth.rotate(
+                session,
+                project_id=None,
+                token_id=token_id,
+                grace=wait if wait is not None else auth.NO_GRACE,
+                expires_in=lifetime,
+                actor=_actor(),
+            )
+            session.commit()
+        except ServiceError as exc:
+            _die(exc.detail)
+        data = {"token": secret, "token_id": new.id, **_token_data(new), "replaced": _token_data(old)}
+        assert old.revoked_at is not None
+        stops = f"works until {auth.when(old.revoked_at)}" if wait else "no longer works"
+        text = f"token {new.id} replaces token {old.id}, {_ends(new)} (shown once): {secret}\ntoken {old.id} {stops}"
+    _emit(as_json, data, text)
+
+
+@admin_app.command("revoke-token")
+def revoke_token(
+    token_id: Annotated[int, typer.Argument(min=1, help="the token's id")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Revoke a token (of a project, or a worker's) now."""
+    from service.auth import service as auth
+    from service.errors import ServiceError
+
+    with _session() as session:
+        try:
+            token = auth.revoke(session, project_id=None, token_id=token_id, actor=_actor())
+            session.commit()
+        except ServiceError as exc:
+            _die(exc.detail)
+        data = _token_data(token)
+    _emit(as_json, data, f"token {token_id} revoked")
+
+
+def _scope(session: Any, project: str | None, testbed: str | None) -> tuple[int | None, int | None]:
+    """The ids of PROJECT or --testbed, exactly one of them given; exits 2 otherwise."""
+    from service.projects import repository as projects
+    from service.testbeds import repository as testbeds
+
+    if (project is None) == (testbed is None):
+        _die("name a PROJECT or a --testbed (a worker token's), one of the two")
+    if project is not None:
+        found = projects.get_by_name(session, project)
+        if found is None:
+            _die(f"no project {project!r}")
+        return found.id if found else None, None
+    assert testbed is not None
+    bed = testbeds.id_by_name(session, testbed)
+    if bed is None:
+        _die(f"no testbed {testbed!r}")
+    return None, bed
+
+
+TestbedOpt = Annotated[str | None, typer.Option(help="a testbed, for its worker tokens (instead of PROJECT)")]
+
+
+@admin_app.command("list-tokens")
+def list_tokens(
+    project: Annotated[str | None, typer.Argument(help="the project")] = None,
+    testbed: TestbedOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a project's tokens, or a testbed's worker tokens (never their secrets)."""
+    from service.auth import service as auth
+    from service.auth.service import when
+
+    with _session() as session:
+        project_id, testbed_id = _scope(session, project, testbed)
+        found = auth.list_tokens(session, project_id=project_id, testbed_id=testbed_id)
+        data = {"tokens": [_token_data(t) for t in found]}
+        lines = [
+            f"{t.id:>6}  {t.prefix}  {t.role:6}  {t.name or '-'}  "
+            + (f"revoked {when(t.revoked_at)}" if t.revoked_at else _ends(t))
+            for t in found
+        ]
+    _emit(as_json, data, "\n".join(lines) or "no tokens")
+
+
+@admin_app.command("audit")
+def audit_log(
+    project: Annotated[str | None, typer.Argument(help="the project")] = None,
+    testbed: TestbedOpt = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="events on the page")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="the page after this one (the `next` of a page)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The audit log of a project's tokens (or of a testbed's worker tokens), newest first: made, rotated, revoked,
+    used from a new address."""
+    from service.audit import service as audit
+    from service.audit.schemas import AuditEventOut, AuditPage
+    from service.auth.service import when
+    from service.errors import ServiceError
+
+    with _session() as session:
+        project_id, testbed_id = _scope(session, project, testbed)
+        try:
+            rows, nxt = audit.page(session, project_id=project_id, testbed_id=testbed_id, cursor=cursor, limit=limit)
+        except ServiceError as exc:
+            _die(exc.detail)
+        page = AuditPage(events=[AuditEventOut.of(r) for r in rows], next=nxt)
+    lines = [
+        f"{when(e.created_at)}  {e.kind:17}  token {e.token_id} ({e.token_prefix})  {e.address or '-'}  {e.detail}"
+        for e in page.events
+    ]
+    if nxt:
+        lines.append(f"more: --cursor {nxt}")
+    _emit(as_json, page.model_dump(mode="json"), "\n".join(lines) or "no events")
 
 
 @app.command()
@@ -177,10 +363,15 @@ def upload(
     pr: Annotated[int | None, typer.Option(help="pull request number")] = None,
     testbed: Annotated[str | None, typer.Option(help="testbed name")] = None,
     trace_dir: Annotated[Path | None, typer.Option(help="directory holding the run's trace files")] = None,
+    timeout: Annotated[
+        float, typer.Option(min=1, help="seconds to keep retrying while the service is unreachable (5xx, 429)")
+    ] = 600.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Upload a result document; exit 0 on pass or warn, 1 on fail, 2 on bad input or a refused upload."""
-    from service.client import UploadError, upload_result
+    """Upload a result document; exit 0 on pass or warn, 1 on fail, 2 on bad input or a refused upload, 3 when the
+    service stayed unreachable for the whole --timeout (no verdict). An upload retried after a lost answer counts
+    once: the service answers it with the stored run."""
+    from service.client import Unreachable, UploadError, upload_result
 
     server = server or os.environ.get("ATTNPROF_SERVER")
     token = token or os.environ.get("ATTNPROF_TOKEN")
@@ -202,7 +393,10 @@ def upload(
             pr=pr,
             testbed=testbed,
             trace_dir=trace_dir,
+            budget_s=timeout,
         )
+    except Unreachable as exc:
+        _die(str(exc), EXIT_NO_VERDICT)
     except UploadError as exc:
         _die(str(exc))
     verdict = answer["verdict"]

@@ -91,3 +91,106 @@ def test_admin_and_upload(server) -> None:
     assert missing.returncode == 2 and "cannot read" in missing.stderr
     refused = _run({**cenv, "ATTNPROF_TOKEN": "ap_wrong"}, "upload", str(first), "--branch", "m", "--commit", "x")
     assert refused.returncode == 2 and "401" in refused.stderr
+
+
+def _from(address: str, base: str, path: str, token: str, **headers: str) -> httpx.Response:
+    """A request to the real server whose connection comes from ``address`` (127.0.0.1 or 127.0.0.2: both loopback)."""
+    transport = httpx.HTTPTransport(local_address=address)
+    with httpx.Client(base_url=base, transport=transport, timeout=10) as client:
+        return client.get(path, headers={"Authorization": f"Bearer {token}", **headers})
+
+
+def _json(env: dict[str, str], *args: str) -> dict:
+    done = _run(env, "admin", *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_expiry_rotation_and_the_audit_log_from_the_command_line(server) -> None:
+    env, base, _ = server
+    _json(env, "create-project", "audited")
+    made = _json(env, "create-token", "audited", "--role", "submit", "--name", "ci", "--expires-in", "90d")
+    assert made["role"] == "submit" and made["expires_at"] and made["token"].startswith("ap_")
+    for args, says in (
+        (("create-token", "audited", "--role", "read", "--expires-in", "-5d"), "--expires-in: '-5d' is negative"),
+        (("create-token", "audited", "--role", "read", "--expires-in=ninety"), "--expires-in: 'ninety' is not"),
+        (("create-worker-token", "--testbed", "tb-cli", "--expires-in", "0d"), "--expires-in: '0d' is no time"),
+        (("rotate-token", str(made["token_id"]), "--grace", "-1h"), "--grace: '-1h' is negative"),
+        (("rotate-token", "999999"), "no token 999999"),
+        (("audit",), "name a PROJECT or a --testbed"),
+        (("audit", "nope"), "no project 'nope'"),
+        (("audit", "audited", "--cursor", "nope"), "cursor: not a cursor this API returned"),
+    ):
+        refused = _run(env, "admin", *args)
+        assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+        assert says in refused.stderr, refused.stderr
+        if any(a.startswith(("--expires-in", "--grace")) for a in args):  # the allowed form is named
+            assert "a whole number and a unit, s, m, h, d or w" in refused.stderr, refused.stderr
+    # nothing was made or changed by those
+    assert [t["id"] for t in _json(env, "list-tokens", "audited")["tokens"]] == [made["token_id"] - 1, made["token_id"]]
+    assert _run(env, "admin", "list-tokens", "--testbed", "tb-cli").returncode == 2  # no such testbed yet
+
+    # one token from two addresses; a forwarded address from a proxy nobody trusts is not taken
+    path = "/api/v1/projects/audited/runs"
+    assert _from("127.0.0.1", base, path, made["token"], **{"X-Forwarded-For": "198.51.100.7"}).status_code == 200
+    assert _from("127.0.0.1", base, path, made["token"]).status_code == 200
+    assert _from("127.0.0.2", base, path, made["token"]).status_code == 200
+
+    rotated = _json(env, "rotate-token", str(made["token_id"]), "--grace", "1h")
+    assert rotated["replaced"]["id"] == made["token_id"] and rotated["replaced"]["revoked_at"]
+    assert (rotated["role"], rotated["name"]) == ("submit", "ci") and rotated["expires_at"]
+    assert _from("127.0.0.1", base, path, made["token"]).status_code == 200  # its grace period
+    assert _from("127.0.0.1", base, path, rotated["token"]).status_code == 200
+    again = _run(env, "admin", "rotate-token", str(made["token_id"]))
+    assert again.returncode == 2 and "was rotated already" in again.stderr
+    assert _json(env, "revoke-token", str(made["token_id"]))["revoked_at"]
+    gone = _from("127.0.0.1", base, path, made["token"])
+    assert gone.status_code == 401 and gone.json()["detail"] == "unknown or revoked token"
+
+    events = _json(env, "audit", "audited")["events"]
+    assert [e["id"] for e in events] == sorted((e["id"] for e in events), reverse=True)
+    old = [(e["kind"], e["address"]) for e in reversed(events) if e["token_id"] == made["token_id"]]
+    assert old == [
+        ("token.created", None),
+        ("token.new_address", "127.0.0.1"),
+        ("token.new_address", "127.0.0.2"),
+        ("token.rotated", None),
+        ("token.new_address", "127.0.0.1"),  # back on the first address, in its grace period
+        ("token.revoked", None),
+    ]
+    by_cli = [e["detail"] for e in events if e["kind"] in ("token.created", "token.rotated", "token.revoked")]
+    assert by_cli and all("by the command line" in d for d in by_cli)
+    paged = _json(env, "audit", "audited", "--limit", "2")
+    assert [e["id"] for e in paged["events"]] == [e["id"] for e in events[:2]] and paged["next"]
+    rest = _json(env, "audit", "audited", "--limit", "1000", "--cursor", paged["next"])
+    assert [e["id"] for e in rest["events"]] == [e["id"] for e in events[2:]] and rest["next"] is None
+    text = _run(env, "admin", "audit", "audited")
+    assert text.returncode == 0 and "token.new_address" in text.stdout and "127.0.0.2" in text.stdout
+
+    # a worker token rotates from the command line only, at once without --grace
+    wk = _json(env, "create-worker-token", "--testbed", "tb-cli", "--expires-in", "7d")
+    assert _from("127.0.0.2", base, "/api/v1/token", wk["token"]).json()["testbed"] == "tb-cli"
+    new = _json(env, "rotate-token", str(wk["token_id"]))
+    assert _from("127.0.0.2", base, "/api/v1/token", wk["token"]).status_code == 401
+    assert _from("127.0.0.2", base, "/api/v1/token", new["token"]).json() == {
+        "role": "worker",
+        "project": None,
+        "testbed": "tb-cli",
+    }
+    listed = _json(env, "list-tokens", "--testbed", "tb-cli")["tokens"]
+    assert [(t["id"], t["revoked_at"] is not None) for t in listed] == [
+        (wk["token_id"], True),
+        (new["token_id"], False),
+    ]
+    worker_events = [
+        (e["kind"], e["token_id"], e["testbed"]) for e in _json(env, "audit", "--testbed", "tb-cli")["events"]
+    ]
+    assert worker_events == [
+        ("token.new_address", new["token_id"], "tb-cli"),
+        ("token.created", new["token_id"], "tb-cli"),
+        ("token.rotated", wk["token_id"], "tb-cli"),
+        ("token.new_address", wk["token_id"], "tb-cli"),
+        ("token.created", wk["token_id"], "tb-cli"),
+    ]
+    shown = _run(env, "admin", "rotate-token", str(new["token_id"]), "--grace", "30m")
+    assert shown.returncode == 0 and "(shown once): ap_" in shown.stdout and "works until" in shown.stdout
