@@ -10,7 +10,7 @@ from fastapi import Depends, Form, Path, Request
 
 from service.auth import repository as tokens
 from service.auth.models import WORKER
-from service.db import SessionDep
+from service.db import SessionDep, utcnow
 from service.projects import repository as projects
 from service.projects.models import Project
 from service.web.session import COOKIE, SessionSigner, WebSession
@@ -67,7 +67,7 @@ def _current(request: Request, session: SessionDep) -> tuple[WebSession, int, st
     if web is None:
         raise SignInRequired(here)
     token = tokens.get(session, web.token_id)
-    if token is None or token.revoked_at is not None or token.role == WORKER or token.project_id is None:
+    if token is None or not token.works_at(utcnow()) or token.role == WORKER or token.project_id is None:
         raise SignInRequired(here)
     project = projects.get(session, token.project_id)
     if project is None:

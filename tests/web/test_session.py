@@ -6,8 +6,11 @@ import re
 import time
 
 import httpx
+from sqlalchemy import update
 from webstack import Site, site  # noqa: F401  (fixture)
 
+from service.auth.models import Token
+from service.db import make_engine, utcnow
 from service.web.session import COOKIE, SessionSigner
 
 
@@ -108,3 +111,29 @@ def test_sign_out_needs_the_form_token_and_clears_the_cookie(site: Site) -> None
         out = client.post("/ui/logout", data={"csrf": csrf.group(1)})
         assert out.status_code == 303
         assert COOKIE not in client.cookies
+
+
+def test_an_expired_token_ends_its_sessions_and_a_rotated_one_at_the_end_of_its_grace(site: Site) -> None:
+    with site.api(site.tokens.admin) as api:
+        expiring = api.post(f"/api/v1/projects/{site.project}/tokens", json={"role": "read", "expires_in": "1d"})
+        rotating = api.post(f"/api/v1/projects/{site.project}/tokens", json={"role": "read"})
+        assert expiring.status_code == rotating.status_code == 201
+        with httpx.Client(base_url=site.url) as first, httpx.Client(base_url=site.url) as second:
+            _login(first, expiring.json()["token"])
+            _login(second, rotating.json()["token"])
+            assert first.get(f"/ui/p/{site.project}").status_code == 200
+            rotated = api.post(
+                f"/api/v1/projects/{site.project}/tokens/{rotating.json()['id']}/rotate", json={"grace": "1h"}
+            )
+            assert rotated.status_code == 201
+            assert second.get(f"/ui/p/{site.project}").status_code == 200  # in its grace period
+            engine = make_engine(site.db_url)
+            try:
+                with engine.begin() as conn:
+                    past = utcnow()
+                    conn.execute(update(Token).where(Token.id == expiring.json()["id"]).values(expires_at=past))
+                    conn.execute(update(Token).where(Token.id == rotating.json()["id"]).values(revoked_at=past))
+            finally:
+                engine.dispose()
+            assert first.get(f"/ui/p/{site.project}").status_code == 303
+            assert second.get(f"/ui/p/{site.project}").status_code == 303
