@@ -589,7 +589,8 @@ def in_process(seeded: seeding.Seeded, repeats: int = 5) -> dict[str, Any]:
     sends = 300
     start = time.process_time()
     for i in range(sends):
-        queue.enqueue_profile(settings, job_id=f"in-process-{i}", attempt=1, testbed="bench-in-process")
+        message = queue.ProfileMessage(f"in-process-{i}", attempt=1, testbed="bench-in-process", claim_secret="s")
+        queue.enqueue_profile(settings, message)
     out["enqueue_ms"] = (time.process_time() - start) * 1000 / sends
     subprocess.run(["redis-cli", "-u", REDIS, "DEL", "profile.bench-in-process"], capture_output=True)
     out["submit_ms"] = asyncio.run(submissions_in_process(seeded))

@@ -37,6 +37,12 @@ class Analysis(BaseModel):
     ancestor_commits_pooled: int = Field(10, ge=1, description="ancestors searched to fill the pool")
     noise_history_runs: int = Field(20, ge=3, description="default-branch runs the noise floor is learnt from")
     alert_history_runs: int = Field(40, ge=10, description="default-branch runs searched for change points")
+    pause_s: float = Field(
+        0.0,
+        ge=0,
+        description="test knob: the analysis task waits this long, holding its lease, before it records the verdict "
+        "(0 in production; the tests kill a worker mid-analysis)",
+    )
 
 
 class ProfileWorker(BaseModel):
@@ -80,8 +86,15 @@ class Sweep(BaseModel):
 
     interval_s: float = Field(10.0, gt=0, description="how often beat sends jobs.sweep")
     queued_stale_s: float = Field(60.0, gt=0, description="queued this long with no message in the broker: resend")
-    heartbeat_stale_s: float = Field(60.0, gt=0, description="running with no heartbeat this long: the worker died")
-    analyzing_stale_s: float = Field(120.0, gt=0, description="analyzing this long with no message: resend")
+    heartbeat_stale_s: float = Field(
+        60.0, gt=0, description="a running job's lease: a claim or heartbeat holds it this long; then the worker died"
+    )
+    analyzing_stale_s: float = Field(
+        120.0,
+        gt=0,
+        description="an analyzing job's lease: the analysis must start this long after the result, and renews it "
+        "every third of it while it works; then the analysis is sent again",
+    )
     batch: int = Field(200, ge=1, description="jobs handled per sweep and per kind")
     feedback_retry_s: float = Field(
         30.0, gt=0, description="GitHub feedback that failed is retried after this, doubling each time up to 1 h"

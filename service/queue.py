@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import uuid
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -91,9 +92,12 @@ def _connection(broker_url: str, folder: str) -> Connection:
     return conn
 
 
-def task_message(name: str, args: list[object]) -> tuple[list[object], dict[str, object], str]:
+def task_message(
+    name: str, args: list[object], argsrepr: str | None = None
+) -> tuple[list[object], dict[str, object], str]:
     """(body, headers, task id) of a protocol-2 task message calling ``name(*args)``, as Celery's ``send_task``
-    writes it (tests/worker/test_pipeline.py shows a Celery worker running what this sends)."""
+    writes it (tests/worker/test_pipeline.py shows a Celery worker running what this sends). ``argsrepr``: how
+    Celery shows the arguments (logs, monitors), ``repr(args)`` unless given."""
     task_id = str(uuid.uuid4())
     headers: dict[str, object] = {
         "lang": "py",
@@ -108,7 +112,7 @@ def task_message(name: str, args: list[object]) -> tuple[list[object], dict[str,
         "timelimit": [None, None],
         "root_id": task_id,
         "parent_id": None,
-        "argsrepr": repr(args),
+        "argsrepr": repr(args) if argsrepr is None else argsrepr,
         "kwargsrepr": "{}",
         "origin": _ORIGIN,
         "ignore_result": None,
@@ -119,12 +123,12 @@ def task_message(name: str, args: list[object]) -> tuple[list[object], dict[str,
     return [args, {}, _EMBED], headers, task_id
 
 
-def _send(settings: Settings, name: str, args: list[object], queue: str) -> bool:
+def _send(settings: Settings, name: str, args: list[object], queue: str, argsrepr: str | None = None) -> bool:
     """Publish ``name(*args)`` on ``queue`` through kombu: a pooled producer, the default exchange (the routing key
     is the queue's name, so no binding is looked up), persistent delivery, no retry. Celery's ``send_task`` did the
     same through its app, routing and signals: 0.53 ms of CPU a message against 0.33 ms here, alternating 200 of
     each six times in one process (load average 8 on 2 cores)."""
-    body, headers, task_id = task_message(name, args)
+    body, headers, task_id = task_message(name, args, argsrepr)
     try:
         with producers[_connection(settings.broker_url, settings.broker_folder)].acquire(block=True, timeout=5) as p:
             p.publish(
@@ -143,9 +147,24 @@ def _send(settings: Settings, name: str, args: list[object], queue: str) -> bool
     return True
 
 
-def enqueue_profile(settings: Settings, *, job_id: str, attempt: int, testbed: str) -> bool:
-    """Send ``profile.run(job_id, attempt)`` to ``profile.<testbed>``; False when the broker refused it."""
-    return _send(settings, PROFILE_TASK, [job_id, attempt], profile_queue(testbed))
+@dataclass(frozen=True)
+class ProfileMessage:
+    """``profile.run(job_id, attempt, claim_secret)`` for the queue ``profile.<testbed>``: the offer of a job's next
+    attempt to its testbed's workers. ``claim_secret`` is one-time and exists only here and in the message (the
+    job row keeps its sha256): a claim must show it. Never logged (its ``repr`` leaves it out)."""
+
+    job_id: str
+    attempt: int
+    testbed: str
+    claim_secret: str = field(repr=False)
+
+
+def enqueue_profile(settings: Settings, message: ProfileMessage) -> bool:
+    """Send ``message`` to ``profile.<testbed>``; False when the broker refused it. Every profile message is sent
+    here (and made by ``service.jobs.service.offer_next_attempt``)."""
+    args: list[object] = [message.job_id, message.attempt, message.claim_secret]
+    shown = repr([message.job_id, message.attempt, "<claim secret>"])  # what Celery logs never holds the secret
+    return _send(settings, PROFILE_TASK, args, profile_queue(message.testbed), shown)
 
 
 def enqueue_analysis(settings: Settings, *, job_id: str) -> bool:
@@ -156,7 +175,22 @@ def enqueue_sweep(settings: Settings) -> bool:
     return _send(settings, SWEEP_TASK, [], ANALYSIS_QUEUE)
 
 
-Pending = set[tuple[str, tuple[Any, ...]]]
+Message = tuple[str, tuple[Any, ...]]
+"""A task message as the sweeper compares it: (task name, args)."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The messages of one queue: ``waiting`` in it, and ``unacked``: delivered to a worker that has not
+    acknowledged them (acks late: it is running them, or it died and the broker will only restore them after
+    ``visibility_timeout``)."""
+
+    waiting: frozenset[Message] = frozenset()
+    unacked: frozenset[Message] = frozenset()
+
+    @property
+    def all(self) -> frozenset[Message]:
+        return self.waiting | self.unacked
 
 
 def _decode(payload: Any) -> tuple[str, tuple[Any, ...]] | None:
@@ -173,10 +207,11 @@ def _decode(payload: Any) -> tuple[str, tuple[Any, ...]] | None:
 
 
 def pending(settings: Settings, queue: str) -> Pending | None:
-    """The (task, args) of messages waiting on ``queue`` or delivered and not yet acknowledged; ``None`` when
-    the broker cannot be read this way (then the sweeper falls back to resending on a timer).
+    """The (task, args) of messages waiting on ``queue`` and of those delivered and not yet acknowledged; ``None``
+    when the broker cannot be read this way (then the sweeper falls back to resending on a timer).
 
-    What the sweeper asks before resending a job: a message that is still there is not lost.
+    What the sweeper asks before resending a queued job: a message that is still there is not lost. (A lease that
+    ran out is resent whatever ``unacked`` holds: a worker killed mid-task leaves its message there for hours.)
     """
     try:
         if settings.broker_url.startswith(("redis://", "rediss://")):
@@ -193,24 +228,25 @@ def _pending_redis(settings: Settings, queue: str) -> Pending | None:
 
     r = redis.Redis.from_url(settings.broker_url, socket_timeout=5)
     try:
-        found: Pending = set()
+        waiting: set[Message] = set()
         for key in [queue, *(f"{queue}{_REDIS_PRIORITY_SEP}{p}" for p in range(1, 10))]:
             if r.llen(key) > PENDING_SCAN_MAX:
                 return None
             for raw in r.lrange(key, 0, -1):
                 if (decoded := _decode(raw)) is not None:
-                    found.add(decoded)
+                    waiting.add(decoded)
         # Delivered to a worker and not acknowledged (acks late): kombu keeps them in the "unacked" hash.
         if r.hlen("unacked") > PENDING_SCAN_MAX:
             return None
+        unacked: set[Message] = set()
         for raw in r.hvals("unacked"):
             try:
                 message, _exchange, routing_key = json.loads(raw)
             except (ValueError, TypeError):
                 continue
             if routing_key == queue and (decoded := _decode(message)) is not None:
-                found.add(decoded)
-        return found
+                unacked.add(decoded)
+        return Pending(waiting=frozenset(waiting), unacked=frozenset(unacked))
     finally:
         r.close()
 
@@ -221,7 +257,7 @@ def _pending_folder(settings: Settings, queue: str) -> Pending | None:
     names = [n for n in sorted(folder.iterdir()) if n.name.partition(".")[2] == suffix[1:]]
     if len(names) > PENDING_SCAN_MAX:
         return None
-    found: Pending = set()
+    found: set[Message] = set()
     for name in names:
         try:
             decoded = _decode(name.read_bytes())
@@ -229,7 +265,8 @@ def _pending_folder(settings: Settings, queue: str) -> Pending | None:
             continue
         if decoded is not None:
             found.add(decoded)
-    return found
+    # A worker of this transport takes a message file away when it reads it: what is left is waiting.
+    return Pending(waiting=frozenset(found))
 
 
 def ping(settings: Settings) -> None:

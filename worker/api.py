@@ -1,9 +1,12 @@
-"""The service's internal API as a profile worker sees it: HTTP with a worker token, no database.
+"""The service's internal API as a profile worker sees it: HTTP, no database. The worker token opens the testbed
+and the claim (with the message's claim secret); the claim answers with the attempt's job token, and a client made
+from it (``for_job``) opens the job's bundle, heartbeat, result, traces and failure.
 
 Errors, in one place:
 
 ``ServiceAPIError``  base
-``Stale``            409 or 404: this attempt is not (or no longer) the job's: drop it, report nothing
+``Stale``            409 or 404, and 401 to a job token (revoked): this attempt is not (or no longer) the job's:
+                     drop it, report nothing
 ``Refused``          another 4xx: the request was wrong (a bug, or a limit); retrying cannot help
 ``Unreachable``      no answer, or a 5xx/429 after the retries: the service is down or overloaded
 """
@@ -48,13 +51,22 @@ def _detail(response: httpx.Response) -> str:
 
 
 class WorkerAPI:
-    """One worker token's view of ``/internal``. Safe to use from one thread; make one per thread."""
+    """One token's view of ``/internal``: a worker token's (``job=False``), or one attempt's job token's. Safe to
+    use from one thread; make one per thread."""
 
-    def __init__(self, base_url: str, token: str, *, timeout_s: float = TIMEOUT_S, retries: int = RETRIES) -> None:
+    def __init__(
+        self, base_url: str, token: str, *, timeout_s: float = TIMEOUT_S, retries: int = RETRIES, job: bool = False
+    ) -> None:
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s
         )
-        self._retries = retries
+        self._base_url, self._timeout_s, self._retries = base_url, timeout_s, retries
+        # A job token the service no longer takes (401) means the attempt ended: the same as a stale attempt.
+        self._stale = (401, 404, 409) if job else (404, 409)
+
+    def for_job(self, token: str) -> WorkerAPI:
+        """A new client holding ``token``, the job token that a claim answered with."""
+        return WorkerAPI(self._base_url, token, timeout_s=self._timeout_s, retries=self._retries, job=True)
 
     def close(self) -> None:
         self._http.close()
@@ -76,7 +88,7 @@ class WorkerAPI:
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
-            if response.status_code in (409, 404):
+            if response.status_code in self._stale:
                 raise Stale(_detail(response))
             if response.status_code == 429 or response.status_code >= 500:
                 last = _detail(response)
@@ -91,11 +103,11 @@ class WorkerAPI:
         data: dict[str, Any] = self._call("GET", "/internal/testbed").json()
         return data
 
-    def claim(self, job_id: str, attempt: int, worker: str) -> dict[str, Any]:
-        """Start ``attempt``: the spec, the bundle's hash, the testbed. ``Stale`` if it is not the next one."""
-        data: dict[str, Any] = self._call(
-            "POST", f"/internal/jobs/{job_id}/claim", json={"attempt": attempt, "worker": worker}
-        ).json()
+    def claim(self, job_id: str, attempt: int, worker: str, secret: str) -> dict[str, Any]:
+        """Start ``attempt`` with the claim secret of its message: the spec, the bundle's hash, the testbed and the
+        attempt's job ``token``. ``Stale`` if it is not the next one or not this message's (drop it)."""
+        body = {"attempt": attempt, "worker": worker, "secret": secret}
+        data: dict[str, Any] = self._call("POST", f"/internal/jobs/{job_id}/claim", json=body).json()
         return data
 
     def heartbeat(self, job_id: str, attempt: int) -> bool:
@@ -111,7 +123,7 @@ class WorkerAPI:
                 time.sleep(BACKOFF_S * 2 ** (i - 1))
             try:
                 with self._http.stream("GET", f"/internal/jobs/{job_id}/bundle") as r:
-                    if r.status_code in (404, 409):
+                    if r.status_code in self._stale:
                         r.read()
                         raise Stale(_detail(r))
                     if r.status_code == 429 or r.status_code >= 500:

@@ -1,8 +1,9 @@
 """The workers' Celery app, configured from the settings (``ATTNPROF_BROKER_URL`` and the rest).
 
-The task contract (DESIGN 3.4): ``profile.run(job_id, attempt)`` on ``profile.<testbed>`` (the sender
-names the queue), ``analysis.run(job_id)`` on ``analysis``, ``jobs.sweep`` on ``analysis`` every
-``ATTNPROF_SWEEP__INTERVAL_S`` seconds from beat. Arguments are ids; results are not kept (the job row is
+The task contract (DESIGN 3.4): ``profile.run(job_id, attempt, claim_secret)`` on ``profile.<testbed>`` (the
+sender names the queue; the secret is one-time, and a claim needs it beside the worker token),
+``analysis.run(job_id)`` on ``analysis``, ``jobs.sweep`` on ``analysis`` every ``ATTNPROF_SWEEP__INTERVAL_S``
+seconds from beat. Arguments are ids (and the one secret), never documents; results are not kept (the job row is
 the truth). Late acknowledgement, rejection when the worker is lost and a prefetch of one: a message is
 acknowledged only after its task ran, and a worker holds no job it is not running.
 

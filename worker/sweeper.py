@@ -60,8 +60,8 @@ def run(settings: Settings) -> dict[str, int]:
         )
         session.commit()
     for send in report.sends:
-        if send.task == "profile":
-            queue.enqueue_profile(settings, job_id=send.job_id, attempt=send.attempt, testbed=send.testbed)
+        if send.message is not None:
+            queue.enqueue_profile(settings, send.message)
         else:
             queue.enqueue_analysis(settings, job_id=send.job_id)
         log.warning("job %s: sent %s again (%s)", send.job_id, send.task, send.why)

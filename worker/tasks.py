@@ -16,11 +16,12 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 @app.task(name="profile.run", acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
-def profile_run(job_id: str, attempt: int) -> str:
-    """One attempt of a profiling job (GPU host)."""
+def profile_run(job_id: str, attempt: int, claim_secret: str) -> str:
+    """One attempt of a profiling job (GPU host). ``claim_secret``: the message's one-time secret, which the claim
+    shows the service (with the worker token) and which is never logged."""
     from worker import profile
 
-    return profile.run_job(job_id, attempt, profile.ProfileConfig.from_settings(get_settings()))
+    return profile.run_job(job_id, attempt, claim_secret, profile.ProfileConfig.from_settings(get_settings()))
 
 
 @app.task(name="analysis.run", acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]

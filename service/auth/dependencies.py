@@ -1,4 +1,5 @@
-"""Dependencies that turn a request's bearer token into a principal, a project, or a worker's testbed."""
+"""Dependencies that turn a request's bearer token into a principal, a project, a worker's testbed, or a job
+token (checked by the jobs service against the job it names)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Header, Path, Request
+from fastapi import Depends, Header, Path, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.applications import Starlette
 
 from service.auth import service as auth
 from service.auth.models import WORKER
 from service.db import SessionDep
-from service.errors import Forbidden, RateLimited
+from service.errors import Forbidden, RateLimited, Unauthorized
 from service.ratelimit import RateLimiter
 
 Authorization = Annotated[str | None, Header(description="Bearer <token>")]
@@ -72,10 +74,51 @@ SubmitProject = Annotated[ProjectAccess, Depends(_project_access("submit"))]
 AdminProject = Annotated[ProjectAccess, Depends(_project_access("admin"))]
 
 
-def get_worker(principal: PrincipalDep) -> auth.Principal:
+# The worker routes' two bearer schemes, as the internal OpenAPI document (``/internal/openapi.json``) shows them. The
+# header is read by the dependencies below, so that a missing or malformed one gets this API's 401 body.
+WORKER_SCHEME = HTTPBearer(
+    scheme_name="WorkerToken",
+    description="a worker token (`attnprof admin create-worker-token`): which testbed a GPU host serves; it opens "
+    "the testbed and the claim routes only",
+    auto_error=False,
+)
+JOB_SCHEME = HTTPBearer(
+    scheme_name="JobToken",
+    description="the job token a claim answered with: it opens that job's attempt only (bundle, heartbeat, result, "
+    "failure, traces), until the attempt ends",
+    auto_error=False,
+)
+
+
+def get_worker(
+    request: Request,
+    session: SessionDep,
+    _scheme: Annotated[HTTPAuthorizationCredentials | None, Security(WORKER_SCHEME)] = None,
+) -> auth.Principal:
+    principal = auth.authenticate(session, request.headers.get("Authorization"))
+    rate_limit(request.app, principal)
     if principal.role != WORKER:
         raise Forbidden("internal endpoints take a worker token")
     return principal
 
 
 WorkerDep = Annotated[auth.Principal, Depends(get_worker)]
+
+
+@dataclass(frozen=True)
+class JobToken:
+    """A job token as a request presents it: its sha256, which the jobs service checks against the job row that
+    the route names (``service.jobs.attempts``)."""
+
+    sha256: str
+
+
+def get_job_token(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(JOB_SCHEME)] = None,
+) -> JobToken:
+    if credentials is None or not credentials.credentials.strip():
+        raise Unauthorized("missing Authorization: Bearer <job token> (the token a claim answered with)")
+    return JobToken(sha256=auth.hash_secret(credentials.credentials.strip()))
+
+
+JobTokenDep = Annotated[JobToken, Depends(get_job_token)]

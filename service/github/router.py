@@ -15,9 +15,9 @@ from service.github import service as github
 from service.github import webhook
 from service.github.client import GitHubError
 from service.github.schemas import ResendAnswer, WebhookAnswer
+from service.jobs import attempts
 from service.jobs import service as jobs
 from service.openapi import errors
-from service.testbeds import repository as testbeds
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1/github", tags=["github"])
@@ -59,11 +59,11 @@ def receive(
     if not allowed:
         return WebhookAnswer(action="ignored", detail=f"{user} has no write access to {repo}")
     copies = webhook.requeue(session, repo=repo, pr=pr)
+    messages = [attempts.offer_next_attempt(job, jobs.testbed_name(session, job)) for job in copies]
     session.commit()
-    for job in copies:
-        tb = testbeds.get(session, job.testbed_id)
-        queue.enqueue_profile(settings, job_id=job.id, attempt=1, testbed=tb.name if tb else "")
-        github.send_pending(session, settings, job.id)
+    for message in messages:
+        queue.enqueue_profile(settings, message)
+        github.send_pending(session, settings, message.job_id)
     return WebhookAnswer(action="rerun", detail=f"{len(copies)} job(s) queued", jobs=[j.id for j in copies])
 
 

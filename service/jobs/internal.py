@@ -1,16 +1,26 @@
-"""Endpoints for the GPU workers, with worker tokens bound to the job's testbed."""
+"""Endpoints for the GPU workers (DESIGN 3.5), described by their own OpenAPI document, ``/internal/openapi.json``
+(the public one at ``/openapi.json`` leaves them out).
+
+A worker token (``WorkerToken``) opens the testbed route and the claim, which also needs the claim secret of the
+job's latest ``profile.run`` message; the claim answers with the attempt's job token (``JobToken``), and only that
+opens the job's bundle, heartbeat, result, failure and trace routes (``service.jobs.attempts`` says for how long).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import copy
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from starlette.applications import Starlette
 
 from service import feedback, queue
-from service.auth.dependencies import WorkerDep
+from service.auth.dependencies import JobTokenDep, WorkerDep
 from service.db import SessionDep
 from service.dependencies import SettingsDep
-from service.jobs import service
+from service.jobs import attempts, service
 from service.jobs.models import FINAL
 from service.jobs.schemas import (
     Claim,
@@ -23,23 +33,35 @@ from service.jobs.schemas import (
     WorkerResultAnswer,
     WorkerTestbed,
 )
+from service.openapi import document_errors, errors
 
-router = APIRouter(prefix="/internal", tags=["internal"])
+OPENAPI_PATH = "/internal/openapi.json"
+router = APIRouter(prefix="/internal", tags=["internal"], include_in_schema=False)
 # The body is read raw (a gzip file, not JSON), so FastAPI cannot describe it: say what it is.
 _TRACE_BODY = {"required": True, "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}}
+JobId = Annotated[str, Path(max_length=36, description="the job's id, as its profile.run message names it")]
+# Error answers by the token a route takes: a worker token can be unknown (401), not a worker's (403) or over its
+# rate limit (429); a job token is the job's current attempt's or it opens nothing (401, whatever the job).
+_WORKER_ERRORS = errors(401, 403, 429)
+_JOB_ERRORS = errors(401)
 
 
-@router.get("/testbed", response_model=WorkerTestbed)
+@router.get("/testbed", response_model=WorkerTestbed, responses=_WORKER_ERRORS)
 def testbed(worker: WorkerDep, session: SessionDep) -> WorkerTestbed:
     """The testbed this worker token serves and its key (what a worker checks its GPU against before it starts)."""
-    tb = service.worker_testbed(session, worker)
+    tb = attempts.worker_testbed(session, worker)
     return WorkerTestbed(name=tb.name, key=tb.key, meaning=tb.meaning)
 
 
-@router.post("/jobs/{job_id}/claim", response_model=ClaimAnswer)
-def claim(job_id: str, body: Claim, worker: WorkerDep, session: SessionDep) -> ClaimAnswer:
-    """Start an attempt; 409 when the delivery is stale (another attempt, or the job is no longer queued)."""
-    job = service.claim(session, worker, job_id, attempt=body.attempt, worker_name=body.worker)
+@router.post("/jobs/{job_id}/claim", response_model=ClaimAnswer, responses={**_WORKER_ERRORS, **errors(404, 409)})
+def claim(job_id: JobId, body: Claim, worker: WorkerDep, session: SessionDep, settings: SettingsDep) -> ClaimAnswer:
+    """Start an attempt with the secret of the job's profile.run message, and get its job token. 404 for a job that
+    is not this testbed's or whose latest message did not carry this secret; 409 when the delivery is stale (another
+    attempt, or the job is no longer queued): drop the message."""
+    lease_s = settings.sweep.heartbeat_stale_s
+    job, token = attempts.claim(
+        session, worker, job_id, attempt=body.attempt, worker_name=body.worker, secret=body.secret, lease_s=lease_s
+    )
     return ClaimAnswer(
         id=job.id,
         attempt=job.attempts,
@@ -48,26 +70,45 @@ def claim(job_id: str, body: Claim, worker: WorkerDep, session: SessionDep) -> C
         repo=job.repo,
         commit=job.commit,
         testbed=service.testbed_name(session, job),
+        token=token,
+        lease_s=lease_s,
     )
 
 
-@router.post("/jobs/{job_id}/heartbeat", response_model=HeartbeatAnswer)
-def heartbeat(job_id: str, body: Heartbeat, worker: WorkerDep, session: SessionDep) -> HeartbeatAnswer:
-    job = service.heartbeat(session, worker, job_id, attempt=body.attempt)
+@router.post("/jobs/{job_id}/heartbeat", response_model=HeartbeatAnswer, responses={**_JOB_ERRORS, **errors(409)})
+def heartbeat(
+    job_id: JobId, body: Heartbeat, token: JobTokenDep, session: SessionDep, settings: SettingsDep
+) -> HeartbeatAnswer:
+    """The attempt is alive: its lease is renewed. The answer says whether the job was cancelled (stop the work)."""
+    job = attempts.heartbeat(
+        session, job_id, token.sha256, attempt=body.attempt, lease_s=settings.sweep.heartbeat_stale_s
+    )
     return HeartbeatAnswer(status=job.status, cancelled=job.status == "cancelled")
 
 
-@router.get("/jobs/{job_id}/bundle", response_class=Response, responses={200: {"content": {"application/gzip": {}}}})
-def bundle(job_id: str, worker: WorkerDep, session: SessionDep) -> Response:
-    return Response(service.bundle(session, worker, job_id), media_type="application/gzip")
+@router.get(
+    "/jobs/{job_id}/bundle",
+    response_class=Response,
+    responses={200: {"content": {"application/gzip": {}}}, **_JOB_ERRORS, **errors(404, 409)},
+)
+def bundle(job_id: JobId, token: JobTokenDep, session: SessionDep) -> Response:
+    """The job's source bundle (tar.gz), to a running attempt."""
+    return Response(attempts.bundle(session, job_id, token.sha256), media_type="application/gzip")
 
 
-@router.post("/jobs/{job_id}/result", response_model=WorkerResultAnswer)
+@router.post("/jobs/{job_id}/result", response_model=WorkerResultAnswer, responses={**_JOB_ERRORS, **errors(409)})
 def result(
-    job_id: str, body: WorkerResult, worker: WorkerDep, session: SessionDep, settings: SettingsDep
+    job_id: JobId, body: WorkerResult, token: JobTokenDep, session: SessionDep, settings: SettingsDep
 ) -> WorkerResultAnswer:
     """Store the attempt's result document as a run (once per job and attempt), then queue its analysis."""
-    run, duplicate = service.accept_result(session, worker, job_id, attempt=body.attempt, result=body.result)
+    run, duplicate = attempts.accept_result(
+        session,
+        job_id,
+        token.sha256,
+        attempt=body.attempt,
+        result=body.result,
+        wait_s=settings.sweep.analyzing_stale_s,
+    )
     if not duplicate:
         session.commit()
         queue.enqueue_analysis(settings, job_id=job_id)
@@ -78,38 +119,82 @@ def result(
     "/jobs/{job_id}/traces/{name}",
     status_code=204,
     response_class=Response,
+    responses={**_JOB_ERRORS, **errors(404, 409)},
     openapi_extra={"requestBody": _TRACE_BODY},
 )
 async def trace(
-    job_id: str,
+    job_id: JobId,
     name: Annotated[str, Path(min_length=1, max_length=500)],
     attempt: Annotated[int, Query(ge=1)],
     request: Request,
-    worker: WorkerDep,
+    token: JobTokenDep,
     session: SessionDep,
     settings: SettingsDep,
 ) -> Response:
-    """Attach a trace that the stored result of ``attempt`` names (gzip Chrome trace); a repeat replaces it."""
+    """Attach a trace that the stored result of ``attempt`` names (gzip Chrome trace); a repeat replaces it. The
+    attempt's token uploads traces for ``TRACE_UPLOAD_S`` (15 minutes) after its result."""
     data = await request.body()
-    service.accept_trace(
-        session, worker, job_id, attempt=attempt, name=name, data=data, limit_bytes=settings.limits.trace_bytes
+    attempts.accept_trace(
+        session, job_id, token.sha256, attempt=attempt, name=name, data=data, limit_bytes=settings.limits.trace_bytes
     )
     return Response(status_code=204)
 
 
-@router.post("/jobs/{job_id}/failure", response_model=JobOut)
-def failure(job_id: str, body: Failure, worker: WorkerDep, session: SessionDep, settings: SettingsDep) -> JobOut:
-    """Record a failed attempt; a retried job is queued again for the next attempt. A job that ended (failed, timed
-    out) gets its ``error`` status and PR comment after the commit; GitHub's answer never changes this one."""
-    job = service.fail(
-        session, worker, job_id, attempt=body.attempt, reason=body.reason, timed_out=body.timed_out, retry=body.retry
+@router.post("/jobs/{job_id}/failure", response_model=JobOut, responses={**_JOB_ERRORS, **errors(409)})
+def failure(job_id: JobId, body: Failure, token: JobTokenDep, session: SessionDep, settings: SettingsDep) -> JobOut:
+    """Record a failed attempt (its token then opens nothing); a retried job is queued again for the next attempt,
+    with a new message. A job that ended (failed, timed out) gets its ``error`` status and PR comment after the
+    commit; GitHub's answer never changes this one."""
+    job = attempts.fail(
+        session,
+        job_id,
+        token.sha256,
+        attempt=body.attempt,
+        reason=body.reason,
+        timed_out=body.timed_out,
+        retry=body.retry,
     )
     out = service.to_out(session, job)
     if job.status == "queued":
+        message = attempts.offer_next_attempt(job, out.testbed)
         session.commit()
-        queue.enqueue_profile(settings, job_id=job.id, attempt=job.attempts + 1, testbed=out.testbed)
+        queue.enqueue_profile(settings, message)
     elif job.status in FINAL:
         feedback.job_ended(job)
         session.commit()
         feedback.deliver_after_commit(session, settings, job.id)
     return out
+
+
+def _in_document(route: APIRoute) -> APIRoute:
+    shown = copy.copy(route)
+    shown.include_in_schema = True
+    return shown
+
+
+def internal_openapi(app: Starlette) -> dict[str, Any]:
+    """The OpenAPI document of the worker routes (built once per app, then kept), with the error answers that
+    ``service.openapi`` adds to the public one."""
+    document: dict[str, Any] | None = getattr(app.state, "internal_openapi", None)
+    if document is None:
+        routes = [
+            _in_document(r)
+            for r in app.routes
+            if isinstance(r, APIRoute) and r.path.startswith(router.prefix + "/") and r.path != OPENAPI_PATH
+        ]
+        document = document_errors(
+            get_openapi(
+                title="attnprof worker API",
+                version="1",
+                summary="What a GPU worker calls: its testbed, the claim of a job, then the job's attempt",
+                routes=routes,
+            )
+        )
+        app.state.internal_openapi = document
+    return document
+
+
+@router.get("/openapi.json")
+def openapi(request: Request) -> dict[str, Any]:
+    """This document: the worker routes and their two bearer schemes (``WorkerToken``, ``JobToken``)."""
+    return internal_openapi(request.app)

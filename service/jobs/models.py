@@ -21,6 +21,7 @@ class Job(Base):
         Index("ix_jobs_listing", "project_id", "created_at"),
         Index("ix_jobs_status", "status", "testbed_id"),
         Index("ix_jobs_feedback_due_at", "feedback_due_at"),
+        Index("ix_jobs_lease", "status", "lease_expires_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -43,6 +44,18 @@ class Job(Base):
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
     claimed_by: Mapped[str | None] = mapped_column(String(200))
     heartbeat_at: Mapped[datetime | None]
+    lease_expires_at: Mapped[datetime | None] = mapped_column(
+        comment="running or analyzing: the worker holding the job holds it until then (renewed while it works)"
+    )
+    claim_secret_sha256: Mapped[str | None] = mapped_column(
+        String(64), comment="sha256 of the secret in the job's latest profile message (what a claim must show)"
+    )
+    job_token_sha256: Mapped[str | None] = mapped_column(
+        String(64), comment="sha256 of the token of the attempt that claimed the job (null: revoked)"
+    )
+    job_token_expires_at: Mapped[datetime | None] = mapped_column(
+        comment="the job token works until then (null: for as long as its attempt runs)"
+    )
     run_id: Mapped[str | None] = mapped_column(String(36), comment="the run its result became")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

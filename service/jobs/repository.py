@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, make_transient_to_detached
 
@@ -46,8 +46,10 @@ def get(session: Session, job_id: str) -> Job | None:
 
 
 def get_for_update(session: Session, job_id: str) -> Job | None:
-    """The job row, locked until the transaction ends (Postgres; SQLite serialises writers anyway)."""
-    return session.scalars(select(Job).where(Job.id == job_id).with_for_update()).one_or_none()
+    """The job row, locked until the transaction ends (Postgres; SQLite serialises writers anyway), read afresh:
+    a job this session loaded before the lock gets the row's values as they are now."""
+    q = select(Job).where(Job.id == job_id).with_for_update().execution_options(populate_existing=True)
+    return session.scalars(q).one_or_none()
 
 
 def get_by_idempotency_key(session: Session, project_id: int, key: str) -> Job | None:
@@ -98,10 +100,18 @@ def _stale(session: Session, q: Select[Job], limit: int) -> list[Job]:
     return list(session.scalars(q.order_by(Job.created_at).limit(limit).with_for_update(skip_locked=True)))
 
 
-def running_without_heartbeat(session: Session, *, before: datetime, limit: int) -> list[Job]:
-    """Running jobs whose last heartbeat (or claim) is older than ``before``, oldest first, locked."""
-    q = select(Job).where(Job.status == "running", (Job.heartbeat_at < before) | Job.heartbeat_at.is_(None))
+def lease_expired(session: Session, *, status: str, now: datetime, limit: int) -> list[Job]:
+    """Jobs in ``status`` (``running``, ``analyzing``) whose lease ran out before ``now`` (``ix_jobs_lease``), oldest
+    first, locked. A held job without a lease (one held when the leases were introduced) counts as expired."""
+    q = select(Job).where(Job.status == status, (Job.lease_expires_at < now) | Job.lease_expires_at.is_(None))
     return _stale(session, q, limit)
+
+
+def extend_lease(session: Session, *, job_id: str, status: str, until: datetime) -> bool:
+    """Move the lease of job ``job_id`` to ``until`` if it is still in ``status``, in one statement (no row is
+    loaded); False when it is not."""
+    q = update(Job).where(Job.id == job_id, Job.status == status).values(lease_expires_at=until)
+    return bool(session.execute(q.execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]
 
 
 def unchanged_since(session: Session, *, status: str, before: datetime, limit: int) -> list[Job]:

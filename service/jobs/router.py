@@ -17,7 +17,7 @@ from service.db import INT_MAX, SessionDep, request_session, session_slot
 from service.dependencies import SettingsDep
 from service.errors import InvalidPayload, PayloadTooLarge
 from service.github import service as github
-from service.jobs import service
+from service.jobs import attempts, service
 from service.jobs.models import STATES
 from service.jobs.schemas import ComparisonOut, JobCreated, JobFields, JobOut, JobPage, submission_schema
 
@@ -101,6 +101,7 @@ def _submit(
                 ]
             )
         new = read_submission(form, settings.limits, idempotency_key)
+        secret = attempts.ClaimSecret.new()  # inserted with the row: its first message needs no second statement
         job, created = service.create(
             session,
             project_id=access.project_id,
@@ -108,13 +109,15 @@ def _submit(
             limits=settings.limits,
             max_attempts=settings.max_attempts,
             testbed_ids=app.state.testbed_ids,
+            claim=secret,
         )
         answer = JobCreated(id=job.id, status=job.status)
         if not created:
             session.rollback()  # a retry leaves nothing: not its bundle, not a testbed it named
             return answer, False
+        message = attempts.offer_next_attempt(job, new.testbed, secret)
         session.commit()
-        queue.enqueue_profile(settings, job_id=job.id, attempt=job.attempts + 1, testbed=new.testbed)
+        queue.enqueue_profile(settings, message)
         github.send_pending(session, settings, job.id)
     return answer, True
 

@@ -92,8 +92,14 @@ class ComparisonOut(BaseModel):
 class Claim(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=INT_MAX)
     worker: str = Field(min_length=1, max_length=200, description="host and GPU of the worker")
+    secret: str = Field(
+        "",
+        max_length=200,
+        description="the claim secret of the profile.run message (its third argument); one that is missing or not "
+        "the job's latest message's is answered as an unknown job is (404)",
+    )
 
 
 class ClaimAnswer(BaseModel):
@@ -104,12 +110,17 @@ class ClaimAnswer(BaseModel):
     repo: str | None
     commit: str
     testbed: str
+    token: str = Field(
+        description="the job token (Bearer) of this attempt, shown once: it alone opens the job's bundle, heartbeat, "
+        "result, failure and trace routes, until the attempt ends"
+    )
+    lease_s: float = Field(description="the attempt holds the job this long past each heartbeat, in seconds")
 
 
 class Heartbeat(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=INT_MAX)
 
 
 class HeartbeatAnswer(BaseModel):
@@ -120,7 +131,7 @@ class HeartbeatAnswer(BaseModel):
 class WorkerResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=INT_MAX)
     result: dict[str, Any]
 
 
@@ -133,7 +144,7 @@ class WorkerResultAnswer(BaseModel):
 class Failure(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=INT_MAX)
     reason: str = Field(min_length=1, max_length=10_000)
     timed_out: bool = False
     retry: bool = Field(False, description="the failure is the host's, not the job's: try again if attempts remain")

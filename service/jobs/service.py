@@ -1,4 +1,5 @@
-"""Jobs (DESIGN 3.5): created queued, claimed by a worker of their testbed, given a result, analysed.
+"""Jobs (DESIGN 3.5): created queued, claimed by a worker of their testbed (``service.jobs.attempts``), given a
+result, analysed.
 
 Nothing here commits or enqueues: the router commits, then enqueues (the row is the truth).
 """
@@ -10,6 +11,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
@@ -24,16 +26,13 @@ from service.auth.service import Principal
 from service.config import Analysis, Limits
 from service.db import utcnow
 from service.errors import Conflict, InvalidPayload, NotFound
-from service.jobs import repository
+from service.jobs import attempts, repository
 from service.jobs.bundle import check_bundle
 from service.jobs.models import FINAL, Job
 from service.jobs.schemas import JobOut
 from service.projects import repository as projects
-from service.runs import service as runs
-from service.runs.models import Run
 from service.testbeds import repository as testbed_rows
 from service.testbeds import service as testbeds
-from service.testbeds.models import Testbed
 
 _SHA = re.compile(r"^[0-9A-Za-z._-]{1,64}$")
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -99,9 +98,13 @@ def create(
     limits: Limits,
     max_attempts: int,
     testbed_ids: dict[str, int] | None = None,
+    claim: attempts.ClaimSecret | None = None,
 ) -> tuple[Job, bool]:
     """The job for ``new``, and whether it was created (False: the idempotency key named an existing job, which
     is the answer; a retry is checked like the first request).
+
+    ``claim``: the secret of the job's first message (``attempts.offer_next_attempt(job, testbed, claim)`` makes
+    it), inserted with the row. Without one, no message can claim the job until the sweep offers it again.
 
     ``testbed_ids`` (name to id) spares the testbed's lookup: a testbed is never renamed or removed, so an id
     read from a committed row stays true; one created here is added by the next request that reads it."""
@@ -147,6 +150,7 @@ def create(
             "created_at": (now := utcnow()),
             "updated_at": now,
             "feedback_attempts": 0,
+            "claim_secret_sha256": claim.sha256 if claim is not None else None,
         },
     )
     if job is not None:
@@ -199,11 +203,16 @@ def get_for(session: Session, principal: Principal, job_id: str, role: str = "re
 
 
 def cancel(session: Session, job: Job) -> Job:
+    """Cancel a job that has not ended: its attempt's token opens nothing more (its heartbeat is told), and the
+    queued message, if any, claims nothing."""
     if job.status in FINAL:
         raise Conflict(f"job {job.id} is {job.status}: it cannot be cancelled")
     job.status = "cancelled"
     job.reason = "cancelled by a user"
-    job.finished_at = utcnow()
+    job.finished_at = now = utcnow()
+    job.lease_expires_at = None
+    if job.job_token_sha256 is not None:
+        job.job_token_expires_at = now
     return job
 
 
@@ -214,126 +223,57 @@ def comparison(session: Session, job: Job) -> Comparison:
     return found
 
 
-# --- the worker's side -------------------------------------------------------------------------------
+# --- the analysis worker's side -----------------------------------------------------------------------
+# An ``analyzing`` job is a lease too: the analysis task takes it when it starts and renews it from a thread while it
+# works, each in a short transaction of its own; the sweep sends the analysis again once it runs out. The
+# comparison is computed without holding the job's row, which is locked only to record the verdict: of two
+# deliveries at once, the first to record wins and the other's comparison is rolled back (exactly one is stored).
 
 
-def _worker_job(session: Session, worker: Principal, job_id: str, *, lock: bool = True) -> Job:
-    job = repository.get_for_update(session, job_id) if lock else repository.get(session, job_id)
-    if job is None or job.testbed_id != worker.testbed_id:
-        raise NotFound(f"no job {job_id} for this worker's testbed")
+def take_analysis(session: Session, *, job_id: str, lease_s: float) -> Job | None:
+    """The job, locked, its analysis lease taken for ``lease_s`` when it is ``analyzing`` (another state: a
+    duplicate delivery or a cancelled job, which the caller leaves alone). None when there is no such job."""
+    job = repository.get_for_update(session, job_id)
+    if job is not None and job.status == "analyzing":
+        job.lease_expires_at = utcnow() + timedelta(seconds=lease_s)
     return job
 
 
-def claim(session: Session, worker: Principal, job_id: str, *, attempt: int, worker_name: str) -> Job:
-    """Start ``attempt`` of a queued job. A stale or duplicate delivery gets ``Conflict``: drop it."""
-    job = _worker_job(session, worker, job_id)
-    if job.status == "running" and attempt == job.attempts and job.claimed_by == worker_name:
-        return job  # the same worker asking again: its first answer was lost on the way
-    if job.status != "queued" or attempt != job.attempts + 1:
-        raise Conflict(f"job {job_id} is {job.status} at attempt {job.attempts}: attempt {attempt} is stale")
-    job.status = "running"
-    job.attempts = attempt
-    job.claimed_by = worker_name
-    job.heartbeat_at = job.started_at = utcnow()
-    return job
-
-
-def heartbeat(session: Session, worker: Principal, job_id: str, *, attempt: int) -> Job:
-    job = _worker_job(session, worker, job_id)
-    if job.status == "cancelled":
-        return job
-    if job.status != "running" or attempt != job.attempts:
-        raise Conflict(f"job {job_id} is {job.status} at attempt {job.attempts}: attempt {attempt} is stale")
-    job.heartbeat_at = utcnow()
-    return job
-
-
-def worker_testbed(session: Session, worker: Principal) -> Testbed:
-    """The testbed a worker token serves (its key is the one last seen in a run, or null before any)."""
-    tb = testbed_rows.get(session, worker.testbed_id) if worker.testbed_id is not None else None
-    if tb is None:
-        raise NotFound("this worker token has no testbed")
-    return tb
-
-
-def bundle(session: Session, worker: Principal, job_id: str) -> bytes:
-    job = _worker_job(session, worker, job_id, lock=False)
-    data = store.get(session, job.bundle_sha256) if job.bundle_sha256 else None
-    if data is None:
-        raise NotFound(f"job {job_id} has no bundle")
-    return data
-
-
-def accept_result(
-    session: Session, worker: Principal, job_id: str, *, attempt: int, result: dict[str, object]
-) -> tuple[Run, bool]:
-    """Store the result of ``attempt`` as a run; returns (run, duplicate). Idempotent per job and attempt."""
-    job = _worker_job(session, worker, job_id)
-    if job.run_id is not None:
-        run = runs.get_for_job_attempt(session, job_id=job.id, attempt=attempt)
-        if run is not None:
-            return run, True
-        raise Conflict(f"job {job_id} already has the result of another attempt")
-    if job.status != "running" or attempt != job.attempts:
-        raise Conflict(f"job {job_id} is {job.status} at attempt {job.attempts}: attempt {attempt} is stale")
-    document = runs.validate(result)
-    provenance = runs.Provenance(
-        branch=job.branch,
-        commit=job.commit,
-        repo=job.repo,
-        base_commit=job.base_commit,
-        ancestors=tuple(str(a) for a in job.ancestors),
-        pr=job.pr,
-        testbed=testbed_name(session, job),
+def renew_analysis(session: Session, *, job_id: str, lease_s: float) -> bool:
+    """Renew the analysis lease of job ``job_id`` for ``lease_s``; False once it is no longer ``analyzing``."""
+    return repository.extend_lease(
+        session, job_id=job_id, status="analyzing", until=utcnow() + timedelta(seconds=lease_s)
     )
-    run = runs.store_run(
-        session, project_id=job.project_id, document=document, provenance=provenance, job_id=job.id, attempt=attempt
-    )
-    job.run_id = run.id
-    job.status = "analyzing"
-    return run, False
 
 
-def accept_trace(
-    session: Session, worker: Principal, job_id: str, *, attempt: int, name: str, data: bytes, limit_bytes: int
-) -> None:
-    """Attach a trace named in the result of ``attempt`` to the job's run (a repeat replaces it: idempotent)."""
-    job = _worker_job(session, worker, job_id, lock=False)
-    run = runs.get_for_job_attempt(session, job_id=job.id, attempt=attempt) if job.run_id else None
-    if run is None or run.id != job.run_id:
-        raise Conflict(f"job {job_id} has no stored result of attempt {attempt}")
-    runs.put_trace(session, run=run, name=name, data=data, limit_bytes=limit_bytes)
+def compare_job(session: Session, *, job_id: str, cfg: Analysis) -> Comparison | None:
+    """Compare the job's stored run with its baseline and store the comparison (not committed; the job's row is not
+    locked). None when the job is not ``analyzing``: nothing to do."""
+    job = repository.get(session, job_id)
+    if job is None or job.run_id is None or job.status != "analyzing":
+        return None
+    return analysis.analyze(session, run_id=job.run_id, cfg=cfg)
 
 
-def fail(
-    session: Session, worker: Principal, job_id: str, *, attempt: int, reason: str, timed_out: bool, retry: bool
-) -> Job:
-    """Record a failed attempt: back to ``queued`` when ``retry`` and attempts remain, else final."""
-    job = _worker_job(session, worker, job_id)
-    if job.status != "running" or attempt != job.attempts:
-        raise Conflict(f"job {job_id} is {job.status} at attempt {job.attempts}: attempt {attempt} is stale")
-    job.claimed_by = None
-    if retry and job.attempts < job.max_attempts:
-        job.status = "queued"
-        job.reason = f"attempt {attempt} failed, retrying: {reason}"
-        return job
-    job.status = "timed_out" if timed_out else "failed"
-    job.reason = reason
+def record_verdict(session: Session, *, job_id: str, comparison: Comparison) -> bool:
+    """Lock the job and record ``comparison``'s verdict (``analyzing → done``); False when the job is no longer
+    ``analyzing`` (another delivery recorded its own, or it was cancelled): the caller rolls ``comparison`` back."""
+    job = repository.get_for_update(session, job_id)
+    if job is None or job.status != "analyzing" or job.run_id != comparison.candidate_run_id:
+        return False
+    job.verdict = comparison.verdict
+    job.status = "done"
     job.finished_at = utcnow()
-    return job
+    job.lease_expires_at = None
+    return True
 
 
 def analyze_job(session: Session, *, job_id: str, cfg: Analysis) -> Comparison | None:
-    """What the ``analysis.run`` task calls: compare the job's run, record the verdict. Idempotent."""
-    job = repository.get_for_update(session, job_id)
-    if job is None or job.run_id is None or job.status not in ("analyzing", "done"):
+    """``compare_job`` then ``record_verdict``: the comparison whose verdict the job now has, or None when there was
+    nothing to do or another delivery recorded first (then roll back)."""
+    found = compare_job(session, job_id=job_id, cfg=cfg)
+    if found is None or not record_verdict(session, job_id=job_id, comparison=found):
         return None
-    if job.status == "done":
-        return comparisons.latest_for_run(session, job.run_id)
-    found = analysis.analyze(session, run_id=job.run_id, cfg=cfg)
-    job.verdict = found.verdict
-    job.status = "done"
-    job.finished_at = utcnow()
     return found
 
 
@@ -345,6 +285,7 @@ def fail_analysis(session: Session, *, job_id: str, reason: str) -> Job | None:
     job.status = "failed"
     job.reason = reason
     job.finished_at = utcnow()
+    job.lease_expires_at = None
     return job
 
 

@@ -2,20 +2,27 @@
 
 Three ways a job gets stuck, and what the sweep does about each:
 
-- ``running`` with no heartbeat for ``heartbeat_stale_s``: its worker died (or lost the network). The
-  attempt is over: the job is queued again for the next attempt, or failed with the reason once
-  ``max_attempts`` claims were made. A late result of the dead attempt is refused (409: stale attempt).
-- ``queued`` for ``queued_stale_s`` with no message for its next attempt in the broker: the message was
-  lost (a broker restart, a purge, a send that failed after the commit). It is sent again. A job whose
-  message is still waiting is left alone: a testbed with no live worker keeps its jobs queued (DESIGN 3.5).
-- ``analyzing`` for ``analyzing_stale_s`` with no ``analysis.run`` message: sent again (analysis is
-  idempotent).
+- ``running`` with its lease run out (``lease_expires_at``: the claim took it for ``heartbeat_stale_s`` and every
+  heartbeat renews it): its worker died (or lost the network). The attempt is over, its job token revoked: the
+  job is queued again for the next attempt, with a new message, or failed with the reason once ``max_attempts``
+  claims were made. A late result of the dead attempt is refused (its token opens nothing).
+- ``queued`` for ``queued_stale_s`` with no message for its next attempt in the broker that carries the claim
+  secret the row expects: the message was lost (a broker restart, a purge, a send that failed after the commit).
+  A new message is sent, with a new secret (the row keeps only the sha256 of the secret of its latest message, so
+  an old message that still turns up claims nothing: 404, and its worker drops it). A job whose message is still
+  waiting, or delivered to a worker that has not acknowledged it yet, is left alone: a testbed with no live worker
+  keeps its jobs queued (DESIGN 3.5).
+- ``analyzing`` with its lease run out: the result upload gave the analysis ``analyzing_stale_s`` to start, and
+  the analysis task, once started, renews its own lease while it works. ``analysis.run`` is sent again (analysis is
+  idempotent and stores one comparison), whatever the broker's ``unacked`` hash holds: a worker killed mid-task
+  leaves its message there until ``visibility_timeout`` (hours). Only a message still waiting in the queue (a
+  backlog) holds the resend back.
 
 And GitHub feedback that is owed and due (a job that the sweep fails here, a delivery that failed before and
 waited out its backoff) is listed in ``SweepReport.feedback``, to be delivered after the commit.
 
-Where the broker cannot be read (``pending`` answers ``None``) a job is resent once per stale period: a
-duplicate message is harmless, its claim answers 409 and the worker drops it.
+Where the broker cannot be read (``pending`` answers ``None``) a queued job is resent once per stale period: a
+duplicate message is harmless, its claim answers 404 or 409 and the worker drops it.
 
 Plain code: nothing here commits or sends. The task commits, then sends what ``sweep`` returns.
 """
@@ -30,10 +37,11 @@ from typing import Literal
 from sqlalchemy.orm import Session
 
 from service import queue
+from service.auth.service import hash_secret
 from service.config import Sweep
 from service.github import repository as github_rows
 from service.github import service as github
-from service.jobs import repository
+from service.jobs import attempts, repository
 from service.jobs.models import Job
 from service.testbeds import repository as testbeds
 
@@ -42,13 +50,15 @@ PendingLookup = Callable[[str], queue.Pending | None]
 
 @dataclass(frozen=True)
 class Send:
-    """A message to send once the sweep is committed."""
+    """A message to send once the sweep is committed: ``profile`` (then ``message`` is the one to send, made by
+    ``attempts.offer_next_attempt``) or ``analysis``."""
 
     task: Literal["profile", "analysis"]
     job_id: str
     attempt: int
     testbed: str
     why: str
+    message: queue.ProfileMessage | None = None
 
 
 @dataclass
@@ -64,45 +74,71 @@ def _testbed(session: Session, job: Job) -> str:
     return tb.name if tb else ""
 
 
+class _Broker:
+    """What the broker holds, read once per queue and sweep."""
+
+    def __init__(self, pending: PendingLookup) -> None:
+        self._pending = pending
+        self._seen: dict[str, queue.Pending | None] = {}
+        self._offers: dict[str, dict[tuple[str, int], set[str]]] = {}
+
+    def read(self, queue_name: str) -> queue.Pending | None:
+        if queue_name not in self._seen:
+            self._seen[queue_name] = self._pending(queue_name)
+        return self._seen[queue_name]
+
+    def offered(self, queue_name: str, job: Job) -> bool | None:
+        """Whether a profile message for ``job``'s next attempt, with the claim secret its row expects, is waiting
+        or unacknowledged on ``queue_name``; None when the broker cannot be read."""
+        found = self.read(queue_name)
+        if found is None:
+            return None
+        if queue_name not in self._offers:
+            offers: dict[tuple[str, int], set[str]] = {}
+            for task, args in found.all:
+                if task == queue.PROFILE_TASK and len(args) == 3 and all(isinstance(a, str | int) for a in args):
+                    offers.setdefault((str(args[0]), int(args[1])), set()).add(hash_secret(str(args[2])))
+            self._offers[queue_name] = offers
+        hashes = self._offers[queue_name].get((job.id, job.attempts + 1), set())
+        return job.claim_secret_sha256 is not None and job.claim_secret_sha256 in hashes
+
+
 def sweep(session: Session, *, cfg: Sweep, now: datetime, pending: PendingLookup) -> SweepReport:
     """Find the stuck jobs, change their rows (not committed) and say which messages to send."""
     report = SweepReport()
-    seen: dict[str, queue.Pending | None] = {}
+    broker = _Broker(pending)
 
-    def waiting(queue_name: str, task: str, args: tuple[object, ...]) -> bool | None:
-        if queue_name not in seen:
-            seen[queue_name] = pending(queue_name)
-        found = seen[queue_name]
-        return None if found is None else (task, args) in found
-
-    stale_heartbeat = now - timedelta(seconds=cfg.heartbeat_stale_s)
-    for job in repository.running_without_heartbeat(session, before=stale_heartbeat, limit=cfg.batch):
+    for job in repository.lease_expired(session, status="running", now=now, limit=cfg.batch):
         _worker_lost(job, now, report, _testbed(session, job))
 
     stale_queued = now - timedelta(seconds=cfg.queued_stale_s)
     for job in repository.unchanged_since(session, status="queued", before=stale_queued, limit=cfg.batch):
         name = _testbed(session, job)
-        there = waiting(queue.profile_queue(name), queue.PROFILE_TASK, (job.id, job.attempts + 1))
+        there = broker.offered(queue.profile_queue(name), job)
         if there:
             continue
-        job.updated_at = now  # with an unreadable broker, resend once per stale period, not on every sweep
         why = "no message in the broker" if there is False else "the broker cannot be read"
-        report.sends.append(Send("profile", job.id, job.attempts + 1, name, f"queued since {_ago(job, now)}: {why}"))
+        since = _ago(job.updated_at, now)
+        job.updated_at = now  # with an unreadable broker, resend once per stale period, not on every sweep
+        message = attempts.offer_next_attempt(job, name)
+        report.sends.append(Send("profile", job.id, message.attempt, name, f"queued for {since}: {why}", message))
 
-    stale_analyzing = now - timedelta(seconds=cfg.analyzing_stale_s)
-    for job in repository.unchanged_since(session, status="analyzing", before=stale_analyzing, limit=cfg.batch):
-        if waiting(queue.ANALYSIS_QUEUE, queue.ANALYSIS_TASK, (job.id,)):
-            continue
-        job.updated_at = now
-        report.sends.append(Send("analysis", job.id, job.attempts, "", f"analyzing since {_ago(job, now)}"))
+    for job in repository.lease_expired(session, status="analyzing", now=now, limit=cfg.batch):
+        found = broker.read(queue.ANALYSIS_QUEUE)
+        if found is not None and (queue.ANALYSIS_TASK, (job.id,)) in found.waiting:
+            continue  # behind others in the queue: it is not lost
+        ran_out = _ago(job.lease_expires_at or job.updated_at, now)
+        job.lease_expires_at = now + timedelta(seconds=cfg.analyzing_stale_s)  # the resent message's turn to start
+        report.sends.append(Send("analysis", job.id, job.attempts, "", f"analyzing, its lease ran out {ran_out} ago"))
 
     session.flush()
     report.feedback = github_rows.feedback_due(session, now=now, limit=cfg.batch)
     return report
 
 
-def _ago(job: Job, now: datetime) -> str:
-    return f"{(now - job.updated_at).total_seconds():.0f} s"
+def _ago(since: datetime, now: datetime) -> str:
+    """How long ago ``since`` was, for the log (taken before the row's timestamps are moved to ``now``)."""
+    return f"{max(0.0, (now - since).total_seconds()):.0f} s"
 
 
 def _worker_lost(job: Job, now: datetime, report: SweepReport, testbed: str) -> None:
@@ -110,12 +146,13 @@ def _worker_lost(job: Job, now: datetime, report: SweepReport, testbed: str) -> 
     silent_s = (now - last).total_seconds()
     who = f" ({job.claimed_by})" if job.claimed_by else ""
     lost = f"attempt {job.attempts} lost its worker{who}: no heartbeat for {silent_s:.0f} s"
-    job.claimed_by = None
+    attempts.end_attempt(job)
     if job.attempts < job.max_attempts:
         job.status = "queued"
         job.reason = f"{lost}; queued again for attempt {job.attempts + 1} of {job.max_attempts}"
         job.updated_at = now
-        report.sends.append(Send("profile", job.id, job.attempts + 1, testbed, lost))
+        message = attempts.offer_next_attempt(job, testbed)
+        report.sends.append(Send("profile", job.id, message.attempt, testbed, lost, message))
         return
     job.status = "failed"
     job.reason = f"{lost}, and it was the last of {job.max_attempts} attempts"

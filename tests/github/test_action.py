@@ -16,6 +16,7 @@ import httpx
 import pytest
 import redis
 import yaml
+from claiming import bearer, claim, claim_secret
 from fakegithub import FakeGitHub
 from ghstack import docs, make_settings, pg_url_fixture  # noqa: F401
 
@@ -140,7 +141,6 @@ def served(tmp_path: Path, pg_url: str):
 def _play_worker(url: str, project: str, submit: str, wtok: str, settings, errors: list[BaseException]) -> None:
     try:
         h = {"Authorization": f"Bearer {submit}"}
-        w = {"Authorization": f"Bearer {wtok}"}
         deadline = time.monotonic() + 40
         job_id = None
         while job_id is None and time.monotonic() < deadline:
@@ -149,9 +149,12 @@ def _play_worker(url: str, project: str, submit: str, wtok: str, settings, error
             job_id = jobs[0]["id"] if jobs else None
             time.sleep(0.2)
         assert job_id is not None, "the action submitted no job"
-        assert httpx.post(f"{url}/internal/jobs/{job_id}/claim", json={"attempt": 1, "worker": "w"}, headers=w)
+        testbed = listed.json()["jobs"][0]["testbed"]
+        with httpx.Client(base_url=url) as http:
+            token = claim(http, wtok, job_id, claim_secret(REDIS, testbed, job_id))["token"]
         doc = docs.variant(docs.h200(), slower=1.10, cases=[CASE])
-        r = httpx.post(f"{url}/internal/jobs/{job_id}/result", json={"attempt": 1, "result": doc}, headers=w)
+        body = {"attempt": 1, "result": doc}
+        r = httpx.post(f"{url}/internal/jobs/{job_id}/result", json=body, headers=bearer(token))
         assert r.status_code == 200, r.text
         assert analysis.run(job_id, settings) == "fail"
         assert analysis.run(job_id, settings) == "fail"  # a repeated message: the verdict again, no second feedback

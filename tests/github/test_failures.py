@@ -25,7 +25,7 @@ from sqlalchemy import MetaData, insert, inspect, text
 from sqlalchemy.orm import Session
 from test_feedback import CASE, REPO, SPEC, Stack, _drain, _stack
 
-from service import migrate
+from service import migrate, queue
 from service.app import create_app
 from service.config import Sweep
 from service.db import make_engine, utcnow
@@ -45,21 +45,21 @@ def _create(s: Stack, commit: str, *, pr: int | None = 7) -> str:
         data["pr"] = str(pr)
     r = s.client.post(f"/api/v1/projects/{s.tenant.name}/jobs", files=files, data=data, headers=s.tenant.h("submit"))
     assert r.status_code == 202, r.text
-    _drain(f"profile.{s.testbed}")
+    s.offered(str(r.json()["id"]))
     return str(r.json()["id"])
 
 
 def _claim(s: Stack, job_id: str, attempt: int = 1) -> None:
-    w = {"Authorization": f"Bearer {s.wtok}"}
-    r = s.client.post(f"/internal/jobs/{job_id}/claim", json={"attempt": attempt, "worker": "w"}, headers=w)
-    assert r.status_code == 200, r.text
+    s.claim(job_id, attempt)
 
 
 def _fail(s: Stack, job_id: str, reason: str, *, attempt: int = 1, **flags: bool) -> dict:
-    w = {"Authorization": f"Bearer {s.wtok}"}
+    w = {"Authorization": f"Bearer {s.tokens[job_id]}"}
     body = {"attempt": attempt, "reason": reason, **flags}
     r = s.client.post(f"/internal/jobs/{job_id}/failure", json=body, headers=w)
     assert r.status_code == 200, r.text
+    if r.json()["status"] == "queued":
+        s.offered(job_id)  # the next attempt's message
     _drain(f"profile.{s.testbed}")
     return dict(r.json())
 
@@ -99,7 +99,7 @@ def test_a_failed_job_gets_one_error_status_and_a_comment_that_says_there_is_no_
     assert job.status == "failed" and job.feedback_due_at is None and job.feedback_attempts == 0
     assert job.reason == "every case failed (1): boom: RuntimeError\nRuntimeError: boom from the factory"
     # nothing is owed, so the sweep sends nothing more
-    assert job_id not in sweep.sweep(db, cfg=SWEEP, now=utcnow(), pending=lambda _: set()).feedback
+    assert job_id not in sweep.sweep(db, cfg=SWEEP, now=utcnow(), pending=lambda _: queue.Pending()).feedback
     assert _states(github, "f1") == ["pending", "error"]
 
 
@@ -141,8 +141,9 @@ def test_the_sweep_failing_a_dead_workers_last_attempt_owes_and_delivers_error(
     now = utcnow()
     job.attempts = job.max_attempts
     job.heartbeat_at = now - timedelta(seconds=600)
+    job.lease_expires_at = now - timedelta(seconds=540)  # no heartbeat renewed it
     db.flush()
-    report = sweep.sweep(db, cfg=SWEEP, now=now, pending=lambda _: set())
+    report = sweep.sweep(db, cfg=SWEEP, now=now, pending=lambda _: queue.Pending())
     assert report.failed == [job_id] and job_id in report.feedback
     assert job.status == "failed" and job.feedback_due_at == now
     db.commit()
@@ -173,11 +174,10 @@ def test_refused_feedback_is_owed_and_delivered_by_the_sweep_from_what_is_stored
     assert _states(github, "r1") == ["pending"] and _ours(github, tenant.name) == []
 
     # Not due yet: the sweep leaves it. Due: the sweep lists it, and a fresh client delivers it from the database.
-    assert (
-        job_id not in sweep.sweep(db, cfg=SWEEP, now=before + timedelta(seconds=10), pending=lambda _: set()).feedback
-    )
+    early = sweep.sweep(db, cfg=SWEEP, now=before + timedelta(seconds=10), pending=lambda _: queue.Pending())
+    assert job_id not in early.feedback
     due = job.feedback_due_at + timedelta(seconds=1)
-    assert job_id in sweep.sweep(db, cfg=SWEEP, now=due, pending=lambda _: set()).feedback
+    assert job_id in sweep.sweep(db, cfg=SWEEP, now=due, pending=lambda _: queue.Pending()).feedback
     db.commit()
     db.expunge_all()
     gh = GitHubClient(github.url, "test-token-1", backoff_s=0.0)
@@ -329,4 +329,4 @@ def test_without_a_github_token_nothing_is_sent_and_nothing_stays_owed(
     for done in (_job(db, job_id), _job(db, other)):
         assert done.feedback_due_at is None and done.feedback_attempts == 0 and "GitHub" not in (done.reason or "")
     assert github.requests() == []
-    assert sweep.sweep(db, cfg=SWEEP, now=utcnow(), pending=lambda _: set()).feedback == []
+    assert sweep.sweep(db, cfg=SWEEP, now=utcnow(), pending=lambda _: queue.Pending()).feedback == []

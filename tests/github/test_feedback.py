@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import redis
+from claiming import bearer, claim, claim_secret
 from fakegithub import FakeGitHub
 from fastapi.testclient import TestClient
 from ghstack import (  # noqa: F401
@@ -62,6 +63,20 @@ class Stack:
             testbed,
             wtok,
         )
+        # The claim secret of each job's latest message, and each claimed attempt's job token, by job id.
+        self.secrets: dict[str, str] = {}
+        self.tokens: dict[str, str] = {}
+
+    def offered(self, job_id: str) -> None:
+        """Keep the claim secret of the job's latest message, as its worker would get it; then empty the queue."""
+        self.secrets[job_id] = claim_secret(REDIS_URL, self.testbed, job_id)
+        _drain(f"profile.{self.testbed}")
+
+    def claim(self, job_id: str, attempt: int = 1) -> str:
+        """Claim ``attempt`` as a worker would; returns its job token."""
+        token = str(claim(self.client, self.wtok, job_id, self.secrets[job_id], attempt=attempt)["token"])
+        self.tokens[job_id] = token
+        return token
 
     def baseline(self, commit: str = "a1") -> dict:
         doc = docs.h200()
@@ -80,11 +95,8 @@ class Stack:
         )
         assert r.status_code == 202, r.text
         job_id = r.json()["id"]
-        _drain(f"profile.{self.testbed}")
-        w = {"Authorization": f"Bearer {self.wtok}"}
-        assert self.client.post(
-            f"/internal/jobs/{job_id}/claim", json={"attempt": 1, "worker": "w"}, headers=w
-        ).is_success
+        self.offered(job_id)
+        w = bearer(self.claim(job_id))
         doc = docs.variant(docs.h200(), slower=slower, cases=[CASE])
         r = self.client.post(f"/internal/jobs/{job_id}/result", json={"attempt": 1, "result": doc}, headers=w)
         assert r.status_code == 200, r.text

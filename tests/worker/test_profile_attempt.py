@@ -23,6 +23,8 @@ class FakeAPI:
         self.data = data
         self.fail = fail
         self.calls: list[tuple[str, Any]] = []
+        self.secrets: list[str] = []
+        self.tokens: list[str] = []
         self.cancelled = threading.Event()
 
     def __enter__(self) -> FakeAPI:
@@ -35,10 +37,22 @@ class FakeAPI:
         if name in self.fail:
             raise self.fail[name]
 
-    def claim(self, job_id: str, attempt: int, worker: str) -> dict[str, Any]:
+    def claim(self, job_id: str, attempt: int, worker: str, secret: str) -> dict[str, Any]:
         self.calls.append(("claim", attempt))
+        self.secrets.append(secret)
         self._maybe("claim")
-        return {"id": job_id, "attempt": attempt, "spec": self.spec, "bundle_sha256": "x" if self.data else None}
+        return {
+            "id": job_id,
+            "attempt": attempt,
+            "spec": self.spec,
+            "bundle_sha256": "x" if self.data else None,
+            "token": f"apj_{job_id}",
+        }
+
+    def for_job(self, token: str) -> FakeAPI:
+        """The attempt's client: the same stand-in, noting the token it was made with."""
+        self.tokens.append(token)
+        return self
 
     def heartbeat(self, job_id: str, attempt: int) -> bool:
         self.calls.append(("heartbeat", attempt))
@@ -89,16 +103,18 @@ def _reported(api: FakeAPI) -> list[Any]:
 
 def test_bad_input_is_reported_and_the_scratch_removed(tmp_path: Path) -> None:
     api = FakeAPI(spec='[suite]\nname = "s"\n\n[[cases]]\nname = "c"\ntarget = "sdpa"\nhed_dim = 64\n')
-    assert profile.run_job("j1", 1, _cfg(tmp_path), api=lambda: api) == "failed"
+    assert profile.run_job("j1", 1, "apc_secret", _cfg(tmp_path), api=lambda: api) == "failed"
     ((reason, timed_out, retry),) = _reported(api)
     assert reason.startswith("the suite could not run (bad input, exit code 2)") and "hed_dim" in reason
     assert not timed_out and not retry
+    # Claimed with the message's secret; everything after the claim went through the attempt's job token.
+    assert api.secrets == ["apc_secret"] and set(api.tokens) == {"apj_j1"}
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
 def test_a_refused_bundle_is_reported_and_nothing_escapes(tmp_path: Path) -> None:
     api = FakeAPI(spec="x", data=tar_gz({"../escape.py": b"print('out')"}))
-    assert profile.run_job("j2", 1, _cfg(tmp_path), api=lambda: api) == "failed"
+    assert profile.run_job("j2", 1, "apc_secret", _cfg(tmp_path), api=lambda: api) == "failed"
     ((reason, _, retry),) = _reported(api)
     assert reason.startswith("the bundle was refused on the worker: bundle: member '../escape.py' leaves the bundle")
     assert not retry and not (tmp_path / "escape.py").exists()
@@ -107,7 +123,7 @@ def test_a_refused_bundle_is_reported_and_nothing_escapes(tmp_path: Path) -> Non
 
 def test_a_worker_error_is_retried_and_the_scratch_removed(tmp_path: Path) -> None:
     api = FakeAPI(spec="x", data=b"\x1f\x8b", bundle=RuntimeError("disk on fire"))
-    assert profile.run_job("j3", 1, _cfg(tmp_path), api=lambda: api) == "failed"
+    assert profile.run_job("j3", 1, "apc_secret", _cfg(tmp_path), api=lambda: api) == "failed"
     ((reason, _, retry),) = _reported(api)
     assert reason == "the worker failed: RuntimeError: disk on fire" and retry
     assert list((tmp_path / "scratch").iterdir()) == []
@@ -115,14 +131,14 @@ def test_a_worker_error_is_retried_and_the_scratch_removed(tmp_path: Path) -> No
 
 def test_an_unreachable_service_leaves_the_job_to_the_sweeper_and_the_scratch_removed(tmp_path: Path) -> None:
     api = FakeAPI(spec="not toml [", failure=Unreachable("down"))
-    assert profile.run_job("j4", 1, _cfg(tmp_path), api=lambda: api) == "unreachable"
+    assert profile.run_job("j4", 1, "apc_secret", _cfg(tmp_path), api=lambda: api) == "unreachable"
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
 def test_a_stale_delivery_is_dropped_without_a_trace(tmp_path: Path) -> None:
     api = FakeAPI(claim=Stale("409 conflict: attempt 1 is stale"))
-    assert profile.run_job("j5", 1, _cfg(tmp_path), api=lambda: api) == "dropped"
-    assert api.calls == [("claim", 1)]
+    assert profile.run_job("j5", 1, "apc_secret", _cfg(tmp_path), api=lambda: api) == "dropped"
+    assert api.calls == [("claim", 1)] and api.tokens == []
     assert not (tmp_path / "scratch").exists() or list((tmp_path / "scratch").iterdir()) == []
 
 
@@ -138,7 +154,7 @@ def test_a_job_cancelled_before_the_run_reports_nothing(tmp_path: Path) -> None:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(profile.archive, "unpack", unpack)
-        assert profile.run_job("j6", 1, _cfg(tmp_path), api=lambda: api) == "cancelled"
+        assert profile.run_job("j6", 1, "apc_secret", _cfg(tmp_path), api=lambda: api) == "cancelled"
     assert _reported(api) == [] and list((tmp_path / "scratch").iterdir()) == []
 
 

@@ -23,27 +23,47 @@ def on_redis() -> Settings:
     return Settings(broker_url=REDIS_URL)
 
 
+def _offer(job_id: str, attempt: int, testbed: str, secret: str = "apc_s") -> queue.ProfileMessage:
+    return queue.ProfileMessage(job_id=job_id, attempt=attempt, testbed=testbed, claim_secret=secret)
+
+
 def test_redis_waiting_and_unacknowledged_messages(on_redis: Settings) -> None:
-    assert queue.enqueue_profile(on_redis, job_id="j1", attempt=1, testbed="tbq")
-    assert queue.enqueue_profile(on_redis, job_id="j2", attempt=3, testbed="other")
+    assert queue.enqueue_profile(on_redis, _offer("j1", 1, "tbq", "apc_one"))
+    assert queue.enqueue_profile(on_redis, _offer("j2", 3, "other"))
     assert queue.enqueue_analysis(on_redis, job_id="j3")
-    assert queue.pending(on_redis, "profile.tbq") == {("profile.run", ("j1", 1))}
-    assert queue.pending(on_redis, "analysis") == {("analysis.run", ("j3",))}
+    assert queue.pending(on_redis, "profile.tbq") == queue.Pending(
+        waiting=frozenset({("profile.run", ("j1", 1, "apc_one"))})
+    )
+    assert queue.pending(on_redis, "analysis") == queue.Pending(waiting=frozenset({("analysis.run", ("j3",))}))
     # A worker took it and has not acknowledged it (acks late): kombu moved it to the "unacked" hash.
     r = redis.Redis.from_url(REDIS_URL)
     raw = r.rpop("profile.tbq")
     r.hset("unacked", "tag-1", json.dumps([json.loads(raw), "profile.tbq", "profile.tbq"]))
     r.hset("unacked", "tag-2", b"not json")
     r.close()
-    assert queue.pending(on_redis, "profile.tbq") == {("profile.run", ("j1", 1))}
-    assert queue.pending(on_redis, "profile.nobody") == set()
+    found = queue.pending(on_redis, "profile.tbq")
+    assert found == queue.Pending(unacked=frozenset({("profile.run", ("j1", 1, "apc_one"))}))
+    assert found.all == {("profile.run", ("j1", 1, "apc_one"))}
+    assert queue.pending(on_redis, "profile.nobody") == queue.Pending()
+
+
+def test_what_celery_shows_of_a_profile_message_holds_no_secret(on_redis: Settings) -> None:
+    assert queue.enqueue_profile(on_redis, _offer("j9", 2, "tbs", "apc_do_not_show"))
+    r = redis.Redis.from_url(REDIS_URL)
+    (raw,) = r.lrange("profile.tbs", 0, -1)
+    r.close()
+    headers = json.loads(raw)["headers"]
+    assert headers["argsrepr"] == "['j9', 2, '<claim secret>']"
+    assert "apc_do_not_show" not in repr(_offer("j9", 2, "tbs", "apc_do_not_show"))
 
 
 def test_folder_broker(tmp_path: Path) -> None:
     settings = Settings(broker_url="filesystem://", broker_folder=str(tmp_path / "q"))
-    assert queue.enqueue_profile(settings, job_id="j1", attempt=2, testbed="demo-cpu")
-    assert queue.pending(settings, "profile.demo-cpu") == {("profile.run", ("j1", 2))}
-    assert queue.pending(settings, "profile.demo") == set()  # a prefix of another queue's name is not it
+    assert queue.enqueue_profile(settings, _offer("j1", 2, "demo-cpu"))
+    assert queue.pending(settings, "profile.demo-cpu") == queue.Pending(
+        waiting=frozenset({("profile.run", ("j1", 2, "apc_s"))})
+    )
+    assert queue.pending(settings, "profile.demo") == queue.Pending()  # a prefix of another queue's name is not it
 
 
 def test_a_broker_that_cannot_be_read_this_way_answers_none() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from datetime import timedelta
 
@@ -36,19 +37,42 @@ def _job(db: Session, testbed: str, **fields: object) -> Job:
 
 
 def _nothing_pending(_: str) -> queue.Pending:
-    return set()
+    return queue.Pending()
+
+
+def _sha(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def test_a_dead_workers_job_is_queued_for_the_next_attempt_then_failed(db: Session) -> None:
     now = utcnow()
     tb = f"tb-{uuid.uuid4().hex[:6]}"
     job = _job(
-        db, tb, status="running", attempts=1, claimed_by="gpu-host/pid7", heartbeat_at=now - timedelta(seconds=45)
+        db,
+        tb,
+        status="running",
+        attempts=1,
+        claimed_by="gpu-host/pid7",
+        heartbeat_at=now - timedelta(seconds=45),
+        lease_expires_at=now - timedelta(seconds=15),
+        job_token_sha256=_sha("apj_dead"),
     )
-    fresh = _job(db, tb, status="running", attempts=1, heartbeat_at=now - timedelta(seconds=5))
+    # Its heartbeats are old, but its lease was renewed: the row's lease is what counts.
+    fresh = _job(
+        db,
+        tb,
+        status="running",
+        attempts=1,
+        heartbeat_at=now - timedelta(seconds=50),
+        lease_expires_at=now + timedelta(seconds=5),
+    )
     report = sweep.sweep(db, cfg=CFG, now=now, pending=_nothing_pending)
     assert [(s.task, s.job_id, s.attempt, s.testbed) for s in report.sends] == [("profile", job.id, 2, tb)]
+    (message,) = [s.message for s in report.sends]
+    assert message is not None and (message.job_id, message.attempt, message.testbed) == (job.id, 2, tb)
+    assert job.claim_secret_sha256 == _sha(message.claim_secret) and message.claim_secret not in repr(message)
     assert job.status == "queued" and job.claimed_by is None
+    assert job.job_token_sha256 is None and job.lease_expires_at is None  # the dead attempt's token opens nothing
     assert (
         job.reason
         == "attempt 1 lost its worker (gpu-host/pid7): no heartbeat for 45 s; queued again for attempt 2 of 2"
@@ -56,32 +80,50 @@ def test_a_dead_workers_job_is_queued_for_the_next_attempt_then_failed(db: Sessi
     assert fresh.status == "running"
     # attempt 2 dies too: that was the last one
     job.status, job.attempts, job.heartbeat_at = "running", 2, now - timedelta(seconds=100)
+    job.lease_expires_at, job.job_token_sha256 = now - timedelta(seconds=70), _sha("apj_dead_too")
     db.flush()
     report = sweep.sweep(db, cfg=CFG, now=now, pending=_nothing_pending)
     assert report.failed == [job.id] and not report.sends
-    assert job.status == "failed" and job.finished_at == now
+    assert job.status == "failed" and job.finished_at == now and job.job_token_sha256 is None
     assert job.reason == "attempt 2 lost its worker: no heartbeat for 100 s, and it was the last of 2 attempts"
 
 
-def test_a_lost_message_is_sent_again_and_a_waiting_one_is_left_alone(db: Session) -> None:
+def test_a_lost_message_is_sent_again_with_a_new_secret_and_a_waiting_one_is_left_alone(db: Session) -> None:
     now = utcnow()
     old = now - timedelta(seconds=90)
     tb = f"tb-{uuid.uuid4().hex[:6]}"
-    lost = _job(db, tb, updated_at=old)
-    waiting = _job(db, tb, updated_at=old)
+    lost = _job(db, tb, updated_at=old, claim_secret_sha256=_sha("apc_lost"))
+    waiting = _job(db, tb, updated_at=old, claim_secret_sha256=_sha("apc_waiting"))
+    taken = _job(db, tb, updated_at=old, claim_secret_sha256=_sha("apc_taken"))
+    superseded = _job(db, tb, updated_at=old, claim_secret_sha256=_sha("apc_new"))
     recent = _job(db, tb, updated_at=now - timedelta(seconds=10))
     asked: list[str] = []
 
     def pending(name: str) -> queue.Pending:
         asked.append(name)
-        return {(queue.PROFILE_TASK, (waiting.id, 1)), (queue.PROFILE_TASK, (lost.id, 7))}
+        return queue.Pending(
+            waiting=frozenset(
+                {
+                    (queue.PROFILE_TASK, (waiting.id, 1, "apc_waiting")),
+                    (queue.PROFILE_TASK, (lost.id, 7, "apc_lost")),  # another attempt's
+                    (queue.PROFILE_TASK, (superseded.id, 1, "apc_old")),  # claims nothing: not the row's secret
+                }
+            ),
+            unacked=frozenset({(queue.PROFILE_TASK, (taken.id, 1, "apc_taken"))}),  # a worker is claiming it
+        )
 
     report = sweep.sweep(db, cfg=CFG, now=now, pending=pending)
-    assert [(s.job_id, s.attempt) for s in report.sends if s.job_id in (lost.id, waiting.id, recent.id)] == [
-        (lost.id, 1)
-    ]
+    mine = {lost.id, waiting.id, taken.id, superseded.id, recent.id}
+    sent = {s.job_id: s for s in report.sends if s.job_id in mine}
+    assert set(sent) == {lost.id, superseded.id}
     assert asked == [f"profile.{tb}"]  # the broker is read once per queue
+    assert sent[lost.id].why == "queued for 90 s: no message in the broker"  # how long, taken before it is moved
+    for job in (lost, superseded):
+        message = sent[job.id].message
+        assert message is not None and message.attempt == 1
+        assert job.claim_secret_sha256 == _sha(message.claim_secret)  # rotated: the old secret claims nothing
     assert lost.updated_at == now and waiting.updated_at == old and lost.status == "queued"
+    assert waiting.claim_secret_sha256 == _sha("apc_waiting") and taken.claim_secret_sha256 == _sha("apc_taken")
 
 
 def test_an_unreadable_broker_means_one_resend_per_stale_period(db: Session) -> None:
@@ -89,28 +131,41 @@ def test_an_unreadable_broker_means_one_resend_per_stale_period(db: Session) -> 
     job = _job(db, f"tb-{uuid.uuid4().hex[:6]}", updated_at=now - timedelta(seconds=90))
     first = sweep.sweep(db, cfg=CFG, now=now, pending=lambda _: None)
     assert job.id in {s.job_id for s in first.sends}
+    assert [s.why for s in first.sends if s.job_id == job.id] == ["queued for 90 s: the broker cannot be read"]
     again = sweep.sweep(db, cfg=CFG, now=now + timedelta(seconds=5), pending=lambda _: None)
     assert job.id not in {s.job_id for s in again.sends}
     later = sweep.sweep(db, cfg=CFG, now=now + timedelta(seconds=61), pending=lambda _: None)
     assert job.id in {s.job_id for s in later.sends}
 
 
-def test_an_analysis_whose_message_was_lost_is_sent_again(db: Session) -> None:
+def test_an_analysis_whose_lease_ran_out_is_sent_again_whatever_unacked_holds(db: Session) -> None:
     now = utcnow()
-    job = _job(
-        db, f"tb-{uuid.uuid4().hex[:6]}", status="analyzing", attempts=1, updated_at=now - timedelta(seconds=300)
-    )
-    held = _job(
-        db, f"tb-{uuid.uuid4().hex[:6]}", status="analyzing", attempts=1, updated_at=now - timedelta(seconds=300)
-    )
+    ran_out = now - timedelta(seconds=30)
+
+    def analyzing(**fields: object) -> Job:
+        return _job(db, f"tb-{uuid.uuid4().hex[:6]}", status="analyzing", attempts=1, **fields)
+
+    killed = analyzing(lease_expires_at=ran_out)  # its worker died mid-analysis: the message is in "unacked"
+    lost = analyzing(lease_expires_at=ran_out)  # its message is nowhere
+    queued_behind = analyzing(lease_expires_at=ran_out)  # its message waits behind others
+    working = analyzing(lease_expires_at=now + timedelta(seconds=40), updated_at=now - timedelta(days=1))
 
     def pending(name: str) -> queue.Pending:
         assert name == queue.ANALYSIS_QUEUE
-        return {(queue.ANALYSIS_TASK, (held.id,))}
+        return queue.Pending(
+            waiting=frozenset({(queue.ANALYSIS_TASK, (queued_behind.id,))}),
+            unacked=frozenset({(queue.ANALYSIS_TASK, (killed.id,)), (queue.ANALYSIS_TASK, (working.id,))}),
+        )
 
     report = sweep.sweep(db, cfg=CFG, now=now, pending=pending)
-    sent = {(s.task, s.job_id) for s in report.sends}
-    assert ("analysis", job.id) in sent and ("analysis", held.id) not in sent
+    sent = {s.job_id: s for s in report.sends if s.task == "analysis"}
+    assert killed.id in sent and lost.id in sent
+    assert queued_behind.id not in sent and working.id not in sent
+    assert sent[killed.id].why == "analyzing, its lease ran out 30 s ago"
+    # The resent message gets a lease of its own to start in: one resend per lease, not one per sweep.
+    assert killed.lease_expires_at == now + timedelta(seconds=CFG.analyzing_stale_s)
+    again = sweep.sweep(db, cfg=CFG, now=now + timedelta(seconds=5), pending=pending)
+    assert killed.id not in {s.job_id for s in again.sends}
 
 
 def test_final_jobs_are_never_touched(db: Session) -> None:
@@ -118,7 +173,8 @@ def test_final_jobs_are_never_touched(db: Session) -> None:
     old = now - timedelta(days=1)
     tb = f"tb-{uuid.uuid4().hex[:6]}"
     rows = [
-        _job(db, tb, status=s, updated_at=old, heartbeat_at=old) for s in ("done", "failed", "timed_out", "cancelled")
+        _job(db, tb, status=s, updated_at=old, heartbeat_at=old, lease_expires_at=old)
+        for s in ("done", "failed", "timed_out", "cancelled")
     ]
     report = sweep.sweep(db, cfg=CFG, now=now, pending=_nothing_pending)
     assert not {s.job_id for s in report.sends} & {r.id for r in rows}
