@@ -117,13 +117,19 @@ out = {"device": torch.cuda.get_device_name(0), "count": torch.cuda.device_count
        "dev": sorted(n for n in os.listdir("/dev") if n.startswith("nvidia")), "uid": os.getuid(),
        "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()), "seconds": time.perf_counter() - t}
 try:
+    f = torch.compile(lambda a: torch.softmax(a.float() * 2, -1).to(a.dtype))
+    out["compiled"] = bool(torch.isfinite(f(x[:256, :256])).all())
+except Exception:
+    import traceback
+    out["compiled"] = traceback.format_exc()[-4000:]
+try:
     import pynvml
     pynvml.nvmlInit()
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     out["nvml_pids"] = sorted(p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h))
 except Exception as e:
     out["nvml"] = repr(e)
-print(json.dumps(out))
+json.dump(out, open("/job/probe-out.json", "w"))
 """
 
 
@@ -145,10 +151,8 @@ def cuda(scratch_root: Path, strategy: str) -> dict[str, Any]:
             lines=50,
         )
         result: dict[str, Any] = {"exit_code": done.exit_code, "wall_s": round(done.wall_s, 2), "tail": done.tail}
-        for line in reversed(done.tail):
-            if line.startswith("{"):
-                result["inside"] = json.loads(line)
-                break
+        if (scratch / "probe-out.json").exists():
+            result["inside"] = json.loads((scratch / "probe-out.json").read_text())
         inside = result.get("inside", {})
         result["nvml_pids_of_the_job"] = sorted(set(inside.get("nvml_pids", [])) & done.pids)
         result["nvml_pids_foreign"] = sorted(set(inside.get("nvml_pids", [])) - done.pids)
@@ -165,7 +169,11 @@ def _env(root: Path) -> dict[str, str]:
     )
 
 
-def _profile_once(mode: str, suite: Path, scratch_root: Path, cache: Path, jail: jails.Jail | None) -> dict[str, Any]:
+def _profile_once(
+    mode: str, suite: Path, scratch_root: Path, cache: Path, jail: jails.Jail | None, *, intruder: bool = False
+) -> dict[str, Any]:
+    """One run; ``intruder``: another CUDA process holds the GPU for 20 s from 3 s in (the run must be suspect)."""
+    from worker.gpu import GpuWatch
     from worker.profile import SPEC_NAME, make_scratch, remove_scratch
 
     scratch = make_scratch(scratch_root, f"ab-{mode}", 1)
@@ -180,8 +188,14 @@ def _profile_once(mode: str, suite: Path, scratch_root: Path, cache: Path, jail:
         if jail:
             jail.prepare(scratch)
             argv = jail.argv([*argv, "--pid-namespace"], scratch=scratch, peaks=cache, cwd=root / "src")
+        watch = GpuWatch() if jail else None
+        other = None
+        if intruder:
+            code = "import time, torch; time.sleep(3); x = torch.ones(1, device='cuda'); time.sleep(20)"
+            other = subprocess.Popen([sys.executable, "-c", code])
         done = sandbox.run(
             argv,
+            watch=watch,
             cwd=scratch / "src",
             env=_env(root),
             log_path=scratch / "output.log",
@@ -191,15 +205,20 @@ def _profile_once(mode: str, suite: Path, scratch_root: Path, cache: Path, jail:
             run_as=jail.run_as if jail else None,
             lines=20,
         )
+        if other is not None:
+            other.kill()
+            other.wait()
         doc = outcome.read_document(scratch / "out" / "result.json")
-        if doc is not None and jail is not None:
-            outcome.judge_gpu_processes(doc, done.pids)
+        if doc is not None and watch is not None:
+            outcome.note_foreign_gpu_processes(doc, watch.foreign(done.pids))
+            watch.close()
         cases = {}
         for c in (doc or {}).get("cases", []):
             lat = c.get("latency_us") or {}
-            cases[c["id"]] = {"status": c.get("status"), "median_us": lat.get("median")}
+            error = (c.get("error") or {}).get("message")
+            cases[c["id"]] = {"status": c.get("status"), "median_us": lat.get("median"), "error": (error or "")[-3000:]}
         return {
-            "mode": mode,
+            "mode": mode + ("+intruder" if intruder else ""),
             "exit_code": done.exit_code,
             "wall_s": round(done.wall_s, 3),
             "run_wall_s": (doc or {}).get("run", {}).get("wall_s"),
@@ -232,6 +251,11 @@ def ab(suite: Path, pairs: int, scratch_root: Path, out: Path, strategy: str, bu
         run = _profile_once(mode, suite, scratch_root, cache, jail if mode == "jailed" else None)
         runs.append(run)
         print(f"{mode}: exit {run['exit_code']}, {run['wall_s']:.1f} s, suspect {run['suspect']}", flush=True)
+        (out / "ab.json").write_text(json.dumps({"strategy": strategy, "suite": str(suite), "runs": runs}, indent=1))
+    if jail is not None and time.monotonic() - started < budget_s:
+        run = _profile_once("jailed", suite, scratch_root, cache, jail, intruder=True)
+        runs.append(run)
+        print(f"jailed with an intruder: exit {run['exit_code']}, suspect {run['suspect']}", flush=True)
         (out / "ab.json").write_text(json.dumps({"strategy": strategy, "suite": str(suite), "runs": runs}, indent=1))
     return runs
 

@@ -208,13 +208,15 @@ def _jail_and_peaks(settings: Settings, mode: str) -> None:
 
 
 def _plain_env() -> dict[str, str]:
-    """The calibration's environment: no secret of the worker's, and the profiler importable."""
+    """The calibration's environment: no secret of the worker's, and the profiler importable the way the worker
+    imports it (its own ``PYTHONPATH`` too: this step runs the worker's code, no user's)."""
     from worker.jail import profiler_parent
     from worker.sandbox import scrubbed_env
 
     parent = profiler_parent()
     tmp = Path(tempfile.gettempdir())
-    return scrubbed_env(os.environ, home=Path.home(), tmp=tmp, pythonpath=parent or tmp)
+    own = [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return scrubbed_env(os.environ, home=Path.home(), tmp=tmp, pythonpath=parent or tmp, library_paths=own)
 
 
 def _analysis(beat: bool, schedule: Path | None, concurrency: int, loglevel: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -93,6 +94,50 @@ def probe_gpu() -> LocalDevice | None:
 def probe_minor() -> int | None:
     """The minor number of that GPU (``/dev/nvidia<minor>``: the one GPU node a job's jail is given), or ``None``."""
     return _with_visible_handle(lambda nvml, handle: int(nvml.nvmlDeviceGetMinorNumber(handle)))
+
+
+class GpuWatch:
+    """The processes on this worker's GPU that are not the job's, read through NVML from outside the jail while the
+    job runs (``sandbox.run``'s ``watch``): the worker sees host PIDs, the job's tree among them. Inside its PID
+    namespace the profiler cannot tell itself from another process (the driver may report PIDs of either
+    namespace), so this is where "another process on the GPU" is decided for a jailed job."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.candidates: set[int] = set()
+        self._last = 0.0
+        self._nvml: Any = None
+        self._handle: Any = None
+        with contextlib.suppress(Exception):
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            visible = visible_devices()
+            first = visible[0] if visible else "0"
+            self._handle = (
+                pynvml.nvmlDeviceGetHandleByUUID(first)
+                if first.startswith(("GPU-", "MIG-"))
+                else pynvml.nvmlDeviceGetHandleByIndex(int(first))
+            )
+
+    def __call__(self, job_pids: set[int]) -> None:
+        now = time.monotonic()
+        if self._handle is None or now - self._last < self.interval_s:
+            return
+        self._last = now
+        with contextlib.suppress(Exception):
+            procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
+            self.candidates |= {int(p.pid) for p in procs} - job_pids - {os.getpid()}
+
+    def foreign(self, job_pids: frozenset[int]) -> list[int]:
+        """PIDs seen on the GPU that never turned out to be the job's."""
+        return sorted(self.candidates - job_pids)
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            with contextlib.suppress(Exception):
+                self._nvml.nvmlShutdown()
 
 
 def _describe(meaning: dict[str, Any] | None) -> str:

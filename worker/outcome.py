@@ -123,25 +123,11 @@ def decide(
     return document
 
 
-def judge_gpu_processes(document: dict[str, Any], job_pids: frozenset[int]) -> None:
-    """Count the processes on the GPU that are not the job's, in a document profiled in the jail, and mark the run
-    suspect when there were any (in place).
-
-    In its PID namespace the profiler cannot tell which of NVML's host PIDs is its own, so it records them all
-    (``gpu_pids``) and counts none; the worker saw every host PID of the job's process tree, and judges here.
-    """
-    environment = document.get("environment")
-    if not isinstance(environment, dict):
-        return
-    reasons = []
-    for label in ("start", "end"):
-        health = environment.get(f"health_{label}")
-        if not isinstance(health, dict) or not isinstance(health.get("gpu_pids"), list):
-            continue
-        others = [p for p in health["gpu_pids"] if isinstance(p, int) and p not in job_pids]
-        health["other_processes"] = len(others)
-        if others:
-            reasons.append(f"{len(others)} other process(es) on the GPU at {label}")
+def note_foreign_gpu_processes(document: dict[str, Any], pids: list[int]) -> None:
+    """Mark a jailed job's run suspect (in place) when the worker saw processes on the GPU that were not the job's
+    while it ran (``gpu.GpuWatch``); the profiler in its PID namespace counted none itself."""
     run = document.get("run")
-    if reasons and isinstance(run, dict):
-        run["suspect"] = [*(run.get("suspect") or []), *reasons]
+    if pids and isinstance(run, dict):
+        shown = ", ".join(str(p) for p in pids[:8]) + (", …" if len(pids) > 8 else "")
+        reason = f"{len(pids)} other process(es) on the GPU while the job ran (host PIDs {shown})"
+        run["suspect"] = [*(run.get("suspect") or []), reason]

@@ -32,6 +32,7 @@ from service.jobs import archive
 from worker import jail as jails
 from worker import outcome, sandbox
 from worker.api import Refused, ServiceAPIError, Stale, Unreachable, WorkerAPI
+from worker.gpu import GpuWatch
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +343,7 @@ def _attempt(
     else:
         argv = profiler_argv(cfg, root, cfg.cache_dir)
     log.info("job %s attempt %s: profiling in %s", job_id, attempt, scratch)
+    watch = GpuWatch() if cfg.jail is not None and cfg.device != "cpu" else None
     finished = sandbox.run(
         argv,
         cwd=src,
@@ -351,14 +353,17 @@ def _attempt(
         stop=beat.stop,
         lines=cfg.output_lines,
         run_as=cfg.jail.run_as if cfg.jail is not None else None,
+        watch=watch,
     )
+    if watch is not None:
+        watch.close()
     if finished.stopped == "cancelled" or beat.stop.is_set():
         why = "cancelled" if beat.cancelled else f"lost ({beat.lost})"
         log.info("job %s attempt %s: %s: the subprocess was stopped", job_id, attempt, why)
         return "cancelled" if beat.cancelled else "lost"
     document = outcome.read_document(scratch / "out" / "result.json")
-    if document is not None and cfg.jail is not None:
-        outcome.judge_gpu_processes(document, finished.pids)
+    if document is not None and watch is not None:
+        outcome.note_foreign_gpu_processes(document, watch.foreign(finished.pids))
     decided = outcome.decide(finished, document, timeout_s=cfg.timeout_s, memory_limit_bytes=cfg.memory_limit_bytes)
     if isinstance(decided, outcome.Failure):
         _report(http, job_id, attempt, decided)

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -254,10 +254,11 @@ def run(
     stop: threading.Event | None = None,
     lines: int = 40,
     run_as: tuple[int, int] | None = None,
+    watch: Callable[[set[int]], None] | None = None,
 ) -> Finished:
     """Run ``argv`` under the limits (as ``run_as``, uid and gid, when given); ``stop`` set by another thread (a
-    cancel) kills it. Never raises for what the subprocess does; raises ``OSError`` only when it cannot be
-    started."""
+    cancel) kills it; ``watch`` is called at each poll with every host PID of the tree seen so far. Never raises
+    for what the subprocess does; raises ``OSError`` only when it cannot be started."""
     command = die_with_parent(argv, max_processes=limits.max_processes, run_as=run_as)
     started = time.monotonic()
     with log_path.open("wb") as log:
@@ -284,6 +285,8 @@ def run(
             table = _table()
             members = tree(proc.pid, table)
             seen |= members
+            if watch is not None:
+                watch(seen)
             rss = sum(table[pid][2] for pid in members if pid in table)
             peak = max(peak, rss)
             if stop is not None and stop.is_set():

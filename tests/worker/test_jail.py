@@ -14,6 +14,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -249,20 +250,19 @@ def test_processes_are_bounded(jail: jails.Jail, scratch_root: Path) -> None:
 
 
 def test_gpu_processes_are_judged_by_the_worker() -> None:
-    document = {
-        "run": {"suspect": None},
-        "environment": {
-            "health_start": {"gpu_pids": [4100], "other_processes": None},
-            "health_end": {"gpu_pids": [4100, 977], "other_processes": None},
-        },
-    }
-    outcome.judge_gpu_processes(document, frozenset({4000, 4100}))
-    assert document["environment"]["health_start"]["other_processes"] == 0
-    assert document["environment"]["health_end"]["other_processes"] == 1
-    assert document["run"]["suspect"] == ["1 other process(es) on the GPU at end"]
-    alone = {"run": {"suspect": None}, "environment": {"health_start": {"gpu_pids": [4100]}}}
-    outcome.judge_gpu_processes(alone, frozenset({4100}))
-    assert alone["run"]["suspect"] is None  # the job's own process is not another
+    from worker.gpu import GpuWatch
+
+    watch = GpuWatch()  # no GPU here: it reads nothing, and what it was told stands
+    watch.candidates = {4100, 977, 5000}
+    job = frozenset({4000, 4100, 5000})  # 5000 joined the tree after NVML saw it: the job's after all
+    assert watch.foreign(job) == [977]
+    document: dict[str, Any] = {"run": {"suspect": None}}
+    outcome.note_foreign_gpu_processes(document, watch.foreign(job))
+    assert document["run"]["suspect"] == ["1 other process(es) on the GPU while the job ran (host PIDs 977)"]
+    alone: dict[str, Any] = {"run": {"suspect": None}}
+    outcome.note_foreign_gpu_processes(alone, [])
+    assert alone["run"]["suspect"] is None  # the job's own processes are not others
+    watch.close()
 
 
 def test_the_hidden_paths_skip_what_the_jail_binds(jail: jails.Jail, tmp_path: Path) -> None:
