@@ -27,6 +27,7 @@ from service.auth.schemas import parse_duration
 from service.config import Settings
 from service.db import make_engine, utcnow
 from service.errors import Conflict, InvalidPayload, NotFound
+from service.projects import service as projects
 from service.testbeds import service as testbeds
 
 A, B = ("10.1.0.1", 40001), ("10.1.0.2", 40002)
@@ -475,3 +476,35 @@ def test_the_migration_goes_down_and_up_on_postgres() -> None:
 
 def test_the_migration_goes_down_and_up_on_sqlite(tmp_path: Path) -> None:
     _down_and_up(f"sqlite:///{tmp_path / 'm.db'}")
+
+
+def test_on_sqlite_too(tmp_path: Path) -> None:
+    """The embedded mode: the same address check (IS NOT for IS DISTINCT FROM), rotation and expiry on SQLite."""
+    url = f"sqlite:///{tmp_path / 'embedded.db'}"
+    migrate.upgrade(url)
+    app = create_app(make_settings(url))
+    try:
+        with app.state.sessionmaker() as session:
+            project = projects.create(session, name="embedded")
+            admin_token, admin = auth.create_project_token(session, project_id=project.id, role="admin")
+            session.commit()
+        tenant = Tenant(name="embedded", admin=admin, submit="", read="")
+        with TestClient(app, client=A) as a, TestClient(app, client=B) as b:
+            made = _make(a, tenant, expires_in="1h")
+            assert _runs(a, tenant, made["token"]).status_code == 200
+            assert _runs(b, tenant, made["token"]).status_code == 200
+            rotated = _rotate(a, tenant, made["id"], grace="1h").json()
+            assert _runs(b, tenant, made["token"]).status_code == 200
+            with app.state.sessionmaker() as session:
+                _age(session, rotated["id"], expires_at=utcnow() - timedelta(seconds=1))
+            assert _runs(b, tenant, rotated["token"]).json()["detail"].startswith("token expired at ")
+            events = _audit(b, tenant)["events"]
+        kinds = [(e["kind"], e["token_id"], e["address"]) for e in events if e["token_id"] != admin_token.id]
+        assert kinds[:4] == [
+            ("token.created", rotated["id"], A[0]),
+            ("token.rotated", made["id"], A[0]),
+            ("token.new_address", made["id"], B[0]),
+            ("token.new_address", made["id"], A[0]),
+        ]
+    finally:
+        app.state.engine.dispose()
