@@ -173,9 +173,11 @@ def authenticate_with_project(
 
 def require_project(principal: Principal, project_id: int | None, project: str, role: str) -> int:
     """``project_id`` if the principal may act on it with ``role``: ``NotFound`` for a project that does not exist
-    or is another's (answered alike), then ``Forbidden``. Worker tokens reach every project (their internal
-    endpoints check the job's testbed)."""
-    if project_id is None or (principal.role != WORKER and principal.project_id != project_id):
+    or is another's (answered alike), then ``Forbidden``. A worker token opens no project route: ``Forbidden``
+    before the project is looked at, so its answer is the same whether the project exists or not."""
+    if principal.role == WORKER:
+        raise Forbidden("a worker token opens no project route (only the /internal routes of its testbed)")
+    if project_id is None or principal.project_id != project_id:
         raise NotFound(f"no project {project!r}")
     principal.require(role)
     return project_id

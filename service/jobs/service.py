@@ -57,6 +57,8 @@ def parse_ancestors(raw: str | None, limit: int) -> tuple[str, ...]:
     if not raw or not raw.strip():
         return ()
     text = raw.strip()
+    if text.startswith("[") and any(c in text[1:] for c in "[{"):  # before parsing: json.loads recurses on nesting
+        raise InvalidPayload("ancestors: a flat JSON list of commit hashes (no nested lists or objects)")
     try:
         items = json.loads(text) if text.startswith("[") else re.split(r"[\s,]+", text)
     except json.JSONDecodeError as exc:
