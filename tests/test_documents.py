@@ -104,8 +104,19 @@ def test_an_unreadable_path(tmp_path: Path) -> None:
             "not a valid gzip file",
         ),
         (b"[1, 2]", "a result document is a JSON object, got list"),
+        (b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "JSON nested too deeply"),
     ],
-    ids=["empty", "not-json", "binary", "gzip-magic-only", "gzip-truncated", "gzip-bad-crc", "gzip-corrupt", "list"],
+    ids=[
+        "empty",
+        "not-json",
+        "binary",
+        "gzip-magic-only",
+        "gzip-truncated",
+        "gzip-bad-crc",
+        "gzip-corrupt",
+        "list",
+        "deeply-nested",
+    ],
 )
 def test_a_file_that_is_not_a_document(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "bad.json"

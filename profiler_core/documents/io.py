@@ -29,6 +29,8 @@ def _read_json(path: Path) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DocumentError(f"{path}: not JSON: {exc}") from exc
+    except RecursionError as exc:  # json's decoder recurses once per nested array or object
+        raise DocumentError(f"{path}: JSON nested too deeply to be a result document") from exc
 
 
 def _first_errors(exc: ValidationError, limit: int = 5) -> str:
