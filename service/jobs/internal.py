@@ -177,11 +177,7 @@ def internal_openapi(app: Starlette) -> dict[str, Any]:
     ``service.openapi`` adds to the public one."""
     document: dict[str, Any] | None = getattr(app.state, "internal_openapi", None)
     if document is None:
-        routes = [
-            _in_document(r)
-            for r in app.routes
-            if isinstance(r, APIRoute) and r.path.startswith(router.prefix + "/") and r.path != OPENAPI_PATH
-        ]
+        routes = [_in_document(r) for r in router.routes if isinstance(r, APIRoute) and r.path != OPENAPI_PATH]
         document = document_errors(
             get_openapi(
                 title="attnprof worker API",

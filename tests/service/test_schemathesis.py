@@ -14,17 +14,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import redis
 import schemathesis
 import svcdocs as docs
-from conftest import create_database, drop_database, make_settings
+from claiming import bearer, claim, claim_secret
+from conftest import REDIS_URL, create_database, drop_database, make_settings
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
+from profiling_support import tar_gz
 
 from service import migrate
 from service.app import create_app
 from service.auth import service as auth
 from service.projects import service as projects
+from service.testbeds import service as testbeds
 
 PROJECT = "schemathesis"
 SPEC = '[suite]\nname = "s"\n\n[[cases]]\nname = "prefill"\ntarget = "sdpa"\nq_heads = 4\nseq_q = 128\nhead_dim = 64\n'
@@ -140,3 +144,82 @@ def test_values_the_database_cannot_hold_are_422(api: Api, method: str, path: st
         r = client.request(method, path.format(project=PROJECT), headers={"Authorization": f"Bearer {api.admin}"})
     assert r.status_code == 422, r.text
     assert r.json()["error"] == "invalid_payload"
+
+
+# --- the worker routes, through their own document ------------------------------------------------------------
+
+# The worker routes' own document, read like the public one; each case gets the token its operation's scheme names:
+# the testbed's worker token, or the job token of a job claimed for that case.
+internal_schema = schemathesis.openapi.from_asgi(
+    "/internal/openapi.json",
+    create_app(make_settings("sqlite://")),
+    config=schemathesis.Config.from_dict(
+        {
+            "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400", "404", "409", "413", "422"]}},
+        }
+    ),
+)
+WORKER_TESTBED = "schemathesis-workers"
+
+
+@dataclass
+class Workers:
+    app: FastAPI
+    submit: str
+    worker: str
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[Workers]:
+    name, url = create_database()
+    try:
+        migrate.upgrade(url)
+        app = create_app(make_settings(url))
+        with app.state.sessionmaker() as session:
+            project = projects.create(session, name="schemathesis-workers")
+            submit = auth.create_project_token(session, project_id=project.id, role="submit")[1]
+            worker = auth.create_worker_token(session, testbed_id=testbeds.ensure(session, WORKER_TESTBED).id)[1]
+            session.commit()
+        yield Workers(app=app, submit=submit, worker=worker)
+        app.state.engine.dispose()
+    finally:
+        drop_database(name)
+
+
+def _queued_job(client: TestClient, workers: Workers) -> tuple[str, str]:
+    """A new job with a bundle: (its id, the claim secret of its message), the queue emptied again."""
+    job = client.post(
+        "/api/v1/projects/schemathesis-workers/jobs",
+        files={"spec": ("attnprof.toml", SPEC.encode()), "bundle": ("src.tar.gz", tar_gz({"pkg/m.py": b"x = 1\n"}))},
+        data={"testbed": WORKER_TESTBED, "branch": "main", "commit": "c1"},
+        headers=bearer(workers.submit),
+    )
+    assert job.status_code == 202, job.text
+    secret = claim_secret(REDIS_URL, WORKER_TESTBED, job.json()["id"])
+    r = redis.Redis.from_url(REDIS_URL)
+    r.delete(f"profile.{WORKER_TESTBED}", "analysis")
+    r.close()
+    return job.json()["id"], secret
+
+
+@internal_schema.parametrize()
+@settings(
+    max_examples=15,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+def test_worker_openapi_contract(case: Any, workers: Workers) -> None:
+    positive = case.meta is not None and case.meta.generation.mode.is_positive
+    token = workers.worker
+    if "{job_id}" in case.operation.path:
+        with TestClient(workers.app) as client:
+            job_id, secret = _queued_job(client, workers)
+            if case.operation.path.endswith("/claim"):
+                if positive and isinstance(case.body, dict):
+                    case.body.update(secret=secret, attempt=1)
+            else:
+                token = claim(client, workers.worker, job_id, secret)["token"]
+        if positive:
+            case.path_parameters["job_id"] = job_id
+    case.call_and_validate(app=workers.app, headers=bearer(token))

@@ -12,7 +12,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import pytest
+from profiling_support import tar_gz
 from wkstack import (  # noqa: F401 (stack_fixture: the fixture named stack)
     ATTNPROF,
     FAULTS_TIMEOUT_S,
@@ -21,6 +23,7 @@ from wkstack import (  # noqa: F401 (stack_fixture: the fixture named stack)
     SDPA_CASE,
     Stack,
     custom_case,
+    seed_project,
     sql,
     stack_fixture,
     suite,
@@ -28,6 +31,7 @@ from wkstack import (  # noqa: F401 (stack_fixture: the fixture named stack)
 )
 
 pytestmark = pytest.mark.slow
+PRIVATE = {"model/__init__.py": b"", "model/weights.py": b"weights = 'another project keeps this to itself'\n"}
 
 
 def _runs_of(stack: Stack, job_id: str) -> list[tuple[str, int]]:
@@ -48,16 +52,49 @@ def _alive(pid: int) -> bool:
 
 def test_a_worker_token_cannot_claim_another_testbeds_job(stack: Stack) -> None:
     job_id = stack.submit(suite("idle", SDPA_CASE), testbed="tb-idle")
+    ((_, _, secret),) = [m for m in stack.messages("profile.tb-idle") if m[0] == job_id]
     with stack.http(stack.worker_tokens["tb-faults"]) as other:
-        r = other.post(f"/internal/jobs/{job_id}/claim", json={"attempt": 1, "worker": "intruder"})
+        r = other.post(f"/internal/jobs/{job_id}/claim", json={"attempt": 1, "worker": "intruder", "secret": secret})
     assert r.status_code == 404, r.text
     with stack.http(stack.worker_tokens["tb-main"]) as other:
-        assert other.get(f"/internal/jobs/{job_id}/bundle").status_code == 404
+        assert other.get(f"/internal/jobs/{job_id}/bundle").status_code == 401
     with stack.http() as user:  # a project token is not a worker token
-        assert user.post(f"/internal/jobs/{job_id}/claim", json={"attempt": 1, "worker": "x"}).status_code == 403
+        claim = {"attempt": 1, "worker": "x", "secret": secret}
+        assert user.post(f"/internal/jobs/{job_id}/claim", json=claim).status_code == 403
     assert stack.job(job_id)["status"] == "queued"
     with stack.http() as user:
         assert user.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 200
+
+
+def test_a_stolen_worker_token_and_a_job_id_read_from_redis_open_nothing(stack: Stack) -> None:
+    """What a hostile job could take from its worker, its testbed's worker token and the broker's URL, plus another
+    project's queued job id read from Redis (the unacknowledged hash, a log): no claim, no bundle, no job route."""
+    victim_project, victim_submit, _ = seed_project(stack.database_url, "victim", ("tb-idle",))
+    with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {victim_submit}"}) as victim:
+        r = victim.post(
+            f"/api/v1/projects/{victim_project}/jobs",
+            data={"testbed": "tb-idle", "branch": "main", "commit": "secret01"},
+            files={
+                "spec": ("attnprof.toml", suite("idle", SDPA_CASE).encode()),
+                "bundle": ("b.tar.gz", tar_gz(PRIVATE)),
+            },
+        )
+    assert r.status_code == 202, r.text
+    job_id = r.json()["id"]
+    assert any(m[0] == job_id for m in stack.messages("profile.tb-idle"))
+    stolen = stack.worker_tokens["tb-idle"]  # valid for every job of its testbed
+    with stack.http(stolen) as thief:
+        for body in ({"attempt": 1, "worker": "thief"}, {"attempt": 1, "worker": "thief", "secret": "apc_guess"}):
+            r = thief.post(f"/internal/jobs/{job_id}/claim", json=body)
+            assert r.status_code == 404 and r.json()["detail"] == f"no job {job_id} for this worker's testbed"
+        bundle = thief.get(f"/internal/jobs/{job_id}/bundle")
+        assert bundle.status_code == 401 and b"weights" not in bundle.content
+        for route, body in (("heartbeat", {"attempt": 1}), ("failure", {"attempt": 1, "reason": "x", "retry": True})):
+            assert thief.post(f"/internal/jobs/{job_id}/{route}", json=body).status_code == 401
+    with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {victim_submit}"}) as victim:
+        job = victim.get(f"/api/v1/jobs/{job_id}").json()
+        assert job["status"] == "queued" and job["attempts"] == 0
+        assert victim.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 200
 
 
 def test_submitted_jobs_reach_done_and_the_second_compares_with_the_first(stack: Stack, tmp_path: Path) -> None:
@@ -106,17 +143,13 @@ def test_submitted_jobs_reach_done_and_the_second_compares_with_the_first(stack:
     assert second["comparison"]["baseline"] == [job1["run_id"]]
     assert second["comparison"]["document"]["baseline"] == [run["document"]["run"]["id"]]
 
-    # A duplicate result upload (a worker retrying after a lost answer) is answered without a second run.
+    # The worker token that ran the job cannot post a result for it (only the attempt's job token could).
     with stack.http(stack.worker_tokens["tb-main"]) as worker:
-        again = worker.post(f"/internal/jobs/{job1['id']}/result", json={"attempt": 1, "result": run["document"]})
-        late = worker.post(f"/internal/jobs/{job1['id']}/result", json={"attempt": 2, "result": run["document"]})
-    assert again.status_code == 200 and again.json() == {
-        "run_id": job1["run_id"],
-        "status": "analyzing",
-        "duplicate": True,
-    }
-    assert late.status_code == 409
+        forged = worker.post(f"/internal/jobs/{job1['id']}/result", json={"attempt": 1, "result": run["document"]})
+    assert forged.status_code == 401
     assert _runs_of(stack, job1["id"]) == [(job1["run_id"], 1)]
+    # No process logged a claim secret or a job token (what Celery shows of a message's arguments hides the secret).
+    assert not [p.name for p in stack.logs if "apc_" in p.text() or "apj_" in p.text()]
     assert stack.job(job1["id"])["status"] == "done"
 
 
@@ -165,12 +198,17 @@ def test_hang_times_out_a_lost_message_is_resent_a_raising_target_fails(stack: S
     stack.wait_status(hang_id, ("running",), 30)
     # The worker is busy with the hang: the next job's message waits in Redis. Lose it.
     boom_id = stack.submit(suite("boom", custom_case("boom", "faulty.targets:boom")), testbed="tb-faults", files=FAULTY)
-    assert [boom_id, 1] in stack.messages("profile.tb-faults")
+    assert [boom_id, 1] in [m[:2] for m in stack.messages("profile.tb-faults")]
     r = stack.redis()
     r.delete("profile.tb-faults")
     r.close()
     # The sweeper sees the job queued with no message for it, and sends it again.
-    wait_for("the sweeper to resend", lambda: [boom_id, 1] in stack.messages("profile.tb-faults"), 20, logs=stack.logs)
+    wait_for(
+        "the sweeper to resend",
+        lambda: [boom_id, 1] in [m[:2] for m in stack.messages("profile.tb-faults")],
+        20,
+        logs=stack.logs,
+    )
     assert "sent profile again" in stack.procs["analysis"].text()
 
     hung_pid = int(wait_for("the hanging factory to start", lambda: pidfile.exists() and pidfile.read_text(), 30))
