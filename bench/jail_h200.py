@@ -144,7 +144,7 @@ def cuda(scratch_root: Path, strategy: str) -> dict[str, Any]:
         done = sandbox.run(
             jail.argv([sys.executable, "-I", "/job/src/probe.py"], scratch=scratch, peaks=None),
             cwd=scratch,
-            env=_env(jails.JOB_ROOT),
+            env={**_env(jails.JOB_ROOT), **jail.env()},
             log_path=scratch / "out.log",
             limits=sandbox.Limits(timeout_s=300, memory_bytes=64 << 30, max_processes=jail.max_processes),
             run_as=jail.run_as,
@@ -197,7 +197,7 @@ def _profile_once(
             argv,
             watch=watch,
             cwd=scratch / "src",
-            env=_env(root),
+            env={**_env(root), **(jail.env() if jail else {})},
             log_path=scratch / "output.log",
             limits=sandbox.Limits(
                 timeout_s=500, memory_bytes=96 << 30, max_processes=jail.max_processes if jail else 0
@@ -252,7 +252,7 @@ def ab(suite: Path, pairs: int, scratch_root: Path, out: Path, strategy: str, bu
         runs.append(run)
         print(f"{mode}: exit {run['exit_code']}, {run['wall_s']:.1f} s, suspect {run['suspect']}", flush=True)
         (out / "ab.json").write_text(json.dumps({"strategy": strategy, "suite": str(suite), "runs": runs}, indent=1))
-    if jail is not None and time.monotonic() - started < budget_s:
+    if jail is not None and pairs and time.monotonic() - started < budget_s:
         run = _profile_once("jailed", suite, scratch_root, cache, jail, intruder=True)
         runs.append(run)
         print(f"jailed with an intruder: exit {run['exit_code']}, suspect {run['suspect']}", flush=True)

@@ -42,6 +42,7 @@ PEAKS_DIR = Path("/peaks")
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Of /etc, only what the loader and the C library read; never shadow, ssh keys, or the worker's configuration.
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime")
+ETC_WRITTEN = ("passwd", "group", "hosts", "nsswitch.conf")  # written per job by ``prepare``
 _GPU_SHARED_NODES = (
     "/dev/nvidiactl",
     "/dev/nvidia-uvm",
@@ -176,14 +177,22 @@ class Jail:
         uid, so the job can write there and nowhere else. Called after the bundle is unpacked."""
         etc = scratch / ".etc"
         etc.mkdir(exist_ok=True)
-        # Inside a root worker's user namespace the job's uid is unmapped and reads as 65534 (the overflow uid).
+        uid, gid = self.inside_ids
         home = JOB_ROOT / "home"
-        lines = ["root:x:0:0:root:/nonexistent:/usr/sbin/nologin", f"nobody:x:65534:65534:nobody:{home}:/bin/false"]
-        if self.job_uid != 65534:
-            lines.append(f"{self.job_user}:x:{self.job_uid}:{self.job_gid}:attnprof job:{home}:/bin/false")
-        (etc / "passwd").write_text("\n".join(lines) + "\n")
-        (etc / "group").write_text(f"root:x:0:\n{self.job_user}:x:{self.job_gid}:\nnogroup:x:65534:\n")
-        (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
+        users = ["root:x:0:0:root:/nonexistent:/usr/sbin/nologin", f"{self.job_user}:x:{uid}:{gid}::{home}:/bin/false"]
+        groups = ["root:x:0:", f"{self.job_user}:x:{gid}:"]
+        if uid != 65534:
+            users.append("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin")
+            groups.append("nogroup:x:65534:")
+        files = {
+            "passwd": "\n".join(users) + "\n",
+            "group": "\n".join(groups) + "\n",
+            "hosts": "127.0.0.1 localhost\n::1 localhost\n",
+            # Only these files: the host's own may name NSS modules (systemd, sss, ldap) that are not in the jail.
+            "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\n",
+        }
+        for name, text in files.items():
+            (etc / name).write_text(text)
         if self.as_root:
             os.chown(scratch, self.job_uid, self.job_gid)
             for root, dirs, files in os.walk(scratch):
@@ -191,7 +200,7 @@ class Jail:
                     path = os.path.join(root, name)
                     if not path.startswith(str(etc)):
                         os.lchown(path, self.job_uid, self.job_gid)
-            for name in ("passwd", "group", "hosts"):
+            for name in ETC_WRITTEN:
                 os.chown(etc / name, 0, 0)
 
     def argv(self, command: Sequence[str], *, scratch: Path, peaks: Path | None, cwd: Path = JOB_ROOT) -> list[str]:
@@ -220,7 +229,7 @@ class Jail:
             if os.path.exists(name):
                 args += ["--ro-bind", name, name]
         etc = scratch / ".etc"
-        for name in ("passwd", "group", "hosts"):
+        for name in ETC_WRITTEN:
             args += ["--ro-bind", str(etc / name), f"/etc/{name}"]
         args += ["--proc", "/proc", "--dev", "/dev"]
         for tmpfs in ("/tmp", "/dev/shm"):
@@ -272,6 +281,16 @@ class Jail:
                 "--",
             ]
         return [*args, *command]
+
+    @property
+    def inside_ids(self) -> tuple[int, int]:
+        """The job's uid and gid as it sees them: a privileged jail's user namespace maps none, so they read as the
+        overflow ids (65534); an unprivileged one maps the job user's."""
+        return (65534, 65534) if self.strategy == "privileged" else (self.job_uid, self.job_gid)
+
+    def env(self) -> dict[str, str]:
+        """What the job's environment says of its user (``getpass.getuser`` reads these before ``/etc/passwd``)."""
+        return {"USER": self.job_user, "LOGNAME": self.job_user}
 
     @property
     def run_as(self) -> tuple[int, int] | None:

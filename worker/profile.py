@@ -336,6 +336,7 @@ def _attempt(
         timeout_s=cfg.timeout_s, memory_bytes=cfg.memory_limit_bytes, max_processes=cfg.max_processes
     )
     if cfg.jail is not None:
+        env.update(cfg.jail.env())
         cfg.jail.prepare(scratch)
         argv = cfg.jail.argv(
             profiler_argv(cfg, root, jails.PEAKS_DIR), scratch=scratch, peaks=cfg.cache_dir, cwd=root / "src"

@@ -56,7 +56,7 @@ def _run(jail: jails.Jail, scratch: Path, code: str, *, timeout_s: float = 60, e
     return sandbox.run(
         jail.argv(command, scratch=scratch, peaks=None, cwd=jails.JOB_ROOT / "src"),
         cwd=scratch,
-        env={**base, **(env or {})},
+        env={**base, **jail.env(), **(env or {})},
         log_path=scratch / "output.log",
         limits=sandbox.Limits(timeout_s=timeout_s, memory_bytes=2**33, max_processes=jail.max_processes),
         lines=50,
