@@ -45,6 +45,8 @@ from service import migrate  # noqa: E402
 from service.auth import service as auth  # noqa: E402
 from service.config import Settings  # noqa: E402
 from service.db import make_engine, make_sessionmaker  # noqa: E402
+from service.jobs import attempts  # noqa: E402
+from service.jobs import repository as job_rows  # noqa: E402
 from service.projects import service as projects  # noqa: E402
 from service.testbeds import repository as testbeds  # noqa: E402
 
@@ -141,15 +143,30 @@ def build(url: str, admin: str, template: dict[str, Any], settings: Settings) ->
         tb = testbeds.get_by_name(session, out["testbed"])
         assert tb is not None
         worker = auth.create_worker_token(session, testbed_id=tb.id, name="screens")[1]
+        # The claim secrets travel in the folder broker's messages: offer the two jobs again, as the sweep would,
+        # and keep the new messages' secrets (the old messages then claim nothing).
+        secrets = {}
+        for job_id in jobs[:2]:
+            row = job_rows.get(session, job_id)
+            assert row is not None
+            secrets[job_id] = attempts.offer_next_attempt(row, out["testbed"]).claim_secret
         session.commit()
     engine.dispose()
-    w = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {worker}"}, timeout=120)
-    with w:
-        done, failed = jobs[0], jobs[1]
-        w.post(f"/internal/jobs/{done}/claim", json={"attempt": 1, "worker": "h200-host-3/gpu0"}).raise_for_status()
+
+    def claim(job_id: str, host: str) -> httpx.Client:
+        """Claim attempt 1 as the worker ``host``; a client holding the attempt's job token."""
+        body = {"attempt": 1, "worker": host, "secret": secrets[job_id]}
+        answer = httpx.post(
+            f"{url}/internal/jobs/{job_id}/claim", json=body, headers={"Authorization": f"Bearer {worker}"}
+        )
+        answer.raise_for_status()
+        return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {answer.json()['token']}"}, timeout=120)
+
+    done, failed = jobs[0], jobs[1]
+    with claim(done, "h200-host-3/gpu0") as w:
         result = variant(template, slower=1.04, cases={template["cases"][2]["id"]})
         w.post(f"/internal/jobs/{done}/result", json={"attempt": 1, "result": result}).raise_for_status()
-        w.post(f"/internal/jobs/{failed}/claim", json={"attempt": 1, "worker": "h200-host-1/gpu2"}).raise_for_status()
+    with claim(failed, "h200-host-1/gpu2") as w:
         w.post(
             f"/internal/jobs/{failed}/failure",
             json={
