@@ -5,8 +5,8 @@
 # On the GPU host: the embedded mode (SQLite and kombu's folder broker: it has no Postgres or Redis), the service,
 # the analysis worker with beat and one Celery profile worker on the GPU; then the suite alternately submitted as a
 # job and profiled directly (`bench/pipeline_load.py compare`) until BUDGET_S seconds after the start.
-# The server packages the GPU image lacks travel as wheels in .whl/: they are installed into /tmp/site, which a
-# .pth file puts first on every interpreter's path, the profiling subprocess's included (its sandbox sets a
+# The server packages the GPU image lacks travel as wheels in .whl/: they are installed into /opt/attnprof-site, which a
+# .pth file puts first on every interpreter's path, the jailed profiling subprocess's included (its sandbox sets a
 # PYTHONPATH of its own, so PYTHONPATH cannot carry them there).
 # Environment: NAME (default pipeline-h200), SUITE, BUDGET_S, SHARED_CACHES=1, DEVICE, TESTBED, WHEELS, PYTHON.
 # Everything measured is packed into $OUT/$NAME.tar.gz, which `bench/pipeline_load.py compare-report` reads.
@@ -36,10 +36,19 @@ WHEELS=${WHEELS-.whl}  # WHEELS= (empty) where the interpreter has the server ex
 PY=${PYTHON:-python3}
 START=$(date +%s)
 export PYTHONUNBUFFERED=1
+# The jobs run in the worker's jail (bubblewrap, carried in .bwrap/ when the host lacks it), which sees /usr, the
+# Python installation and the profiler, not /tmp: the carried packages go to /opt/attnprof-site, which the jail is
+# told to bind read-only (ATTNPROF_WORKER__SANDBOX_RO_BINDS).
+if ! command -v bwrap >/dev/null && [ -d .bwrap ]; then
+  for f in .bwrap/*.deb; do dpkg -x "$f" /opt/bw; done
+  export PATH=/opt/bw/usr/bin:$PATH
+fi
 if [ -n "$WHEELS" ] && [ -d "$WHEELS" ]; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl || exit 1
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /opt/attnprof-site "$WHEELS"/*.whl || exit 1
+  chmod -R a+rX /opt/attnprof-site
   SITE=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-  echo "import sys; sys.path[0:0] = ['/tmp/site', '$PWD']" > "$SITE/00-attnprof-bench.pth"
+  echo "import sys; sys.path[0:0] = ['/opt/attnprof-site', '$PWD']" > "$SITE/00-attnprof-bench.pth"
+  export ATTNPROF_WORKER__SANDBOX_RO_BINDS='["/opt/attnprof-site"]'
 fi
 # The stack's and the profiler's imports must work before anything starts (versions: compare.json).
 $PY -c "import alembic, celery, fastapi, pydantic, sqlalchemy, uvicorn, torch, profiler_core, service, worker" || exit 1

@@ -300,6 +300,8 @@ def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
             ATTNPROF_RATE_LIMIT__REQUESTS_PER_MINUTE="600000",
             ATTNPROF_RATE_LIMIT__BURST="100000",
         )
+        # The operator's worker settings (the jail's extra read-only paths, its strategy) reach the workers as given.
+        env.update({k: v for k, v in os.environ.items() if k.startswith("ATTNPROF_WORKER__")})
         if args.threads:
             env["OMP_NUM_THREADS"] = str(args.threads)
         if args.pass_env:
