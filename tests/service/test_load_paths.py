@@ -72,7 +72,8 @@ def test_a_job_on_a_new_testbed_creates_the_testbed_and_is_enqueued(
     assert db.get(TestbedRow, job.testbed_id).name == testbed
     (msg,) = _messages(f"profile.{testbed}")
     assert msg["headers"]["task"] == "profile.run" and msg["headers"]["id"] == msg["properties"]["correlation_id"]
-    assert json.loads(base64.b64decode(msg["body"]))[0] == [job.id, 1]
+    job_id, attempt, secret = json.loads(base64.b64decode(msg["body"]))[0]
+    assert (job_id, attempt) == (job.id, 1) and secret.startswith("apc_")  # the claim secret of attempt 1
 
 
 def test_job_creation_checks_the_token_before_the_form(client: TestClient, tenant: Tenant, other: Tenant) -> None:
