@@ -1,22 +1,115 @@
-"""The CI clients (upload, submit): httpx only (no FastAPI, no SQLAlchemy), so a CI runner needs the base install."""
+"""The CI clients (upload, submit): httpx only (no FastAPI, no SQLAlchemy), so a CI runner needs the base install.
+
+Every request is sent again when the service cannot be reached or answers 500, 502, 503, 504 or 429 (a restart, a
+database outage, a rate limit): after an exponential backoff with jitter, or after the answer's ``Retry-After``
+(bounded), until the command's time budget (a ``deadline`` on the monotonic clock) runs out; then ``Unreachable``.
+A POST is sent again as it was: a job under the same ``Idempotency-Key`` and the same result upload are each
+stored once, and the retry gets the first one's answer. Any other 4xx is final at once.
+
+``UploadError``   the document could not be read, or the service refused the request (a 4xx: bad input)
+``SubmitError``   the same, for a job submission
+``Unreachable``   no answer but connection errors, 5xx or 429 until the time budget ran out (no verdict)
+"""
 
 from __future__ import annotations
 
-import contextlib
+import email.utils
 import gzip
 import json
+import random
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-TIMEOUT_S = 120.0
+TIMEOUT_S = 120.0  # one request's own limit (connect, read, write), within the budget
+BUDGET_S = 600.0  # how long a command keeps retrying when its caller gives no deadline
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 15.0
+RETRY_AFTER_MAX_S = 60.0  # a longer Retry-After is waited this long
+ATTEMPT_MIN_S = 1.0  # the shortest limit one request gets, even at the end of the budget
 
 
 class UploadError(Exception):
     """The document could not be read, or the service refused it (the message says why)."""
+
+
+class Unreachable(UploadError):
+    """The service could not be reached, or answered only 5xx or 429, until the time budget ran out."""
+
+    def __init__(self, server: str, down_s: float, last: str) -> None:
+        super().__init__(
+            f"the service at {server} was unreachable for {down_s:.0f} s, until the time budget ran out (last: {last})"
+        )
+        self.down_s = down_s
+
+
+def deadline_in(budget_s: float) -> float:
+    """The deadline (``time.monotonic()`` seconds) ``budget_s`` seconds from now."""
+    return time.monotonic() + budget_s
+
+
+def retry_after_s(response: httpx.Response) -> float | None:
+    """The answer's ``Retry-After`` in seconds (a number or an HTTP date), at most ``RETRY_AFTER_MAX_S``."""
+    value = response.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() - datetime.now(UTC).timestamp()
+    return min(max(0.0, seconds), RETRY_AFTER_MAX_S) if seconds == seconds else None  # NaN: no value
+
+
+def _describe(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        return f"{response.status_code} {body.get('error')}: {body.get('detail')}"
+    except (ValueError, AttributeError):
+        return f"{response.status_code} {response.text[:200]}".strip()
+
+
+def send(
+    http: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    deadline: float,
+    on_retry: Callable[[str, float], None] | None = None,
+    **kwargs: Any,
+) -> httpx.Response:
+    """Send the request, and again after a connection error or a 5xx/429 answer until ``deadline``; the first
+    other answer is returned. ``on_retry(what went wrong, seconds since the first try)`` is called before each
+    wait. Raises ``Unreachable`` when the deadline passes."""
+    started = time.monotonic()
+    backoff_s = BACKOFF_FIRST_S
+    while True:
+        timeout_s = min(TIMEOUT_S, max(ATTEMPT_MIN_S, deadline - time.monotonic()))
+        try:
+            response = http.request(method, url, timeout=timeout_s, **kwargs)
+        except httpx.TransportError as exc:
+            last, wait_s = f"{type(exc).__name__}: {exc}".rstrip(": "), None
+        else:
+            if response.status_code not in RETRY_STATUSES:
+                return response
+            last, wait_s = _describe(response), retry_after_s(response)
+        now = time.monotonic()
+        if now >= deadline:
+            raise Unreachable(str(http.base_url).rstrip("/") or url, now - started, last)
+        if wait_s is None:  # no Retry-After: backoff, jittered so that clients cut off together do not return so
+            wait_s = backoff_s * random.uniform(0.5, 1.0)
+            backoff_s = min(2 * backoff_s, BACKOFF_MAX_S)
+        if on_retry is not None:
+            on_retry(last, now - started)
+        time.sleep(min(wait_s, deadline - now))
 
 
 def _read(path: Path) -> Any:
@@ -54,9 +147,14 @@ def upload_result(
     pr: int | None = None,
     testbed: str | None = None,
     trace_dir: Path | None = None,
+    budget_s: float = BUDGET_S,
 ) -> dict[str, Any]:
     """POST the document to ``/api/v1/projects/{project}/results``, then PUT the traces it names that
-    ``trace_dir`` holds. Returns the service's answer (run id, verdict, comparison)."""
+    ``trace_dir`` holds. Returns the service's answer (run id, verdict, comparison).
+
+    Retried for up to ``budget_s`` seconds while the service is unreachable (``Unreachable`` after that): the
+    service recognises the same upload sent again, so a retry after a lost answer gets the stored run's."""
+    deadline = deadline_in(budget_s)
     document = _read(path)
     body = {
         "result": document,
@@ -73,15 +171,17 @@ def upload_result(
     try:
         with httpx.Client(base_url=base, headers=headers, timeout=TIMEOUT_S) as http:
             if project is None:
-                project = str(_check(http.get("/api/v1/token"))["project"])
-            answer: dict[str, Any] = _check(http.post(f"/api/v1/projects/{project}/results", json=body))
+                project = token_project(http, deadline=deadline)
+            url = f"/api/v1/projects/{project}/results"
+            answer: dict[str, Any] = _check(send(http, "POST", url, json=body, deadline=deadline))
             if trace_dir is not None:
                 names = {c.get("trace") for c in document.get("cases", []) if isinstance(c, dict)}
                 for name in sorted(n for n in names if isinstance(n, str)):
                     file = trace_dir / name
                     if file.is_file():
                         url = f"/api/v1/projects/{project}/runs/{answer['run_id']}/traces/{name}"
-                        _check(http.put(url, content=file.read_bytes(), headers={"Content-Type": "application/gzip"}))
+                        content, kind = file.read_bytes(), {"Content-Type": "application/gzip"}
+                        _check(send(http, "PUT", url, content=content, headers=kind, deadline=deadline))
     except httpx.HTTPError as exc:
         raise UploadError(f"cannot reach {base}: {exc}") from exc
     return answer
@@ -96,9 +196,14 @@ def connect(server: str, token: str, timeout_s: float = TIMEOUT_S) -> httpx.Clie
     return httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
 
 
-def token_project(http: httpx.Client) -> str:
+def token_project(http: httpx.Client, *, deadline: float | None = None) -> str:
     """The project of the client's token (``GET /api/v1/token``)."""
-    return str(_check(http.get("/api/v1/token"))["project"])
+    response = send(http, "GET", "/api/v1/token", deadline=_or_default(deadline))
+    return str(_check(response)["project"])
+
+
+def _or_default(deadline: float | None) -> float:
+    return deadline if deadline is not None else deadline_in(BUDGET_S)
 
 
 def submit_job(
@@ -115,11 +220,12 @@ def submit_job(
     ancestors: list[str] | None = None,
     pr: int | None = None,
     idempotency_key: str,
-    attempts: int = 3,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """POST a job (multipart: the suite, the bundle, where the code came from); returns ``{id, status}``.
 
-    Sent again on a connection error with the same ``idempotency_key``, so a retry never makes a second job.
+    Sent again while the service is unreachable (until ``deadline``, then ``Unreachable``) with the same
+    ``idempotency_key``, so a retry never makes a second job; a refusal (4xx) is a ``SubmitError``.
     """
     data: dict[str, str] = {"testbed": testbed, "branch": branch, "commit": commit}
     for name, value in (("repo", repo), ("base_commit", base_commit), ("pr", pr)):
@@ -130,30 +236,36 @@ def submit_job(
     files: dict[str, tuple[str, bytes, str]] = {"spec": ("attnprof.toml", spec.encode(), "application/toml")}
     if bundle is not None:
         files["bundle"] = ("source.tar.gz", bundle, "application/gzip")
-    last: Exception | None = None
-    for _ in range(attempts):
-        try:
-            response = http.post(
-                f"/api/v1/projects/{project}/jobs", data=data, files=files, headers={"Idempotency-Key": idempotency_key}
-            )
-        except httpx.TransportError as exc:
-            last = exc
-            continue
-        try:
-            answer: dict[str, Any] = _check(response)
-        except UploadError as exc:
-            raise SubmitError(str(exc)) from exc
-        return answer
-    raise SubmitError(f"cannot reach {http.base_url}: {last}")
+    response = send(
+        http,
+        "POST",
+        f"/api/v1/projects/{project}/jobs",
+        data=data,
+        files=files,
+        headers={"Idempotency-Key": idempotency_key},
+        deadline=_or_default(deadline),
+    )
+    try:
+        answer: dict[str, Any] = _check(response)
+    except UploadError as exc:
+        raise SubmitError(str(exc)) from exc
+    return answer
 
 
-def get_job(http: httpx.Client, job_id: str) -> dict[str, Any]:
-    found: dict[str, Any] = _check(http.get(f"/api/v1/jobs/{job_id}"))
+def get_job(
+    http: httpx.Client,
+    job_id: str,
+    *,
+    deadline: float | None = None,
+    on_retry: Callable[[str, float], None] | None = None,
+) -> dict[str, Any]:
+    response = send(http, "GET", f"/api/v1/jobs/{job_id}", deadline=_or_default(deadline), on_retry=on_retry)
+    found: dict[str, Any] = _check(response)
     return found
 
 
-def get_comparison(http: httpx.Client, job_id: str) -> dict[str, Any] | None:
-    response = http.get(f"/api/v1/jobs/{job_id}/comparison")
+def get_comparison(http: httpx.Client, job_id: str, *, deadline: float | None = None) -> dict[str, Any] | None:
+    response = send(http, "GET", f"/api/v1/jobs/{job_id}/comparison", deadline=_or_default(deadline))
     if response.status_code == 404:
         return None
     found: dict[str, Any] = _check(response)
@@ -167,24 +279,29 @@ def wait_job(
     http: httpx.Client,
     job_id: str,
     *,
-    timeout_s: float,
+    deadline: float,
     poll_s: float = 1.0,
     on_poll: Callable[[dict[str, Any] | None, float], None] | None = None,
 ) -> tuple[dict[str, Any] | None, bool]:
-    """Poll the job until it is final or ``timeout_s`` passed; returns (last state seen, final?).
+    """Poll the job until it is final or ``deadline`` passed; returns (last state seen, final?).
 
-    A failed poll (the service restarting) is retried until the time runs out.
+    A poll the service does not answer (a restart, a database outage) is retried with backoff, and
+    ``on_poll(None, seconds waited)`` says so; ``Unreachable`` when it still does not answer at the deadline.
     """
     started = time.monotonic()
-    job: dict[str, Any] | None = None
-    while True:
-        with contextlib.suppress(httpx.TransportError):
-            job = get_job(http, job_id)
-        elapsed = time.monotonic() - started
+
+    def unanswered(_: str, __: float) -> None:
         if on_poll is not None:
-            on_poll(job, elapsed)
-        if job is not None and job.get("status") in FINAL_STATES:
+            on_poll(None, time.monotonic() - started)
+
+    while True:
+        job = get_job(http, job_id, deadline=deadline, on_retry=unanswered)
+        waited_s = time.monotonic() - started
+        if on_poll is not None:
+            on_poll(job, waited_s)
+        if job.get("status") in FINAL_STATES:
             return job, True
-        if elapsed >= timeout_s:
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
             return job, False
-        time.sleep(min(poll_s, max(0.0, timeout_s - elapsed)))
+        time.sleep(min(poll_s, left_s))

@@ -1,9 +1,12 @@
 """``attnprof submit``: queue a profiling job from CI, optionally wait for its verdict.
 
 A client verb: it imports typer, rich, httpx and the torch-free document models, never FastAPI, SQLAlchemy
-or torch. Exit codes: 0 pass or warn, 1 fail, 2 bad input (or a submission the service refused), 3 no
-verdict (the job failed, timed out or was cancelled, or the wait ran out), each with the reason.
-Without ``--wait`` it exits 0 once the job is queued.
+or torch. Exit codes: 0 pass or warn, 1 fail, 2 bad input (or a submission the service refused with a 4xx), 3 no
+verdict (the job failed, timed out or was cancelled, the wait ran out, or the service stayed unreachable), each
+with the reason. Without ``--wait`` it exits 0 once the job is queued.
+
+``--timeout`` is the command's time budget: while the service cannot be reached or answers 5xx or 429 (a restart,
+a database outage), every request is retried with backoff within it, the submission under one Idempotency-Key.
 """
 
 from __future__ import annotations
@@ -73,16 +76,25 @@ def submit(
     default_branch: Annotated[str, typer.Option(help="the branch the base commit is found on")] = "main",
     pr: Annotated[int | None, typer.Option(min=1, help="pull request number")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="wait for the verdict and exit by it")] = False,
-    timeout: Annotated[float, typer.Option(min=1, help="--wait: give up after this many seconds")] = 3600.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=1,
+            help="time budget in seconds: retries while the service is unreachable and, with --wait, the wait",
+        ),
+    ] = 3600.0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Submit SUITE as a job; with --wait, exit 0 pass/warn, 1 fail, 2 bad input, 3 no verdict."""
+    """Submit SUITE as a job; with --wait, exit 0 pass/warn, 1 fail, 2 bad input, 3 no verdict (or no service)."""
+    import time
+
     import httpx
     from rich.console import Console
 
     from service import client, client_source
 
     console = Console(stderr=True, highlight=False)
+    deadline = time.monotonic() + timeout  # from the start: the bundle and git count too
     if not server or not token:
         raise _die("--server and --token (or ATTNPROF_SERVER and ATTNPROF_TOKEN) are needed")
     if not testbed:
@@ -109,7 +121,7 @@ def submit(
             console.print(f"bundle: {built.files} file(s), {len(built.data) / 1024:.0f} KiB{note}")
     try:
         with client.connect(server, token) as http:
-            project = project or client.token_project(http)
+            project = project or client.token_project(http, deadline=deadline)
             created = client.submit_job(
                 http,
                 project=project,
@@ -123,13 +135,23 @@ def submit(
                 ancestors=git.ancestors,
                 pr=pr,
                 idempotency_key=str(uuid.uuid4()),
+                deadline=deadline,
             )
             job_id = str(created["id"])
             if not wait:
                 _done(as_json, {"job": created}, f"job {job_id} {created['status']} on testbed {testbed}")
                 raise typer.Exit(EXIT_PASS)
-            job, final = _wait(console, http, job_id, timeout, quiet=as_json)
-            comparison = client.get_comparison(http, job_id) if job and job.get("status") == "done" else None
+            job, final = _wait(console, http, job_id, deadline, quiet=as_json)
+            comparison = None
+            if job is not None and job.get("status") == "done":
+                # The verdict is known and decides the exit: its comparison gets up to 30 s of retries past the
+                # budget, and is left out rather than the verdict if the service is gone by then.
+                try:
+                    comparison = client.get_comparison(http, job_id, deadline=max(deadline, time.monotonic() + 30))
+                except client.Unreachable as exc:
+                    console.print(f"comparison not shown: {exc}")
+    except client.Unreachable as exc:
+        raise _die(str(exc), EXIT_NO_VERDICT) from None
     except client.UploadError as exc:
         raise _die(str(exc)) from None
     except httpx.HTTPError as exc:
@@ -151,15 +173,15 @@ def _done(as_json: bool, data: dict[str, Any], text: str) -> None:
     typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
-def _wait(console: Any, http: Any, job_id: str, timeout_s: float, *, quiet: bool) -> tuple[dict[str, Any] | None, bool]:
+def _wait(console: Any, http: Any, job_id: str, deadline: float, *, quiet: bool) -> tuple[dict[str, Any] | None, bool]:
     from service import client
 
     if quiet:
-        return client.wait_job(http, job_id, timeout_s=timeout_s)
+        return client.wait_job(http, job_id, deadline=deadline)
     with console.status(f"job {job_id}: submitted") as status:
 
         def show(job: dict[str, Any] | None, elapsed_s: float) -> None:
             state = "the service does not answer" if job is None else f"{job['status']} (attempt {job['attempts']})"
             status.update(f"job {job_id}: {state}, {elapsed_s:.0f} s")
 
-        return client.wait_job(http, job_id, timeout_s=timeout_s, on_poll=show)
+        return client.wait_job(http, job_id, deadline=deadline, on_poll=show)
