@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
+from sqlalchemy.exc import IntegrityError
 
 from service.auth.dependencies import SubmitProject
 from service.db import SessionDep
@@ -13,18 +14,42 @@ from service.testbeds import repository as testbeds
 router = APIRouter(prefix="/api/v1/projects/{project}", tags=["results"])
 
 
-@router.post("/results", status_code=201, response_model=UploadAnswer, responses=errors(409))
+@router.post(
+    "/results",
+    status_code=201,
+    response_model=UploadAnswer,
+    responses={
+        200: {"model": UploadAnswer, "description": "the same upload was stored before: its run and comparison"},
+        **errors(409),
+    },
+)
 def upload_result(
-    body: ResultUpload, access: SubmitProject, session: SessionDep, settings: SettingsDep
+    body: ResultUpload, access: SubmitProject, session: SessionDep, settings: SettingsDep, response: Response
 ) -> UploadAnswer:
-    """Store a result document profiled elsewhere, compare it with its baseline, answer with the verdict."""
-    done = service.upload(
-        session,
-        project_id=access.project_id,
-        body=body,
-        cfg=settings.analysis,
-        ancestors_max=settings.limits.ancestors,
-    )
+    """Store a result document profiled elsewhere, compare it with its baseline, answer with the verdict.
+
+    Sending the same upload again (the same document and provenance) stores nothing and answers 200 with what the
+    first one got: a client whose answer was lost can retry. The same document with other provenance is a 409.
+    """
+
+    def store() -> service.Uploaded:
+        return service.upload(
+            session,
+            project_id=access.project_id,
+            body=body,
+            cfg=settings.analysis,
+            ancestors_max=settings.limits.ancestors,
+        )
+
+    try:
+        done = store()
+    except IntegrityError:
+        # The same document was committed by another request while this one stored it (a client's retry that
+        # overtook its first try): this transaction is void; answered as a retry that came after it.
+        session.rollback()
+        done = store()
+    if not done.created:
+        response.status_code = 200
     testbed = testbeds.get(session, done.run.testbed_id)
     return UploadAnswer(
         run_id=done.run.id,
