@@ -12,7 +12,7 @@ from typing import Annotated, Any, ClassVar
 
 import pydantic_core
 from fastapi import Depends, Request
-from sqlalchemy import JSON, BigInteger, DateTime, Engine, Integer, MetaData, create_engine, event
+from sqlalchemy import JSON, BigInteger, DateTime, Engine, Integer, MetaData, create_engine, event, make_url
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
@@ -83,6 +83,9 @@ def _json_dumps(value: Any) -> str:
 
 # INSERT ... RETURNING, which job submission and testbed creation use, came in SQLite 3.35.
 SQLITE_MIN = (3, 35)
+# A database host that does not answer at all (not one that refuses) would hold a request until the kernel gives up
+# on the connection, minutes later; bounded, it is a 503 the client retries. A URL's own connect_timeout wins.
+CONNECT_TIMEOUT_S = 10
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -105,6 +108,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             cursor.close()
 
         return engine
+    if "connect_timeout" not in make_url(url).query:
+        kwargs.setdefault("connect_args", {"connect_timeout": CONNECT_TIMEOUT_S})
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10, **kwargs)
 
 

@@ -11,23 +11,36 @@
                           the database refuses to hold (a NUL character in text, a number out of range): it came
                           from the request, and the transaction is rolled back
 ``RateLimited``           429 the token's rate limit; carries ``Retry-After``
-``Unavailable``           503 a dependency (database, broker) is down
+``Unavailable``           503 a dependency (database, broker) is down; carries ``Retry-After``. Every route answers it
+                          while the database cannot be reached (refused, dropped mid-request or at the commit, no
+                          connection from the pool): see ``database_unavailable``
+
+Anything else a route raises answers 500 with the same body (``internal_error``), never a plain-text page.
 
 A regression is not an error: it is a verdict.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+log = logging.getLogger(__name__)
+
+# What a 503 asks a client to wait before it tries again, in seconds: about as long as a Postgres restart takes.
+RETRY_AFTER_S = 5
 
 
 class ServiceError(Exception):
@@ -82,6 +95,43 @@ class RateLimited(ServiceError):
 class Unavailable(ServiceError):
     status, error = 503, "unavailable"
 
+    def __init__(self, detail: str, *, retry_after_s: int = RETRY_AFTER_S) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after_s)})
+
+
+# The database cannot be reached now (down, restarting, the connection dropped, the pool gave none): errors of the
+# moment, not of the request. SQLAlchemy wraps the driver's (psycopg's OperationalError becomes its own); the
+# driver's own are listed for code that reaches them unwrapped. OperationalError also covers the server cancelling
+# a statement or a deadlock: worth a retry as well.
+_UNREACHABLE: tuple[type[Exception], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,  # no connection from the pool in time
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+
+
+def database_unavailable(exc: BaseException) -> BaseException | None:
+    """The error in ``exc``'s chain (``raise ... from``, or raised while handling another, or in a group) that
+    says the database cannot be reached now; None when there is none."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, _UNREACHABLE):
+            return current
+        if isinstance(current, sa_exc.DBAPIError) and current.connection_invalidated:
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None
+
 
 class ErrorOut(BaseModel):
     """The body of every error answer."""
@@ -128,10 +178,44 @@ def install_handlers(app: FastAPI) -> None:
         reason = str(exc.orig).splitlines()[0] if exc.orig is not None else "a value the database cannot hold"
         return error_response(422, "invalid_payload", f"a value the database cannot hold: {reason}")
 
+    async def database_unreachable(request: Request, exc: Exception) -> Response:
+        # Raised by a route or a dependency (the token lookup, the commit of ``get_session``), on the event loop or
+        # a thread of the pool: the router's exception middleware calls this.
+        return await _answer_unavailable(request, exc)
+
+    async def unexpected_error(request: Request, exc: Exception) -> Response:
+        # Anything no other handler took, raised anywhere (a middleware too): Starlette's outermost middleware
+        # calls this, sends its answer, then raises the exception again, so the server still logs the traceback.
+        # A driver error the database marked as a lost connection, or an error raised from one, is still a 503.
+        if database_unavailable(exc) is not None:
+            return await _answer_unavailable(request, exc)
+        return error_response(500, "internal_error", f"the service failed on this request: {type(exc).__name__}")
+
     app.add_exception_handler(ServiceError, service_error)
     app.add_exception_handler(DataError, data_error)
+    for unreachable in _UNREACHABLE:
+        app.add_exception_handler(unreachable, database_unreachable)
+    app.add_exception_handler(Exception, unexpected_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
+
+
+async def _answer_unavailable(request: Request, exc: Exception) -> Response:
+    """503 with ``Retry-After``, rendered by the app's handler of ``ServiceError`` (JSON, or a page under /ui)."""
+    cause = database_unavailable(exc) or exc
+    log.warning(
+        "%s %s: the database is unavailable: %s: %s",
+        request.method,
+        request.url.path,
+        type(cause).__name__,
+        str(cause).splitlines()[0] if str(cause) else "",
+    )
+    unavailable = Unavailable(f"the database is unavailable ({type(cause).__name__}); retry in {RETRY_AFTER_S} s")
+    render = request.app.exception_handlers[ServiceError]
+    response: Response = await render(request, unavailable)
+    for name, value in unavailable.headers.items():
+        response.headers.setdefault(name, value)
+    return response
 
 
 def _allowed_methods(request: Request) -> list[str]:
