@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -23,6 +24,7 @@ from wkstack import (  # noqa: F401 (stack_fixture: the fixture named stack)
     SDPA_CASE,
     Stack,
     custom_case,
+    host_pid_named,
     seed_project,
     sql,
     stack_fixture,
@@ -192,8 +194,8 @@ def test_submit_exit_codes_without_a_verdict(stack: Stack, tmp_path: Path) -> No
 
 
 def test_hang_times_out_a_lost_message_is_resent_a_raising_target_fails(stack: Stack, tmp_path: Path) -> None:
-    pidfile = tmp_path / "hang.pid"
-    hang = suite("hang", custom_case("hang", "faulty.targets:hang", {"pidfile": str(pidfile)}))
+    marker = f"hang{uuid.uuid4().hex[:8]}"
+    hang = suite("hang", custom_case("hang", "faulty.targets:hang", {"marker": marker}))
     hang_id = stack.submit(hang, testbed="tb-faults", files=FAULTY, branch="faults")
     stack.wait_status(hang_id, ("running",), 30)
     # The worker is busy with the hang: the next job's message waits in Redis. Lose it.
@@ -211,7 +213,7 @@ def test_hang_times_out_a_lost_message_is_resent_a_raising_target_fails(stack: S
     )
     assert "sent profile again" in stack.procs["analysis"].text()
 
-    hung_pid = int(wait_for("the hanging factory to start", lambda: pidfile.exists() and pidfile.read_text(), 30))
+    hung_pid = int(wait_for("the hanging factory to start", lambda: host_pid_named(marker), 30))
     job = stack.wait_status(hang_id, ("timed_out", "failed", "done"), FAULTS_TIMEOUT_S + 30)
     assert job["status"] == "timed_out", job
     assert f"wall-clock limit of {FAULTS_TIMEOUT_S:.0f} s" in job["reason"]
@@ -227,11 +229,11 @@ def test_hang_times_out_a_lost_message_is_resent_a_raising_target_fails(stack: S
 
 
 def test_cancel_stops_the_subprocess_and_the_scratch_is_removed(stack: Stack, tmp_path: Path) -> None:
-    pidfile = tmp_path / "cancel.pid"
-    spec = suite("cancel", custom_case("hang", "faulty.targets:hang", {"pidfile": str(pidfile)}))
+    marker = f"cancel{uuid.uuid4().hex[:8]}"
+    spec = suite("cancel", custom_case("hang", "faulty.targets:hang", {"marker": marker}))
     job_id = stack.submit(spec, testbed="tb-faults", files=FAULTY, branch="faults")
     stack.wait_status(job_id, ("running",), 30)
-    pid = int(wait_for("the hanging factory to start", lambda: pidfile.exists() and pidfile.read_text(), 30))
+    pid = int(wait_for("the hanging factory to start", lambda: host_pid_named(marker), 30))
     scratch = stack.tmp / "scratch-faults" / "attnprof-jobs"
     assert any(p.name.startswith(job_id) for p in scratch.iterdir())
     cancelled_at = time.monotonic()
