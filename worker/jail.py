@@ -184,14 +184,14 @@ class Jail:
         if uid != 65534:
             users.append("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin")
             groups.append("nogroup:x:65534:")
-        files = {
+        written = {
             "passwd": "\n".join(users) + "\n",
             "group": "\n".join(groups) + "\n",
             "hosts": "127.0.0.1 localhost\n::1 localhost\n",
             # Only these files: the host's own may name NSS modules (systemd, sss, ldap) that are not in the jail.
             "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\n",
         }
-        for name, text in files.items():
+        for name, text in written.items():
             (etc / name).write_text(text)
         if self.as_root:
             os.chown(scratch, self.job_uid, self.job_gid)
