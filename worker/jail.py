@@ -225,6 +225,9 @@ class Jail:
                 args += ["--symlink", os.readlink(top), top]
             elif os.path.isdir(top):
                 args += ["--ro-bind", top, top]
+        # Made first, world-readable: bubblewrap would make it 0700 as the parent of the files below, and a job
+        # could then read none of them (its own passwd entry included).
+        args += ["--perms", "0755", "--dir", "/etc"]
         for name in _ETC_FILES:
             if os.path.exists(name):
                 args += ["--ro-bind", name, name]
@@ -391,6 +394,11 @@ if status.get("NoNewPrivs", "0").strip() != "1":
     holes.append("the job may gain privileges (no_new_privs is off)")
 if os.getuid() == 0:
     holes.append("the job runs as root in its namespace")
+try:
+    import pwd
+    pwd.getpwuid(os.getuid())
+except (KeyError, OSError) as e:
+    holes.append("the job cannot look up its own user (%s): /etc/passwd unreadable?" % e)
 for path in p["forbidden"]:
     if os.path.exists(path):
         holes.append("the job sees " + path)

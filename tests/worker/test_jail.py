@@ -115,6 +115,8 @@ def test_the_job_cannot_read_the_worker_or_other_jobs(
             attempt("shadow", lambda: open("/etc/shadow").read())
             attempt("postgres data", lambda: os.listdir("/var/lib/postgresql"))
             attempt("worker code", lambda: os.listdir({str(Path(sandbox.__file__).parent)!r}))
+            import pwd
+            attempt("own user", lambda: pwd.getpwuid(os.getuid()).pw_name)
             print("pids:", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
             """,
         )
@@ -125,6 +127,8 @@ def test_the_job_cannot_read_the_worker_or_other_jobs(
     for what in ("parent environ", "every environ", "other job", "other job glob", "worker home", "shadow"):
         assert said[what] in ("nothing",) or said[what].startswith("refused"), (what, said[what])
     assert said["postgres data"].startswith("refused") and said["worker code"].startswith("refused")
+    assert said["shadow"] == "refused FileNotFoundError"  # not there at all, not merely unreadable
+    assert said["own user"] == "nothing"  # its passwd entry reads (torch.compile needs it)
     assert max(eval(said["pids"])) < 64  # a PID namespace of its own
 
 
