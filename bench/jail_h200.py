@@ -5,6 +5,7 @@ jail, and the suite profiled alternately directly and in the jail (bench/reports
     python3 bench/jail_h200.py selftest            # each strategy's self-test, with this host's GPU nodes
     python3 bench/jail_h200.py cuda                # CUDA, NVML and the device nodes as a job in the jail sees them
     python3 bench/jail_h200.py ab --pairs 3        # SUITE profiled direct, jailed, jailed, direct, ... (ABBA)
+    python3 bench/jail_h200.py start --device cpu  # the jail's own cost: `python -c pass` direct and jailed
     python3 bench/jail_h200.py report --data DIR   # here: the report from what the GPU host wrote
 
 Each step writes JSON into --out (default $OUT or out/jail); run from the repository root with PYTHONPATH=. on the
@@ -83,10 +84,13 @@ def _minor() -> int | None:
 SITE = os.environ.get("BENCH_SITE")
 
 
+DEVICE = "cuda"
+
+
 def _jail(strategy: str) -> jails.Jail:
     return jails.Jail.build(
         strategy=strategy,  # type: ignore[arg-type]
-        devices=jails.gpu_nodes(_minor()),
+        devices=jails.gpu_nodes(_minor()) if DEVICE == "cuda" else [],
         extra_ro_binds=[SITE] if SITE else [],
     )
 
@@ -181,14 +185,14 @@ def _profile_once(
         (scratch / SPEC_NAME).write_text(suite.read_text())
         root = jails.JOB_ROOT if jail else scratch
         argv = [
-            sys.executable, "-m", "profiler_core", "profile", str(root / SPEC_NAME), "--device", "cuda",
+            sys.executable, "-m", "profiler_core", "profile", str(root / SPEC_NAME), "--device", DEVICE,
             "--out", str(root / "out" / "result.json"), "--trace-dir", str(root / "out" / "traces"),
             "--cache-dir", str(jails.PEAKS_DIR if jail else cache), "--quiet",
         ]  # fmt: skip
         if jail:
             jail.prepare(scratch)
             argv = jail.argv([*argv, "--pid-namespace"], scratch=scratch, peaks=cache, cwd=root / "src")
-        watch = GpuWatch() if jail else None
+        watch = GpuWatch() if jail and DEVICE == "cuda" else None
         other = None
         if intruder:
             code = "import time, torch; time.sleep(3); x = torch.ones(1, device='cuda'); time.sleep(20)"
@@ -234,7 +238,7 @@ def _profile_once(
 def ab(suite: Path, pairs: int, scratch_root: Path, out: Path, strategy: str, budget_s: float) -> list[dict[str, Any]]:
     cache = scratch_root / "peaks"
     subprocess.run(
-        [sys.executable, "-m", "profiler_core", "calibrate", "--device", "cuda", "--cache-dir", str(cache)],
+        [sys.executable, "-m", "profiler_core", "calibrate", "--device", DEVICE, "--cache-dir", str(cache)],
         check=True,
         env=_env(scratch_root),
     )
@@ -252,12 +256,49 @@ def ab(suite: Path, pairs: int, scratch_root: Path, out: Path, strategy: str, bu
         runs.append(run)
         print(f"{mode}: exit {run['exit_code']}, {run['wall_s']:.1f} s, suspect {run['suspect']}", flush=True)
         (out / "ab.json").write_text(json.dumps({"strategy": strategy, "suite": str(suite), "runs": runs}, indent=1))
-    if jail is not None and pairs and time.monotonic() - started < budget_s:
+    if jail is not None and pairs and DEVICE == "cuda" and time.monotonic() - started < budget_s:
         run = _profile_once("jailed", suite, scratch_root, cache, jail, intruder=True)
         runs.append(run)
         print(f"jailed with an intruder: exit {run['exit_code']}, suspect {run['suspect']}", flush=True)
         (out / "ab.json").write_text(json.dumps({"strategy": strategy, "suite": str(suite), "runs": runs}, indent=1))
     return runs
+
+
+def start(scratch_root: Path, strategy: str, n: int, out: Path) -> dict[str, Any]:
+    """What the jail itself costs a job: ``python -c pass`` direct and jailed, alternately, ``n`` times each (the
+    jailed time includes preparing the scratch folder and the bubblewrap set-up)."""
+    from worker.profile import make_scratch, remove_scratch
+
+    jail = _jail(strategy)
+    times: dict[str, list[float]] = {"direct": [], "jailed": []}
+    for i in range(2 * n):
+        mode = ("direct", "jailed")[(i + i // 2) % 2]  # ABBA
+        scratch = make_scratch(scratch_root, "start", 1)
+        t = time.perf_counter()
+        if mode == "jailed":
+            jail.prepare(scratch)
+            argv = jail.argv([sys.executable, "-c", "pass"], scratch=scratch, peaks=None)
+        else:
+            argv = [sys.executable, "-c", "pass"]
+        done = sandbox.run(
+            argv,
+            cwd=scratch,
+            env=_env(jails.JOB_ROOT if mode == "jailed" else scratch),
+            log_path=scratch / "out.log",
+            limits=sandbox.Limits(timeout_s=60, memory_bytes=8 << 30, poll_s=0.01),
+            run_as=jail.run_as if mode == "jailed" else None,
+        )
+        times[mode].append(time.perf_counter() - t)
+        assert done.exit_code == 0, done.tail
+        remove_scratch(scratch)
+    result = {
+        "strategy": strategy,
+        "n": n,
+        **{f"{m}_ms_median": round(1000 * statistics.median(v), 1) for m, v in times.items()},
+        **{f"{m}_ms_p90": round(1000 * sorted(v)[int(0.9 * (len(v) - 1))], 1) for m, v in times.items()},
+    }
+    (out / "start.json").write_text(json.dumps(result, indent=1))
+    return result
 
 
 def report(data: Path) -> str:
@@ -289,7 +330,9 @@ def report(data: Path) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("step", choices=["probe", "selftest", "cuda", "ab", "report", "all"])
+    p.add_argument("step", choices=["probe", "selftest", "cuda", "ab", "start", "report", "all"])
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("-n", type=int, default=20, help="start: runs of each mode")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "out/jail"))
     p.add_argument("--scratch", type=Path, default=Path("/var/tmp/attnprof-jail-bench"))
     p.add_argument("--suite", type=Path, default=ROOT / "examples" / "llama7b.toml")
@@ -298,6 +341,8 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=400)
     p.add_argument("--data", type=Path)
     a = p.parse_args()
+    global DEVICE
+    DEVICE = a.device
     if a.step == "report":
         print(report(a.data))
         return
@@ -314,7 +359,9 @@ def main() -> None:
         passed = [s for s, r in (results.get("selftest") or selftest(a.scratch)).items() if r["ok"]]
         strategy = passed[0] if passed else "none"
     results["strategy"] = strategy
-    if strategy != "none" and a.step in ("cuda", "all"):
+    if strategy != "none" and a.step in ("start", "all"):
+        results["start"] = start(a.scratch, strategy, a.n, a.out)
+    if strategy != "none" and DEVICE == "cuda" and a.step in ("cuda", "all"):
         results["cuda"] = cuda(a.scratch, strategy)
     (a.out / f"{a.step}.json").write_text(json.dumps(results, indent=1, default=str))
     print(json.dumps(results, indent=1, default=str), flush=True)
