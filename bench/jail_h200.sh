@@ -22,7 +22,11 @@ fi
 bwrap --version 2>&1 | tee -a "$DEST/host.txt"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /opt/attnprof-site .whl/*.whl || exit 1
 chmod -R a+rX /opt/attnprof-site
-export PYTHONPATH=/opt/attnprof-site:$PWD BENCH_SITE=/opt/attnprof-site
+# Every interpreter finds them, the jailed profiler's included (its PYTHONPATH is its own): a .pth file in the
+# Python installation, which the jail binds read-only, and the folder itself bound (BENCH_SITE, SANDBOX_RO_BINDS).
+SITE=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+echo "import sys; sys.path[0:0] = ['/opt/attnprof-site']" > "$SITE/00-attnprof-bench.pth"
+export PYTHONPATH=$PWD BENCH_SITE=/opt/attnprof-site
 for who in root nobody; do
   pre=(); [ $who = nobody ] && pre=(setpriv --reuid=65534 --regid=65534 --clear-groups)
   "${pre[@]}" bwrap --unshare-all --die-with-parent --ro-bind / / --proc /proc --dev /dev true 2>&1 | tail -1
@@ -32,3 +36,7 @@ python3 bench/jail_h200.py all --pairs 0 --out "$DEST" 2>&1 | tail -40
 ATTNPROF_TEST_JAIL_GPU=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/worker/test_jail.py 2>&1 \
   | tee "$DEST/hostile.txt" | tail -15
 python3 bench/jail_h200.py ab --pairs "${PAIRS:-2}" --budget-s "${BUDGET_S:-330}" --out "$DEST" 2>&1 | tail -12
+# The embedded mode end to end on the GPU: a hostile job, then another project's honest job, through the service,
+# the analysis worker and a profile worker whose jail has the GPU passed in.
+export ATTNPROF_WORKER__SANDBOX_RO_BINDS='["/opt/attnprof-site"]'
+timeout 400 python3 bench/hostile_embedded.py --device cuda --testbed h200 --out "$DEST" 2>&1 | tail -25
