@@ -27,7 +27,6 @@ import math
 import re
 from typing import Any
 
-import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -108,9 +107,13 @@ _UNREACHABLE: tuple[type[Exception], ...] = (
     sa_exc.InterfaceError,
     sa_exc.DisconnectionError,
     sa_exc.TimeoutError,  # no connection from the pool in time
-    psycopg.OperationalError,
-    psycopg.InterfaceError,
 )
+try:  # the Postgres driver; the embedded mode (SQLite) runs without it
+    import psycopg
+
+    _UNREACHABLE += (psycopg.OperationalError, psycopg.InterfaceError)
+except ImportError:
+    pass
 
 
 def database_unavailable(exc: BaseException) -> BaseException | None:
