@@ -32,11 +32,14 @@ for who in root nobody; do
   "${pre[@]}" bwrap --unshare-all --die-with-parent --ro-bind / / --proc /proc --dev /dev true 2>&1 | tail -1
   echo "bwrap --unshare-all as $who: exit ${PIPESTATUS[0]}" | tee -a "$DEST/host.txt"
 done
-python3 bench/jail_h200.py all --pairs 0 --out "$DEST" 2>&1 | tail -40
-ATTNPROF_TEST_JAIL_GPU=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/worker/test_jail.py 2>&1 \
-  | tee "$DEST/hostile.txt" | tail -15
-python3 bench/jail_h200.py ab --pairs "${PAIRS:-2}" --budget-s "${BUDGET_S:-330}" --out "$DEST" 2>&1 | tail -12
+STEPS=${STEPS:-"probe tests ab embedded"}  # any of these, in this order
+step() { case " $STEPS " in *" $1 "*) return 0;; *) return 1;; esac; }
+step probe && python3 bench/jail_h200.py all --pairs 0 --out "$DEST" 2>&1 | tail -40
+step tests && ATTNPROF_TEST_JAIL_GPU=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/worker/test_jail.py \
+  2>&1 | tee "$DEST/hostile.txt" | tail -15
+step ab && python3 bench/jail_h200.py ab --pairs "${PAIRS:-2}" --budget-s "${BUDGET_S:-330}" --out "$DEST" 2>&1 | tail -12
 # The embedded mode end to end on the GPU: a hostile job, then another project's honest job, through the service,
 # the analysis worker and a profile worker whose jail has the GPU passed in.
 export ATTNPROF_WORKER__SANDBOX_RO_BINDS='["/opt/attnprof-site"]'
-timeout 400 python3 bench/hostile_embedded.py --device cuda --testbed h200 --out "$DEST" 2>&1 | tail -25
+step embedded && timeout 400 python3 bench/hostile_embedded.py --device cuda --testbed h200 --out "$DEST" 2>&1 | tail -25
+exit 0
