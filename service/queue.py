@@ -21,7 +21,6 @@ from typing import Any
 
 from kombu.connection import Connection
 from kombu.pools import producers
-from kombu.transport import redis as kombu_redis
 
 from service.config import Settings
 
@@ -64,21 +63,26 @@ _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 _ORIGIN = f"{socket.gethostname()}/{os.getpid()}"
 
 
-class _PublishingChannel(kombu_redis.Channel):
-    """Kombu's Redis channel, publishing through one client it keeps: the stock channel builds a new
-    ``redis.Redis`` for every message it sends (``conn_or_acquire``), which was a third of a job message's
-    CPU. The client is thread-safe and shares the connection pool the channel had when it was made."""
+@functools.cache
+def _publishing_transport() -> type:
+    """Kombu's Redis transport with a channel that publishes through one client it keeps: the stock channel builds a
+    new ``redis.Redis`` for every message it sends (``conn_or_acquire``), which was a third of a job message's CPU.
+    The client is thread-safe and shares the connection pool the channel had when it was made. Imported only for a
+    Redis broker: the embedded mode (the folder broker) runs without the Redis client."""
+    from kombu.transport import redis as kombu_redis
 
-    def conn_or_acquire(self, client: Any = None) -> Any:
-        return contextlib.nullcontext(client or self._publisher)
+    class PublishingChannel(kombu_redis.Channel):
+        def conn_or_acquire(self, client: Any = None) -> Any:
+            return contextlib.nullcontext(client or self._publisher)
 
-    @functools.cached_property
-    def _publisher(self) -> Any:
-        return self._create_client()  # type: ignore[no-untyped-call]
+        @functools.cached_property
+        def _publisher(self) -> Any:
+            return self._create_client()  # type: ignore[no-untyped-call]
 
 
-class _PublishingTransport(kombu_redis.Transport):
-    Channel = _PublishingChannel
+    class PublishingTransport(kombu_redis.Transport):
+        Channel = PublishingChannel
+    return PublishingTransport
 
 
 @lru_cache(maxsize=8)
@@ -88,7 +92,7 @@ def _connection(broker_url: str, folder: str) -> Connection:
     if broker_url.startswith(("redis://", "rediss://")):
         # Set after kombu read the URL: given at construction, a transport class skips what kombu derives from the
         # scheme (TLS for rediss://).
-        conn.transport_cls = _PublishingTransport
+        conn.transport_cls = _publishing_transport()
     return conn
 
 

@@ -121,7 +121,7 @@ def test_a_redis_broker_keeps_what_kombu_reads_from_its_url() -> None:
     """The publishing transport is set after kombu read the URL: TLS for rediss:// is kept."""
     for url in ("rediss://:pw@h:6380/0", "rediss://h:6380/0?ssl_cert_reqs=required", "redis://127.0.0.1:6379/13"):
         ours, stock = queue._connection(url, "/tmp"), KombuConnection(url)
-        assert ours.transport_cls is queue._PublishingTransport
+        assert ours.transport_cls is queue._publishing_transport()
         assert (ours.ssl, ours.hostname, ours.port, ours.virtual_host) == (
             stock.ssl,
             stock.hostname,
