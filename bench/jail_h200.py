@@ -324,8 +324,34 @@ def report(data: Path) -> str:
             med[mode] = statistics.median(vals) if vals else None
         d, j = med["direct"], med["jailed"]
         delta = f"{(j - d) / d:+.2%}" if d and j else "—"
-        lines.append(f"| `{case}` | {d or '—'} | {j or '—'} | {delta} |")
+        lines.append(f"| `{case}` | {f'{d:,.1f}' if d else '—'} | {f'{j:,.1f}' if j else '—'} | {delta} |")
     return "\n".join(lines)
+
+
+def plot(data: Path, path: Path) -> None:
+    """Per case: the jailed runs' median latency against the direct runs' (%), each run as a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = json.loads((data / "ab.json").read_text())["runs"]
+    direct = [r for r in runs if r["mode"] == "direct" and r["exit_code"] == 0]
+    jailed = [r for r in runs if r["mode"] == "jailed" and r["exit_code"] == 0]
+    cases = sorted({c for r in direct for c, v in r["cases"].items() if v.get("median_us")})
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(cases) + 1.2))
+    for i, case in enumerate(cases):
+        base = statistics.median(r["cases"][case]["median_us"] for r in direct)
+        for r, colour in [*((r, "tab:blue") for r in direct), *((r, "tab:orange") for r in jailed)]:
+            value = r["cases"].get(case, {}).get("median_us")
+            if value:
+                ax.plot(100 * (value - base) / base, i, "o", color=colour, ms=4, alpha=0.8)
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_yticks(range(len(cases)), cases, fontsize=7)
+    ax.set_xlabel("case median latency against the direct runs' median (%)")
+    ax.set_title("H200: each run's case latency, direct (blue) and in the jail (orange)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def main() -> None:
@@ -345,6 +371,7 @@ def main() -> None:
     DEVICE = a.device
     if a.step == "report":
         print(report(a.data))
+        plot(a.data, a.out / "jail-h200.png")
         return
     a.out.mkdir(parents=True, exist_ok=True)
     a.scratch.mkdir(parents=True, exist_ok=True)
