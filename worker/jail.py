@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -60,27 +60,29 @@ def _ancestors(path: str) -> list[str]:
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
+def _prefixes() -> list[Path]:
+    return sorted({Path(p).resolve() for p in (sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix)})
+
+
+def _profiler_package() -> Path:
+    import profiler_core
+
+    return Path(profiler_core.__file__).resolve().parent
+
+
 def profiler_parent() -> Path | None:
     """The folder that holds the ``profiler_core`` package when it is not installed into the Python that runs it (a
     checkout run with ``PYTHONPATH=.``, an editable install): it goes on the job's ``PYTHONPATH``."""
-    import profiler_core
-
-    package = Path(profiler_core.__file__).resolve().parent
-    prefixes = [Path(p).resolve() for p in {sys.base_prefix, sys.prefix}]
-    return None if any(package.is_relative_to(p) for p in prefixes) else package.parent
+    package = _profiler_package()
+    return None if any(package.is_relative_to(p) for p in _prefixes()) else package.parent
 
 
 def runtime_paths() -> list[Path]:
     """What the profiler needs to run: the Python installation (and the virtual environment it runs from), and the
     ``profiler_core`` package itself when it is not inside them (an editable install points into a checkout:
     the package folder is bound, never the checkout around it)."""
-    import profiler_core
-
-    found = [Path(p).resolve() for p in {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix}]
-    package = Path(profiler_core.__file__).resolve().parent
-    if not any(package.is_relative_to(p) for p in found):
-        found.append(package)
-    return sorted(set(found))
+    found = _prefixes()
+    return [*found, _profiler_package()] if profiler_parent() is not None else found
 
 
 def gpu_nodes(minor: int | None) -> list[str]:
@@ -115,10 +117,8 @@ class Jail:
     strategy: Strategy
     ro_binds: tuple[Path, ...]
     devices: tuple[str, ...] = ()
-    whole_sys: bool = False
     tmpfs_bytes: int = 1024 * 1024 * 1024
     max_processes: int = 4096
-    extra: tuple[str, ...] = field(default=())
 
     @classmethod
     def build(
@@ -165,7 +165,6 @@ class Jail:
             strategy=strategy,
             ro_binds=tuple(sorted(set(binds))),
             devices=tuple(devices),
-            whole_sys=bool(devices),
             tmpfs_bytes=tmpfs_mib * 1024 * 1024,
             max_processes=max_processes,
         )
@@ -240,7 +239,7 @@ class Jail:
         for node in self.devices:
             args += ["--dev-bind", node, node]
         # NVML and the CUDA driver read the PCI tree; on the CPU only the topology that thread counts come from.
-        system = ["/sys"] if self.whole_sys else ["/sys/devices/system/cpu", "/sys/fs/cgroup"]
+        system = ["/sys"] if self.devices else ["/sys/devices/system/cpu", "/sys/fs/cgroup"]
         made: set[str] = {"/", "/usr", "/etc", "/proc", "/dev", "/tmp", "/sys", *_SYSTEM_DIRS}
         binds = [(str(p), str(p)) for p in self.ro_binds if not str(p).startswith(("/usr/", "/proc", "/dev"))]
         binds += [(s, s) for s in system if os.path.exists(s)]
