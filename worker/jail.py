@@ -240,8 +240,9 @@ class Jail:
             args += ["--dev-bind", node, node]
         # NVML and the CUDA driver read the PCI tree; on the CPU only the topology that thread counts come from.
         system = ["/sys"] if self.devices else ["/sys/devices/system/cpu", "/sys/fs/cgroup"]
-        made: set[str] = {"/", "/usr", "/etc", "/proc", "/dev", "/tmp", "/sys", *_SYSTEM_DIRS}
-        binds = [(str(p), str(p)) for p in self.ro_binds if not str(p).startswith(("/usr/", "/proc", "/dev"))]
+        made: set[str] = {"/", "/usr", "/etc", "/proc", "/dev", "/tmp", *_SYSTEM_DIRS}
+        under_usr = [p for p in self.ro_binds if p == Path("/usr") or p.is_relative_to("/usr")]  # bound with /usr
+        binds = [(str(p), str(p)) for p in self.ro_binds if p not in under_usr]
         binds += [(s, s) for s in system if os.path.exists(s)]
         if peaks is not None and peaks.is_dir():
             binds.append((str(peaks), str(PEAKS_DIR)))

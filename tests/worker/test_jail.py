@@ -117,6 +117,7 @@ def test_the_job_cannot_read_the_worker_or_other_jobs(
             attempt("worker code", lambda: os.listdir({str(Path(sandbox.__file__).parent)!r}))
             import pwd
             attempt("own user", lambda: pwd.getpwuid(os.getuid()).pw_name)
+            attempt("cpu topology", lambda: open("/sys/devices/system/cpu/online").read())
             print("pids:", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
             """,
         )
@@ -129,6 +130,7 @@ def test_the_job_cannot_read_the_worker_or_other_jobs(
     assert said["postgres data"].startswith("refused") and said["worker code"].startswith("refused")
     assert said["shadow"] == "refused FileNotFoundError"  # not there at all, not merely unreadable
     assert said["own user"] == "nothing"  # its passwd entry reads (torch.compile needs it)
+    assert said["cpu topology"] == "nothing"  # what thread counts come from reads too
     assert max(eval(said["pids"])) < 64  # a PID namespace of its own
 
 
