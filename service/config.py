@@ -6,7 +6,7 @@ from functools import lru_cache
 from ipaddress import ip_network
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MIB = 1024 * 1024
@@ -102,6 +102,38 @@ class Sweep(BaseModel):
     feedback_attempts: int = Field(8, ge=1, description="deliveries of GitHub feedback tried before giving up")
 
 
+class Fairness(BaseModel):
+    """How the GPU pool is shared between projects (``ATTNPROF_FAIRNESS__*``): the dispatcher offers a testbed's
+    queued jobs to its free live workers, round-robin across projects. Durations in seconds."""
+
+    max_queued: int = Field(
+        500, ge=1, description="queued jobs a project may have at once, all testbeds together; past it: 429"
+    )
+    max_running: int = Field(
+        4,
+        ge=1,
+        description="jobs of one project running or offered on one testbed at once (a cap even while other workers "
+        "of the testbed are idle)",
+    )
+    cancel_superseded: bool = Field(
+        True,
+        description="a newer push to a pull request cancels the queued and running jobs of its earlier commits",
+    )
+    worker_alive_s: float = Field(5.0, gt=0, description="how often a profile worker tells the service it is alive")
+    worker_live_s: float = Field(
+        30.0, gt=0, description="a worker counts as live this long after it last said so (several worker_alive_s)"
+    )
+
+    @model_validator(mode="after")
+    def _live_outlasts_alive(self) -> Fairness:
+        if self.worker_live_s < 2 * self.worker_alive_s:
+            raise ValueError(
+                f"worker_live_s ({self.worker_live_s:g}) must be at least twice worker_alive_s "
+                f"({self.worker_alive_s:g}): one late report would make a worker count as gone"
+            )
+        return self
+
+
 class Dashboard(BaseModel):
     """The web pages (``/ui``): sign-in with a project token, kept in a signed session cookie."""
 
@@ -149,6 +181,7 @@ class Settings(BaseSettings):
     analysis: Analysis = Field(default_factory=Analysis)
     worker: ProfileWorker = Field(default_factory=ProfileWorker)
     sweep: Sweep = Field(default_factory=Sweep)
+    fairness: Fairness = Field(default_factory=Fairness)
     dashboard: Dashboard = Field(default_factory=Dashboard)
 
     @field_validator("github_token", "github_webhook_secret", "worker_token")

@@ -9,7 +9,7 @@ from service.db import Base
 from service.jobs.models import Job
 from service.projects.models import Project
 from service.runs.models import CaseSamples, Run, RunCase, RunKernel, RunTrace
-from service.testbeds.models import Testbed
+from service.testbeds.models import Testbed, Worker
 
 __all__ = [
     "Alert",
@@ -27,4 +27,5 @@ __all__ = [
     "RunTrace",
     "Testbed",
     "Token",
+    "Worker",
 ]

@@ -1,7 +1,8 @@
 """Enqueueing by task name: Celery task messages published with kombu (the service never imports the worker).
 
-Always called after the commit that made the job row: if the broker is down the row stays ``queued`` and
-the sweeper (``jobs.sweep``, beside the analysis worker) sends it again; the failure is logged, not raised.
+Always called after the commit that made the job row (a profile message: the commit of the dispatcher's offer):
+if the broker is down the row stays ``queued`` and the sweeper (``jobs.sweep``, beside the analysis worker)
+sends it again; the failure is logged, not raised.
 """
 
 from __future__ import annotations
@@ -79,9 +80,9 @@ def _publishing_transport() -> type:
         def _publisher(self) -> Any:
             return self._create_client()  # type: ignore[no-untyped-call]
 
-
     class PublishingTransport(kombu_redis.Transport):
         Channel = PublishingChannel
+
     return PublishingTransport
 
 
@@ -165,7 +166,8 @@ class ProfileMessage:
 
 def enqueue_profile(settings: Settings, message: ProfileMessage) -> bool:
     """Send ``message`` to ``profile.<testbed>``; False when the broker refused it. Every profile message is sent
-    here (and made by ``service.jobs.service.offer_next_attempt``)."""
+    here, made by ``service.jobs.attempts.offer_next_attempt`` for the dispatcher (``service.jobs.dispatch``) or
+    the sweep's resend: the broker delivers only what the dispatcher offered."""
     args: list[object] = [message.job_id, message.attempt, message.claim_secret]
     shown = repr([message.job_id, message.attempt, "<claim secret>"])  # what Celery logs never holds the secret
     return _send(settings, PROFILE_TASK, args, profile_queue(message.testbed), shown)

@@ -1,5 +1,6 @@
 """The plain code behind ``jobs.sweep``: decide in one transaction, commit, then send (enqueue after commit), then
-deliver the GitHub feedback that is owed and due, one job per transaction."""
+dispatch every testbed with jobs waiting (the catch-all behind the dispatch that follows each change of a slot),
+then deliver the GitHub feedback that is owed and due, one job per transaction."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from service import queue
 from service.config import Settings
 from service.db import utcnow
 from service.github import service as github
-from service.jobs import sweep
+from service.jobs import dispatch, sweep
 from worker.database import sessions
 
 log = logging.getLogger(__name__)
@@ -52,20 +53,21 @@ def deliver_feedback(settings: Settings, job_ids: list[str], *, budget_s: float 
 
 
 def run(settings: Settings) -> dict[str, int]:
-    """One sweep; returns how many messages were sent again, how many jobs failed for good, and how many owed
-    GitHub feedbacks were delivered or failed again."""
+    """One sweep; returns how many messages were sent again, how many jobs failed for good, how many the dispatch
+    offered, and how many owed GitHub feedbacks were delivered or failed again."""
     with sessions(settings.database_url)() as session:
         report = sweep.sweep(
             session, cfg=settings.sweep, now=utcnow(), pending=lambda name: queue.pending(settings, name)
         )
         session.commit()
-    for send in report.sends:
-        if send.message is not None:
-            queue.enqueue_profile(settings, send.message)
-        else:
-            queue.enqueue_analysis(settings, job_id=send.job_id)
-        log.warning("job %s: sent %s again (%s)", send.job_id, send.task, send.why)
-    for job_id in report.failed:
-        log.warning("job %s: failed: out of attempts", job_id)
+        for send in report.sends:
+            if send.message is not None:
+                queue.enqueue_profile(settings, send.message)
+            else:
+                queue.enqueue_analysis(settings, job_id=send.job_id)
+            log.warning("job %s: sent %s again (%s)", send.job_id, send.task, send.why)
+        for job_id in report.failed:
+            log.warning("job %s: failed: out of attempts", job_id)
+        offered = dispatch.after_commit(session, settings, report.dispatch)
     counts = deliver_feedback(settings, report.feedback)
-    return {"resent": len(report.sends), "failed": len(report.failed), **counts}
+    return {"resent": len(report.sends), "failed": len(report.failed), "offered": offered, **counts}

@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Request
 
-from service import queue
 from service.auth.dependencies import PrincipalDep
 from service.db import SessionDep
 from service.dependencies import SettingsDep
@@ -15,7 +14,7 @@ from service.github import service as github
 from service.github import webhook
 from service.github.client import GitHubError
 from service.github.schemas import ResendAnswer, WebhookAnswer
-from service.jobs import attempts
+from service.jobs import dispatch
 from service.jobs import service as jobs
 from service.openapi import errors
 
@@ -59,11 +58,11 @@ def receive(
     if not allowed:
         return WebhookAnswer(action="ignored", detail=f"{user} has no write access to {repo}")
     copies = webhook.requeue(session, repo=repo, pr=pr)
-    messages = [attempts.offer_next_attempt(job, jobs.testbed_name(session, job)) for job in copies]
     session.commit()
-    for message in messages:
-        queue.enqueue_profile(settings, message)
-        github.send_pending(session, settings, message.job_id)
+    # The copies wait in the database like any new job, and are offered when their testbed has a worker free.
+    dispatch.after_commit(session, settings, {job.testbed_id for job in copies})
+    for job in copies:
+        github.send_pending(session, settings, job.id)
     return WebhookAnswer(action="rerun", detail=f"{len(copies)} job(s) queued", jobs=[j.id for j in copies])
 
 

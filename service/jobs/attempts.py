@@ -1,11 +1,12 @@
 """The worker's side of a job (DESIGN 3.5): offering an attempt, claiming it, the attempt's token and its lease.
 
 A worker token only proves which testbed a GPU host serves. Every ``profile.run`` message carries a one-time
-claim secret; the job row keeps only its sha256, replaced whenever a new message is made for the job (creation, a
-retry, a sweep's resend, a rerun), so an older message then claims nothing. A claim needs both the worker token of
-the job's testbed and the secret of the job's latest message. A wrong or missing secret is answered as an unknown
-job is (404): a job id read from the broker plus a worker token opens nothing. A claim showing the right secret for
-a job that is no longer waiting for that attempt (a duplicate delivery) answers 409, and the worker drops it.
+claim secret; the job row keeps only its sha256, replaced whenever a new message is made for the job (the
+dispatcher's offer of its next attempt, a sweep's resend), so an older message then claims nothing. A claim needs
+both the worker token of the job's testbed and the secret of the job's latest message. A wrong or missing secret
+is answered as an unknown job is (404): a job id read from the broker plus a worker token opens nothing. A claim
+showing the right secret for a job that is no longer waiting for that attempt (a duplicate delivery) answers 409,
+and the worker drops it.
 
 The one claim that succeeds answers with the attempt's job token (stored as its sha256 on the row), and only that
 token opens the job's bundle, heartbeat, result, failure and trace routes, for that attempt:
@@ -71,17 +72,16 @@ def _matches(stored_sha256: str | None, presented_sha256: str) -> bool:
     return stored_sha256 is not None and hmac.compare_digest(stored_sha256, presented_sha256)
 
 
-def offer_next_attempt(job: Job, testbed: str, secret: ClaimSecret | None = None) -> queue.ProfileMessage:
+def offer_next_attempt(job: Job, testbed: str, *, now: datetime | None = None) -> queue.ProfileMessage:
     """The ``profile.run`` message offering ``job``'s next attempt to the workers of ``testbed``: every profile
-    message is made here, and sent by ``queue.enqueue_profile`` once the transaction is committed.
+    message is made here (by the dispatcher, ``service.jobs.dispatch``, and the sweep's resend of a lost one), and
+    sent by ``queue.enqueue_profile`` once the transaction is committed.
 
-    A new secret replaces the row's (an earlier message for the job then claims nothing), in the caller's
-    transaction; ``secret``: the one the row was just inserted with (a new job), which changes nothing."""
-    if secret is None:
-        secret = ClaimSecret.new()
-        job.claim_secret_sha256 = secret.sha256
-    elif job.claim_secret_sha256 != secret.sha256:
-        raise ValueError(f"job {job.id} holds another claim secret than the one given")
+    A new secret replaces the row's (an earlier message for the job then claims nothing), and the job counts as
+    offered from ``now``, in the caller's transaction."""
+    secret = ClaimSecret.new()
+    job.claim_secret_sha256 = secret.sha256
+    job.offered_at = now or utcnow()
     return queue.ProfileMessage(job_id=job.id, attempt=job.attempts + 1, testbed=testbed, claim_secret=secret.plain)
 
 
@@ -91,6 +91,14 @@ def end_attempt(job: Job) -> None:
     job.job_token_expires_at = None
     job.lease_expires_at = None
     job.claimed_by = None
+
+
+def wait_again(job: Job) -> None:
+    """``job`` is queued again for its next attempt: it waits in the database until the dispatcher offers it (no
+    message claims it meanwhile)."""
+    job.status = "queued"
+    job.offered_at = None
+    job.claim_secret_sha256 = None
 
 
 def _stale(job: Job, attempt: int) -> Conflict:
@@ -231,13 +239,13 @@ def accept_trace(
 def fail(
     session: Session, job_id: str, token_sha256: str, *, attempt: int, reason: str, timed_out: bool, retry: bool
 ) -> Job:
-    """Record a failed attempt (its token is revoked): back to ``queued`` when ``retry`` and attempts remain (the
-    caller then offers the next attempt), else final."""
+    """Record a failed attempt (its token is revoked): back to ``queued`` when ``retry`` and attempts remain (it
+    waits for the dispatcher, which the caller runs after the commit), else final."""
     job = _attempt_job(session, job_id, token_sha256, lock=True)
     _running(job, attempt)
     end_attempt(job)
     if retry and job.attempts < job.max_attempts:
-        job.status = "queued"
+        wait_again(job)
         job.reason = f"attempt {attempt} failed, retrying: {reason}"
         return job
     job.status = "timed_out" if timed_out else "failed"

@@ -1,9 +1,10 @@
 """Endpoints for the GPU workers (DESIGN 3.5), described by their own OpenAPI document, ``/internal/openapi.json``
 (the public one at ``/openapi.json`` leaves them out).
 
-A worker token (``WorkerToken``) opens the testbed route and the claim, which also needs the claim secret of the
-job's latest ``profile.run`` message; the claim answers with the attempt's job token (``JobToken``), and only that
-opens the job's bundle, heartbeat, result, failure and trace routes (``service.jobs.attempts`` says for how long).
+A worker token (``WorkerToken``) opens the testbed and liveness routes and the claim, which also needs the claim
+secret of the job's latest ``profile.run`` message; the claim answers with the attempt's job token (``JobToken``),
+and only that opens the job's bundle, heartbeat, result, failure and trace routes (``service.jobs.attempts`` says
+for how long).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from starlette.applications import Starlette
 
 from service import feedback, queue
 from service.auth.dependencies import JobTokenDep, WorkerDep
-from service.db import SessionDep
+from service.db import SessionDep, utcnow
 from service.dependencies import SettingsDep
-from service.jobs import attempts, service
+from service.errors import Conflict
+from service.jobs import attempts, dispatch, service
 from service.jobs.models import FINAL
 from service.jobs.schemas import (
+    Alive,
+    AliveAnswer,
     Claim,
     ClaimAnswer,
     Failure,
@@ -34,6 +38,7 @@ from service.jobs.schemas import (
     WorkerTestbed,
 )
 from service.openapi import document_errors, errors
+from service.testbeds import service as testbeds
 
 OPENAPI_PATH = "/internal/openapi.json"
 router = APIRouter(prefix="/internal", tags=["internal"], include_in_schema=False)
@@ -53,6 +58,23 @@ def testbed(worker: WorkerDep, session: SessionDep) -> WorkerTestbed:
     return WorkerTestbed(name=tb.name, key=tb.key, meaning=tb.meaning)
 
 
+@router.post("/alive", response_model=AliveAnswer, responses={**_WORKER_ERRORS, **errors(409)})
+def alive(body: Alive, worker: WorkerDep, session: SessionDep, settings: SettingsDep) -> AliveAnswer:
+    """The worker is alive (busy or idle): it says so every ``ATTNPROF_FAIRNESS__WORKER_ALIVE_S``, and counts as a
+    live worker of its testbed for ``ATTNPROF_FAIRNESS__WORKER_LIVE_S`` after each. The dispatcher offers a testbed
+    as many jobs as it has live workers free, so a worker that appears (new, or back from silence) may be offered
+    one at once. 409 when the body names another testbed than the token's."""
+    tb = attempts.worker_testbed(session, worker)
+    if body.testbed != tb.name:
+        raise Conflict(f"testbed: this worker token serves testbed {tb.name!r}, not {body.testbed!r}")
+    live_s = settings.fairness.worker_live_s
+    live, appeared = testbeds.worker_alive(session, testbed_id=tb.id, name=body.worker, now=utcnow(), live_s=live_s)
+    session.commit()
+    if appeared:
+        dispatch.after_commit(session, settings, [tb.id])
+    return AliveAnswer(testbed=tb.name, live_workers=live, live_s=live_s)
+
+
 @router.post("/jobs/{job_id}/claim", response_model=ClaimAnswer, responses={**_WORKER_ERRORS, **errors(404, 409)})
 def claim(job_id: JobId, body: Claim, worker: WorkerDep, session: SessionDep, settings: SettingsDep) -> ClaimAnswer:
     """Start an attempt with the secret of the job's profile.run message, and get its job token. 404 for a job that
@@ -62,6 +84,9 @@ def claim(job_id: JobId, body: Claim, worker: WorkerDep, session: SessionDep, se
     job, token = attempts.claim(
         session, worker, job_id, attempt=body.attempt, worker_name=body.worker, secret=body.secret, lease_s=lease_s
     )
+    session.commit()
+    # The offer became a running job: with no live worker free, the testbed is offered one more to wait for the next.
+    dispatch.after_commit(session, settings, [job.testbed_id])
     return ClaimAnswer(
         id=job.id,
         attempt=job.attempts,
@@ -112,6 +137,7 @@ def result(
     if not duplicate:
         session.commit()
         queue.enqueue_analysis(settings, job_id=job_id)
+        dispatch.after_commit(session, settings, [run.testbed_id])  # the worker is free
     return WorkerResultAnswer(run_id=run.id, status="analyzing", duplicate=duplicate)
 
 
@@ -143,8 +169,8 @@ async def trace(
 @router.post("/jobs/{job_id}/failure", response_model=JobOut, responses={**_JOB_ERRORS, **errors(409)})
 def failure(job_id: JobId, body: Failure, token: JobTokenDep, session: SessionDep, settings: SettingsDep) -> JobOut:
     """Record a failed attempt (its token then opens nothing); a retried job is queued again for the next attempt,
-    with a new message. A job that ended (failed, timed out) gets its ``error`` status and PR comment after the
-    commit; GitHub's answer never changes this one."""
+    waiting for the dispatcher like a new job. A job that ended (failed, timed out) gets its ``error`` status and
+    PR comment after the commit; GitHub's answer never changes this one."""
     job = attempts.fail(
         session,
         job_id,
@@ -155,13 +181,11 @@ def failure(job_id: JobId, body: Failure, token: JobTokenDep, session: SessionDe
         retry=body.retry,
     )
     out = service.to_out(session, job)
-    if job.status == "queued":
-        message = attempts.offer_next_attempt(job, out.testbed)
-        session.commit()
-        queue.enqueue_profile(settings, message)
-    elif job.status in FINAL:
+    if job.status in FINAL:
         feedback.job_ended(job)
-        session.commit()
+    session.commit()
+    dispatch.after_commit(session, settings, [job.testbed_id])  # the worker is free, and a retry waits
+    if job.status in FINAL:
         feedback.deliver_after_commit(session, settings, job.id)
     return out
 

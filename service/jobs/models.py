@@ -3,13 +3,42 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db import Base, utcnow
 
 STATES = ("queued", "running", "analyzing", "done", "failed", "timed_out", "cancelled")
 FINAL = ("done", "failed", "timed_out", "cancelled")
+
+# A queued job either waits in the database for the dispatcher (``offered_at`` null) or has been offered to its
+# testbed's workers: a profile.run message was made for it (``offered_at`` set). The predicates are SQL text, the
+# same in the partial indexes and in the queries that use them, with literal values: Postgres uses a partial index
+# only where it can prove the query's condition implies the index's, which a bound parameter would not let it do.
+QUEUED_SQL = "status = 'queued'"
+WAITING_SQL = "status = 'queued' AND offered_at IS NULL"
+OFFERED_SQL = "status = 'queued' AND offered_at IS NOT NULL"
+RUNNING_SQL = "status = 'running'"
+OPEN_PR_SQL = "pr IS NOT NULL AND status IN ('queued', 'running')"
+EVER_OFFERED_SQL = "offered_at IS NOT NULL"
+
+
+def _partial(name: str, *columns: str, where: str) -> Index:
+    return Index(name, *columns, postgresql_where=text(where), sqlite_where=text(where))
+
+
+PARTIAL_INDEXES = (
+    # the dispatcher: a testbed's waiting jobs, per project, oldest first
+    _partial("ix_jobs_waiting", "testbed_id", "project_id", "created_at", where=WAITING_SQL),
+    # the dispatcher: what a testbed has offered (a handful of rows)
+    _partial("ix_jobs_offered", "testbed_id", "project_id", where=OFFERED_SQL),
+    # the dispatcher's round-robin: a project's latest offer on a testbed
+    _partial("ix_jobs_offers", "testbed_id", "project_id", "offered_at", where=EVER_OFFERED_SQL),
+    # a submission: the project's queued jobs, against its limit
+    _partial("ix_jobs_queued_project", "project_id", where=QUEUED_SQL),
+    # a submission to a pull request: the open jobs of its earlier commits
+    _partial("ix_jobs_open_pr", "project_id", "pr", where=OPEN_PR_SQL),
+)
 
 
 class Job(Base):
@@ -22,6 +51,7 @@ class Job(Base):
         Index("ix_jobs_status", "status", "testbed_id"),
         Index("ix_jobs_feedback_due_at", "feedback_due_at"),
         Index("ix_jobs_lease", "status", "lease_expires_at"),
+        *PARTIAL_INDEXES,
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -46,6 +76,9 @@ class Job(Base):
     heartbeat_at: Mapped[datetime | None]
     lease_expires_at: Mapped[datetime | None] = mapped_column(
         comment="running or analyzing: the worker holding the job holds it until then (renewed while it works)"
+    )
+    offered_at: Mapped[datetime | None] = mapped_column(
+        comment="when the job's latest profile message was made; while queued, null: it waits for the dispatcher"
     )
     claim_secret_sha256: Mapped[str | None] = mapped_column(
         String(64), comment="sha256 of the secret in the job's latest profile message (what a claim must show)"

@@ -3,11 +3,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, select, update
+from sqlalchemy import BindParameter, Select, bindparam, exists, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, make_transient_to_detached
 
-from service.jobs.models import Job
+from service.jobs.models import OFFERED_SQL, OPEN_PR_SQL, QUEUED_SQL, RUNNING_SQL, WAITING_SQL, Job
+from service.testbeds.models import Worker
 
 _Q = TypeVar("_Q", bound=Select[*tuple[Any, ...]])
 _NULL_ROW: dict[str, Any] = dict.fromkeys(c.key for c in Job.__table__.columns)
@@ -117,3 +118,139 @@ def extend_lease(session: Session, *, job_id: str, status: str, until: datetime)
 def unchanged_since(session: Session, *, status: str, before: datetime, limit: int) -> list[Job]:
     """Jobs in ``status`` whose row has not changed since ``before``, oldest first, locked."""
     return _stale(session, select(Job).where(Job.status == status, Job.updated_at < before), limit)
+
+
+def offered_unchanged_since(session: Session, *, before: datetime, limit: int) -> list[Job]:
+    """Queued jobs offered (a message made for them) before ``before``, oldest offer first, locked. A job waiting for
+    the dispatcher was never sent a message: nothing of it can be lost in the broker."""
+    q = select(Job).where(text(OFFERED_SQL), Job.offered_at < before).order_by(Job.offered_at)
+    return list(session.scalars(q.limit(limit).with_for_update(skip_locked=True)))
+
+
+# --- the dispatcher -----------------------------------------------------------------------------------------
+
+_TESTBED: BindParameter[int] = bindparam("testbed_id")
+_LIVE = (
+    select(func.count())
+    .select_from(Worker)
+    .where(Worker.testbed_id == _TESTBED, Worker.last_seen_at >= bindparam("since"))
+    .scalar_subquery()
+)
+_RUNNING = select(func.count()).select_from(Job).where(Job.testbed_id == _TESTBED, text(RUNNING_SQL)).scalar_subquery()
+_OFFERED = select(func.count()).select_from(Job).where(Job.testbed_id == _TESTBED, text(OFFERED_SQL)).scalar_subquery()
+_OCCUPANCY = select(_LIVE, _RUNNING, _OFFERED, exists().where(Job.testbed_id == _TESTBED, text(WAITING_SQL)))
+
+
+def occupancy(session: Session, *, testbed_id: int, live_since: datetime) -> tuple[int, int, int, bool]:
+    """(live workers, jobs running, jobs offered, whether any job waits) of a testbed, in one statement."""
+    row = session.execute(_OCCUPANCY, {"testbed_id": testbed_id, "since": live_since}).one()
+    return int(row[0]), int(row[1]), int(row[2]), bool(row[3])
+
+
+def in_flight_by_project(session: Session, *, testbed_id: int) -> dict[int, int]:
+    """Jobs running or offered on a testbed, per project."""
+    flying = select(Job.project_id).where(Job.testbed_id == testbed_id, text(f"({RUNNING_SQL}) OR ({OFFERED_SQL})"))
+    counts: dict[int, int] = {}
+    for project_id in session.scalars(flying):
+        counts[project_id] = counts.get(project_id, 0) + 1
+    return counts
+
+
+def waiting_projects(session: Session, *, testbed_id: int) -> dict[int, datetime]:
+    """The projects with jobs waiting for the dispatcher on a testbed, each with its oldest waiting job's time."""
+    q = (
+        select(Job.project_id, func.min(Job.created_at))
+        .where(Job.testbed_id == testbed_id, text(WAITING_SQL))
+        .group_by(Job.project_id)
+    )
+    return {int(p): oldest for p, oldest in session.execute(q)}
+
+
+_LAST_OFFER = (
+    select(func.max(Job.offered_at))
+    .where(Job.testbed_id == bindparam("testbed_id"), Job.project_id == bindparam("project_id"))
+    .where(text("offered_at IS NOT NULL"))
+)
+
+
+def last_offer(session: Session, *, testbed_id: int, project_id: int) -> datetime | None:
+    """When a job of the project was last offered on the testbed (``ix_jobs_offers``); None: never."""
+    found: datetime | None = session.scalar(_LAST_OFFER, {"testbed_id": testbed_id, "project_id": project_id})
+    return found
+
+
+def next_waiting(session: Session, *, testbed_id: int, project_id: int, limit: int) -> list[Job]:
+    """The project's oldest jobs waiting for the dispatcher on the testbed, locked (a row another transaction holds,
+    a cancel's, is skipped: it is not waiting for long)."""
+    q = (
+        select(Job)
+        .where(Job.testbed_id == testbed_id, Job.project_id == project_id, text(WAITING_SQL))
+        .order_by(Job.created_at, Job.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .execution_options(populate_existing=True)
+    )
+    return list(session.scalars(q))
+
+
+def testbeds_waiting(session: Session) -> list[int]:
+    """The testbeds that have jobs waiting for the dispatcher."""
+    return list(session.scalars(select(Job.testbed_id).where(text(WAITING_SQL)).distinct().order_by(Job.testbed_id)))
+
+
+# --- a submission -------------------------------------------------------------------------------------------
+
+_COUNT_QUEUED = (
+    select(func.count())
+    .select_from(
+        select(Job.id)
+        .where(Job.project_id == bindparam("project_id"), text(QUEUED_SQL))
+        .limit(bindparam("up_to"))
+        .subquery()
+    )
+    .scalar_subquery()
+)
+
+
+def count_queued(session: Session, *, project_id: int, up_to: int) -> int:
+    """The project's queued jobs (its own uncommitted ones included), counted up to ``up_to``."""
+    return int(session.scalar(select(_COUNT_QUEUED), {"project_id": project_id, "up_to": up_to}) or 0)
+
+
+_ADMISSION = select(_COUNT_QUEUED, _LIVE, _RUNNING, _OFFERED)
+
+
+def admission(
+    session: Session, *, project_id: int, up_to: int, testbed_id: int, live_since: datetime
+) -> tuple[int, int, int, int]:
+    """What a submission is admitted on, in one statement: (the project's queued jobs, its own included, counted up
+    to ``up_to``; the testbed's live workers; its jobs running; its jobs offered)."""
+    params = {"project_id": project_id, "up_to": up_to, "testbed_id": testbed_id, "since": live_since}
+    row = session.execute(_ADMISSION, params).one()
+    return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+
+# pg_advisory_xact_lock(class, id): the class of the lock on a project's queue (the id is the project's).
+_QUEUE_LOCK_CLASS = 0x6A6F62  # "job"
+
+
+def lock_queue(session: Session, *, project_id: int) -> None:
+    """Hold the project's queue lock until the transaction ends (Postgres; SQLite serialises writers anyway)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(_QUEUE_LOCK_CLASS, project_id)))
+
+
+def open_jobs_of_pr(
+    session: Session, *, project_id: int, repo: str, pr: int, other_than: str, created_before: datetime
+) -> list[Job]:
+    """The project's queued and running jobs of pull request ``pr`` of ``repo`` for a commit other than
+    ``other_than``, created before ``created_before``, locked, oldest first (``ix_jobs_open_pr``)."""
+    q = (
+        select(Job)
+        .where(Job.project_id == project_id, Job.pr == pr, text(OPEN_PR_SQL))
+        .where(Job.repo == repo, Job.commit != other_than, Job.created_at < created_before)
+        .order_by(Job.created_at, Job.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return list(session.scalars(q))

@@ -10,14 +10,14 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
 
-from service import feedback, paging, queue
+from service import feedback, paging
 from service.auth.dependencies import Authorization, PrincipalDep, ProjectName, ReadProject, project_access
 from service.config import Limits, Settings
 from service.db import INT_MAX, SessionDep, request_session, session_slot
 from service.dependencies import SettingsDep
 from service.errors import InvalidPayload, PayloadTooLarge
 from service.github import service as github
-from service.jobs import attempts, service
+from service.jobs import dispatch, service
 from service.jobs.models import STATES
 from service.jobs.schemas import ComparisonOut, JobCreated, JobFields, JobOut, JobPage, submission_schema
 
@@ -86,7 +86,9 @@ def _submit(
     app: Starlette, form: FormData, *, project: str, authorization: str | None, idempotency_key: str | None
 ) -> tuple[JobCreated, bool]:
     """Everything a job submission does that blocks, on one thread of the pool, in this order: the token and the
-    project (401, 429, 404, 403), the form (422, 413), the row committed, the message sent, the pending status."""
+    project (401, 429, 404, 403), the form (422, 413), the row with the jobs it supersedes cancelled and within the
+    project's queue limit (429), committed; then the dispatch of its testbed (a message sent if a worker is free),
+    the pending status, and the superseded jobs' feedback."""
     settings: Settings = app.state.settings
     with request_session(app) as session:
         access = project_access(app, session, authorization, project, "submit")
@@ -101,7 +103,6 @@ def _submit(
                 ]
             )
         new = read_submission(form, settings.limits, idempotency_key)
-        secret = attempts.ClaimSecret.new()  # inserted with the row: its first message needs no second statement
         job, created = service.create(
             session,
             project_id=access.project_id,
@@ -109,16 +110,21 @@ def _submit(
             limits=settings.limits,
             max_attempts=settings.max_attempts,
             testbed_ids=app.state.testbed_ids,
-            claim=secret,
         )
         answer = JobCreated(id=job.id, status=job.status)
         if not created:
             session.rollback()  # a retry leaves nothing: not its bundle, not a testbed it named
             return answer, False
-        message = attempts.offer_next_attempt(job, new.testbed, secret)
+        admitted = service.admit(session, job, project=project, cfg=settings.fairness, now=job.created_at)
+        for old in admitted.superseded:
+            feedback.job_ended(old)
         session.commit()
-        queue.enqueue_profile(settings, message)
+        # No room on its testbed: the dispatch that follows the next slot freed there offers it.
+        testbeds = {old.testbed_id for old in admitted.superseded} | ({job.testbed_id} if admitted.room else set())
+        dispatch.after_commit(session, settings, testbeds)
         github.send_pending(session, settings, job.id)
+        for old in admitted.superseded:
+            feedback.deliver_after_commit(session, settings, old.id)
     return answer, True
 
 
@@ -140,8 +146,10 @@ async def create_job(
         str | None, Header(alias="Idempotency-Key", json_schema_extra={"maxLength": IDEMPOTENCY_KEY_CHARS})
     ] = None,
 ) -> JobCreated:
-    """Queue a profiling job. The row is committed before the message is sent; a broker that is down leaves
-    the job queued for the sweeper.
+    """Queue a profiling job. It waits in the database until a worker of its testbed is free and its project's
+    turn comes (round-robin across projects); its message is sent after the commit, and a broker that is down
+    leaves it queued for the sweeper. 429 when the project has ``ATTNPROF_FAIRNESS__MAX_QUEUED`` jobs queued; a
+    job for a pull request cancels that pull request's queued and running jobs of earlier commits.
     \f
     The hot path of CI traffic, so written out rather than declared: the form is parsed here on the event loop,
     and everything that blocks runs in one hop to the thread pool (``_submit``) instead of one per dependency.
@@ -171,12 +179,13 @@ def list_jobs(
         session, project_id=access.project_id, status=status, branch=branch, pr=pr, cursor=cursor, limit=limit
     )
     nxt = paging.encode(last.created_at, last.id) if last else None
-    return JobPage(jobs=[service.to_out(session, j) for j in rows], next=nxt)
+    return JobPage(jobs=[service.to_out(session, j, settings.fairness) for j in rows], next=nxt)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
-def get_job(job_id: str, principal: PrincipalDep, session: SessionDep) -> JobOut:
-    return service.to_out(session, service.get_for(session, principal, job_id))
+def get_job(job_id: str, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> JobOut:
+    """The job; while it is queued for a testbed no live worker serves, ``notice`` says so."""
+    return service.to_out(session, service.get_for(session, principal, job_id), settings.fairness)
 
 
 @router.get("/jobs/{job_id}/comparison", response_model=ComparisonOut)
@@ -210,5 +219,6 @@ def cancel_job(job_id: str, principal: PrincipalDep, session: SessionDep, settin
     job = service.cancel(session, service.get_for(session, principal, job_id, role="submit"))
     feedback.job_ended(job)
     session.commit()
+    dispatch.after_commit(session, settings, [job.testbed_id])
     feedback.deliver_after_commit(session, settings, job.id)
     return service.to_out(session, job)

@@ -72,6 +72,11 @@ class JobOut(BaseModel):
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    notice: str | None = Field(
+        None,
+        description="why a queued job does not start, when no live worker serves its testbed (for how long, or "
+        "never); null otherwise",
+    )
 
 
 class JobPage(BaseModel):
@@ -154,3 +159,16 @@ class WorkerTestbed(BaseModel):
     name: str
     key: str | None = Field(description="the testbed key last seen in a run; null before the first run")
     meaning: dict[str, Any] | None = Field(description="what the key hashes (device, driver, mode), in words")
+
+
+class Alive(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    worker: str = Field(min_length=1, max_length=200, description="host, process and GPU of the worker")
+    testbed: str = Field(min_length=1, max_length=100, description="the testbed it serves (its token's)")
+
+
+class AliveAnswer(BaseModel):
+    testbed: str
+    live_workers: int = Field(description="workers of the testbed live now, this one included")
+    live_s: float = Field(description="a worker counts as live this long after it last said so, in seconds")

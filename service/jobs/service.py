@@ -1,7 +1,9 @@
-"""Jobs (DESIGN 3.5): created queued, claimed by a worker of their testbed (``service.jobs.attempts``), given a
-result, analysed.
+"""Jobs (DESIGN 3.5): created queued, offered by the dispatcher (``service.jobs.dispatch``), claimed by a worker of
+their testbed (``service.jobs.attempts``), given a result, analysed.
 
-Nothing here commits or enqueues: the router commits, then enqueues (the row is the truth).
+A submission is admitted (``admit``) within its project's limit of queued jobs, and cancels the open jobs of its
+pull request's earlier commits. Nothing here commits or enqueues: the router commits, then dispatches (the row is
+the truth).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -23,10 +25,10 @@ from service.analysis import service as analysis
 from service.analysis.models import Comparison
 from service.artifacts.store import store
 from service.auth.service import Principal
-from service.config import Analysis, Limits
+from service.config import Analysis, Fairness, Limits
 from service.db import utcnow
-from service.errors import Conflict, InvalidPayload, NotFound
-from service.jobs import attempts, repository
+from service.errors import Conflict, InvalidPayload, NotFound, ServiceError
+from service.jobs import dispatch, repository
 from service.jobs.bundle import check_bundle
 from service.jobs.models import FINAL, Job
 from service.jobs.schemas import JobOut
@@ -100,13 +102,9 @@ def create(
     limits: Limits,
     max_attempts: int,
     testbed_ids: dict[str, int] | None = None,
-    claim: attempts.ClaimSecret | None = None,
 ) -> tuple[Job, bool]:
     """The job for ``new``, and whether it was created (False: the idempotency key named an existing job, which
-    is the answer; a retry is checked like the first request).
-
-    ``claim``: the secret of the job's first message (``attempts.offer_next_attempt(job, testbed, claim)`` makes
-    it), inserted with the row. Without one, no message can claim the job until the sweep offers it again.
+    is the answer; a retry is checked like the first request). A new job waits for the dispatcher.
 
     ``testbed_ids`` (name to id) spares the testbed's lookup: a testbed is never renamed or removed, so an id
     read from a committed row stays true; one created here is added by the next request that reads it."""
@@ -152,7 +150,6 @@ def create(
             "created_at": (now := utcnow()),
             "updated_at": now,
             "feedback_attempts": 0,
-            "claim_secret_sha256": claim.sha256 if claim is not None else None,
         },
     )
     if job is not None:
@@ -168,12 +165,20 @@ def testbed_name(session: Session, job: Job) -> str:
     return tb.name if tb else ""
 
 
-def to_out(session: Session, job: Job) -> JobOut:
+def to_out(session: Session, job: Job, fairness: Fairness | None = None, now: datetime | None = None) -> JobOut:
+    """The job as the API shows it; with ``fairness``, a queued job's ``notice`` says when no live worker serves
+    its testbed."""
     project = projects.get(session, job.project_id)
+    testbed = testbed_name(session, job)
+    notice = None
+    if fairness is not None and job.status == "queued":
+        notice = testbeds.no_live_worker(
+            session, testbed_id=job.testbed_id, name=testbed, live_s=fairness.worker_live_s, now=now or utcnow()
+        )
     return JobOut(
         id=job.id,
         project=project.name if project else "",
-        testbed=testbed_name(session, job),
+        testbed=testbed,
         suite_name=job.suite_name,
         repo=job.repo,
         branch=job.branch,
@@ -192,6 +197,7 @@ def to_out(session: Session, job: Job) -> JobOut:
         updated_at=job.updated_at,
         started_at=job.started_at,
         finished_at=job.finished_at,
+        notice=notice,
     )
 
 
@@ -204,18 +210,84 @@ def get_for(session: Session, principal: Principal, job_id: str, role: str = "re
     return job
 
 
-def cancel(session: Session, job: Job) -> Job:
+def cancel(session: Session, job: Job, reason: str = "cancelled by a user") -> Job:
     """Cancel a job that has not ended: its attempt's token opens nothing more (its heartbeat is told), and the
     queued message, if any, claims nothing."""
     if job.status in FINAL:
         raise Conflict(f"job {job.id} is {job.status}: it cannot be cancelled")
     job.status = "cancelled"
-    job.reason = "cancelled by a user"
+    job.reason = reason
     job.finished_at = now = utcnow()
     job.lease_expires_at = None
     if job.job_token_sha256 is not None:
         job.job_token_expires_at = now
     return job
+
+
+class QueueFull(ServiceError):
+    """429: the project has as many queued jobs as ``ATTNPROF_FAIRNESS__MAX_QUEUED`` allows; nothing was stored."""
+
+    status, error = 429, "queue_full"
+    RETRY_AFTER_S = 60
+
+    def __init__(self, *, project: str, queued: int, limit: int) -> None:
+        super().__init__(
+            f"project {project} has {queued} queued jobs, its limit (ATTNPROF_FAIRNESS__MAX_QUEUED = {limit}): "
+            "nothing was stored; submit again once some have started, or cancel some",
+            headers={"Retry-After": str(self.RETRY_AFTER_S)},
+        )
+
+
+# Within this many of the limit, submissions to a project count its queue one at a time (a lock on it, held to the
+# commit): far from it, the count is taken without the lock, and the submissions running at once (a server holds
+# ten sessions a process) cannot pass the limit together.
+QUEUE_LOCK_MARGIN = 64
+
+
+@dataclass(frozen=True)
+class Admitted:
+    superseded: list[Job]
+    """The jobs the new one cancelled: the caller owes their feedback and dispatches their testbeds."""
+    room: bool
+    """Whether the job's testbed could be offered a job now (read before the commit, without the dispatch's lock):
+    if not, no dispatch need follow the commit (``service.jobs.dispatch`` says why that is safe)."""
+
+
+def admit(session: Session, job: Job, *, project: str, cfg: Fairness, now: datetime) -> Admitted:
+    """Admit the new ``job`` (inserted, not committed): cancel the open jobs of its pull request's earlier commits
+    (``cfg.cancel_superseded``), then hold it to the project's limit of queued jobs (``QueueFull``: the caller rolls
+    back, and nothing is stored), reading in the same statement whether its testbed has room."""
+    superseded = supersede(session, job) if cfg.cancel_superseded else []
+    queued, live, running, offered = repository.admission(
+        session,
+        project_id=job.project_id,
+        up_to=cfg.max_queued + 1,
+        testbed_id=job.testbed_id,
+        live_since=now - timedelta(seconds=cfg.worker_live_s),
+    )
+    if queued > cfg.max_queued - QUEUE_LOCK_MARGIN:
+        repository.lock_queue(session, project_id=job.project_id)
+        queued = repository.count_queued(session, project_id=job.project_id, up_to=cfg.max_queued + 1)
+    if queued > cfg.max_queued:
+        raise QueueFull(project=project, queued=queued - 1, limit=cfg.max_queued)
+    return Admitted(superseded=superseded, room=dispatch.window(live=live, running=running, offered=offered) > 0)
+
+
+def supersede(session: Session, job: Job) -> list[Job]:
+    """Cancel the queued and running jobs of ``job``'s pull request (same project, repository and number) for other
+    commits, created before it: a newer push makes them moot. A running one's worker is told by its heartbeat."""
+    if job.pr is None or job.repo is None:
+        return []
+    older = repository.open_jobs_of_pr(
+        session,
+        project_id=job.project_id,
+        repo=job.repo,
+        pr=job.pr,
+        other_than=job.commit,
+        created_before=job.created_at,
+    )
+    why = f"superseded by commit {job.commit} (job {job.id}), a newer push to pull request #{job.pr}"
+    return [cancel(session, old, reason=why) for old in older]
 
 
 def comparison(session: Session, job: Job) -> Comparison:

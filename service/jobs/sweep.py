@@ -4,14 +4,16 @@ Three ways a job gets stuck, and what the sweep does about each:
 
 - ``running`` with its lease run out (``lease_expires_at``: the claim took it for ``heartbeat_stale_s`` and every
   heartbeat renews it): its worker died (or lost the network). The attempt is over, its job token revoked: the
-  job is queued again for the next attempt, with a new message, or failed with the reason once ``max_attempts``
-  claims were made. A late result of the dead attempt is refused (its token opens nothing).
-- ``queued`` for ``queued_stale_s`` with no message for its next attempt in the broker that carries the claim
-  secret the row expects: the message was lost (a broker restart, a purge, a send that failed after the commit).
-  A new message is sent, with a new secret (the row keeps only the sha256 of the secret of its latest message, so
-  an old message that still turns up claims nothing: 404, and its worker drops it). A job whose message is still
-  waiting, or delivered to a worker that has not acknowledged it yet, is left alone: a testbed with no live worker
-  keeps its jobs queued (DESIGN 3.5).
+  job is queued again for the next attempt, waiting for the dispatcher (``SweepReport.dispatch``), or failed with
+  the reason once ``max_attempts`` claims were made. A late result of the dead attempt is refused (its token opens
+  nothing).
+- ``queued`` and offered (``offered_at``: the dispatcher made a message for it) ``queued_stale_s`` ago, with no
+  message for its next attempt in the broker that carries the claim secret the row expects: the message was lost
+  (a broker restart, a purge, a send that failed after the commit). A new message is sent, with a new secret (the
+  row keeps only the sha256 of the secret of its latest message, so an old message that still turns up claims
+  nothing: 404, and its worker drops it). A job whose message is still waiting, or delivered to a worker that has
+  not acknowledged it yet, is left alone: a testbed with no live worker keeps its jobs queued (DESIGN 3.5). A job
+  waiting for the dispatcher has no message to lose: the sweeper dispatches every testbed after the sweep.
 - ``analyzing`` with its lease run out: the result upload gave the analysis ``analyzing_stale_s`` to start, and
   the analysis task, once started, renews its own lease while it works. ``analysis.run`` is sent again (analysis is
   idempotent and stores one comparison), whatever the broker's ``unacked`` hash holds: a worker killed mid-task
@@ -43,7 +45,8 @@ from service.github import repository as github_rows
 from service.github import service as github
 from service.jobs import attempts, repository
 from service.jobs.models import Job
-from service.testbeds import repository as testbeds
+from service.testbeds import repository as testbed_rows
+from service.testbeds import service as testbeds
 
 PendingLookup = Callable[[str], queue.Pending | None]
 
@@ -67,10 +70,13 @@ class SweepReport:
     failed: list[str] = field(default_factory=list)
     feedback: list[str] = field(default_factory=list)
     """Jobs whose owed GitHub feedback is due: deliver each (``github.send_owed``) once this is committed."""
+    dispatch: list[int] = field(default_factory=list)
+    """Testbeds with jobs waiting for the dispatcher: dispatch each (``dispatch.after_commit``) once committed."""
+    forgotten_workers: int = 0
 
 
 def _testbed(session: Session, job: Job) -> str:
-    tb = testbeds.get(session, job.testbed_id)
+    tb = testbed_rows.get(session, job.testbed_id)
     return tb.name if tb else ""
 
 
@@ -109,19 +115,19 @@ def sweep(session: Session, *, cfg: Sweep, now: datetime, pending: PendingLookup
     broker = _Broker(pending)
 
     for job in repository.lease_expired(session, status="running", now=now, limit=cfg.batch):
-        _worker_lost(job, now, report, _testbed(session, job))
+        _worker_lost(job, now, report)
 
-    stale_queued = now - timedelta(seconds=cfg.queued_stale_s)
-    for job in repository.unchanged_since(session, status="queued", before=stale_queued, limit=cfg.batch):
+    stale_offer = now - timedelta(seconds=cfg.queued_stale_s)
+    for job in repository.offered_unchanged_since(session, before=stale_offer, limit=cfg.batch):
         name = _testbed(session, job)
         there = broker.offered(queue.profile_queue(name), job)
         if there:
             continue
         why = "no message in the broker" if there is False else "the broker cannot be read"
-        since = _ago(job.updated_at, now)
-        job.updated_at = now  # with an unreadable broker, resend once per stale period, not on every sweep
-        message = attempts.offer_next_attempt(job, name)
-        report.sends.append(Send("profile", job.id, message.attempt, name, f"queued for {since}: {why}", message))
+        since = _ago(job.offered_at or job.updated_at, now)
+        # The offer is renewed: with an unreadable broker, one resend per stale period, not one per sweep.
+        message = attempts.offer_next_attempt(job, name, now=now)
+        report.sends.append(Send("profile", job.id, message.attempt, name, f"offered {since} ago: {why}", message))
 
     for job in repository.lease_expired(session, status="analyzing", now=now, limit=cfg.batch):
         found = broker.read(queue.ANALYSIS_QUEUE)
@@ -131,8 +137,10 @@ def sweep(session: Session, *, cfg: Sweep, now: datetime, pending: PendingLookup
         job.lease_expires_at = now + timedelta(seconds=cfg.analyzing_stale_s)  # the resent message's turn to start
         report.sends.append(Send("analysis", job.id, job.attempts, "", f"analyzing, its lease ran out {ran_out} ago"))
 
+    report.forgotten_workers = testbeds.forget_workers(session, now=now)
     session.flush()
     report.feedback = github_rows.feedback_due(session, now=now, limit=cfg.batch)
+    report.dispatch = repository.testbeds_waiting(session)
     return report
 
 
@@ -141,18 +149,16 @@ def _ago(since: datetime, now: datetime) -> str:
     return f"{max(0.0, (now - since).total_seconds()):.0f} s"
 
 
-def _worker_lost(job: Job, now: datetime, report: SweepReport, testbed: str) -> None:
+def _worker_lost(job: Job, now: datetime, report: SweepReport) -> None:
     last = job.heartbeat_at or job.started_at or job.updated_at
     silent_s = (now - last).total_seconds()
     who = f" ({job.claimed_by})" if job.claimed_by else ""
     lost = f"attempt {job.attempts} lost its worker{who}: no heartbeat for {silent_s:.0f} s"
     attempts.end_attempt(job)
     if job.attempts < job.max_attempts:
-        job.status = "queued"
+        attempts.wait_again(job)
         job.reason = f"{lost}; queued again for attempt {job.attempts + 1} of {job.max_attempts}"
         job.updated_at = now
-        message = attempts.offer_next_attempt(job, testbed)
-        report.sends.append(Send("profile", job.id, message.attempt, testbed, lost, message))
         return
     job.status = "failed"
     job.reason = f"{lost}, and it was the last of {job.max_attempts} attempts"

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
-from sqlalchemy import bindparam, select
-from sqlalchemy.orm import Session
+from datetime import datetime
+
+from sqlalchemy import bindparam, delete, exists, func, select, update
+from sqlalchemy.orm import Session, aliased
 
 from service.db import insert_for
-from service.testbeds.models import Testbed
+from service.testbeds.models import Testbed, Worker
 
 
 def get_by_name(session: Session, name: str) -> Testbed | None:
@@ -33,3 +35,52 @@ def get_by_key(session: Session, key: str) -> Testbed | None:
 
 def get(session: Session, testbed_id: int) -> Testbed | None:
     return session.get(Testbed, testbed_id)
+
+
+def lock_for_dispatch(session: Session, testbed_id: int, now: datetime) -> str | None:
+    """Take the testbed's dispatch lock until the transaction ends and return its name; None when there is no such
+    testbed. On Postgres the lock is ``FOR UPDATE`` on its row, which also waits for every transaction inserting a
+    job for it (their foreign key holds ``FOR KEY SHARE`` on the row until they end); on SQLite, the update of
+    ``dispatched_at`` takes the database's write lock, which does the same."""
+    found: str | None = session.scalar(select(Testbed.name).where(Testbed.id == testbed_id).with_for_update())
+    if found is not None:
+        q = update(Testbed).where(Testbed.id == testbed_id).values(dispatched_at=now)
+        session.execute(q.execution_options(synchronize_session=False))
+    return found
+
+
+def worker_seen(session: Session, *, testbed_id: int, name: str, now: datetime) -> None:
+    """Record that the worker ``name`` of the testbed is alive at ``now`` (one upsert)."""
+    stmt = insert_for(session)(Worker).values(testbed_id=testbed_id, name=name, first_seen_at=now, last_seen_at=now)
+    stmt = stmt.on_conflict_do_update(index_elements=["testbed_id", "name"], set_={"last_seen_at": now})
+    session.execute(stmt)
+
+
+def worker_last_seen(session: Session, *, testbed_id: int, name: str) -> datetime | None:
+    q = select(Worker.last_seen_at).where(Worker.testbed_id == testbed_id, Worker.name == name)
+    found: datetime | None = session.scalar(q)
+    return found
+
+
+def live_workers(session: Session, *, testbed_id: int, since: datetime) -> int:
+    q = select(func.count()).select_from(Worker).where(Worker.testbed_id == testbed_id, Worker.last_seen_at >= since)
+    return int(session.scalar(q) or 0)
+
+
+def last_worker_seen(session: Session, testbed_id: int) -> datetime | None:
+    """When a worker of the testbed last said it is alive; None: none ever did (``ix_workers_seen``)."""
+    found: datetime | None = session.scalar(
+        select(func.max(Worker.last_seen_at)).where(Worker.testbed_id == testbed_id)
+    )
+    return found
+
+
+def forget_workers(session: Session, *, before: datetime) -> int:
+    """Delete the workers not seen since ``before``, except each testbed's latest (which says when its testbed was
+    last served); returns how many were deleted."""
+    newer = aliased(Worker)
+    q = delete(Worker).where(
+        Worker.last_seen_at < before,
+        exists().where(newer.testbed_id == Worker.testbed_id, newer.last_seen_at > Worker.last_seen_at),
+    )
+    return int(session.execute(q.execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]

@@ -216,3 +216,28 @@ def test_job_creation_succeeds_with_github_unreachable(db, pg_url, github, tenan
     job = db.get(Job, r.json()["id"])
     assert job is not None and job.status == "queued"
     assert job.reason is not None and job.reason.startswith("GitHub feedback failed: ")
+
+
+def test_a_job_superseded_by_a_newer_push_gets_its_error_status_after_the_commit(
+    db, pg_url, github, tenant, worker_token
+) -> None:
+    s = _stack(db, pg_url, github, tenant, worker_token)
+    files = {"spec": ("attnprof.toml", SPEC.encode())}
+
+    def submit(commit: str) -> str:
+        data = {"testbed": s.testbed, "branch": "feature", "commit": commit, "repo": REPO, "pr": "7"}
+        r = s.client.post(f"/api/v1/projects/{tenant.name}/jobs", files=files, data=data, headers=tenant.h("submit"))
+        assert r.status_code == 202, r.text
+        return str(r.json()["id"])
+
+    old = submit("e1")
+    newer = submit("e2")
+    _drain(f"profile.{s.testbed}")
+    job = db.get(Job, old)
+    assert job is not None and job.status == "cancelled" and job.feedback_due_at is None  # delivered, nothing owed
+    assert [st["state"] for st in github.statuses(REPO, "e1")] == ["pending", "error"]
+    assert github.statuses(REPO, "e1")[-1]["description"].startswith(
+        "no verdict: job cancelled: superseded by commit e2"
+    )
+    assert [st["state"] for st in github.statuses(REPO, "e2")] == ["pending"]
+    assert newer in {j.id for j in db.query(Job).filter(Job.status == "queued")}

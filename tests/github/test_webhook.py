@@ -99,6 +99,11 @@ def test_bad_or_missing_signature_is_401_and_nothing_is_done(db, pg_url, github,
 
 def test_rerun_by_a_writer_queues_a_copy_of_the_pr_last_job(db, pg_url, github, tenant, worker_token) -> None:
     client, testbed, ids = _setup(db, pg_url, github, tenant, worker_token)
+    # Two live workers serve the testbed: the copy is offered beside the pull request's job already offered.
+    for name in ("w1", "w2"):
+        alive = {"worker": name, "testbed": testbed}
+        r = client.post("/internal/alive", json=alive, headers={"Authorization": f"Bearer {worker_token[1]}"})
+        assert r.status_code == 200, r.text
     body = _payload()
     r = _post(client, body, _sign(body))
     assert r.status_code == 200, r.text

@@ -167,6 +167,7 @@ class Workers:
     app: FastAPI
     submit: str
     worker: str
+    jobs: list[str] = field(default_factory=list)
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +188,11 @@ def workers() -> Iterator[Workers]:
 
 
 def _queued_job(client: TestClient, workers: Workers) -> tuple[str, str]:
-    """A new job with a bundle: (its id, the claim secret of its message), the queue emptied again."""
+    """A new job with a bundle: (its id, the claim secret of its message), the queue emptied again. The earlier
+    cases' jobs are cancelled first: the testbed has no live worker, so it is offered one job at a time."""
+    for earlier in workers.jobs:
+        client.post(f"/api/v1/jobs/{earlier}/cancel", headers=bearer(workers.submit))  # 409 once it ended
+    workers.jobs.clear()
     job = client.post(
         "/api/v1/projects/schemathesis-workers/jobs",
         files={"spec": ("attnprof.toml", SPEC.encode()), "bundle": ("src.tar.gz", tar_gz({"pkg/m.py": b"x = 1\n"}))},
@@ -195,6 +200,7 @@ def _queued_job(client: TestClient, workers: Workers) -> tuple[str, str]:
         headers=bearer(workers.submit),
     )
     assert job.status_code == 202, job.text
+    workers.jobs.append(job.json()["id"])
     secret = claim_secret(REDIS_URL, WORKER_TESTBED, job.json()["id"])
     r = redis.Redis.from_url(REDIS_URL)
     r.delete(f"profile.{WORKER_TESTBED}", "analysis")

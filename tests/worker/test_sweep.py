@@ -10,10 +10,10 @@ from sqlalchemy.orm import Session
 from wkstack import db_fixture, engine_fixture, pg_url_fixture  # noqa: F401 (fixtures db, engine, pg_url)
 
 from service import queue
-from service.config import Limits, Sweep
+from service.config import Fairness, Limits, Sweep
 from service.db import utcnow
+from service.jobs import dispatch, sweep
 from service.jobs import service as jobs
-from service.jobs import sweep
 from service.jobs.models import Job
 from service.projects import service as projects
 
@@ -67,11 +67,13 @@ def test_a_dead_workers_job_is_queued_for_the_next_attempt_then_failed(db: Sessi
         lease_expires_at=now + timedelta(seconds=5),
     )
     report = sweep.sweep(db, cfg=CFG, now=now, pending=_nothing_pending)
-    assert [(s.task, s.job_id, s.attempt, s.testbed) for s in report.sends] == [("profile", job.id, 2, tb)]
-    (message,) = [s.message for s in report.sends]
-    assert message is not None and (message.job_id, message.attempt, message.testbed) == (job.id, 2, tb)
-    assert job.claim_secret_sha256 == _sha(message.claim_secret) and message.claim_secret not in repr(message)
+    # Queued again, it waits for the dispatcher like a new job: no message yet, and none of the old one claims it.
+    assert not report.sends and job.testbed_id in report.dispatch
     assert job.status == "queued" and job.claimed_by is None
+    assert job.offered_at is None and job.claim_secret_sha256 is None
+    (message,) = dispatch.offer(db, testbed_id=job.testbed_id, cfg=Fairness(), now=now)
+    assert (message.job_id, message.attempt, message.testbed) == (job.id, 2, tb)
+    assert job.claim_secret_sha256 == _sha(message.claim_secret) and message.claim_secret not in repr(message)
     assert job.job_token_sha256 is None and job.lease_expires_at is None  # the dead attempt's token opens nothing
     assert (
         job.reason
@@ -92,11 +94,13 @@ def test_a_lost_message_is_sent_again_with_a_new_secret_and_a_waiting_one_is_lef
     now = utcnow()
     old = now - timedelta(seconds=90)
     tb = f"tb-{uuid.uuid4().hex[:6]}"
-    lost = _job(db, tb, updated_at=old, claim_secret_sha256=_sha("apc_lost"))
-    waiting = _job(db, tb, updated_at=old, claim_secret_sha256=_sha("apc_waiting"))
-    taken = _job(db, tb, updated_at=old, claim_secret_sha256=_sha("apc_taken"))
-    superseded = _job(db, tb, updated_at=old, claim_secret_sha256=_sha("apc_new"))
-    recent = _job(db, tb, updated_at=now - timedelta(seconds=10))
+    lost = _job(db, tb, offered_at=old, claim_secret_sha256=_sha("apc_lost"))
+    waiting = _job(db, tb, offered_at=old, claim_secret_sha256=_sha("apc_waiting"))
+    taken = _job(db, tb, offered_at=old, claim_secret_sha256=_sha("apc_taken"))
+    superseded = _job(db, tb, offered_at=old, claim_secret_sha256=_sha("apc_new"))
+    recent = _job(db, tb, offered_at=now - timedelta(seconds=10), claim_secret_sha256=_sha("apc_recent"))
+    # Never offered: it waits for the dispatcher, and has no message to lose however long it has been queued.
+    unoffered = _job(db, tb, updated_at=old, created_at=old)
     asked: list[str] = []
 
     def pending(name: str) -> queue.Pending:
@@ -113,25 +117,26 @@ def test_a_lost_message_is_sent_again_with_a_new_secret_and_a_waiting_one_is_lef
         )
 
     report = sweep.sweep(db, cfg=CFG, now=now, pending=pending)
-    mine = {lost.id, waiting.id, taken.id, superseded.id, recent.id}
+    mine = {lost.id, waiting.id, taken.id, superseded.id, recent.id, unoffered.id}
     sent = {s.job_id: s for s in report.sends if s.job_id in mine}
     assert set(sent) == {lost.id, superseded.id}
     assert asked == [f"profile.{tb}"]  # the broker is read once per queue
-    assert sent[lost.id].why == "queued for 90 s: no message in the broker"  # how long, taken before it is moved
+    assert sent[lost.id].why == "offered 90 s ago: no message in the broker"  # how long, taken before it is moved
+    assert unoffered.offered_at is None and unoffered.claim_secret_sha256 is None
     for job in (lost, superseded):
         message = sent[job.id].message
         assert message is not None and message.attempt == 1
         assert job.claim_secret_sha256 == _sha(message.claim_secret)  # rotated: the old secret claims nothing
-    assert lost.updated_at == now and waiting.updated_at == old and lost.status == "queued"
+    assert lost.offered_at == now and waiting.offered_at == old and lost.status == "queued"
     assert waiting.claim_secret_sha256 == _sha("apc_waiting") and taken.claim_secret_sha256 == _sha("apc_taken")
 
 
 def test_an_unreadable_broker_means_one_resend_per_stale_period(db: Session) -> None:
     now = utcnow()
-    job = _job(db, f"tb-{uuid.uuid4().hex[:6]}", updated_at=now - timedelta(seconds=90))
+    job = _job(db, f"tb-{uuid.uuid4().hex[:6]}", offered_at=now - timedelta(seconds=90))
     first = sweep.sweep(db, cfg=CFG, now=now, pending=lambda _: None)
     assert job.id in {s.job_id for s in first.sends}
-    assert [s.why for s in first.sends if s.job_id == job.id] == ["queued for 90 s: the broker cannot be read"]
+    assert [s.why for s in first.sends if s.job_id == job.id] == ["offered 90 s ago: the broker cannot be read"]
     again = sweep.sweep(db, cfg=CFG, now=now + timedelta(seconds=5), pending=lambda _: None)
     assert job.id not in {s.job_id for s in again.sends}
     later = sweep.sweep(db, cfg=CFG, now=now + timedelta(seconds=61), pending=lambda _: None)
