@@ -103,6 +103,13 @@ class WorkerAPI:
         data: dict[str, Any] = self._call("GET", "/internal/testbed").json()
         return data
 
+    def alive(self, worker: str, testbed: str) -> dict[str, Any]:
+        """Say this worker of ``testbed`` is alive (busy or idle): ``testbed``, ``live_workers``, ``live_s``. One try:
+        the next report is the retry."""
+        r = self._call("POST", "/internal/alive", json={"worker": worker, "testbed": testbed}, retries=0)
+        data: dict[str, Any] = r.json()
+        return data
+
     def claim(self, job_id: str, attempt: int, worker: str, secret: str) -> dict[str, Any]:
         """Start ``attempt`` with the claim secret of its message: the spec, the bundle's hash, the testbed and the
         attempt's job ``token``. ``Stale`` if it is not the next one or not this message's (drop it)."""

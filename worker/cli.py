@@ -117,6 +117,7 @@ def _profile(
         return
     from worker.celery_app import app as celery
 
+    _say_alive_while_consuming(get_settings(), testbed)
     device_tag = os.environ.get("CUDA_VISIBLE_DEVICES", "cpu" if mode == "cpu" else "0").replace(",", "_")
     celery.worker_main(
         [
@@ -135,6 +136,27 @@ def _profile(
             loglevel,
         ]
     )
+
+
+def _say_alive_while_consuming(settings: Settings, testbed: str) -> None:
+    """From when Celery consumes until it shuts down, a thread tells the service every
+    ``ATTNPROF_FAIRNESS__WORKER_ALIVE_S`` that this worker is alive (busy or idle): the dispatcher offers the
+    testbed as many jobs as it has live workers free."""
+    from celery.signals import worker_ready, worker_shutting_down  # type: ignore[import-untyped]
+
+    from worker.api import WorkerAPI
+    from worker.profile import Liveness, worker_name
+
+    assert settings.worker_token is not None
+    token = settings.worker_token.get_secret_value()
+    liveness = Liveness(
+        lambda: WorkerAPI(settings.service_url, token, retries=0),
+        worker=worker_name(),
+        testbed=testbed,
+        interval_s=settings.fairness.worker_alive_s,
+    )
+    worker_ready.connect(lambda **_: liveness.start(), weak=False)
+    worker_shutting_down.connect(lambda **_: liveness.finish(), weak=False)
 
 
 def _jail_and_peaks(settings: Settings, mode: str) -> None:

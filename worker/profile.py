@@ -164,6 +164,43 @@ class Heartbeat(threading.Thread):
             self.join(timeout=self._interval_s + 5)
 
 
+class Liveness(threading.Thread):
+    """Tells the service every ``interval_s``, busy or idle, that this worker of ``testbed`` is alive, until
+    ``finish``: the dispatcher offers a testbed as many jobs as it has live workers free. A report that fails is
+    logged (once, until one is answered again) and the next one is the retry."""
+
+    def __init__(self, api: Callable[[], WorkerAPI], *, worker: str, testbed: str, interval_s: float) -> None:
+        super().__init__(name="liveness", daemon=True)
+        self._api = api
+        self._worker = worker
+        self._testbed = testbed
+        self._interval_s = interval_s
+        self._done = threading.Event()
+        self.answered = 0
+
+    def run(self) -> None:
+        failing = ""
+        with self._api() as api:
+            while True:
+                try:
+                    api.alive(self._worker, self._testbed)
+                    self.answered += 1
+                    if failing:
+                        log.info("the service hears this worker again")
+                        failing = ""
+                except ServiceAPIError as exc:
+                    if str(exc) != failing:
+                        log.warning("cannot tell the service this worker is alive: %s", exc)
+                    failing = str(exc)
+                if self._done.wait(self._interval_s):
+                    return
+
+    def finish(self) -> None:
+        self._done.set()
+        if self.is_alive():
+            self.join(timeout=self._interval_s + 5)
+
+
 def _writable(func: Callable[..., Any], path: str, _exc: BaseException) -> None:
     # User code may leave read-only files and directories behind: make them writable, then try again.
     os.chmod(path, stat.S_IRWXU)
