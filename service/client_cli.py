@@ -176,11 +176,29 @@ def _done(as_json: bool, data: dict[str, Any], text: str) -> None:
 def _wait(console: Any, http: Any, job_id: str, deadline: float, *, quiet: bool) -> tuple[dict[str, Any] | None, bool]:
     from service import client
 
+    # Why a queued job does not start (no live worker serves its testbed): said once, not on every poll. With
+    # --json, on stderr, beside the JSON on stdout.
+    noticed = False
+
+    def notice(job: dict[str, Any] | None) -> str | None:
+        nonlocal noticed
+        if noticed or job is None or not job.get("notice"):
+            return None
+        noticed = True
+        return f"job {job_id}: {job['notice']}"
+
     if quiet:
-        return client.wait_job(http, job_id, deadline=deadline)
+
+        def say(job: dict[str, Any] | None, _elapsed_s: float) -> None:
+            if (line := notice(job)) is not None:
+                typer.echo(line, err=True)
+
+        return client.wait_job(http, job_id, deadline=deadline, on_poll=say)
     with console.status(f"job {job_id}: submitted") as status:
 
         def show(job: dict[str, Any] | None, elapsed_s: float) -> None:
+            if (line := notice(job)) is not None:
+                console.print(line, soft_wrap=True)
             state = "the service does not answer" if job is None else f"{job['status']} (attempt {job['attempts']})"
             status.update(f"job {job_id}: {state}, {elapsed_s:.0f} s")
 
