@@ -60,7 +60,6 @@ class ProfileWorker(BaseModel):
     pass_env: list[str] = Field(
         default_factory=list, description="extra environment variables the subprocess may see (never ATTNPROF_*)"
     )
-
     trusted_single_tenant: bool = Field(
         False,
         description="the host runs one tenant's trusted code: where no bubblewrap jail can be built, jobs run without "
@@ -69,18 +68,19 @@ class ProfileWorker(BaseModel):
     job_user: str = Field(
         "nobody", min_length=1, description="the unprivileged user jobs run as (and their uid inside the jail)"
     )
-    max_processes: int = Field(4096, ge=16, description="processes and threads a job may hold at once")
-    tmpfs_mib: int = Field(1024, ge=16, description="size of the job's own /tmp and /dev/shm, each")
-    sandbox_ro_binds: list[str] = Field(
-        default_factory=list, description="extra host paths the job sees read-only (a model cache, a toolkit)"
-    )
-
     jail: Literal["auto", "privileged", "userns", "none"] = Field(
         "auto",
         description="how the jail is built: privileged (bubblewrap as root, needs CAP_SYS_ADMIN), userns (bubblewrap "
         "in a user namespace, started as the job user by a root worker); auto: the first whose self-test passes; "
         "none: no jail, allowed only with trusted_single_tenant",
     )
+    max_processes: int = Field(4096, ge=16, description="processes and threads a job may hold at once")
+    tmpfs_mib: int = Field(1024, ge=16, description="size of the job's own /tmp and /dev/shm, each")
+    sandbox_ro_binds: list[str] = Field(
+        default_factory=list, description="extra host paths the job sees read-only (a model cache, a toolkit)"
+    )
+
+
 class Sweep(BaseModel):
     """The sweeper (``jobs.sweep``, ``ATTNPROF_SWEEP__*``): what counts as lost. Durations in seconds."""
 
