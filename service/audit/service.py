@@ -19,8 +19,8 @@ from service.errors import BadRequest
 _ID_MAX = 2**63 - 1
 
 
-def record(session: Session, *, kind: str, token: Token, detail: str) -> None:
-    """An event about ``token``."""
+def record(session: Session, *, kind: str, token: Token | TokenRow, detail: str) -> None:
+    """An event about ``token`` (the model, or the row a request authenticated with)."""
     repository.add(
         session,
         kind=kind,
@@ -28,20 +28,6 @@ def record(session: Session, *, kind: str, token: Token, detail: str) -> None:
         token_prefix=token.prefix,
         project_id=token.project_id,
         testbed_id=token.testbed_id,
-        address=request_address(),
-        detail=detail,
-    )
-
-
-def record_row(session: Session, *, kind: str, row: TokenRow, detail: str) -> None:
-    """An event about the token a request authenticated with (read as a row, not an object)."""
-    repository.add(
-        session,
-        kind=kind,
-        token_id=row.id,
-        token_prefix=row.prefix,
-        project_id=row.project_id,
-        testbed_id=row.testbed_id,
         address=request_address(),
         detail=detail,
     )

@@ -153,7 +153,7 @@ def _principal(session: Session, row: repository.TokenRow | None) -> Principal:
     address = request_address()
     if address is not None and address != row.last_address and repository.set_last_address(session, row.id, address):
         since = f"last seen from {row.last_address}" if row.last_address else "its first use from an address"
-        audit.record_row(session, kind="token.new_address", row=row, detail=f"used from {address} ({since})")
+        audit.record(session, kind="token.new_address", token=row, detail=f"used from {address} ({since})")
     return Principal(token_id=row.id, role=row.role, project_id=row.project_id, testbed_id=row.testbed_id)
 
 
