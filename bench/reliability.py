@@ -2847,7 +2847,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     data: dict[str, Any] = {
         "scenario": name,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join([pipeline._interpreter(), "bench/reliability.py", name, *_passed_options(args)]),
+        "command": " ".join([pipeline._interpreter(), "bench/reliability.py", name, *_passed_options()]),
         "invoked_as": " ".join([pipeline._interpreter(), *sys.argv]),
         "code": code_commit(),
         "versions": versions(),
@@ -2868,9 +2868,8 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return data
 
 
-def _passed_options(args: argparse.Namespace) -> list[str]:
+def _passed_options() -> list[str]:
     """The options this run was given (``all`` runs each scenario with them): the scenario alone, run again."""
-    del args
     return sys.argv[2:]
 
 
