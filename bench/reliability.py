@@ -1116,22 +1116,29 @@ def _storm(stack: Stack, cluster: Cluster, n: int, restart_after: int, down_s: f
             if r.status_code in (200, 202):
                 a["retry_job"] = r.json()["id"]
     after_retry = {c: len(ids) for c, ids in _stored_by_commit(stack, commits).items()}
-    # Every accepted job must also reach the broker: a message now, or one the sweep sends again once the job has
-    # been queued for queued_stale_s without one (a send that failed while the database was away is not one of
-    # these: the row was committed before the send).
+    # Every accepted job must still be on its way to a worker: queued, and either waiting in the database for the
+    # dispatcher (a testbed with no live worker is offered one job at a time) or offered with its message in the
+    # broker. An offered job without a message is the sweep's to send again (queued_stale_s): it is given that long.
     accepted_ids = {a["job"] for a in accepted} | {a["retry_job"] for a in refused if a.get("retry_job")}
-    offered: set[str] = set()
+    stranded: set[str] = set()
+    states: dict[str, int] = {}
 
-    def all_offered() -> bool:
-        offered.update(_offered(stack, PARKED))
-        return accepted_ids <= offered
+    def on_their_way() -> bool:
+        in_broker = _offered(stack, PARKED)
+        rows = stack.sql("SELECT id, status, offered_at FROM jobs WHERE id = ANY(%s)", sorted(accepted_ids))
+        stranded.clear()
+        states.clear()
+        for job_id, status, offered_at in rows:
+            kind = "offered" if offered_at else "waiting"
+            states[f"{status}, {kind}"] = states.get(f"{status}, {kind}", 0) + 1
+            if status != "queued" or (offered_at and str(job_id) not in in_broker):
+                stranded.add(str(job_id))
+        stranded.update(accepted_ids - {str(r[0]) for r in rows})
+        return not stranded
 
     with contextlib.suppress(TimeoutError):
         wait_for(
-            "a message for every accepted job",
-            all_offered,
-            float(SWEEP["ATTNPROF_SWEEP__QUEUED_STALE_S"]) * 3 + 10,
-            1.0,
+            "every accepted job on its way", on_their_way, float(SWEEP["ATTNPROF_SWEEP__QUEUED_STALE_S"]) * 3 + 10, 1.0
         )
     return {
         "submissions": n,
@@ -1150,7 +1157,8 @@ def _storm(stack: Stack, cluster: Cluster, n: int, restart_after: int, down_s: f
         "retries_of_refused_by_status": retried,
         "rows_per_commit_after_retries": sorted(set(after_retry.values())),
         "commits_without_row_after_retries": [c for c in commits if c not in after_retry],
-        "accepted_without_message": sorted(accepted_ids - offered),
+        "accepted_by_state": states,
+        "accepted_stranded": sorted(stranded),
         "plain_text_500": [a for a in answers if a["status"] == 500 and not a["kind"].startswith("500 json")],
         "not_503_json_refusals": [a for a in refused if a["kind"] != "503 json"][:20],
         "slowest_answer_s": max((a["seconds"] for a in answers), default=None),
@@ -1248,8 +1256,8 @@ def scenario_postgres(args: argparse.Namespace) -> dict[str, Any]:
         say(
             f"  answers {storm['answers_by_kind']} (during the outage {storm['answers_during_outage_by_kind']}); "
             f"accepted lost {len(storm['accepted_lost'])}, refused but stored {len(storm['refused_but_stored'])}, "
-            f"stored twice {len(storm['stored_twice'])}, accepted without a message "
-            f"{len(storm['accepted_without_message'])}"
+            f"stored twice {len(storm['stored_twice'])}, accepted but stranded (offered, no message) "
+            f"{len(storm['accepted_stranded'])}"
         )
         waits = []
         for when in ("submit", "wait"):
@@ -1261,7 +1269,7 @@ def scenario_postgres(args: argparse.Namespace) -> dict[str, Any]:
             or storm["refused_but_stored"]
             or storm["stored_twice"]
             or storm["plain_text_500"]
-            or storm["accepted_without_message"]
+            or storm["accepted_stranded"]
         )
         return {
             "storm": storm,
@@ -1364,6 +1372,21 @@ def _fuzz(
     }
 
 
+def _clear_testbed(stack: Stack, testbed: str) -> None:
+    """Cancel every open job of ``testbed`` (by its project's submit token): a testbed with no live worker is
+    offered one job at a time, so one left offered would hold back the next."""
+    tokens = {t.name: t.tokens["submit"] for t in stack.tenants.values()}
+    rows = stack.sql(
+        "SELECT j.id, p.name FROM jobs j JOIN projects p ON p.id = j.project_id JOIN testbeds t ON t.id = j.testbed_id"
+        " WHERE t.name = %s AND j.status IN ('queued', 'running')",
+        testbed,
+    )
+    for job_id, project in rows:
+        if project in tokens:
+            with stack.http(tokens[project]) as http:
+                http.post(f"/api/v1/jobs/{job_id}/cancel")
+
+
 def _generated(strategy: Any, n: int, send: Callable[[Any, bool, str], None], positive: bool, name: str) -> Any:
     """A hypothesis test sending ``n`` cases of ``strategy`` (derandomized: the same cases each run; no shrinking:
     nothing raises, every answer is counted)."""
@@ -1400,7 +1423,9 @@ def scenario_schemathesis(args: argparse.Namespace) -> dict[str, Any]:
         with stack.http(a.tokens["admin"]) as http:
             uploaded = http.post(f"/api/v1/projects/{a.name}/results", json=docs.upload_body(document))
             uploaded.raise_for_status()
-        job_id = stack.submit(small_suite(0.1), testbed=PARKED)
+        # On a testbed of its own: with no live worker, a testbed is offered one job at a time (the dispatcher),
+        # and the worker routes' cases below need each of theirs offered.
+        job_id = stack.submit(small_suite(0.1), testbed=TESTBED)
         case0 = document["cases"][0]
         known_path = {
             "project": a.name,
@@ -1438,9 +1463,17 @@ def scenario_schemathesis(args: argparse.Namespace) -> dict[str, Any]:
 
         worker_token = stack.worker_tokens[PARKED]
         submit_token = stack.tenants["b"].tokens["submit"]
+        _clear_testbed(stack, PARKED)
+
+        made: list[str] = []
 
         def queued_job() -> tuple[str, str]:
+            """A new job (its id, the claim secret of its message); the earlier cases' jobs are cancelled first, so
+            that this one is offered (as tests/service/test_schemathesis.py does)."""
             with stack.http(submit_token) as http:
+                for earlier in made:
+                    http.post(f"/api/v1/jobs/{earlier}/cancel")  # 409 once it ended
+                made.clear()
                 r = http.post(
                     f"/api/v1/projects/{stack.tenants['b'].name}/jobs",
                     files={
@@ -1451,6 +1484,7 @@ def scenario_schemathesis(args: argparse.Namespace) -> dict[str, Any]:
                 )
             r.raise_for_status()
             new_id = str(r.json()["id"])
+            made.append(new_id)
             secret = claim_secret(stack.broker_url, PARKED, new_id)
             redis_client = redis_server.client()
             try:
@@ -2631,9 +2665,10 @@ def scenario_isolation(args: argparse.Namespace) -> dict[str, Any]:
         with stack.http(a.tokens["submit"]) as http:
             up = http.post(f"/api/v1/projects/{a.name}/results", json=docs.upload_body(document))
             up.raise_for_status()
-        a_job = stack.submit(small_suite(0.1), testbed=PARKED)
-        a_secret = claim_secret(stack.broker_url, PARKED, a_job)
-        with stack.http(stack.worker_tokens[PARKED]) as http:
+        # a's job on another testbed: b's job holds the one offer a testbed with no live worker gets.
+        a_job = stack.submit(small_suite(0.1), testbed=TESTBED)
+        a_secret = claim_secret(stack.broker_url, TESTBED, a_job)
+        with stack.http(stack.worker_tokens[TESTBED]) as http:
             claimed = http.post(f"/internal/jobs/{a_job}/claim", json={"attempt": 1, "worker": "a", "secret": a_secret})
         claimed.raise_for_status()
         a_objects = {
@@ -3194,8 +3229,10 @@ def _section_postgres(r: dict[str, Any]) -> list[str]:
         f"| accepted (202) but not stored | **{len(st['accepted_lost'])}** |",
         f"| refused but stored | **{len(st['refused_but_stored'])}** |",
         f"| stored twice | {len(st['stored_twice'])} |",
-        "| accepted without a `profile.run` message once the sweep had its turn "
-        f"| {len(st['accepted_without_message'])} |",
+        "| accepted jobs afterwards (the testbed has no worker: the dispatcher offers it one job at a time) "
+        f"| {_counts(st.get('accepted_by_state', {}))} |",
+        "| accepted but stranded (not queued, or offered with no message once the sweep had its turn) "
+        f"| {len(st['accepted_stranded'])} |",
         f"| each refused one sent again with its key | {_counts(st['retries_of_refused_by_status'], ' × ')}; "
         f"rows per commit afterwards: {st['rows_per_commit_after_retries']} |",
         f"| slowest answer | {_f(st['slowest_answer_s'], 3)} s |",
