@@ -3113,7 +3113,9 @@ def _section_profile_kill(r: dict[str, Any]) -> list[str]:
         )
     lines += [
         "",
-        "The takeover is the lease left at the kill (at most `ATTNPROF_SWEEP__HEARTBEAT_STALE_S`, here "
+        "*Re-queued* is the time of the sweep's log line, written once its message is sent, hence a few "
+        "milliseconds after the other worker's claim at times. The takeover is the lease left at the kill (at most "
+        "`ATTNPROF_SWEEP__HEARTBEAT_STALE_S`, here "
         f"{SWEEP['ATTNPROF_SWEEP__HEARTBEAT_STALE_S']} s, renewed every heartbeat) plus up to one sweep interval "
         f"({SWEEP['ATTNPROF_SWEEP__INTERVAL_S']} s here) plus the claim. With the production settings (60 s lease, "
         "10 s heartbeat, 10 s sweep) the same parts give 50–70 s.",
@@ -3161,7 +3163,8 @@ def _section_redis(r: dict[str, Any]) -> list[str]:
         '(a password, `--save ""`; with or without `--appendonly yes --appendfsync everysec`). The figure: every '
         "job ends `done`, with one run and one comparison (none lost, none stored twice). Where a process of the "
         "stack exits by itself, the benchmark starts it again, as the deployment's `restart: unless-stopped` does, "
-        "and the exit is listed.",
+        "and the exit is listed. *Messages waiting* are the `profile.run` messages on the testbed's queue: the "
+        "dispatcher keeps the other queued jobs in the database and offers one per free live worker (at least one).",
         "",
         "| case | jobs | at the kill | messages waiting → after the restart | done | stored twice | profile / analysis "
         "messages sent again by the sweep | all final after Redis was back | worker exits |",
@@ -3182,7 +3185,10 @@ def _section_redis(r: dict[str, Any]) -> list[str]:
             each = _span([a["seconds"] for a in c["submissions_while_down"]], 2)
             at = f"{len(answers)} submitted while down ({answers.count(202)} accepted, {each} s each)"
         exits = (
-            "; ".join(f"{x['process']} (exit {x['exit_code']}: {x['last_error'][:110]})" for x in c.get("restarts", []))
+            "; ".join(
+                f"{x['process']} (exit {x['exit_code']}: `{x['last_error'].split('] ', 1)[-1][:110]}`)"
+                for x in c.get("restarts", [])
+            )
             or "none"
         )
         lines.append(
@@ -3209,6 +3215,9 @@ def _section_redis(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+_STATES = {"queued, waiting": "waiting in the database", "queued, offered": "offered (its message sent)"}
+
+
 def _section_postgres(r: dict[str, Any]) -> list[str]:
     st = r["storm"]
     out = st["outage"]
@@ -3230,7 +3239,7 @@ def _section_postgres(r: dict[str, Any]) -> list[str]:
         f"| refused but stored | **{len(st['refused_but_stored'])}** |",
         f"| stored twice | {len(st['stored_twice'])} |",
         "| accepted jobs afterwards (the testbed has no worker: the dispatcher offers it one job at a time) "
-        f"| {_counts(st.get('accepted_by_state', {}))} |",
+        f"| {_counts({_STATES.get(k, k): v for k, v in st.get('accepted_by_state', {}).items()})} |",
         "| accepted but stranded (not queued, or offered with no message once the sweep had its turn) "
         f"| {len(st['accepted_stranded'])} |",
         f"| each refused one sent again with its key | {_counts(st['retries_of_refused_by_status'], ' × ')}; "
@@ -3593,6 +3602,12 @@ def write_report(args: argparse.Namespace) -> None:
     ]
     for title, figure, ok in summary_rows(data):
         lines.append(f"| {title} | {figure} | {_verdict(ok)} |")
+    lines += [
+        "",
+        "To compare a later run: the counts must stay as they are here (every job done once, no answer other than the "
+        "503 JSON error during an outage, every hostile input and probe refused); the times follow the lease and "
+        "sweep settings above and the load of the host.",
+    ]
     found = findings(data)
     lines += ["", "## Found", ""]
     lines += [f"{i}. {text}" for i, text in enumerate(found, 1)] or ["Nothing: every rule held."]
