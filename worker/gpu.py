@@ -50,6 +50,16 @@ def visible_devices() -> list[str]:
     return [] if raw is None else [d.strip() for d in raw.split(",") if d.strip()]
 
 
+def _visible_handle(nvml: Any) -> Any:
+    """NVML's handle on ``CUDA_VISIBLE_DEVICES``'s first entry (an index in PCI bus order or a ``GPU-``/``MIG-``
+    UUID; ``0`` when unset), or ``None`` for an entry NVML cannot name. NVML must be initialised."""
+    visible = visible_devices()
+    first = visible[0] if visible else "0"
+    if first.startswith(("GPU-", "MIG-")):
+        return nvml.nvmlDeviceGetHandleByUUID(first)
+    return nvml.nvmlDeviceGetHandleByIndex(int(first)) if first.isdigit() else None
+
+
 def _with_visible_handle(read: Callable[[Any, Any], T]) -> T | None:
     """``read(pynvml, handle)`` for the GPU that CUDA will call device 0 in the subprocess
     (``CUDA_VISIBLE_DEVICES``'s first entry, an index in PCI bus order or a ``GPU-`` UUID); ``None`` without a
@@ -63,15 +73,8 @@ def _with_visible_handle(read: Callable[[Any, Any], T]) -> T | None:
     except Exception:  # no driver, no GPU
         return None
     try:
-        visible = visible_devices()
-        first = visible[0] if visible else "0"
-        if first.startswith(("GPU-", "MIG-")):
-            handle = pynvml.nvmlDeviceGetHandleByUUID(first)
-        elif first.isdigit():
-            handle = pynvml.nvmlDeviceGetHandleByIndex(int(first))
-        else:
-            return None
-        return read(pynvml, handle)
+        handle = _visible_handle(pynvml)
+        return None if handle is None else read(pynvml, handle)
     except Exception:
         return None
     finally:
@@ -113,13 +116,7 @@ class GpuWatch:
 
             pynvml.nvmlInit()
             self._nvml = pynvml
-            visible = visible_devices()
-            first = visible[0] if visible else "0"
-            self._handle = (
-                pynvml.nvmlDeviceGetHandleByUUID(first)
-                if first.startswith(("GPU-", "MIG-"))
-                else pynvml.nvmlDeviceGetHandleByIndex(int(first))
-            )
+            self._handle = _visible_handle(pynvml)
 
     def __call__(self, job_pids: set[int]) -> None:
         now = time.monotonic()
