@@ -22,8 +22,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "serve": ("service.cli", "Run the HTTP API of the service."),
     "db": ("service.cli", "Migrate the service's database (db upgrade)."),
     "admin": ("service.cli", "Create projects, project tokens and worker tokens."),
-    "upload": ("service.cli", "Upload a result document to the service; exit 1 when it fails its comparison."),
-    "submit": ("service.client_cli", "Submit a suite as a job to the service; --wait exits by its verdict."),
+    "upload": ("attnprof.client.cli", "Upload a result document to the service; exit 1 when it fails its comparison."),
+    "submit": ("attnprof.client.cli", "Submit a suite as a job to the service; --wait exits by its verdict."),
     "worker": ("worker.cli", "Run a profile worker (one per GPU) or the analysis worker."),
     "demo": ("worker.cli", "Run the whole flow on this machine: service, workers, two jobs and their verdicts."),
 }

@@ -11,7 +11,7 @@ plain analysis code, so every picture shows what the service really made:
    from the 10th: the upload's change-point detection records the step; one run pinned, one excluded;
 4. a pull-request upload with one case 25 % slower (a failing comparison);
 5. three jobs: one done (claimed, its result posted through the worker endpoints, analysed by
-   ``worker.analysis.run``), one failed (its worker reported why), one still queued;
+   ``worker.cpu.verdict.run``), one failed (its worker reported why), one still queued;
 6. the screenshots, 1400 px wide, each page after its charts are drawn.
 
 The database is dropped at the end unless ``--keep``.
@@ -175,8 +175,7 @@ def build(url: str, admin: str, template: dict[str, Any], settings: Settings) ->
                 " 139.8 GiB): lower seq_q or batch in the suite",
             },
         ).raise_for_status()
-    from worker import analysis
-
+    from worker.cpu import verdict as analysis
     analysis.run(done, settings)
     out.update(runs=runs, job_done=done, job_failed=failed, job_queued=jobs[2])
     return out

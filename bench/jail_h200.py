@@ -10,7 +10,7 @@ jail, and the suite profiled alternately directly and in the jail (bench/reports
 
 Each step writes JSON into --out (default $OUT or out/jail); run from the repository root with PYTHONPATH=. on the
 GPU host. A jailed run is the profile worker's own: the same command line, scratch folder, environment and limits
-(worker.profile), with ``--pid-namespace``; a direct run is that command line with no jail, in a fresh scratch
+(worker.gpu.profile), with ``--pid-namespace``; a direct run is that command line with no jail, in a fresh scratch
 folder of its own too (each compiles in caches of its own, as every job does).
 """
 
@@ -74,7 +74,7 @@ def _id(name: str) -> str | None:
 
 
 def _minor() -> int | None:
-    from worker.gpu import probe_minor
+    from worker.gpu.device import probe_minor
 
     return probe_minor()
 
@@ -138,7 +138,7 @@ json.dump(out, open("/job/probe-out.json", "w"))
 
 
 def cuda(scratch_root: Path, strategy: str) -> dict[str, Any]:
-    from worker.profile import make_scratch, remove_scratch
+    from worker.gpu.profile import make_scratch, remove_scratch
 
     jail = _jail(strategy)
     scratch = make_scratch(scratch_root, "cuda-probe", 1)
@@ -177,8 +177,8 @@ def _profile_once(
     mode: str, suite: Path, scratch_root: Path, cache: Path, jail: jails.Jail | None, *, intruder: bool = False
 ) -> dict[str, Any]:
     """One run; ``intruder``: another CUDA process holds the GPU for 20 s from 3 s in (the run must be suspect)."""
-    from worker.gpu import GpuWatch
-    from worker.profile import SPEC_NAME, make_scratch, remove_scratch
+    from worker.gpu.device import GpuWatch
+    from worker.gpu.profile import SPEC_NAME, make_scratch, remove_scratch
 
     scratch = make_scratch(scratch_root, f"ab-{mode}", 1)
     try:
@@ -267,7 +267,7 @@ def ab(suite: Path, pairs: int, scratch_root: Path, out: Path, strategy: str, bu
 def start(scratch_root: Path, strategy: str, n: int, out: Path) -> dict[str, Any]:
     """What the jail itself costs a job: ``python -c pass`` direct and jailed, alternately, ``n`` times each (the
     jailed time includes preparing the scratch folder and the bubblewrap set-up)."""
-    from worker.profile import make_scratch, remove_scratch
+    from worker.gpu.profile import make_scratch, remove_scratch
 
     jail = _jail(strategy)
     times: dict[str, list[float]] = {"direct": [], "jailed": []}

@@ -539,6 +539,7 @@ def in_process(seeded: seeding.Seeded, repeats: int = 5) -> dict[str, Any]:
     comparison against three baseline runs, a whole upload (store and compare, rolled back) on the seeded
     database, and the publish of one ``profile.run`` message to Redis. Medians of ``repeats`` (CPU ms)."""
     import service.models  # noqa: F401  (every table, for the ORM's flush)
+    from attnprof.contract import tasks
     from profiler_core.analysis.compare import compare
     from profiler_core.documents import parse_result
     from service import queue
@@ -589,7 +590,7 @@ def in_process(seeded: seeding.Seeded, repeats: int = 5) -> dict[str, Any]:
     sends = 300
     start = time.process_time()
     for i in range(sends):
-        message = queue.ProfileMessage(f"in-process-{i}", attempt=1, testbed="bench-in-process", claim_secret="s")
+        message = tasks.ProfileMessage(f"in-process-{i}", attempt=1, testbed="bench-in-process", claim_secret="s")
         queue.enqueue_profile(settings, message)
     out["enqueue_ms"] = (time.process_time() - start) * 1000 / sends
     subprocess.run(["redis-cli", "-u", REDIS, "DEL", "profile.bench-in-process"], capture_output=True)

@@ -1,15 +1,13 @@
-"""The service's verbs: ``serve``, ``db``, ``admin`` (server side) and ``upload`` (client side).
+"""The server's verbs: ``serve``, ``db``, ``admin``. (The client verbs, ``submit`` and ``upload``, are in
+``attnprof.client.cli``.)
 
-Only typer and the standard library are imported at module level: ``attnprof upload`` loads httpx and
-nothing of FastAPI or SQLAlchemy; the server verbs import them when they run.
+Only typer and the standard library are imported at module level; the verbs import FastAPI and SQLAlchemy when
+they run.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -347,68 +345,3 @@ def audit_log(
     if nxt:
         lines.append(f"more: --cursor {nxt}")
     _emit(as_json, page.model_dump(mode="json"), "\n".join(lines) or "no events")
-
-
-@app.command()
-def upload(
-    result: Annotated[Path, typer.Argument(help="result document (JSON, optionally gzip)")],
-    branch: Annotated[str, typer.Option(help="branch the code is on")],
-    commit: Annotated[str, typer.Option(help="commit that was profiled")],
-    server: Annotated[str | None, typer.Option(help="service URL [env ATTNPROF_SERVER]")] = None,
-    token: Annotated[str | None, typer.Option(help="submit token [env ATTNPROF_TOKEN]")] = None,
-    project: Annotated[str | None, typer.Option(help="project [default: the token's]")] = None,
-    repo: Annotated[str | None, typer.Option(help="owner/name")] = None,
-    base_commit: Annotated[str | None, typer.Option(help="merge base with the default branch")] = None,
-    ancestors: Annotated[str | None, typer.Option(help="first-parent ancestors of the base, comma-separated")] = None,
-    pr: Annotated[int | None, typer.Option(help="pull request number")] = None,
-    testbed: Annotated[str | None, typer.Option(help="testbed name")] = None,
-    trace_dir: Annotated[Path | None, typer.Option(help="directory holding the run's trace files")] = None,
-    timeout: Annotated[
-        float, typer.Option(min=1, help="seconds to keep retrying while the service is unreachable (5xx, 429)")
-    ] = 600.0,
-    as_json: JsonOpt = False,
-) -> None:
-    """Upload a result document; exit 0 on pass or warn, 1 on fail, 2 on bad input or a refused upload, 3 when the
-    service stayed unreachable for the whole --timeout (no verdict). An upload retried after a lost answer counts
-    once: the service answers it with the stored run."""
-    from service.client import Unreachable, UploadError, upload_result
-
-    server = server or os.environ.get("ATTNPROF_SERVER")
-    token = token or os.environ.get("ATTNPROF_TOKEN")
-    project = project or os.environ.get("ATTNPROF_PROJECT")
-    if not server or not token:
-        _die("--server and --token (or ATTNPROF_SERVER and ATTNPROF_TOKEN) are needed")
-    assert server and token
-    try:
-        answer = upload_result(
-            result,
-            server=server,
-            token=token,
-            project=project,
-            branch=branch,
-            commit=commit,
-            repo=repo,
-            base_commit=base_commit,
-            ancestors=[a for a in (ancestors or "").split(",") if a],
-            pr=pr,
-            testbed=testbed,
-            trace_dir=trace_dir,
-            budget_s=timeout,
-        )
-    except Unreachable as exc:
-        _die(str(exc), EXIT_NO_VERDICT)
-    except UploadError as exc:
-        _die(str(exc))
-    verdict = answer["verdict"]
-    if as_json:
-        typer.echo(json.dumps(answer, indent=2))
-    else:
-        lines = [f"verdict: {verdict}  run {answer['run_id']}  {answer.get('url', '')}"]
-        for f in answer.get("comparison", {}).get("findings", []):
-            if f.get("verdict") in ("fail", "warn"):
-                change = f.get("change")
-                pct = f" {change:+.1%}" if isinstance(change, float) else ""
-                lines.append(f"  {f['verdict']:4} {f['case']} {f['metric']}{pct}: {f.get('detail') or f['status']}")
-        typer.echo("\n".join(lines))
-    sys.stdout.flush()
-    raise typer.Exit(EXIT_FAIL if verdict == "fail" else EXIT_PASS)

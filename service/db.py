@@ -21,6 +21,8 @@ from sqlalchemy.pool import QueuePool
 from sqlalchemy.types import TypeDecorator
 from starlette.applications import Starlette
 
+from attnprof.contract.worker_api import INT_MAX as INT_MAX  # Postgres integer's largest: bounds ids from requests
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -31,9 +33,6 @@ NAMING_CONVENTION = {
 
 # JSONB on Postgres (documents are kept whole and queried rarely), JSON text on SQLite.
 JSONType = JSON().with_variant(JSONB(), "postgresql")
-# The largest value an INTEGER column holds on Postgres: ids and numbers taken from requests are bounded by it, so
-# that a larger one is a 422, not a database error.
-INT_MAX = 2**31 - 1
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 

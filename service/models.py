@@ -1,10 +1,10 @@
 """Every table, imported in one place so that Alembic and the tests see the whole schema."""
 
-from service.analysis.models import Alert, Comparison
 from service.artifacts.models import Artifact
 from service.audit.models import AuditEvent
 from service.auth.models import Token
 from service.baselines.models import BaselineRule
+from service.comparisons.models import Alert, Comparison
 from service.db import Base
 from service.jobs.models import Job
 from service.projects.models import Project

@@ -12,10 +12,7 @@ import contextlib
 import functools
 import json
 import logging
-import os
-import socket
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -23,45 +20,24 @@ from typing import Any
 from kombu.connection import Connection
 from kombu.pools import producers
 
+from attnprof.contract.tasks import (
+    ANALYSIS_QUEUE,
+    ANALYSIS_TASK,
+    PROFILE_TASK,
+    SWEEP_TASK,
+    ProfileMessage,
+    profile_queue,
+    task_message,
+    transport_options,
+)
 from service.config import Settings
 
 log = logging.getLogger(__name__)
 
-PROFILE_TASK = "profile.run"
-ANALYSIS_TASK = "analysis.run"
-SWEEP_TASK = "jobs.sweep"
-ANALYSIS_QUEUE = "analysis"
 # Kombu's Redis transport keeps priorities other than 0 in sibling lists named queue + this + priority.
 _REDIS_PRIORITY_SEP = "\x06\x16"
 # Past this many waiting messages the broker is not read through: the sweeper falls back to its timer.
 PENDING_SCAN_MAX = 10_000
-
-
-def profile_queue(testbed: str) -> str:
-    return f"profile.{testbed}"
-
-
-def transport_options(settings: Settings) -> dict[str, object]:
-    if settings.broker_url.startswith("filesystem://"):
-        folder = Path(settings.broker_folder).resolve()
-        for sub in ("out", "processed", "control"):
-            (folder / sub).mkdir(parents=True, exist_ok=True)
-        return {
-            # Kombu's default control folder is ./control, relative to whatever directory a process runs in.
-            "control_folder": str(folder / "control"),
-            "data_folder_in": str(folder / "out"),
-            "data_folder_out": str(folder / "out"),
-            "processed_folder": str(folder / "processed"),
-            "store_processed": False,
-        }
-    # A task is redelivered after this long unacknowledged; profiling runs can be long.
-    return {"visibility_timeout": 3 * 3600}
-
-
-# Celery's task message protocol 2 (what ``send_task`` writes and a Celery worker reads): the task's name and id in
-# the headers, ``[args, kwargs, embed]`` as the JSON body.
-_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
-_ORIGIN = f"{socket.gethostname()}/{os.getpid()}"
 
 
 @functools.cache
@@ -88,44 +64,12 @@ def _publishing_transport() -> type:
 
 @lru_cache(maxsize=8)
 def _connection(broker_url: str, folder: str) -> Connection:
-    settings = Settings(broker_url=broker_url, broker_folder=folder)
-    conn = Connection(broker_url, transport_options=transport_options(settings), connect_timeout=2)  # type: ignore[no-untyped-call]
+    conn = Connection(broker_url, transport_options=transport_options(broker_url, folder), connect_timeout=2)  # type: ignore[no-untyped-call]
     if broker_url.startswith(("redis://", "rediss://")):
         # Set after kombu read the URL: given at construction, a transport class skips what kombu derives from the
         # scheme (TLS for rediss://).
         conn.transport_cls = _publishing_transport()
     return conn
-
-
-def task_message(
-    name: str, args: list[object], argsrepr: str | None = None
-) -> tuple[list[object], dict[str, object], str]:
-    """(body, headers, task id) of a protocol-2 task message calling ``name(*args)``, as Celery's ``send_task``
-    writes it (tests/worker/test_pipeline.py shows a Celery worker running what this sends). ``argsrepr``: how
-    Celery shows the arguments (logs, monitors), ``repr(args)`` unless given."""
-    task_id = str(uuid.uuid4())
-    headers: dict[str, object] = {
-        "lang": "py",
-        "task": name,
-        "id": task_id,
-        "shadow": None,
-        "eta": None,
-        "expires": None,
-        "group": None,
-        "group_index": None,
-        "retries": 0,
-        "timelimit": [None, None],
-        "root_id": task_id,
-        "parent_id": None,
-        "argsrepr": repr(args) if argsrepr is None else argsrepr,
-        "kwargsrepr": "{}",
-        "origin": _ORIGIN,
-        "ignore_result": None,
-        "replaced_task_nesting": 0,
-        "stamped_headers": None,
-        "stamps": {},
-    }
-    return [args, {}, _EMBED], headers, task_id
 
 
 def _send(settings: Settings, name: str, args: list[object], queue: str, argsrepr: str | None = None) -> bool:
@@ -150,18 +94,6 @@ def _send(settings: Settings, name: str, args: list[object], queue: str, argsrep
         log.exception("enqueue %s on %s failed; the sweeper will send it again", name, queue)
         return False
     return True
-
-
-@dataclass(frozen=True)
-class ProfileMessage:
-    """``profile.run(job_id, attempt, claim_secret)`` for the queue ``profile.<testbed>``: the offer of a job's next
-    attempt to its testbed's workers. ``claim_secret`` is one-time and exists only here and in the message (the
-    job row keeps its sha256): a claim must show it. Never logged (its ``repr`` leaves it out)."""
-
-    job_id: str
-    attempt: int
-    testbed: str
-    claim_secret: str = field(repr=False)
 
 
 def enqueue_profile(settings: Settings, message: ProfileMessage) -> bool:
@@ -258,7 +190,7 @@ def _pending_redis(settings: Settings, queue: str) -> Pending | None:
 
 
 def _pending_folder(settings: Settings, queue: str) -> Pending | None:
-    folder = Path(str(transport_options(settings)["data_folder_out"]))
+    folder = Path(str(transport_options(settings.broker_url, settings.broker_folder)["data_folder_out"]))
     suffix = f".{queue}.msg"
     names = [n for n in sorted(folder.iterdir()) if n.name.partition(".")[2] == suffix[1:]]
     if len(names) > PENDING_SCAN_MAX:

@@ -2,11 +2,11 @@
 
 from fastapi import APIRouter
 
-from service.analysis.router import router as alerts
 from service.audit.router import router as audit
 from service.auth.router import router as tokens
 from service.auth.router import whoami_router as whoami
 from service.baselines.router import router as baselines
+from service.comparisons.router import router as alerts
 from service.github.router import router as github
 from service.health.router import router as health
 from service.jobs.internal import router as internal

@@ -20,13 +20,13 @@ import sys
 from celery import Celery  # type: ignore[import-untyped]
 from celery.signals import beat_embedded_init  # type: ignore[import-untyped]
 
-from service import queue
+from attnprof.contract import tasks
 from service.config import Settings, get_settings
 
 
 def make_app(settings: Settings) -> Celery:
     filesystem = settings.broker_url.startswith("filesystem://")
-    options = queue.transport_options(settings)
+    options = tasks.transport_options(settings.broker_url, settings.broker_folder)
     if filesystem:
         options["polling_interval"] = 0.5  # seconds between looks at the message folder
     app = Celery("attnprof", broker=settings.broker_url, include=["worker.tasks"], set_as_current=True)
@@ -40,17 +40,17 @@ def make_app(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        task_default_queue=queue.ANALYSIS_QUEUE,
+        task_default_queue=tasks.ANALYSIS_QUEUE,
         task_routes={
-            queue.ANALYSIS_TASK: {"queue": queue.ANALYSIS_QUEUE},
-            queue.SWEEP_TASK: {"queue": queue.ANALYSIS_QUEUE},
+            tasks.ANALYSIS_TASK: {"queue": tasks.ANALYSIS_QUEUE},
+            tasks.SWEEP_TASK: {"queue": tasks.ANALYSIS_QUEUE},
         },
         beat_schedule={
             "sweep": {
-                "task": queue.SWEEP_TASK,
+                "task": tasks.SWEEP_TASK,
                 "schedule": settings.sweep.interval_s,
                 # A sweep that waited longer than one interval is stale: the next one does its work.
-                "options": {"queue": queue.ANALYSIS_QUEUE, "expires": settings.sweep.interval_s},
+                "options": {"queue": tasks.ANALYSIS_QUEUE, "expires": settings.sweep.interval_s},
             }
         },
         # Remote control needs fanout exchanges: on the folder broker they only add files to poll.

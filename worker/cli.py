@@ -80,8 +80,8 @@ def _profile(
         # NVML numbers GPUs in PCI bus order; make CUDA (in the profiler's subprocess) number them the same way.
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     from service.config import get_settings
-    from worker import gpu as gpus
-    from worker.api import ServiceAPIError, Unreachable, WorkerAPI
+    from worker.gpu import device as gpus
+    from worker.gpu.api import ServiceAPIError, Unreachable, WorkerAPI
 
     settings = get_settings()
     if settings.worker_token is None or not settings.worker_token.get_secret_value().strip():
@@ -144,8 +144,8 @@ def _say_alive_while_consuming(settings: Settings, testbed: str) -> None:
     testbed as many jobs as it has live workers free."""
     from celery.signals import worker_ready, worker_shutting_down  # type: ignore[import-untyped]
 
-    from worker.api import WorkerAPI
-    from worker.profile import Liveness, worker_name
+    from worker.gpu.api import WorkerAPI
+    from worker.gpu.profile import Liveness, worker_name
 
     assert settings.worker_token is not None
     token = settings.worker_token.get_secret_value()
@@ -168,8 +168,8 @@ def _jail_and_peaks(settings: Settings, mode: str) -> None:
 
     import service.config
     from service.config import get_settings
-    from worker import jail as jails
-    from worker.profile import ProfileConfig, job_jail
+    from worker.gpu import jail as jails
+    from worker.gpu.profile import ProfileConfig, job_jail
 
     strategies: list[str] = [settings.worker.jail]
     if settings.worker.jail == "auto" and os.geteuid() == 0:
@@ -232,8 +232,8 @@ def _jail_and_peaks(settings: Settings, mode: str) -> None:
 def _plain_env() -> dict[str, str]:
     """The calibration's environment: no secret of the worker's, and the profiler importable the way the worker
     imports it (its own ``PYTHONPATH`` too: this step runs the worker's code, no user's)."""
-    from worker.jail import profiler_parent
-    from worker.sandbox import scrubbed_env
+    from worker.gpu.jail import profiler_parent
+    from worker.gpu.sandbox import scrubbed_env
 
     parent = profiler_parent()
     tmp = Path(tempfile.gettempdir())

@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from worker import sandbox
+from worker.gpu import sandbox
 
 TESTBED = "demo-cpu"
 PROJECT = "demo"
@@ -131,7 +131,7 @@ def prepare(workdir: Path, port: int) -> DemoEnv:
 def _jail_setting(workdir: Path) -> dict[str, str]:
     """Jobs run in the jail a real worker uses; only where none can be built here does the demo's worker run them
     without one (the trusted single-tenant setting), and the demo says so."""
-    from worker.jail import Jail, JailUnavailable
+    from worker.gpu.jail import Jail, JailUnavailable
 
     try:
         Jail.build().self_test(workdir / "scratch")

@@ -19,7 +19,7 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 def profile_run(job_id: str, attempt: int, claim_secret: str) -> str:
     """One attempt of a profiling job (GPU host). ``claim_secret``: the message's one-time secret, which the claim
     shows the service (with the worker token) and which is never logged."""
-    from worker import profile
+    from worker.gpu import profile
 
     return profile.run_job(job_id, attempt, claim_secret, profile.ProfileConfig.from_settings(get_settings()))
 
@@ -27,7 +27,7 @@ def profile_run(job_id: str, attempt: int, claim_secret: str) -> str:
 @app.task(name="analysis.run", acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
 def analysis_run(job_id: str) -> str | None:
     """Compare a job's stored run with its baseline and record the verdict (CPU host with the database)."""
-    from worker import analysis
+    from worker.cpu import verdict as analysis
 
     return analysis.run(job_id, get_settings())
 
@@ -35,6 +35,6 @@ def analysis_run(job_id: str) -> str | None:
 @app.task(name="jobs.sweep", acks_late=True)  # type: ignore[untyped-decorator]
 def jobs_sweep() -> dict[str, int]:
     """Send again what was lost; re-queue or fail what a dead worker held; deliver the GitHub feedback owed."""
-    from worker import sweeper
+    from worker.cpu import sweeper
 
     return sweeper.run(get_settings())

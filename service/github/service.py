@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from profiler_core.documents import parse_result
 from profiler_core.documents.comparison import ComparisonDocument
 from profiler_core.documents.result import ResultDocument
-from service.analysis import repository as comparisons
+from service.comparisons import repository as comparisons
 from service.config import Settings, Sweep
 from service.db import utcnow
 from service.github.client import GitHubClient, GitHubError

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from service import queue
+from attnprof.contract import tasks
 from service.artifacts.store import store
 from service.auth.service import Principal, hash_secret
 from service.db import utcnow
@@ -72,7 +72,7 @@ def _matches(stored_sha256: str | None, presented_sha256: str) -> bool:
     return stored_sha256 is not None and hmac.compare_digest(stored_sha256, presented_sha256)
 
 
-def offer_next_attempt(job: Job, testbed: str, *, now: datetime | None = None) -> queue.ProfileMessage:
+def offer_next_attempt(job: Job, testbed: str, *, now: datetime | None = None) -> tasks.ProfileMessage:
     """The ``profile.run`` message offering ``job``'s next attempt to the workers of ``testbed``: every profile
     message is made here (by the dispatcher, ``service.jobs.dispatch``, and the sweep's resend of a lost one), and
     sent by ``queue.enqueue_profile`` once the transaction is committed.
@@ -82,7 +82,7 @@ def offer_next_attempt(job: Job, testbed: str, *, now: datetime | None = None) -
     secret = ClaimSecret.new()
     job.claim_secret_sha256 = secret.sha256
     job.offered_at = now or utcnow()
-    return queue.ProfileMessage(job_id=job.id, attempt=job.attempts + 1, testbed=testbed, claim_secret=secret.plain)
+    return tasks.ProfileMessage(job_id=job.id, attempt=job.attempts + 1, testbed=testbed, claim_secret=secret.plain)
 
 
 def end_attempt(job: Job) -> None:

@@ -1,14 +1,14 @@
 """Checks on a source bundle (tar.gz) on arrival: size, gzip, and every member (DESIGN 6).
 
-The rules live in ``service.jobs.archive``, and the check reads the archive through the same walk as the
+The rules live in ``attnprof.contract.bundle``, and the check reads the archive through the same walk as the
 profile worker's unpacking (member list and file data), so a bundle accepted here is one the worker unpacks;
 here a refusal becomes the service's error: 413 for a size limit, 422 for anything else.
 """
 
 from __future__ import annotations
 
+from attnprof.contract import bundle as archive
 from service.errors import InvalidPayload, PayloadTooLarge
-from service.jobs import archive
 
 
 def check_bundle(data: bytes, *, max_bytes: int, max_unpacked_bytes: int, max_members: int) -> int:

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from attnprof.contract import tasks
 from service import queue
 from service.config import Fairness, Settings
 from service.db import utcnow
@@ -46,7 +47,7 @@ def window(*, live: int, running: int, offered: int) -> int:
     return max(1, live - running) - offered
 
 
-def offer(session: Session, *, testbed_id: int, cfg: Fairness, now: datetime) -> list[queue.ProfileMessage]:
+def offer(session: Session, *, testbed_id: int, cfg: Fairness, now: datetime) -> list[tasks.ProfileMessage]:
     """Lock the testbed's dispatch, choose the jobs to offer and make their messages (not committed, not sent:
     the caller commits, then sends them)."""
     name = testbed_rows.lock_for_dispatch(session, testbed_id, now)
@@ -62,7 +63,7 @@ def offer(session: Session, *, testbed_id: int, cfg: Fairness, now: datetime) ->
     flying = repository.in_flight_by_project(session, testbed_id=testbed_id)
     last = {p: repository.last_offer(session, testbed_id=testbed_id, project_id=p) or _NEVER for p in oldest}
     fetched: dict[int, list[Job]] = {}
-    messages: list[queue.ProfileMessage] = []
+    messages: list[tasks.ProfileMessage] = []
     while slots > 0:
         eligible = [p for p in oldest if flying.get(p, 0) < cfg.max_running]
         if not eligible:

@@ -17,14 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from starlette.applications import Starlette
 
-from service import feedback, queue
-from service.auth.dependencies import JobTokenDep, WorkerDep
-from service.db import SessionDep, utcnow
-from service.dependencies import SettingsDep
-from service.errors import Conflict
-from service.jobs import attempts, dispatch, service
-from service.jobs.models import FINAL
-from service.jobs.schemas import (
+from attnprof.contract.worker_api import (
     Alive,
     AliveAnswer,
     Claim,
@@ -32,11 +25,18 @@ from service.jobs.schemas import (
     Failure,
     Heartbeat,
     HeartbeatAnswer,
-    JobOut,
     WorkerResult,
     WorkerResultAnswer,
     WorkerTestbed,
 )
+from service import feedback, queue
+from service.auth.dependencies import JobTokenDep, WorkerDep
+from service.db import SessionDep, utcnow
+from service.dependencies import SettingsDep
+from service.errors import Conflict
+from service.jobs import attempts, dispatch, service
+from service.jobs.models import FINAL
+from service.jobs.schemas import JobOut
 from service.openapi import document_errors, errors
 from service.testbeds import service as testbeds
 

@@ -20,11 +20,11 @@ from sqlalchemy.orm import Session
 from profiler_core.errors import SuiteError
 from profiler_core.suite import parse_suite
 from service import paging
-from service.analysis import repository as comparisons
-from service.analysis import service as analysis
-from service.analysis.models import Comparison
 from service.artifacts.store import store
 from service.auth.service import Principal
+from service.comparisons import repository as comparisons
+from service.comparisons import service as analysis
+from service.comparisons.models import Comparison
 from service.config import Analysis, Fairness, Limits
 from service.db import utcnow
 from service.errors import Conflict, InvalidPayload, NotFound, ServiceError

@@ -38,6 +38,7 @@ from typing import Literal
 
 from sqlalchemy.orm import Session
 
+from attnprof.contract import tasks
 from service import queue
 from service.auth.service import hash_secret
 from service.config import Sweep
@@ -61,7 +62,7 @@ class Send:
     attempt: int
     testbed: str
     why: str
-    message: queue.ProfileMessage | None = None
+    message: tasks.ProfileMessage | None = None
 
 
 @dataclass
@@ -102,7 +103,7 @@ class _Broker:
         if queue_name not in self._offers:
             offers: dict[tuple[str, int], set[str]] = {}
             for task, args in found.all:
-                if task == queue.PROFILE_TASK and len(args) == 3 and all(isinstance(a, str | int) for a in args):
+                if task == tasks.PROFILE_TASK and len(args) == 3 and all(isinstance(a, str | int) for a in args):
                     offers.setdefault((str(args[0]), int(args[1])), set()).add(hash_secret(str(args[2])))
             self._offers[queue_name] = offers
         hashes = self._offers[queue_name].get((job.id, job.attempts + 1), set())
@@ -120,7 +121,7 @@ def sweep(session: Session, *, cfg: Sweep, now: datetime, pending: PendingLookup
     stale_offer = now - timedelta(seconds=cfg.queued_stale_s)
     for job in repository.offered_unchanged_since(session, before=stale_offer, limit=cfg.batch):
         name = _testbed(session, job)
-        there = broker.offered(queue.profile_queue(name), job)
+        there = broker.offered(tasks.profile_queue(name), job)
         if there:
             continue
         why = "no message in the broker" if there is False else "the broker cannot be read"
@@ -130,8 +131,8 @@ def sweep(session: Session, *, cfg: Sweep, now: datetime, pending: PendingLookup
         report.sends.append(Send("profile", job.id, message.attempt, name, f"offered {since} ago: {why}", message))
 
     for job in repository.lease_expired(session, status="analyzing", now=now, limit=cfg.batch):
-        found = broker.read(queue.ANALYSIS_QUEUE)
-        if found is not None and (queue.ANALYSIS_TASK, (job.id,)) in found.waiting:
+        found = broker.read(tasks.ANALYSIS_QUEUE)
+        if found is not None and (tasks.ANALYSIS_TASK, (job.id,)) in found.waiting:
             continue  # behind others in the queue: it is not lost
         ran_out = _ago(job.lease_expires_at or job.updated_at, now)
         job.lease_expires_at = now + timedelta(seconds=cfg.analyzing_stale_s)  # the resent message's turn to start

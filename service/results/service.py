@@ -5,9 +5,9 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from profiler_core.documents import ResultDocument
-from service.analysis import repository as comparisons
-from service.analysis import service as analysis
-from service.analysis.models import Comparison
+from service.comparisons import repository as comparisons
+from service.comparisons import service as analysis
+from service.comparisons.models import Comparison
 from service.config import Analysis
 from service.errors import Conflict, InvalidPayload
 from service.results.schemas import ResultUpload

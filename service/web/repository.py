@@ -11,8 +11,8 @@ from sqlalchemy import Row, func, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session, defer
 
-from service.analysis.models import Alert, Comparison
 from service.baselines.models import BaselineRule
+from service.comparisons.models import Alert, Comparison
 from service.jobs import repository as jobs
 from service.jobs.models import Job
 from service.runs.models import Run, RunCase, RunKernel

@@ -10,8 +10,8 @@ from sqlalchemy import Row, Select, String, any_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
-from service.analysis.models import Alert
 from service.baselines.models import BaselineRule
+from service.comparisons.models import Alert
 from service.runs.models import Run, RunCase, RunKernel
 from service.trends import repository as trends
 from service.trends.repository import TrendQuery

@@ -20,13 +20,13 @@ from claiming import bearer, claim, claim_secret
 from fakegithub import FakeGitHub
 from ghstack import docs, make_settings, pg_url_fixture  # noqa: F401
 
+from attnprof.client.action import decide, provenance, submit_argv
 from service import feedback
 from service.auth import service as auth
 from service.db import make_engine, make_sessionmaker
-from service.github.action import decide, provenance, submit_argv
 from service.projects import service as projects
 from service.testbeds import service as testbeds
-from worker import analysis
+from worker.cpu import verdict as analysis
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -200,7 +200,7 @@ def test_action_script_in_a_pull_request(tmp_path: Path, served, pg_url: str, mo
     worker = threading.Thread(target=_play_worker, args=(url, project, submit, wtok, settings, errors))
     worker.start()
     done = subprocess.run(
-        [sys.executable, "-m", "service.github.action"], env=env, cwd=tmp_path, capture_output=True, text=True
+        [sys.executable, "-m", "attnprof.client.action"], env=env, cwd=tmp_path, capture_output=True, text=True
     )
     worker.join(timeout=60)
     assert not errors, errors
@@ -247,7 +247,7 @@ def _action(env: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProcess
     for name in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"):
         Path(env[name]).unlink(missing_ok=True)
     done = subprocess.run(
-        [sys.executable, "-m", "service.github.action"], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "attnprof.client.action"], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
     )
     output = Path(env["GITHUB_OUTPUT"])
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines()) if output.exists() else {}

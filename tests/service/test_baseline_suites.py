@@ -20,17 +20,17 @@ from svcconf import Tenant
 
 from profiler_core.documents import parse_result
 from service import migrate
-from service.analysis import service as analysis_service
 from service.app import create_app
 from service.auth import service as auth
 from service.baselines import repository as baselines
+from service.comparisons import service as analysis_service
 from service.config import Analysis, Settings
 from service.db import make_engine, make_sessionmaker
 from service.jobs.models import Job
 from service.projects import service as projects
 from service.runs import service as runs
 from service.testbeds import service as testbeds
-from worker import analysis
+from worker.cpu import verdict as analysis
 
 SUITE_A = "llama7b"  # the suite of the committed H200 run
 SUITE_B = "decode"

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from profiler_core.documents import parse_result
 from service import migrate
-from service.analysis import service as analysis
 from service.baselines import service as baselines
+from service.comparisons import service as analysis
 from service.config import Analysis, Limits
 from service.db import make_engine
 from service.errors import InvalidPayload

@@ -27,7 +27,7 @@ from pagehelp import (
 from sqlalchemy import select, update
 from webstack import Site, browser, docs, page, sign_in, site  # noqa: F401  (fixtures)
 
-from service.analysis.models import Comparison
+from service.comparisons.models import Comparison
 from service.db import make_engine
 from service.web.pages import runs as run_pages
 

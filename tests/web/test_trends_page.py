@@ -20,7 +20,7 @@ from pagehelp import http
 from sqlalchemy import select
 from webstack import Site, Tokens, _project, _upload, browser, docs, page, sign_in, site  # noqa: F401  (fixtures)
 
-from service.analysis.models import Alert
+from service.comparisons.models import Alert
 from service.db import make_engine
 from service.web.pages import trends
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnprof.contract.bundle import BundleRefused, check, unpack
 from service.errors import InvalidPayload, PayloadTooLarge
-from service.jobs.archive import BundleRefused, check, unpack
 from service.jobs.bundle import check_bundle
 
 LIMITS = {"max_bytes": 1 << 20, "max_unpacked_bytes": 1 << 20, "max_members": 50}

@@ -40,8 +40,9 @@ from wkstack import (
     wait_ready,
 )
 
-from service import client, client_source
-from service.client_cli import EXIT_FAIL, EXIT_NO_VERDICT, EXIT_PASS, exit_code
+from attnprof.client import http as client
+from attnprof.client import source as client_source
+from attnprof.client.cli import EXIT_FAIL, EXIT_NO_VERDICT, EXIT_PASS, exit_code
 
 
 def _git(root: Path, *args: str) -> str:

@@ -157,7 +157,7 @@ def test_redis_requires_the_password_every_client_is_given(compose: dict[str, An
 
 
 def test_the_gpu_worker_container_can_build_the_jail(compose: dict[str, Any], dockerfile: dict[str, Any]) -> None:
-    """What bubblewrap needs of Docker (worker/jail.py): namespaces and mounts past the default seccomp profile and
+    """What bubblewrap needs of Docker (worker/gpu/jail.py): namespaces and mounts past the default seccomp profile and
     AppArmor, and an unmasked /proc for the job's own; no added capability; a job user other than root."""
     worker = compose["services"]["gpu-worker"]
     assert set(worker["security_opt"]) >= {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from worker import gpu
-from worker.gpu import DeviceMismatch, LocalDevice
+from worker.gpu import device as gpu
+from worker.gpu.device import DeviceMismatch, LocalDevice
 
 REPO = Path(__file__).resolve().parents[2]
 H200 = LocalDevice(mode="cuda", name="NVIDIA H200", driver="580.159.04")

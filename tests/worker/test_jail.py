@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from worker import jail as jails
-from worker import outcome, sandbox
-from worker.profile import make_scratch, remove_scratch
+from worker.gpu import jail as jails
+from worker.gpu import outcome, sandbox
+from worker.gpu.profile import make_scratch, remove_scratch
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
 
@@ -31,7 +31,7 @@ def jail() -> jails.Jail:
     device nodes passed in, and the carried packages (``BENCH_SITE``) bound."""
     devices: list[str] = []
     if os.environ.get("ATTNPROF_TEST_JAIL_GPU") == "1":
-        from worker.gpu import probe_minor
+        from worker.gpu.device import probe_minor
 
         devices = jails.gpu_nodes(probe_minor())
     site = os.environ.get("BENCH_SITE")
@@ -256,7 +256,7 @@ def test_processes_are_bounded(jail: jails.Jail, scratch_root: Path) -> None:
 
 
 def test_gpu_processes_are_judged_by_the_worker() -> None:
-    from worker.gpu import GpuWatch
+    from worker.gpu.device import GpuWatch
 
     watch = GpuWatch()  # no GPU here: it reads nothing, and what it was told stands
     watch.candidates = {4100, 977, 5000}
@@ -324,7 +324,7 @@ def test_a_trusted_single_tenant_worker_starts_without_a_jail_and_says_so(
 ) -> None:
     from service.config import get_settings
     from worker import cli
-    from worker.profile import ProfileConfig
+    from worker.gpu.profile import ProfileConfig
 
     monkeypatch.setenv("ATTNPROF_WORKER__JOB_USER", "no-such-attnprof-user")
     monkeypatch.setenv("ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT", "true")
@@ -340,7 +340,7 @@ def test_a_worker_starts_with_the_jail_and_measures_the_peaks_first(
 ) -> None:
     from service.config import get_settings
     from worker import cli
-    from worker.profile import ProfileConfig
+    from worker.gpu.profile import ProfileConfig
 
     cli._jail_and_peaks(get_settings(), "cpu")
     err = capsys.readouterr().err

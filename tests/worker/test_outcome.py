@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from worker.outcome import REASON_MAX_CHARS, Failure, decide, read_document, with_output
-from worker.sandbox import Finished
+from worker.gpu.outcome import REASON_MAX_CHARS, Failure, decide, read_document, with_output
+from worker.gpu.sandbox import Finished
 
 MIB = 1024 * 1024
 

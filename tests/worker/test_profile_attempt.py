@@ -1,4 +1,4 @@
-"""One attempt as plain code (``worker.profile.run_job``) against a stand-in for the service's HTTP API: the
+"""One attempt as plain code (``worker.gpu.profile.run_job``) against a stand-in for the service's HTTP API: the
 paths that need no profiling, and the scratch directory, removed whatever happens."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from wkstack import tar_gz
 
-from worker import profile
-from worker.api import Stale, Unreachable
+from worker.gpu import profile
+from worker.gpu.api import Stale, Unreachable
 
 
 class FakeAPI:
@@ -177,7 +177,7 @@ def test_a_profile_worker_loads_no_database_server_or_torch_code() -> None:
 
     probe = (
         "import sys\n"
-        "import worker.tasks, worker.profile, worker.gpu\n"
+        "import worker.tasks, worker.gpu.profile, worker.gpu.device\n"
         "heavy = {'sqlalchemy', 'psycopg', 'fastapi', 'starlette', 'torch'}\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from attnprof.contract import tasks
 from service import queue
 from service.config import Settings
 
@@ -23,8 +24,8 @@ def on_redis() -> Settings:
     return Settings(broker_url=REDIS_URL)
 
 
-def _offer(job_id: str, attempt: int, testbed: str, secret: str = "apc_s") -> queue.ProfileMessage:
-    return queue.ProfileMessage(job_id=job_id, attempt=attempt, testbed=testbed, claim_secret=secret)
+def _offer(job_id: str, attempt: int, testbed: str, secret: str = "apc_s") -> tasks.ProfileMessage:
+    return tasks.ProfileMessage(job_id=job_id, attempt=attempt, testbed=testbed, claim_secret=secret)
 
 
 def test_redis_waiting_and_unacknowledged_messages(on_redis: Settings) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from worker import sandbox
+from worker.gpu import sandbox
 
 PY = sys.executable
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 from sqlalchemy.orm import Session
 from wkstack import db_fixture, engine_fixture, pg_url_fixture  # noqa: F401 (fixtures db, engine, pg_url)
 
+from attnprof.contract import tasks
 from service import queue
 from service.config import Fairness, Limits, Sweep
 from service.db import utcnow
@@ -108,12 +109,12 @@ def test_a_lost_message_is_sent_again_with_a_new_secret_and_a_waiting_one_is_lef
         return queue.Pending(
             waiting=frozenset(
                 {
-                    (queue.PROFILE_TASK, (waiting.id, 1, "apc_waiting")),
-                    (queue.PROFILE_TASK, (lost.id, 7, "apc_lost")),  # another attempt's
-                    (queue.PROFILE_TASK, (superseded.id, 1, "apc_old")),  # claims nothing: not the row's secret
+                    (tasks.PROFILE_TASK, (waiting.id, 1, "apc_waiting")),
+                    (tasks.PROFILE_TASK, (lost.id, 7, "apc_lost")),  # another attempt's
+                    (tasks.PROFILE_TASK, (superseded.id, 1, "apc_old")),  # claims nothing: not the row's secret
                 }
             ),
-            unacked=frozenset({(queue.PROFILE_TASK, (taken.id, 1, "apc_taken"))}),  # a worker is claiming it
+            unacked=frozenset({(tasks.PROFILE_TASK, (taken.id, 1, "apc_taken"))}),  # a worker is claiming it
         )
 
     report = sweep.sweep(db, cfg=CFG, now=now, pending=pending)
@@ -156,10 +157,10 @@ def test_an_analysis_whose_lease_ran_out_is_sent_again_whatever_unacked_holds(db
     working = analyzing(lease_expires_at=now + timedelta(seconds=40), updated_at=now - timedelta(days=1))
 
     def pending(name: str) -> queue.Pending:
-        assert name == queue.ANALYSIS_QUEUE
+        assert name == tasks.ANALYSIS_QUEUE
         return queue.Pending(
-            waiting=frozenset({(queue.ANALYSIS_TASK, (queued_behind.id,))}),
-            unacked=frozenset({(queue.ANALYSIS_TASK, (killed.id,)), (queue.ANALYSIS_TASK, (working.id,))}),
+            waiting=frozenset({(tasks.ANALYSIS_TASK, (queued_behind.id,))}),
+            unacked=frozenset({(tasks.ANALYSIS_TASK, (killed.id,)), (tasks.ANALYSIS_TASK, (working.id,))}),
         )
 
     report = sweep.sweep(db, cfg=CFG, now=now, pending=pending)

@@ -12,6 +12,7 @@ a database outage), every request is retried with backoff within it, the submiss
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -91,7 +92,8 @@ def submit(
     import httpx
     from rich.console import Console
 
-    from service import client, client_source
+    from attnprof.client import http as client
+    from attnprof.client import source as client_source
 
     console = Console(stderr=True, highlight=False)
     deadline = time.monotonic() + timeout  # from the start: the bundle and git count too
@@ -174,7 +176,7 @@ def _done(as_json: bool, data: dict[str, Any], text: str) -> None:
 
 
 def _wait(console: Any, http: Any, job_id: str, deadline: float, *, quiet: bool) -> tuple[dict[str, Any] | None, bool]:
-    from service import client
+    from attnprof.client import http as client
 
     # Why a queued job does not start (no live worker serves its testbed): said once, not on every poll. With
     # --json, on stderr, beside the JSON on stdout.
@@ -203,3 +205,67 @@ def _wait(console: Any, http: Any, job_id: str, deadline: float, *, quiet: bool)
             status.update(f"job {job_id}: {state}, {elapsed_s:.0f} s")
 
         return client.wait_job(http, job_id, deadline=deadline, on_poll=show)
+
+
+@app.command()
+def upload(
+    result: Annotated[Path, typer.Argument(help="result document (JSON, optionally gzip)")],
+    branch: Annotated[str, typer.Option(help="branch the code is on")],
+    commit: Annotated[str, typer.Option(help="commit that was profiled")],
+    server: Annotated[str | None, typer.Option(help="service URL [env ATTNPROF_SERVER]")] = None,
+    token: Annotated[str | None, typer.Option(help="submit token [env ATTNPROF_TOKEN]")] = None,
+    project: Annotated[str | None, typer.Option(help="project [default: the token's]")] = None,
+    repo: Annotated[str | None, typer.Option(help="owner/name")] = None,
+    base_commit: Annotated[str | None, typer.Option(help="merge base with the default branch")] = None,
+    ancestors: Annotated[str | None, typer.Option(help="first-parent ancestors of the base, comma-separated")] = None,
+    pr: Annotated[int | None, typer.Option(help="pull request number")] = None,
+    testbed: Annotated[str | None, typer.Option(help="testbed name")] = None,
+    trace_dir: Annotated[Path | None, typer.Option(help="directory holding the run's trace files")] = None,
+    timeout: Annotated[
+        float, typer.Option(min=1, help="seconds to keep retrying while the service is unreachable (5xx, 429)")
+    ] = 600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Upload a result document; exit 0 on pass or warn, 1 on fail, 2 on bad input or a refused upload, 3 when the
+    service stayed unreachable for the whole --timeout (no verdict). An upload retried after a lost answer counts
+    once: the service answers it with the stored run."""
+    from attnprof.client.http import Unreachable, UploadError, upload_result
+
+    server = server or os.environ.get("ATTNPROF_SERVER")
+    token = token or os.environ.get("ATTNPROF_TOKEN")
+    project = project or os.environ.get("ATTNPROF_PROJECT")
+    if not server or not token:
+        raise _die("--server and --token (or ATTNPROF_SERVER and ATTNPROF_TOKEN) are needed")
+    try:
+        answer = upload_result(
+            result,
+            server=server,
+            token=token,
+            project=project,
+            branch=branch,
+            commit=commit,
+            repo=repo,
+            base_commit=base_commit,
+            ancestors=[a for a in (ancestors or "").split(",") if a],
+            pr=pr,
+            testbed=testbed,
+            trace_dir=trace_dir,
+            budget_s=timeout,
+        )
+    except Unreachable as exc:
+        raise _die(str(exc), EXIT_NO_VERDICT) from None
+    except UploadError as exc:
+        raise _die(str(exc)) from None
+    verdict = answer["verdict"]
+    if as_json:
+        typer.echo(json.dumps(answer, indent=2))
+    else:
+        lines = [f"verdict: {verdict}  run {answer['run_id']}  {answer.get('url', '')}"]
+        for f in answer.get("comparison", {}).get("findings", []):
+            if f.get("verdict") in ("fail", "warn"):
+                change = f.get("change")
+                pct = f" {change:+.1%}" if isinstance(change, float) else ""
+                lines.append(f"  {f['verdict']:4} {f['case']} {f['metric']}{pct}: {f.get('detail') or f['status']}")
+        typer.echo("\n".join(lines))
+    sys.stdout.flush()
+    raise typer.Exit(EXIT_FAIL if verdict == "fail" else EXIT_PASS)

@@ -7,7 +7,7 @@ transaction, while the work goes on. A worker killed mid-analysis stops renewing
 again once the lease runs out, whatever the broker's ``unacked`` hash says.
 
 The work itself, in one transaction committed here at the task's boundary: compare the run with its baseline,
-store the comparison, look for change points when the run is on the default branch (``service.analysis.analyze``
+store the comparison, look for change points when the run is on the default branch (``service.comparisons.analyze``
 does all of that), then lock the job's row and record the verdict (``analyzing → done``) and call the feedback
 hook. The row is locked only for that last step: if another delivery recorded its verdict first (or the job was
 cancelled), this one's comparison is rolled back, so a job gets exactly one comparison, and a repeated message for
@@ -30,7 +30,7 @@ from service import feedback
 from service.config import Settings
 from service.errors import ServiceError
 from service.jobs import service as jobs
-from worker.database import sessions
+from worker.cpu.database import sessions
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ from sqlalchemy.orm import Session
 
 from profiler_core.analysis import AnalysisError, compare, e_divisive
 from profiler_core.documents import ResultDocument
-from service.analysis import repository
-from service.analysis.models import Alert, Comparison
 from service.baselines import repository as baseline_rules
 from service.baselines import service as baselines
 from service.baselines import suites
+from service.comparisons import repository
+from service.comparisons.models import Alert, Comparison
 from service.config import Analysis
 from service.errors import InvalidPayload, NotFound
 from service.projects import repository as projects

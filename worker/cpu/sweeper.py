@@ -12,7 +12,7 @@ from service.config import Settings
 from service.db import utcnow
 from service.github import service as github
 from service.jobs import dispatch, sweep
-from worker.database import sessions
+from worker.cpu.database import sessions
 
 log = logging.getLogger(__name__)
 

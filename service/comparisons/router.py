@@ -6,8 +6,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.analysis import repository
 from service.auth.dependencies import ReadProject
+from service.comparisons import repository
 from service.db import INT_MAX, SessionDep
 from service.errors import NotFound
 

@@ -1,6 +1,6 @@
 """The script of the composite action ``.github/actions/attnprof``: profile, get the verdict, summarise, decide.
 
-Run as ``python -m service.github.action`` on a GitHub runner. It reads the action's inputs from ``ATTNPROF_*``
+Run as ``python -m attnprof.client.action`` on a GitHub runner. It reads the action's inputs from ``ATTNPROF_*``
 variables and the commit, branch, base commit and pull request from ``GITHUB_*`` and the event JSON. Two modes
 (``ATTNPROF_MODE``):
 

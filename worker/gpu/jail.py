@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from worker.sandbox import die_with_parent
+from worker.gpu.sandbox import die_with_parent
 
 JOB_ROOT = Path("/job")
 PEAKS_DIR = Path("/peaks")

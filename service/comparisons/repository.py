@@ -5,8 +5,8 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session, defer
 
-from service.analysis.models import Alert, Comparison
 from service.baselines.repository import shares_a_case
+from service.comparisons.models import Alert, Comparison
 from service.runs.models import Run, RunCase
 
 

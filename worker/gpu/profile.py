@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from attnprof.contract import bundle as archive
 from service.config import Settings
-from service.jobs import archive
-from worker import jail as jails
-from worker import outcome, sandbox
-from worker.api import Refused, ServiceAPIError, Stale, Unreachable, WorkerAPI
-from worker.gpu import GpuWatch
+from worker.gpu import jail as jails
+from worker.gpu import outcome, sandbox
+from worker.gpu.api import Refused, ServiceAPIError, Stale, Unreachable, WorkerAPI
+from worker.gpu.device import GpuWatch
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def job_jail(settings: Settings) -> jails.Jail | None:
         return None
     devices: list[str] = []
     if w.device != "cpu":
-        from worker.gpu import probe_minor
+        from worker.gpu.device import probe_minor
 
         devices = jails.gpu_nodes(probe_minor())
     try:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worker.sandbox import Finished
+from worker.gpu.sandbox import Finished
 
 REASON_MAX_CHARS = 9000  # the service takes 10,000
 _CASES_NAMED = 8

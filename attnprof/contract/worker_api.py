@@ -1,0 +1,92 @@
+"""The worker API's bodies (``/internal/*``): what a profile worker sends the service and what it answers.
+
+Shared by the service (its routes validate with them) and the GPU workers (which read the answers); pydantic only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+INT_MAX = 2**31 - 1  # Postgres ``integer``: attempt numbers are stored in one
+
+
+class Claim(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(ge=1, le=INT_MAX)
+    worker: str = Field(min_length=1, max_length=200, description="host and GPU of the worker")
+    secret: str = Field(
+        "",
+        max_length=200,
+        description="the claim secret of the profile.run message (its third argument); one that is missing or not "
+        "the job's latest message's is answered as an unknown job is (404)",
+    )
+
+
+class ClaimAnswer(BaseModel):
+    id: str
+    attempt: int
+    spec: str
+    bundle_sha256: str | None
+    repo: str | None
+    commit: str
+    testbed: str
+    token: str = Field(
+        description="the job token (Bearer) of this attempt, shown once: it alone opens the job's bundle, heartbeat, "
+        "result, failure and trace routes, until the attempt ends"
+    )
+    lease_s: float = Field(description="the attempt holds the job this long past each heartbeat, in seconds")
+
+
+class Heartbeat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(ge=1, le=INT_MAX)
+
+
+class HeartbeatAnswer(BaseModel):
+    status: str
+    cancelled: bool = Field(description="stop the work: the job was cancelled")
+
+
+class WorkerResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(ge=1, le=INT_MAX)
+    result: dict[str, Any]
+
+
+class WorkerResultAnswer(BaseModel):
+    run_id: str
+    status: str
+    duplicate: bool = Field(description="this attempt's result was already stored; nothing was added")
+
+
+class Failure(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(ge=1, le=INT_MAX)
+    reason: str = Field(min_length=1, max_length=10_000)
+    timed_out: bool = False
+    retry: bool = Field(False, description="the failure is the host's, not the job's: try again if attempts remain")
+
+
+class WorkerTestbed(BaseModel):
+    name: str
+    key: str | None = Field(description="the testbed key last seen in a run; null before the first run")
+    meaning: dict[str, Any] | None = Field(description="what the key hashes (device, driver, mode), in words")
+
+
+class Alive(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    worker: str = Field(min_length=1, max_length=200, description="host, process and GPU of the worker")
+    testbed: str = Field(min_length=1, max_length=100, description="the testbed it serves (its token's)")
+
+
+class AliveAnswer(BaseModel):
+    testbed: str
+    live_workers: int = Field(description="workers of the testbed live now, this one included")
+    live_s: float = Field(description="a worker counts as live this long after it last said so, in seconds")
