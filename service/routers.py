@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from service.audit.router import router as audit
+from service.auth.audit_router import router as audit
 from service.auth.router import router as tokens
 from service.auth.router import whoami_router as whoami
 from service.baselines.router import router as baselines

@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from service.auth.models import ADDRESS_CHARS
+from service.audit.address import ADDRESS_CHARS
 from service.db import Base, BigId, utcnow
 
 # What an event records: a token made (by creation or by rotation), a token rotated (the old one; its grace ends at

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Protocol
 
 from sqlalchemy.orm import Session
 
@@ -11,15 +12,27 @@ from service import paging
 from service.audit import repository
 from service.audit.address import request_address
 from service.audit.repository import EventRow
-from service.auth.models import Token
-from service.auth.repository import TokenRow
 from service.errors import BadRequest
+
+
+class Subject(Protocol):
+    """What an event is about: a token (its model, or the row a request authenticated with)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def project_id(self) -> int | None: ...
+    @property
+    def testbed_id(self) -> int | None: ...
+
 
 # Ids are a BIGINT: a larger one in a cursor is not one this API wrote.
 _ID_MAX = 2**63 - 1
 
 
-def record(session: Session, *, kind: str, token: Token | TokenRow, detail: str) -> None:
+def record(session: Session, *, kind: str, token: Subject, detail: str) -> None:
     """An event about ``token`` (the model, or the row a request authenticated with)."""
     repository.add(
         session,

@@ -5,12 +5,11 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
+from service.audit.address import ADDRESS_CHARS  # the last address kept on a token is cut like the log's
 from service.db import Base, utcnow
 
 ROLES = ("admin", "submit", "read")
 WORKER = "worker"
-# An IPv6 address with a zone is at most 45 + a zone name; longer (a test client's name) is cut.
-ADDRESS_CHARS = 64
 
 
 class Token(Base):
