@@ -150,7 +150,7 @@ def cuda(scratch_root: Path, strategy: str) -> dict[str, Any]:
             cwd=scratch,
             env={**_env(jails.JOB_ROOT), **jail.env()},
             log_path=scratch / "out.log",
-            limits=sandbox.Limits(timeout_s=300, memory_bytes=64 << 30, max_processes=jail.max_processes),
+            limits=sandbox.ProcessLimits(timeout_s=300, memory_bytes=64 << 30, max_processes=jail.max_processes),
             run_as=jail.run_as,
             lines=50,
         )
@@ -203,7 +203,7 @@ def _profile_once(
             cwd=scratch / "src",
             env={**_env(root), **(jail.env() if jail else {})},
             log_path=scratch / "output.log",
-            limits=sandbox.Limits(
+            limits=sandbox.ProcessLimits(
                 timeout_s=500, memory_bytes=96 << 30, max_processes=jail.max_processes if jail else 0
             ),
             run_as=jail.run_as if jail else None,
@@ -285,7 +285,7 @@ def start(scratch_root: Path, strategy: str, n: int, out: Path) -> dict[str, Any
             cwd=scratch,
             env=_env(jails.JOB_ROOT if mode == "jailed" else scratch),
             log_path=scratch / "out.log",
-            limits=sandbox.Limits(timeout_s=60, memory_bytes=8 << 30, poll_s=0.01),
+            limits=sandbox.ProcessLimits(timeout_s=60, memory_bytes=8 << 30, poll_s=0.01),
             run_as=jail.run_as if mode == "jailed" else None,
         )
         times[mode].append(time.perf_counter() - t)

@@ -58,7 +58,7 @@ def _run(jail: jails.Jail, scratch: Path, code: str, *, timeout_s: float = 60, e
         cwd=scratch,
         env={**base, **jail.env(), **(env or {})},
         log_path=scratch / "output.log",
-        limits=sandbox.Limits(timeout_s=timeout_s, memory_bytes=2**33, max_processes=jail.max_processes),
+        limits=sandbox.ProcessLimits(timeout_s=timeout_s, memory_bytes=2**33, max_processes=jail.max_processes),
         lines=50,
         run_as=jail.run_as,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from worker.gpu.outcome import REASON_MAX_CHARS, Failure, decide, read_document, with_output
+from worker.gpu.outcome import REASON_MAX_CHARS, JobFailure, decide, read_document, with_output
 from worker.gpu.sandbox import Finished
 
 MIB = 1024 * 1024
@@ -24,14 +24,14 @@ def _decide(finished: Finished, document=None):
 
 def test_timeout_is_timed_out_with_the_limit_and_the_output() -> None:
     f = _decide(_fin(-9, "timeout", ["step 1", "step 2"]))
-    assert isinstance(f, Failure) and f.timed_out and not f.retry
+    assert isinstance(f, JobFailure) and f.timed_out and not f.retry
     assert f.reason.startswith("timed out: the suite ran for more than the worker's wall-clock limit of 600 s")
     assert f.reason.endswith("last 2 line(s) of output:\nstep 1\nstep 2")
 
 
 def test_out_of_host_memory_says_how_much() -> None:
     f = _decide(_fin(-9, "memory", peak=9000 * MIB))
-    assert isinstance(f, Failure) and not f.timed_out
+    assert isinstance(f, JobFailure) and not f.timed_out
     assert "out of host memory" in f.reason and "9,000 MiB" in f.reason and "8,192 MiB" in f.reason
 
 
@@ -48,7 +48,7 @@ def test_a_suite_whose_code_cannot_be_imported_is_a_failure() -> None:
         {"id": "b", "status": "skipped", "error": {"type": "BackendUnavailable", "message": "needs a GPU"}},
     )
     f = _decide(_fin(1), doc)
-    assert isinstance(f, Failure)
+    assert isinstance(f, JobFailure)
     assert f.reason.startswith("the suite's code could not be imported: a: ImportError: cannot import mypkg.k:f")
 
 

@@ -34,7 +34,9 @@ def _dead(pid: int, wait_s: float = 5) -> bool:
 
 
 def _run(tmp: Path, code: str, **limits: float) -> sandbox.Finished:
-    lim = sandbox.Limits(timeout_s=limits.get("timeout_s", 30), memory_bytes=int(limits.get("memory_bytes", 2**34)))
+    lim = sandbox.ProcessLimits(
+        timeout_s=limits.get("timeout_s", 30), memory_bytes=int(limits.get("memory_bytes", 2**34))
+    )
     return sandbox.run([PY, "-c", code], cwd=tmp, env=_env(tmp), log_path=tmp / "out.log", limits=lim, lines=5)
 
 
@@ -123,7 +125,7 @@ def test_the_memory_watchdog_stops_a_tree_over_its_limit(tmp_path: Path) -> None
 def test_a_cancel_stops_it(tmp_path: Path) -> None:
     stop = threading.Event()
     threading.Timer(0.5, stop.set).start()
-    lim = sandbox.Limits(timeout_s=30, memory_bytes=2**34)
+    lim = sandbox.ProcessLimits(timeout_s=30, memory_bytes=2**34)
     started = time.monotonic()
     done = sandbox.run(
         [PY, "-c", "import time; time.sleep(60)"],
@@ -139,7 +141,7 @@ def test_a_cancel_stops_it(tmp_path: Path) -> None:
 def test_the_subprocess_sees_only_its_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ATTNPROF_WORKER_TOKEN", "ap_do_not_leak")
     env = sandbox.scrubbed_env(dict(__import__("os").environ), home=tmp_path, tmp=tmp_path, pythonpath=tmp_path)
-    lim = sandbox.Limits(timeout_s=30, memory_bytes=2**34)
+    lim = sandbox.ProcessLimits(timeout_s=30, memory_bytes=2**34)
     done = sandbox.run(
         [PY, "-c", "import os; print(sorted(os.environ))"],
         cwd=tmp_path,

@@ -30,7 +30,7 @@ _CASES_NAMED = 8
 
 
 @dataclass(frozen=True)
-class Failure:
+class JobFailure:
     """A failed attempt: ``reason`` for people, ``timed_out`` for the state, ``retry`` when the host is to blame."""
 
     reason: str
@@ -89,8 +89,8 @@ def _case_errors(cases: list[dict[str, Any]]) -> tuple[list[str], bool]:
 
 def decide(
     finished: Finished, document: dict[str, Any] | None, *, timeout_s: float, memory_limit_bytes: int
-) -> dict[str, Any] | Failure:
-    """The result document to upload, or the ``Failure`` to report. ``finished.stopped == "cancelled"`` is the
+) -> dict[str, Any] | JobFailure:
+    """The result document to upload, or the ``JobFailure`` to report. ``finished.stopped == "cancelled"`` is the
     caller's to handle (nothing is reported for a cancelled job)."""
     tail = finished.tail
     if finished.stopped == "timeout":
@@ -98,28 +98,28 @@ def decide(
             f"timed out: the suite ran for more than the worker's wall-clock limit of {_seconds(timeout_s)} "
             "and was stopped"
         )
-        return Failure(with_output(head, tail), timed_out=True)
+        return JobFailure(with_output(head, tail), timed_out=True)
     if finished.stopped == "memory":
         head = (
             f"out of host memory: the profiling processes held {_mib(finished.peak_rss_bytes)} of resident memory, "
             f"over the worker's limit of {_mib(memory_limit_bytes)}, and were stopped"
         )
-        return Failure(with_output(head, tail))
+        return JobFailure(with_output(head, tail))
     code = finished.exit_code
     if code == 2:
-        return Failure(with_output("the suite could not run (bad input, exit code 2)", tail))
+        return JobFailure(with_output("the suite could not run (bad input, exit code 2)", tail))
     if code is not None and code < 0:
         head = f"the profiler crashed: killed by {_signal_name(code)} (exit code {code})"
-        return Failure(with_output(head, tail))
+        return JobFailure(with_output(head, tail))
     if document is None:
-        return Failure(with_output(f"the profiler exited with code {code} and wrote no result document", tail))
+        return JobFailure(with_output(f"the profiler exited with code {code} and wrote no result document", tail))
     cases = [c for c in document.get("cases", []) if isinstance(c, dict)]
     ran = any(c.get("status") == "ok" for c in cases)
     errors, imports = _case_errors(cases)
     if errors and not ran:
         what = "the suite's code could not be imported" if imports else f"every case failed ({len(errors)})"
         named = "; ".join(errors[:_CASES_NAMED]) + ("; …" if len(errors) > _CASES_NAMED else "")
-        return Failure(with_output(f"{what}: {named}", tail))
+        return JobFailure(with_output(f"{what}: {named}", tail))
     return document
 
 

@@ -128,7 +128,7 @@ def job_jail(settings: Settings) -> jails.Jail | None:
         raise
 
 
-class Heartbeat(threading.Thread):
+class HeartbeatThread(threading.Thread):
     """Beats every ``interval_s`` while the attempt runs; sets ``stop`` when the job was cancelled (``cancelled``)
     or is no longer this attempt's (``lost``: the sweeper gave it to another attempt, or it is gone)."""
 
@@ -295,7 +295,7 @@ def run_job(
         # From here on only the attempt's job token opens the job: the worker token opened the claim alone.
         attempt_api = functools.partial(worker_http.for_job, str(claim["token"]))
     with attempt_api() as http:
-        beat = Heartbeat(attempt_api, job_id, attempt, cfg.heartbeat_s)
+        beat = HeartbeatThread(attempt_api, job_id, attempt, cfg.heartbeat_s)
         scratch: Path | None = None
         try:
             beat.start()
@@ -307,7 +307,7 @@ def run_job(
             return "unreachable" if isinstance(exc, Unreachable) else "lost"
         except Exception as exc:
             log.exception("job %s attempt %s: the worker failed", job_id, attempt)
-            failure = outcome.Failure(f"the worker failed: {type(exc).__name__}: {exc}", retry=True)
+            failure = outcome.JobFailure(f"the worker failed: {type(exc).__name__}: {exc}", retry=True)
             try:
                 _report(http, job_id, attempt, failure)
             except ServiceAPIError as report_exc:
@@ -319,7 +319,7 @@ def run_job(
                 remove_scratch(scratch)
 
 
-def _report(http: WorkerAPI, job_id: str, attempt: int, failure: outcome.Failure) -> None:
+def _report(http: WorkerAPI, job_id: str, attempt: int, failure: outcome.JobFailure) -> None:
     """Record the failed attempt; a 409/404 (cancelled meanwhile, or another attempt's now) is not an error."""
     try:
         http.failure(job_id, attempt, failure.reason, timed_out=failure.timed_out, retry=failure.retry)
@@ -334,14 +334,14 @@ def _attempt(
     attempt: int,
     cfg: ProfileConfig,
     scratch: Path,
-    beat: Heartbeat,
+    beat: HeartbeatThread,
 ) -> Outcome:
     src = scratch / "src"
     if claim.get("bundle_sha256"):
         try:
             data = http.bundle(job_id, max_bytes=cfg.bundle_bytes)
         except (Unreachable, Refused) as exc:
-            _report(http, job_id, attempt, outcome.Failure(f"could not download the bundle: {exc}", retry=True))
+            _report(http, job_id, attempt, outcome.JobFailure(f"could not download the bundle: {exc}", retry=True))
             return "failed"
         try:
             archive.unpack(
@@ -352,7 +352,7 @@ def _attempt(
                 max_members=cfg.bundle_members,
             )
         except archive.BundleRefused as exc:
-            _report(http, job_id, attempt, outcome.Failure(f"the bundle was refused on the worker: {exc}"))
+            _report(http, job_id, attempt, outcome.JobFailure(f"the bundle was refused on the worker: {exc}"))
             return "failed"
     (scratch / SPEC_NAME).write_text(str(claim["spec"]))
     if beat.stop.is_set():
@@ -369,7 +369,7 @@ def _attempt(
         extra=cfg.pass_env,
         library_paths=[parent] if parent else [],
     )
-    limits = sandbox.Limits(
+    limits = sandbox.ProcessLimits(
         timeout_s=cfg.timeout_s, memory_bytes=cfg.memory_limit_bytes, max_processes=cfg.max_processes
     )
     if cfg.jail is not None:
@@ -403,7 +403,7 @@ def _attempt(
     if document is not None and watch is not None:
         outcome.note_foreign_gpu_processes(document, watch.foreign(finished.pids))
     decided = outcome.decide(finished, document, timeout_s=cfg.timeout_s, memory_limit_bytes=cfg.memory_limit_bytes)
-    if isinstance(decided, outcome.Failure):
+    if isinstance(decided, outcome.JobFailure):
         _report(http, job_id, attempt, decided)
         log.info("job %s attempt %s: failed: %s", job_id, attempt, decided.reason.splitlines()[0])
         return "failed"

@@ -117,7 +117,7 @@ def scrubbed_env(
 
 
 @dataclass(frozen=True)
-class Limits:
+class ProcessLimits:
     """Bounds of one run: wall-clock seconds, resident bytes of the tree, and how often they are checked."""
 
     timeout_s: float
@@ -251,7 +251,7 @@ def run(
     cwd: Path,
     env: Mapping[str, str],
     log_path: Path,
-    limits: Limits,
+    limits: ProcessLimits,
     stop: threading.Event | None = None,
     lines: int = 40,
     run_as: tuple[int, int] | None = None,
