@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from ipaddress import ip_network
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from attnprof.contract import bundle
+from attnprof.contract.worker_api import WORKER_ALIVE_S
 
 MIB = 1024 * 1024
 _PLACEHOLDERS = {"changeme", "change-me", "secret", "placeholder", "xxx", "todo"}
@@ -17,9 +20,11 @@ class Limits(BaseModel):
     """Input bounds (DESIGN 6). Sizes in bytes."""
 
     json_body_bytes: int = Field(32 * MIB, ge=1024)
-    bundle_bytes: int = Field(50 * MIB, ge=1024)
-    bundle_unpacked_bytes: int = Field(500 * MIB, ge=1024, description="total size of the bundle's files")
-    bundle_members: int = Field(10_000, ge=1)
+    bundle_bytes: int = Field(bundle.DEFAULT_BUNDLE_BYTES, ge=1024)
+    bundle_unpacked_bytes: int = Field(
+        bundle.DEFAULT_BUNDLE_UNPACKED_BYTES, ge=1024, description="total size of the bundle's files"
+    )
+    bundle_members: int = Field(bundle.DEFAULT_BUNDLE_MEMBERS, ge=1)
     trace_bytes: int = Field(64 * MIB, ge=1024)
     ancestors: int = Field(50, ge=0, description="first-parent ancestors accepted with a job or upload")
     page_size_max: int = Field(1000, ge=1)
@@ -42,42 +47,6 @@ class Analysis(BaseModel):
         ge=0,
         description="test knob: the analysis task waits this long, holding its lease, before it records the verdict "
         "(0 in production; the tests kill a worker mid-analysis)",
-    )
-
-
-class ProfileWorker(BaseModel):
-    """The profile worker on a GPU host (``ATTNPROF_WORKER__*``). Durations in seconds."""
-
-    device: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto: the GPU if NVML sees one")
-    timeout_s: float = Field(3600.0, gt=0, description="wall-clock limit of one job's profiling subprocess")
-    memory_limit_mib: int | None = Field(
-        None, ge=64, description="resident host memory of the subprocess tree; unset: 75% of the host's memory"
-    )
-    heartbeat_s: float = Field(10.0, gt=0, description="interval between heartbeats while a job runs")
-    scratch_dir: str = Field("", description="parent of the per-job scratch directories; empty: the system's")
-    cache_dir: str = Field("", description="the profiler's peaks cache; empty: ~/.cache/attnprof of the worker")
-    output_lines: int = Field(40, ge=1, le=1000, description="last lines of the subprocess output kept")
-    pass_env: list[str] = Field(
-        default_factory=list, description="extra environment variables the subprocess may see (never ATTNPROF_*)"
-    )
-    trusted_single_tenant: bool = Field(
-        False,
-        description="the host runs one tenant's trusted code: where no bubblewrap jail can be built, jobs run without "
-        "one instead of the worker refusing to start",
-    )
-    job_user: str = Field(
-        "nobody", min_length=1, description="the unprivileged user jobs run as (and their uid inside the jail)"
-    )
-    jail: Literal["auto", "privileged", "userns", "none"] = Field(
-        "auto",
-        description="how the jail is built: privileged (bubblewrap as root, needs CAP_SYS_ADMIN), userns (bubblewrap "
-        "in a user namespace, started as the job user by a root worker); auto: the first whose self-test passes; "
-        "none: no jail, allowed only with trusted_single_tenant",
-    )
-    max_processes: int = Field(4096, ge=16, description="processes and threads a job may hold at once")
-    tmpfs_mib: int = Field(1024, ge=16, description="size of the job's own /tmp and /dev/shm, each")
-    sandbox_ro_binds: list[str] = Field(
-        default_factory=list, description="extra host paths the job sees read-only (a model cache, a toolkit)"
     )
 
 
@@ -119,7 +88,9 @@ class Fairness(BaseModel):
         True,
         description="a newer push to a pull request cancels the queued and running jobs of its earlier commits",
     )
-    worker_alive_s: float = Field(5.0, gt=0, description="how often a profile worker tells the service it is alive")
+    worker_alive_s: float = Field(
+        WORKER_ALIVE_S, gt=0, description="how often a profile worker tells the service it is alive"
+    )
     worker_live_s: float = Field(
         30.0, gt=0, description="a worker counts as live this long after it last said so (several worker_alive_s)"
     )
@@ -157,7 +128,8 @@ class Dashboard(BaseModel):
 
 
 class Settings(BaseSettings):
-    """Everything the service reads from its environment (DESIGN 3.4)."""
+    """Everything the service (and the analysis worker beside it) reads from its environment (DESIGN 3.4). A profile
+    worker reads its own (``worker.gpu.settings``)."""
 
     model_config = SettingsConfigDict(env_prefix="ATTNPROF_", env_nested_delimiter="__", extra="ignore")
 
@@ -168,8 +140,6 @@ class Settings(BaseSettings):
     github_api_url: str = "https://api.github.com"
     github_token: SecretStr | None = None
     github_webhook_secret: SecretStr | None = None
-    service_url: str = Field("http://127.0.0.1:8000", description="the service, as a profile worker reaches it")
-    worker_token: SecretStr | None = Field(None, description="a profile worker's token (bound to its testbed)")
     max_attempts: int = Field(3, ge=1)
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -179,12 +149,11 @@ class Settings(BaseSettings):
     limits: Limits = Field(default_factory=Limits)
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     analysis: Analysis = Field(default_factory=Analysis)
-    worker: ProfileWorker = Field(default_factory=ProfileWorker)
     sweep: Sweep = Field(default_factory=Sweep)
     fairness: Fairness = Field(default_factory=Fairness)
     dashboard: Dashboard = Field(default_factory=Dashboard)
 
-    @field_validator("github_token", "github_webhook_secret", "worker_token")
+    @field_validator("github_token", "github_webhook_secret")
     @classmethod
     def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and value.get_secret_value().strip().lower() in _PLACEHOLDERS:

@@ -4,7 +4,8 @@
 time, the GPU given by ``CUDA_VISIBLE_DEVICES`` or ``--gpu``). Before it takes a job it asks the service
 for its token's testbed and checks, through NVML and without starting CUDA, that the GPU matches the
 testbed's key; it refuses to start otherwise. Settings: ``ATTNPROF_BROKER_URL``, ``ATTNPROF_SERVICE_URL``,
-``ATTNPROF_WORKER_TOKEN`` (no database).
+``ATTNPROF_WORKER_TOKEN`` and ``ATTNPROF_WORKER__*`` (``worker.gpu.settings``; no database). The settings are read
+once here; what the start chooses (the device, the jail) is passed on in them, never written back to the environment.
 
 ``attnprof worker --analysis``: the analysis worker (database access) with beat, which sends ``jobs.sweep``.
 
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from service.config import Settings
+    from worker.gpu.settings import GpuWorkerSettings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="attnprof worker verbs.")
 EXIT_BAD_INPUT = 2
@@ -74,16 +75,18 @@ def worker(
 def _profile(
     testbed: str, device: DeviceChoice | None, gpu: str | None, loglevel: str, check_only: bool, wait_s: float
 ) -> None:
+    # The GPU is a choice of device, not a setting: CUDA reads these in the profiler's subprocesses, which inherit
+    # this process's environment, so the environment is where they go.
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     if os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip().isdigit():
         # NVML numbers GPUs in PCI bus order; make CUDA (in the profiler's subprocess) number them the same way.
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    from service.config import get_settings
     from worker.gpu import device as gpus
     from worker.gpu.api import ServiceAPIError, Unreachable, WorkerAPI
+    from worker.gpu.settings import GpuWorkerSettings
 
-    settings = get_settings()
+    settings = GpuWorkerSettings()
     if settings.worker_token is None or not settings.worker_token.get_secret_value().strip():
         raise _die(
             "ATTNPROF_WORKER_TOKEN is not set (make one with: attnprof admin create-worker-token --testbed NAME)"
@@ -110,14 +113,13 @@ def _profile(
     except gpus.DeviceMismatch as exc:
         raise _die(str(exc)) from None
     typer.echo(f"testbed {testbed}: {why}", err=True)
-    os.environ["ATTNPROF_WORKER__DEVICE"] = mode
-    get_settings.cache_clear()
-    _jail_and_peaks(get_settings(), mode)
+    settings = _jail_and_peaks(settings.with_worker(device=mode))
     if check_only:
         return
-    from worker.celery_app import app as celery
+    from worker.gpu.app import make_app
 
-    _say_alive_while_consuming(get_settings(), testbed)
+    celery = make_app(settings)
+    _say_alive_while_consuming(settings, testbed)
     device_tag = os.environ.get("CUDA_VISIBLE_DEVICES", "cpu" if mode == "cpu" else "0").replace(",", "_")
     celery.worker_main(
         [
@@ -138,7 +140,7 @@ def _profile(
     )
 
 
-def _say_alive_while_consuming(settings: Settings, testbed: str) -> None:
+def _say_alive_while_consuming(settings: GpuWorkerSettings, testbed: str) -> None:
     """From when Celery consumes until it shuts down, a thread tells the service every
     ``ATTNPROF_FAIRNESS__WORKER_ALIVE_S`` that this worker is alive (busy or idle): the dispatcher offers the
     testbed as many jobs as it has live workers free."""
@@ -159,43 +161,51 @@ def _say_alive_while_consuming(settings: Settings, testbed: str) -> None:
     worker_shutting_down.connect(lambda **_: liveness.finish(), weak=False)
 
 
-def _jail_and_peaks(settings: Settings, mode: str) -> None:
-    """Build the jail and prove it holds (a probe through it), then measure the peaks in a trusted step with no user
-    code: jobs see the peaks cache read-only. Refuses to go on, saying why, where no jail can be built, unless the
-    host is declared trusted and single-tenant. With ``ATTNPROF_WORKER__JAIL=auto`` a root worker tries the
-    privileged jail, then the user-namespace one, and keeps the first that passes."""
+def _jail_and_peaks(settings: GpuWorkerSettings) -> GpuWorkerSettings:
+    """Build the jail and prove it holds (a probe through it), then measure the peaks (on ``settings.worker.device``)
+    in a trusted step with no user code: jobs see the peaks cache read-only. Refuses to go on, saying why, where no
+    jail can be built, unless the host is declared trusted and single-tenant. With ``ATTNPROF_WORKER__JAIL=auto`` a
+    root worker tries the privileged jail, then the user-namespace one, and keeps the first that passes.
+
+    Returns ``settings`` with the jail it chose (``worker.jail``: the strategy that passed, or ``none``): every job's
+    jail is built that way."""
+    import importlib.util
     from urllib.parse import urlsplit
 
-    import service.config
-    from service.config import get_settings
     from worker.gpu import jail as jails
     from worker.gpu.profile import ProfileConfig, job_jail
 
+    mode = settings.worker.device
     strategies: list[str] = [settings.worker.jail]
     if settings.worker.jail == "auto" and os.geteuid() == 0:
         strategies = ["privileged", "userns"]
     failures: list[str] = []
     cfg: ProfileConfig | None = None
+    chosen = settings
     for strategy in strategies:
-        if strategy != "auto":
-            os.environ["ATTNPROF_WORKER__JAIL"] = strategy
-            get_settings.cache_clear()
-            settings = get_settings()
+        chosen = settings if strategy == "auto" else settings.with_worker(jail=strategy)
         try:
-            jail = job_jail(settings)
+            jail = job_jail(chosen)
         except jails.JailUnavailable as exc:
             failures.append(f"{strategy}: {exc}")
             continue
-        cfg = ProfileConfig.from_settings(settings)
         if jail is None:
+            chosen = chosen.with_worker(jail="none")
+            cfg = ProfileConfig.from_settings(chosen)
             break
+        chosen = chosen.with_worker(jail=jail.strategy)
+        cfg = ProfileConfig.from_settings(chosen)
         addresses = []
         for url in (settings.broker_url, settings.service_url):
             parts = urlsplit(url)
             if parts.hostname and parts.port:
                 addresses.append((parts.hostname, parts.port))
-        # The worker's and the service's code (a checkout's, or the installed packages').
-        code = [Path(__file__).resolve().parent, Path(service.config.__file__).resolve().parent]
+        # The worker's and the service's code (a checkout's, or the installed packages'), found without importing
+        # the service's: a profile worker loads none of it.
+        server = importlib.util.find_spec("service")
+        code = [Path(__file__).resolve().parent]
+        if server is not None and server.origin:
+            code.append(Path(server.origin).resolve().parent)
         try:
             jail.self_test(
                 cfg.scratch_root, forbidden=[Path.home(), cfg.scratch_root, cfg.cache_dir, *code], addresses=addresses
@@ -212,9 +222,8 @@ def _jail_and_peaks(settings: Settings, mode: str) -> None:
                 "no jail for jobs can be built here: " + " | ".join(failures) + ". Set "
                 "ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT=true only on a host that runs one tenant's trusted code"
             )
-        os.environ["ATTNPROF_WORKER__JAIL"] = "none"
-        get_settings.cache_clear()
-        cfg = ProfileConfig.from_settings(get_settings())
+        chosen = settings.with_worker(jail="none")
+        cfg = ProfileConfig.from_settings(chosen)
     if cfg.jail is None:
         typer.echo(
             "WARNING: no jail can be built here: jobs run WITHOUT a sandbox, as ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT "
@@ -227,6 +236,7 @@ def _jail_and_peaks(settings: Settings, mode: str) -> None:
     if done.returncode != 0:
         raise _die(f"measuring the peaks failed: {(done.stderr or done.stdout).strip()[-500:]}")
     typer.echo(f"peaks: {done.stdout.strip()}", err=True)
+    return chosen
 
 
 def _plain_env() -> dict[str, str]:
@@ -242,7 +252,10 @@ def _plain_env() -> dict[str, str]:
 
 
 def _analysis(beat: bool, schedule: Path | None, concurrency: int, loglevel: str) -> None:
-    from worker.celery_app import app as celery
+    from service.config import get_settings
+    from worker.cpu.app import make_app
+
+    celery = make_app(get_settings())
 
     argv = [
         "worker",

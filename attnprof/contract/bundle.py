@@ -28,6 +28,11 @@ from pathlib import Path, PurePosixPath
 _TAR_OVERHEAD_BYTES = 1024
 MAX_PATH_BYTES = 1024
 MAX_NAME_BYTES = 255
+# The bounds' defaults (``ATTNPROF_LIMITS__BUNDLE_*``), one set of numbers for the service that accepts a bundle
+# and the worker that unpacks it.
+DEFAULT_BUNDLE_BYTES = 50 * 1024 * 1024
+DEFAULT_BUNDLE_UNPACKED_BYTES = 500 * 1024 * 1024
+DEFAULT_BUNDLE_MEMBERS = 10_000
 _CHUNK_BYTES = 1024 * 1024
 # What a damaged or hostile archive makes tarfile and zlib raise while reading it (all in memory).
 _BROKEN = (tarfile.TarError, zlib.error, EOFError, OSError, ValueError, OverflowError)

@@ -79,6 +79,11 @@ class WorkerTestbed(BaseModel):
     meaning: dict[str, Any] | None = Field(description="what the key hashes (device, driver, mode), in words")
 
 
+# How often a profile worker says it is alive by default (``ATTNPROF_FAIRNESS__WORKER_ALIVE_S``, in seconds): the
+# service's default for how long a worker counts as live is checked against the same number.
+WORKER_ALIVE_S = 5.0
+
+
 class Alive(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

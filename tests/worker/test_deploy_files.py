@@ -14,6 +14,7 @@ import yaml
 
 from attnprof.cli import VERBS
 from service.config import Settings
+from worker.gpu.settings import GpuWorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 BROKER_URL = "redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD}@redis:6379/0"
@@ -52,9 +53,14 @@ def dockerfile() -> dict[str, dict[str, Any]]:
 
 
 def _setting_exists(name: str) -> bool:
-    """Whether ``ATTNPROF_...`` names a field of ``Settings`` (``__`` reaches into a nested group)."""
+    """Whether ``ATTNPROF_...`` names a field of the service's ``Settings`` or of a profile worker's
+    ``GpuWorkerSettings`` (``__`` reaches into a nested group)."""
+    return _field_of(Settings, name) or _field_of(GpuWorkerSettings, name)
+
+
+def _field_of(settings: type[Any], name: str) -> bool:
     path = name.removeprefix("ATTNPROF_").lower().split("__")
-    model: Any = Settings
+    model: Any = settings
     for part in path:
         fields = model.model_fields
         if part not in fields:
@@ -124,6 +130,8 @@ def test_the_server_side_holds_the_database_and_the_gpu_worker_does_not(compose:
     assert worker["ATTNPROF_BROKER_URL"] == BROKER_URL
     assert worker["ATTNPROF_SERVICE_URL"] == "http://service:8000"
     assert not any("DATABASE" in k or "POSTGRES" in k or "postgres" in v for k, v in worker.items())
+    assert {n for n in worker if n.startswith("ATTNPROF_") and not _field_of(GpuWorkerSettings, n)} == set()
+    assert not _field_of(GpuWorkerSettings, "ATTNPROF_DATABASE_URL")
     assert "POSTGRES_PASSWORD" in services["postgres"]["environment"]
 
 
@@ -166,4 +174,4 @@ def test_the_gpu_worker_container_can_build_the_jail(compose: dict[str, Any], do
     gpu = dockerfile["gpu-worker"]
     assert gpu["env"]["ATTNPROF_WORKER__JOB_USER"] == "attnprof-job"
     assert any("bubblewrap" in r and "useradd --system" in r and "attnprof-job" in r for r in gpu["run"])
-    assert Settings(worker={"jail": "userns", "job_user": "attnprof-job"}).worker.jail == "userns"
+    assert GpuWorkerSettings(worker={"jail": "userns", "job_user": "attnprof-job"}).worker.jail == "userns"

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from worker.gpu import jail as jails
 from worker.gpu import outcome, sandbox
 from worker.gpu.profile import make_scratch, remove_scratch
+from worker.gpu.settings import GpuWorkerSettings, ProfileWorker
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
 
@@ -285,34 +287,24 @@ def _clean(scratch_root: Path) -> Iterator[None]:
 
 
 @pytest.fixture
-def worker_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, peaks_cache: Path) -> Iterator[None]:
-    from service.config import get_settings
-
-    for name, value in {
-        "ATTNPROF_WORKER_TOKEN": "ap_" + secrets.token_hex(16),
-        "ATTNPROF_WORKER__JAIL": "auto",  # the start writes the strategy it chose here; restored after the test
-        "ATTNPROF_WORKER__SCRATCH_DIR": str(tmp_path),
-        "ATTNPROF_WORKER__CACHE_DIR": str(peaks_cache),
-        "ATTNPROF_BROKER_URL": "redis://127.0.0.1:6379/0",
-    }.items():
-        monkeypatch.setenv(name, value)
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+def worker_settings(tmp_path: Path, peaks_cache: Path) -> GpuWorkerSettings:
+    """A CPU profile worker's settings as the start has them once the device is chosen, given in code."""
+    return GpuWorkerSettings(
+        worker_token=SecretStr("ap_" + secrets.token_hex(16)),
+        broker_url="redis://127.0.0.1:6379/0",
+        worker=ProfileWorker(device="cpu", jail="auto", scratch_dir=str(tmp_path), cache_dir=str(peaks_cache)),
+    )
 
 
 def test_a_worker_refuses_to_start_where_no_jail_can_be_built(
-    worker_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    worker_settings: GpuWorkerSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import typer
 
-    from service.config import get_settings
     from worker import cli
 
-    monkeypatch.setenv("ATTNPROF_WORKER__JOB_USER", "no-such-attnprof-user")
-    get_settings.cache_clear()
     with pytest.raises(typer.Exit) as stopped:
-        cli._jail_and_peaks(get_settings(), "cpu")
+        cli._jail_and_peaks(worker_settings.with_worker(job_user="no-such-attnprof-user"))
     assert stopped.value.exit_code == 2
     err = capsys.readouterr().err
     assert "no jail for jobs can be built here" in err and "no-such-attnprof-user" in err
@@ -320,31 +312,29 @@ def test_a_worker_refuses_to_start_where_no_jail_can_be_built(
 
 
 def test_a_trusted_single_tenant_worker_starts_without_a_jail_and_says_so(
-    worker_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    worker_settings: GpuWorkerSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from service.config import get_settings
     from worker import cli
     from worker.gpu.profile import ProfileConfig
 
-    monkeypatch.setenv("ATTNPROF_WORKER__JOB_USER", "no-such-attnprof-user")
-    monkeypatch.setenv("ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT", "true")
-    get_settings.cache_clear()
-    cli._jail_and_peaks(get_settings(), "cpu")
+    given = worker_settings.with_worker(job_user="no-such-attnprof-user", trusted_single_tenant=True)
+    chosen = cli._jail_and_peaks(given)
     err = capsys.readouterr().err
     assert "jobs run WITHOUT a sandbox" in err and "peaks:" in err
-    assert ProfileConfig.from_settings(get_settings()).jail is None
+    assert chosen.worker.jail == "none" and given.worker.jail == "auto"
+    assert ProfileConfig.from_settings(chosen).jail is None
 
 
 def test_a_worker_starts_with_the_jail_and_measures_the_peaks_first(
-    worker_env: None, peaks_cache: Path, capsys: pytest.CaptureFixture[str]
+    worker_settings: GpuWorkerSettings, peaks_cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from service.config import get_settings
     from worker import cli
     from worker.gpu.profile import ProfileConfig
 
-    cli._jail_and_peaks(get_settings(), "cpu")
+    chosen = cli._jail_and_peaks(worker_settings)
     err = capsys.readouterr().err
     assert "self-test passed" in err
     assert list(peaks_cache.glob("peaks-*.json")), "the trusted step measured no peaks"
-    cfg = ProfileConfig.from_settings(get_settings())
-    assert cfg.jail is not None and cfg.jail.strategy == os.environ["ATTNPROF_WORKER__JAIL"]
+    assert chosen.worker.jail in ("privileged", "userns") and f"bubblewrap ({chosen.worker.jail})" in err
+    cfg = ProfileConfig.from_settings(chosen)
+    assert cfg.jail is not None and cfg.jail.strategy == chosen.worker.jail

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from attnprof.contract import bundle as archive
-from service.config import Settings
 from worker.gpu import jail as jails
 from worker.gpu import outcome, sandbox
 from worker.gpu.api import Refused, ServiceAPIError, Stale, Unreachable, WorkerAPI
 from worker.gpu.device import GpuWatch
+from worker.gpu.settings import GpuWorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class ProfileConfig:
     worker: str = field(default_factory=worker_name)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ProfileConfig:
+    def from_settings(cls, settings: GpuWorkerSettings) -> ProfileConfig:
         w = settings.worker
         if settings.worker_token is None or not settings.worker_token.get_secret_value().strip():
             raise RuntimeError("ATTNPROF_WORKER_TOKEN is not set: a profile worker needs its testbed's worker token")
@@ -100,7 +100,7 @@ class ProfileConfig:
         )
 
 
-def job_jail(settings: Settings) -> jails.Jail | None:
+def job_jail(settings: GpuWorkerSettings) -> jails.Jail | None:
     """The jail for this worker's jobs; ``None`` only on a host declared trusted and single-tenant where none can
     be built. Raises ``JailUnavailable`` otherwise."""
     w = settings.worker
