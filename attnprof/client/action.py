@@ -30,21 +30,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from attnprof.contract.provenance import Provenance, refusal
+
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_NO_VERDICT = 0, 1, 2, 3
 _ZERO_SHA = "0" * 40
 
 
-@dataclass(frozen=True)
-class Provenance:
-    repo: str | None
-    branch: str | None
-    commit: str | None
-    base_commit: str | None
-    pr: int | None
-
-
-def provenance(env: Mapping[str, str]) -> Provenance:
-    """What GitHub says about the commit under test, for ``push`` and ``pull_request`` events."""
+def provenance(env: Mapping[str, str]) -> Provenance | None:
+    """What GitHub says about the commit under test, for ``push`` and ``pull_request`` events; None when it names
+    no commit or no branch (not a GitHub run: ``attnprof submit`` asks git). A value that breaks the contract's
+    rules (the service's) is a ``ValidationError`` naming the field."""
     event: dict[str, Any] = {}
     path = env.get("GITHUB_EVENT_PATH")
     if path and os.path.isfile(path):
@@ -55,55 +52,49 @@ def provenance(env: Mapping[str, str]) -> Provenance:
     pull = event.get("pull_request")
     if name.startswith("pull_request") and isinstance(pull, dict):
         head, base = pull.get("head") or {}, pull.get("base") or {}
-        return Provenance(
-            repo=repo,
-            branch=head.get("ref") or env.get("GITHUB_HEAD_REF") or None,
-            commit=head.get("sha") or env.get("GITHUB_SHA") or None,
-            base_commit=base.get("sha") or None,
-            pr=int(pull["number"]) if pull.get("number") else None,
-        )
-    before = event.get("before")
-    return Provenance(
-        repo=repo,
-        branch=env.get("GITHUB_REF_NAME") or None,
-        commit=event.get("after") or env.get("GITHUB_SHA") or None,
-        base_commit=before if before and before != _ZERO_SHA else None,
-        pr=None,
-    )
+        branch = head.get("ref") or env.get("GITHUB_HEAD_REF") or None
+        commit = head.get("sha") or env.get("GITHUB_SHA") or None
+        base_commit = base.get("sha") or None
+        pr = int(pull["number"]) if pull.get("number") else None
+    else:
+        before = event.get("before")
+        branch = env.get("GITHUB_REF_NAME") or None
+        commit = event.get("after") or env.get("GITHUB_SHA") or None
+        base_commit = before if before and before != _ZERO_SHA else None
+        pr = None
+    if not branch or not commit:
+        return None
+    return Provenance(branch=branch, commit=commit, repo=repo, base_commit=base_commit, pr=pr)
 
 
-def submit_argv(env: Mapping[str, str], prov: Provenance) -> list[str]:
+def _provenance_options(prov: Provenance | None) -> list[str]:
+    """The options of ``attnprof submit`` and ``attnprof upload`` that carry ``prov`` (none without it)."""
+    if prov is None:
+        return []
+    argv = ["--branch", prov.branch, "--commit", prov.commit]
+    for flag, value in (("--repo", prov.repo), ("--base-commit", prov.base_commit), ("--pr", prov.pr)):
+        if value:
+            argv += [flag, str(value)]
+    return argv
+
+
+def submit_argv(env: Mapping[str, str], prov: Provenance | None) -> list[str]:
+    """``attnprof submit`` of the suite, with GitHub's provenance when it gave one."""
     argv = [env.get("ATTNPROF_CLI", "attnprof"), "submit", env["ATTNPROF_SUITE"], "--wait", "--json"]
     minutes = float(env.get("ATTNPROF_TIMEOUT_MINUTES") or 60)
     argv += ["--timeout", str(max(1.0, minutes * 60))]
-    for flag, value in (
-        ("--testbed", env.get("ATTNPROF_TESTBED")),
-        ("--source", env.get("ATTNPROF_SOURCE")),
-        ("--repo", prov.repo),
-        ("--branch", prov.branch),
-        ("--commit", prov.commit),
-        ("--base-commit", prov.base_commit),
-        ("--pr", str(prov.pr) if prov.pr else None),
-    ):
+    for flag, value in (("--testbed", env.get("ATTNPROF_TESTBED")), ("--source", env.get("ATTNPROF_SOURCE"))):
         if value:
             argv += [flag, value]
-    return argv
+    return argv + _provenance_options(prov)
 
 
 def upload_argv(env: Mapping[str, str], prov: Provenance, result: Path) -> list[str]:
     """``attnprof upload`` of the local mode's result, with the traces written beside it."""
     argv = [env.get("ATTNPROF_CLI", "attnprof"), "upload", str(result), "--json", "--trace-dir", str(result.parent)]
-    for flag, value in (
-        ("--branch", prov.branch),
-        ("--commit", prov.commit),
-        ("--testbed", env.get("ATTNPROF_TESTBED")),
-        ("--repo", prov.repo),
-        ("--base-commit", prov.base_commit),
-        ("--pr", str(prov.pr) if prov.pr else None),
-    ):
-        if value:
-            argv += [flag, value]
-    return argv
+    if testbed := env.get("ATTNPROF_TESTBED"):
+        argv += ["--testbed", testbed]
+    return argv + _provenance_options(prov)
 
 
 def profile_argv(env: Mapping[str, str], result: Path) -> list[str]:
@@ -168,7 +159,7 @@ def _run(argv: list[str], env: Mapping[str, str], timeout_s: float | None = None
     return done
 
 
-def submit_mode(env: Mapping[str, str], prov: Provenance) -> Outcome:
+def submit_mode(env: Mapping[str, str], prov: Provenance | None) -> Outcome:
     if not env.get("ATTNPROF_TESTBED"):
         return Outcome(EXIT_BAD_INPUT, "testbed: required in submit mode (the testbed the service profiles on)")
     done = _run(submit_argv(env, prov), env)
@@ -224,8 +215,8 @@ def local_summary(env: Mapping[str, str], prov: Provenance, answer: dict[str, An
     return _without_marker(render(inp))
 
 
-def local_mode(env: Mapping[str, str], prov: Provenance) -> Outcome:
-    if not prov.branch or not prov.commit:
+def local_mode(env: Mapping[str, str], prov: Provenance | None) -> Outcome:
+    if prov is None:
         return Outcome(EXIT_BAD_INPUT, "the branch and commit are unknown: GITHUB_REF_NAME and GITHUB_SHA are unset")
     out = Path(env.get("ATTNPROF_OUT_DIR") or Path(env.get("RUNNER_TEMP") or ".") / "attnprof")
     out.mkdir(parents=True, exist_ok=True)
@@ -277,8 +268,12 @@ def main(env: Mapping[str, str] | None = None) -> int:
     if mode not in ("submit", "local"):
         print(f"::error::mode must be submit or local, not {mode!r}")
         return EXIT_BAD_INPUT
-    prov = provenance(env)
-    outcome = submit_mode(env, prov) if mode == "submit" else local_mode(env, prov)
+    try:
+        prov = provenance(env)
+    except ValidationError as exc:
+        outcome = Outcome(EXIT_BAD_INPUT, f"GitHub's provenance of the commit is refused: {refusal(exc)}")
+    else:
+        outcome = submit_mode(env, prov) if mode == "submit" else local_mode(env, prov)
     _append(
         env.get("GITHUB_OUTPUT"),
         f"job-id={outcome.job_id}\nrun-id={outcome.run_id}\nverdict={outcome.verdict}\n"

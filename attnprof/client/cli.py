@@ -16,9 +16,12 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from attnprof.contract.provenance import Provenance
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="attnprof client verbs.")
 
@@ -34,6 +37,19 @@ def _verbs() -> None:
 def _die(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
+
+
+def checked_provenance(**fields: Any) -> Provenance:
+    """Where the code came from, checked by the contract's rules (the service's) before anything is sent: a value
+    that breaks one is bad input (exit 2), with the field named."""
+    from pydantic import ValidationError
+
+    from attnprof.contract.provenance import Provenance, refusal
+
+    try:
+        return Provenance(**fields)
+    except ValidationError as exc:
+        raise _die(refusal(exc)) from None
 
 
 def exit_code(job: dict[str, Any] | None, final: bool) -> tuple[int, str]:
@@ -75,7 +91,7 @@ def submit(
     commit: Annotated[str | None, typer.Option(help="commit (default: git HEAD)")] = None,
     base_commit: Annotated[str | None, typer.Option(help="merge base with the default branch (default: git)")] = None,
     default_branch: Annotated[str, typer.Option(help="the branch the base commit is found on")] = "main",
-    pr: Annotated[int | None, typer.Option(min=1, help="pull request number")] = None,
+    pr: Annotated[int | None, typer.Option(help="pull request number")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="wait for the verdict and exit by it")] = False,
     timeout: Annotated[
         float,
@@ -111,6 +127,14 @@ def submit(
     commit = commit or git.commit
     if not branch or not commit:
         raise _die("--branch and --commit are needed (the source is not a git checkout git can read them from)")
+    provenance = checked_provenance(
+        branch=branch,
+        commit=commit,
+        repo=repo or git.repo,
+        base_commit=git.base_commit,
+        ancestors=tuple(git.ancestors),
+        pr=pr,
+    )
     bundle = None
     if source is not None:
         try:
@@ -129,13 +153,8 @@ def submit(
                 project=project,
                 spec=spec,
                 testbed=testbed,
-                branch=branch,
-                commit=commit,
+                provenance=provenance,
                 bundle=bundle,
-                repo=repo or git.repo,
-                base_commit=git.base_commit,
-                ancestors=git.ancestors,
-                pr=pr,
                 idempotency_key=str(uuid.uuid4()),
                 deadline=deadline,
             )
@@ -236,18 +255,21 @@ def upload(
     project = project or os.environ.get("ATTNPROF_PROJECT")
     if not server or not token:
         raise _die("--server and --token (or ATTNPROF_SERVER and ATTNPROF_TOKEN) are needed")
+    provenance = checked_provenance(
+        branch=branch,
+        commit=commit,
+        repo=repo,
+        base_commit=base_commit,
+        ancestors=tuple(a.strip() for a in (ancestors or "").split(",") if a.strip()),
+        pr=pr,
+    )
     try:
         answer = upload_result(
             result,
             server=server,
             token=token,
             project=project,
-            branch=branch,
-            commit=commit,
-            repo=repo,
-            base_commit=base_commit,
-            ancestors=[a for a in (ancestors or "").split(",") if a],
-            pr=pr,
+            provenance=provenance,
             testbed=testbed,
             trace_dir=trace_dir,
             budget_s=timeout,

@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 
+from attnprof.contract.provenance import Provenance
+
 TIMEOUT_S = 120.0  # one request's own limit (connect, read, write), within the budget
 BUDGET_S = 600.0  # how long a command keeps retrying when its caller gives no deadline
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -139,33 +141,19 @@ def upload_result(
     server: str,
     token: str,
     project: str | None = None,
-    branch: str,
-    commit: str,
-    repo: str | None = None,
-    base_commit: str | None = None,
-    ancestors: list[str] | None = None,
-    pr: int | None = None,
+    provenance: Provenance,
     testbed: str | None = None,
     trace_dir: Path | None = None,
     budget_s: float = BUDGET_S,
 ) -> dict[str, Any]:
-    """POST the document to ``/api/v1/projects/{project}/results``, then PUT the traces it names that
-    ``trace_dir`` holds. Returns the service's answer (run id, verdict, comparison).
+    """POST the document with its ``provenance`` to ``/api/v1/projects/{project}/results``, then PUT the traces it
+    names that ``trace_dir`` holds. Returns the service's answer (run id, verdict, comparison).
 
     Retried for up to ``budget_s`` seconds while the service is unreachable (``Unreachable`` after that): the
     service recognises the same upload sent again, so a retry after a lost answer gets the stored run's."""
     deadline = deadline_in(budget_s)
     document = _read(path)
-    body = {
-        "result": document,
-        "branch": branch,
-        "commit": commit,
-        "repo": repo,
-        "base_commit": base_commit,
-        "ancestors": ancestors or [],
-        "pr": pr,
-        "testbed": testbed,
-    }
+    body = {"result": document, **provenance.model_dump(mode="json"), "testbed": testbed}
     headers = {"Authorization": f"Bearer {token}"}
     base = server.rstrip("/")
     try:
@@ -212,13 +200,8 @@ def submit_job(
     project: str,
     spec: str,
     testbed: str,
-    branch: str,
-    commit: str,
+    provenance: Provenance,
     bundle: bytes | None = None,
-    repo: str | None = None,
-    base_commit: str | None = None,
-    ancestors: list[str] | None = None,
-    pr: int | None = None,
     idempotency_key: str,
     deadline: float | None = None,
 ) -> dict[str, Any]:
@@ -227,12 +210,12 @@ def submit_job(
     Sent again while the service is unreachable (until ``deadline``, then ``Unreachable``) with the same
     ``idempotency_key``, so a retry never makes a second job; a refusal (4xx) is a ``SubmitError``.
     """
-    data: dict[str, str] = {"testbed": testbed, "branch": branch, "commit": commit}
-    for name, value in (("repo", repo), ("base_commit", base_commit), ("pr", pr)):
+    data: dict[str, str] = {"testbed": testbed, "branch": provenance.branch, "commit": provenance.commit}
+    for name, value in (("repo", provenance.repo), ("base_commit", provenance.base_commit), ("pr", provenance.pr)):
         if value is not None:
             data[name] = str(value)
-    if ancestors:
-        data["ancestors"] = json.dumps(ancestors)
+    if provenance.ancestors:
+        data["ancestors"] = json.dumps(list(provenance.ancestors))
     files: dict[str, tuple[str, bytes, str]] = {"spec": ("attnprof.toml", spec.encode(), "application/toml")}
     if bundle is not None:
         files["bundle"] = ("source.tar.gz", bundle, "application/gzip")

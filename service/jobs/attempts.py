@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session
 
 from attnprof.contract import tasks
+from attnprof.contract.provenance import Provenance
 from service.artifacts.store import store
 from service.auth.service import Principal, hash_secret
 from service.db import utcnow
@@ -205,17 +206,23 @@ def accept_result(
         raise Conflict(f"job {job_id} already has the result of another attempt")
     _running(job, attempt)
     document = runs.validate(result)
-    provenance = runs.Provenance(
+    # The job's provenance as its row holds it: checked when the job was submitted.
+    provenance = Provenance.model_construct(
         branch=job.branch,
         commit=job.commit,
         repo=job.repo,
         base_commit=job.base_commit,
         ancestors=tuple(str(a) for a in job.ancestors),
         pr=job.pr,
-        testbed=tb.name if (tb := testbed_rows.get(session, job.testbed_id)) else "",
     )
     run = runs.store_run(
-        session, project_id=job.project_id, document=document, provenance=provenance, job_id=job.id, attempt=attempt
+        session,
+        project_id=job.project_id,
+        document=document,
+        provenance=provenance,
+        testbed=tb.name if (tb := testbed_rows.get(session, job.testbed_id)) else "",
+        job_id=job.id,
+        attempt=attempt,
     )
     now = utcnow()
     job.run_id = run.id

@@ -6,6 +6,7 @@ from typing import Any
 from sqlalchemy import ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from attnprof.contract.provenance import BRANCH_CHARS, COMMIT_CHARS, REPO_CHARS
 from service.db import Base, utcnow
 
 STATES = ("queued", "running", "analyzing", "done", "failed", "timed_out", "cancelled")
@@ -61,10 +62,10 @@ class Job(Base):
     spec: Mapped[str] = mapped_column(Text, comment="the suite TOML as submitted")
     suite_name: Mapped[str] = mapped_column(String(200))
     bundle_sha256: Mapped[str | None] = mapped_column(ForeignKey("artifacts.sha256"))
-    repo: Mapped[str | None] = mapped_column(String(200))
-    branch: Mapped[str] = mapped_column(String(255))
-    commit: Mapped[str] = mapped_column(String(64))
-    base_commit: Mapped[str | None] = mapped_column(String(64))
+    repo: Mapped[str | None] = mapped_column(String(REPO_CHARS))
+    branch: Mapped[str] = mapped_column(String(BRANCH_CHARS))
+    commit: Mapped[str] = mapped_column(String(COMMIT_CHARS))
+    base_commit: Mapped[str | None] = mapped_column(String(COMMIT_CHARS))
     ancestors: Mapped[list[Any]] = mapped_column(default=list)
     pr: Mapped[int | None] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16), default="queued")

@@ -39,6 +39,10 @@ def _missing(name: str) -> dict[str, Any]:
     return {"type": "missing", "loc": ("body", name), "msg": "Field required", "input": None}
 
 
+def _in_body(exc: ValidationError) -> list[dict[str, Any]]:
+    return [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+
+
 def read_submission(form: FormData, limits: Limits, idempotency_key: str | None) -> service.NewJob:
     """The job a submission's form asks for: every field checked (422 naming it, as FastAPI words it), the files
     read within their limits (413)."""
@@ -54,7 +58,7 @@ def read_submission(form: FormData, limits: Limits, idempotency_key: str | None)
     try:
         fields = JobFields.model_validate(values)
     except ValidationError as exc:
-        errors += [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        errors += _in_body(exc)
     spec, bundle = form.get("spec"), form.get("bundle") or None
     if spec is None or spec == "":
         errors.insert(0, _missing("spec"))
@@ -68,15 +72,14 @@ def read_submission(form: FormData, limits: Limits, idempotency_key: str | None)
         spec_text = raw.decode()
     except UnicodeDecodeError as exc:
         raise InvalidPayload("spec: not UTF-8 text") from exc
+    try:
+        provenance = fields.provenance(service.parse_ancestors(fields.ancestors, limits.ancestors))
+    except ValidationError as exc:  # an ancestor that is no commit hash
+        raise RequestValidationError(_in_body(exc)) from None
     return service.NewJob(
         spec=spec_text,
         testbed=fields.testbed,
-        branch=fields.branch,
-        commit=fields.commit,
-        repo=fields.repo,
-        base_commit=fields.base_commit,
-        ancestors=service.parse_ancestors(fields.ancestors, limits.ancestors),
-        pr=fields.pr,
+        provenance=provenance,
         bundle=_read(bundle, limits.bundle_bytes, "bundle") if isinstance(bundle, UploadFile) else None,
         idempotency_key=idempotency_key or None,
     )

@@ -5,19 +5,33 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.db import INT_MAX
+from attnprof.contract.provenance import Branch, Commit, Provenance, PullRequest, Repo
 
 
 class JobFields(BaseModel):
-    """The text fields of a job submission (``multipart/form-data``, beside the ``spec`` and ``bundle`` files)."""
+    """The text fields of a job submission (``multipart/form-data``, beside the ``spec`` and ``bundle`` files): the
+    testbed and the job's provenance, whose rules are the contract's (``ancestors`` is one field here: its commits
+    are checked once the list is read)."""
 
     testbed: str = Field(min_length=1, max_length=100)
-    branch: str = Field(min_length=1, max_length=255)
-    commit: str = Field(min_length=1, max_length=64)
-    repo: str | None = Field(default=None, max_length=200)
-    base_commit: str | None = Field(default=None, max_length=64)
+    branch: Branch
+    commit: Commit
+    repo: Repo | None = None
+    base_commit: Commit | None = None
     ancestors: str | None = Field(default=None, description="first-parent ancestors, newest first: JSON list or CSV")
-    pr: int | None = Field(default=None, ge=1, le=INT_MAX)
+    pr: PullRequest | None = None
+
+    def provenance(self, ancestors: tuple[str, ...]) -> Provenance:
+        """The job's provenance, with ``ancestors`` as read from the field (a ``ValidationError`` names a commit
+        of theirs that breaks the rule)."""
+        return Provenance(
+            branch=self.branch,
+            commit=self.commit,
+            repo=self.repo,
+            base_commit=self.base_commit,
+            ancestors=ancestors,
+            pr=self.pr,
+        )
 
 
 _FILE = {"type": "string", "contentMediaType": "application/octet-stream"}

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from attnprof.contract.provenance import Provenance
 from profiler_core.errors import SuiteError
 from profiler_core.suite import parse_suite
 from service import paging
@@ -36,26 +37,21 @@ from service.projects import repository as projects
 from service.testbeds import repository as testbed_rows
 from service.testbeds import service as testbeds
 
-_SHA = re.compile(r"^[0-9A-Za-z._-]{1,64}$")
-_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-
 
 @dataclass(frozen=True)
 class NewJob:
+    """A job as submitted: its provenance already checked (the contract's model), the suite and bundle not yet."""
+
     spec: str
     testbed: str
-    branch: str
-    commit: str
-    repo: str | None = None
-    base_commit: str | None = None
-    ancestors: tuple[str, ...] = ()
-    pr: int | None = None
+    provenance: Provenance
     bundle: bytes | None = None
     idempotency_key: str | None = None
 
 
 def parse_ancestors(raw: str | None, limit: int) -> tuple[str, ...]:
-    """A JSON list or a comma/space-separated list of commits, newest first."""
+    """A JSON list or a comma/space-separated list of commits, newest first; each is then checked as
+    ``Provenance.ancestors`` is."""
     if not raw or not raw.strip():
         return ()
     text = raw.strip()
@@ -65,7 +61,7 @@ def parse_ancestors(raw: str | None, limit: int) -> tuple[str, ...]:
         items = json.loads(text) if text.startswith("[") else re.split(r"[\s,]+", text)
     except json.JSONDecodeError as exc:
         raise InvalidPayload(f"ancestors: not a JSON list: {exc}") from exc
-    if not isinstance(items, list) or not all(isinstance(i, str) and _SHA.match(i) for i in items if i):
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
         raise InvalidPayload("ancestors: a list of commit hashes")
     out = tuple(i for i in items if i)
     if len(out) > limit:
@@ -108,11 +104,6 @@ def create(
 
     ``testbed_ids`` (name to id) spares the testbed's lookup: a testbed is never renamed or removed, so an id
     read from a committed row stays true; one created here is added by the next request that reads it."""
-    for name, value in (("commit", new.commit), ("base_commit", new.base_commit)):
-        if value is not None and not _SHA.match(value):
-            raise InvalidPayload(f"{name}: a commit hash (letters, digits, '.', '_', '-'; at most 64)")
-    if new.repo is not None and not _REPO.match(new.repo):
-        raise InvalidPayload("repo: owner/name")
     name = suite_name(new.spec)
     bundle_sha = None
     if new.bundle is not None:
@@ -128,6 +119,7 @@ def create(
         testbed_id, existed = testbeds.ensure_id(session, new.testbed)
         if existed and testbed_ids is not None:
             testbed_ids[new.testbed] = testbed_id
+    prov = new.provenance
     job = repository.insert_unless_key_taken(
         session,
         {
@@ -138,12 +130,12 @@ def create(
             "spec": new.spec,
             "suite_name": name,
             "bundle_sha256": bundle_sha,
-            "repo": new.repo,
-            "branch": new.branch,
-            "commit": new.commit,
-            "base_commit": new.base_commit,
-            "ancestors": list(new.ancestors),
-            "pr": new.pr,
+            "repo": prov.repo,
+            "branch": prov.branch,
+            "commit": prov.commit,
+            "base_commit": prov.base_commit,
+            "ancestors": list(prov.ancestors),
+            "pr": prov.pr,
             "status": "queued",
             "attempts": 0,
             "max_attempts": max_attempts,

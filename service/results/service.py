@@ -34,33 +34,25 @@ def upload(session: Session, *, project_id: int, body: ResultUpload, cfg: Analys
     document = runs.validate(body.result)
     if len(body.ancestors) > ancestors_max:
         raise InvalidPayload(f"ancestors: at most {ancestors_max}")
-    provenance = runs.Provenance(
-        branch=body.branch,
-        commit=body.commit,
-        repo=body.repo,
-        base_commit=body.base_commit,
-        ancestors=tuple(body.ancestors),
-        pr=body.pr,
-        testbed=body.testbed,
-    )
     stored = run_rows.get_by_document_id(session, project_id, document.run.id)
     if stored is not None:
-        return _stored_answer(session, stored, document, provenance)
-    run = runs.store_run(session, project_id=project_id, document=document, provenance=provenance)
+        return _stored_answer(session, stored, document, body)
+    # The upload is a provenance (the contract's model) with the document and the testbed beside it.
+    run = runs.store_run(session, project_id=project_id, document=document, provenance=body, testbed=body.testbed)
     return Uploaded(run=run, comparison=analysis.analyze(session, run_id=run.id, cfg=cfg, document=document))
 
 
-def _stored_answer(session: Session, run: Run, document: ResultDocument, provenance: runs.Provenance) -> Uploaded:
+def _stored_answer(session: Session, run: Run, document: ResultDocument, body: ResultUpload) -> Uploaded:
     """The answer an earlier upload of ``document`` got, if this upload is the same one; else ``Conflict``."""
     differs = [] if run.job_id is None else ["origin (a job's worker stored it)"]
     for name in ("branch", "commit", "repo", "base_commit", "pr"):
-        if getattr(run, name) != getattr(provenance, name):
+        if getattr(run, name) != getattr(body, name):
             differs.append(name)
-    if list(run.ancestors) != list(provenance.ancestors):
+    if list(run.ancestors) != list(body.ancestors):
         differs.append("ancestors")
-    if provenance.testbed is not None:
+    if body.testbed is not None:
         testbed = testbeds.get(session, run.testbed_id)
-        if testbed is None or testbed.name != provenance.testbed:
+        if testbed is None or testbed.name != body.testbed:
             differs.append("testbed")
     # The stored document read back through its model, so that JSON's numbers compare as the model holds them.
     if runs.validate(run.document).model_dump(mode="json", by_alias=True) != document.model_dump(

@@ -7,6 +7,7 @@ from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String,
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
+from attnprof.contract.provenance import BRANCH_CHARS, COMMIT_CHARS, REPO_CHARS
 from service.db import Base, BigId, utcnow
 
 # float8[] on Postgres (readable in SQL with unnest), a JSON list on SQLite.
@@ -30,11 +31,11 @@ class Run(Base):
     testbed_id: Mapped[int] = mapped_column(ForeignKey("testbeds.id"))
     testbed_key: Mapped[str] = mapped_column(String(64))
     document_run_id: Mapped[str] = mapped_column(String(100), comment="run.id inside the result document")
-    branch: Mapped[str] = mapped_column(String(255))
-    commit: Mapped[str] = mapped_column(String(64))
-    repo: Mapped[str | None] = mapped_column(String(200))
+    branch: Mapped[str] = mapped_column(String(BRANCH_CHARS))
+    commit: Mapped[str] = mapped_column(String(COMMIT_CHARS))
+    repo: Mapped[str | None] = mapped_column(String(REPO_CHARS))
     pr: Mapped[int | None] = mapped_column(Integer)
-    base_commit: Mapped[str | None] = mapped_column(String(64))
+    base_commit: Mapped[str | None] = mapped_column(String(COMMIT_CHARS))
     ancestors: Mapped[list[Any]] = mapped_column(default=list, comment="first-parent ancestors of base_commit")
     mode: Mapped[str] = mapped_column(String(8))
     suspect: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -63,7 +64,7 @@ class RunCase(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     project_id: Mapped[int] = mapped_column(Integer)
     testbed_id: Mapped[int] = mapped_column(Integer)
-    branch: Mapped[str] = mapped_column(String(255))
+    branch: Mapped[str] = mapped_column(String(BRANCH_CHARS))
     created_at: Mapped[datetime]
     case_id: Mapped[str] = mapped_column(String(500))
     status: Mapped[str] = mapped_column(String(16))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from attnprof.contract.provenance import Provenance
 from profiler_core.documents import ResultDocument, parse_result
 from profiler_core.errors import DocumentError
 from service.artifacts.store import store
@@ -16,19 +16,6 @@ from service.errors import Conflict, InvalidPayload, NotFound, PayloadTooLarge
 from service.runs import repository
 from service.runs.models import Run
 from service.testbeds import service as testbeds
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where a run's code came from. ``ancestors``: first-parent ancestors of ``base_commit``, newest first."""
-
-    branch: str
-    commit: str
-    repo: str | None = None
-    base_commit: str | None = None
-    ancestors: tuple[str, ...] = ()
-    pr: int | None = None
-    testbed: str | None = None
 
 
 def validate(data: Any) -> ResultDocument:
@@ -45,21 +32,23 @@ def store_run(
     project_id: int,
     document: ResultDocument,
     provenance: Provenance,
+    testbed: str | None = None,
     job_id: str | None = None,
     attempt: int | None = None,
 ) -> Run:
-    """Insert the run and its normalised rows in the caller's transaction (nothing is committed here)."""
+    """Insert the run and its normalised rows in the caller's transaction (nothing is committed here). ``testbed``:
+    the name of the testbed it ran on (None: the one first seen with the document's testbed key)."""
     if repository.get_by_document_id(session, project_id, document.run.id) is not None:
         raise Conflict(f"run {document.run.id} of this result document is already stored")
     env = document.environment
-    testbed = testbeds.for_run(session, name=provenance.testbed, key=env.testbed_key, meaning=dict(env.testbed))
+    ran_on = testbeds.for_run(session, name=testbed, key=env.testbed_key, meaning=dict(env.testbed))
     now = utcnow()
     run = repository.add(
         session,
         Run(
             id=str(uuid.uuid4()),
             project_id=project_id,
-            testbed_id=testbed.id,
+            testbed_id=ran_on.id,
             testbed_key=env.testbed_key,
             document_run_id=document.run.id,
             branch=provenance.branch,

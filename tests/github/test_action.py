@@ -78,6 +78,9 @@ def test_provenance_of_pull_request_and_push_events(tmp_path: Path) -> None:
     argv = submit_argv({"ATTNPROF_SUITE": "s.toml", "ATTNPROF_TIMEOUT_MINUTES": "2", "ATTNPROF_TESTBED": "t"}, prov)
     assert argv[1:5] == ["submit", "s.toml", "--wait", "--json"] and "--pr" not in argv
     assert argv[argv.index("--timeout") + 1] == "120.0" and argv[argv.index("--commit") + 1] == "a2"
+    # Outside GitHub no commit is named: `attnprof submit` asks git, and the local mode cannot run.
+    assert provenance({}) is None
+    assert "--commit" not in submit_argv({"ATTNPROF_SUITE": "s.toml"}, None)
 
 
 def test_fail_on() -> None:

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 from svcconf import Tenant
 
+from attnprof.contract.provenance import Provenance
 from profiler_core.documents import parse_result
 from service import migrate
 from service.app import create_app
@@ -261,7 +262,7 @@ def test_suite_names_and_shared_cases_are_read_on_both_backends(store: Session) 
             store,
             project_id=project.id,
             document=parse_result(doc),
-            provenance=runs.Provenance(branch="main", commit="m1"),
+            provenance=Provenance(branch="main", commit="m1"),
         )
     ids = [r.id for r in stored.values()]
     assert dict(baselines.suite_names(store, ids)) == {
@@ -343,13 +344,13 @@ def _job(
             session,
             project_id=names["project_id"],
             document=parse_result(doc),
-            provenance=runs.Provenance(
+            provenance=Provenance(
                 branch=job.branch,
                 commit=job.commit,
                 base_commit=job.base_commit,
                 ancestors=tuple(str(a) for a in job.ancestors),
-                testbed=names["testbed"],
             ),
+            testbed=names["testbed"],
             job_id=job.id,
             attempt=1,
         )

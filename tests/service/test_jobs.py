@@ -18,6 +18,7 @@ from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 from svcconf import Tenant
 
+from attnprof.contract.provenance import Provenance
 from service import migrate
 from service.config import Fairness, Limits
 from service.db import make_engine, utcnow
@@ -541,7 +542,7 @@ def _waiting_job(db: Session, project_id: int, testbed: str, commit: str = "c") 
     job, _ = jobs.create(
         db,
         project_id=project_id,
-        new=jobs.NewJob(spec=SPEC, testbed=testbed, branch="main", commit=commit),
+        new=jobs.NewJob(spec=SPEC, testbed=testbed, provenance=Provenance(branch="main", commit=commit)),
         limits=Limits(),
         max_attempts=3,
     )

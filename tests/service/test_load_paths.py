@@ -25,6 +25,7 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 from svcconf import Tenant
 
+from attnprof.contract.provenance import Provenance
 from profiler_core.analysis import stats
 from profiler_core.analysis.compare import compare
 from profiler_core.documents import parse_result
@@ -241,7 +242,9 @@ def test_two_submissions_racing_with_one_idempotency_key_make_one_job(own_databa
         project_id = projects.create(setup, name="race").id
         setup.commit()
     bundle = tar_gz({"pkg/a.py": b"x = 1\n"})
-    new = jobs.NewJob(spec=SPEC, testbed="tb-race", branch="b", commit="c", bundle=bundle, idempotency_key="k")
+    new = jobs.NewJob(
+        spec=SPEC, testbed="tb-race", provenance=Provenance(branch="b", commit="c"), bundle=bundle, idempotency_key="k"
+    )
 
     def submit(session: Session) -> tuple[str, bool]:
         job, created = jobs.create(session, project_id=project_id, new=new, limits=Limits(), max_attempts=3)
@@ -268,7 +271,7 @@ def test_samples_are_stored_one_array_per_case_in_their_order(db: Session) -> No
     project = projects.create(db, name="samples-array")
     document = parse_result(docs.h200())
     run = runs.store_run(
-        db, project_id=project.id, document=document, provenance=runs.Provenance(branch="main", commit="c1")
+        db, project_id=project.id, document=document, provenance=Provenance(branch="main", commit="c1")
     )
     stored = run_rows.samples_of_run(db, run.id)
     expected = {c.id: c.latency_us.samples for c in document.cases if c.latency_us and c.latency_us.samples}

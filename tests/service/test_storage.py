@@ -12,6 +12,7 @@ from conftest import create_database, drop_database
 from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
+from attnprof.contract.provenance import Provenance
 from profiler_core.documents import parse_result
 from service import migrate
 from service.baselines import service as baselines
@@ -36,7 +37,7 @@ def _fill(session: Session) -> None:
             session,
             project_id=project.id,
             document=parse_result(docs.h200(slower=slow)),
-            provenance=runs.Provenance(branch="main", commit=f"c{i}", ancestors=(f"c{i - 1}",)),
+            provenance=Provenance(branch="main", commit=f"c{i}", ancestors=(f"c{i - 1}",)),
         )
         analysis.analyze(session, run_id=run.id, cfg=Analysis())
     session.commit()
@@ -90,7 +91,7 @@ def test_store_compare_and_query_on_both_backends(store: Session) -> None:
         store,
         project_id=project.id,
         document=parse_result(docs.h200()),
-        provenance=runs.Provenance(branch="main", commit="a1"),
+        provenance=Provenance(branch="main", commit="a1"),
     )
     assert analysis.analyze(store, run_id=first.id, cfg=cfg).verdict == "pass"
     case = "sdpa[backend=cudnn,pass=fwd]"
@@ -98,7 +99,7 @@ def test_store_compare_and_query_on_both_backends(store: Session) -> None:
         store,
         project_id=project.id,
         document=parse_result(docs.h200(slower=1.1, cases=[case])),
-        provenance=runs.Provenance(branch="pr", commit="b1", base_commit="a1"),
+        provenance=Provenance(branch="pr", commit="b1", base_commit="a1"),
     )
     found = analysis.analyze(store, run_id=cand.id, cfg=cfg)
     assert found.verdict == "fail" and found.baseline_run_ids == [first.id]
@@ -122,7 +123,7 @@ def test_store_compare_and_query_on_both_backends(store: Session) -> None:
     (point,) = trends.kernel_points(store, tq, kernel["key"], "latency")
     assert point.run_id == first.id and point.median == pytest.approx(kernel["duration_us"]["median"])
     spec = '[suite]\nname="s"\n[[cases]]\nname="x"\ntarget="naive"\nq_heads=1\nseq_q=8\nhead_dim=8\n'
-    retry = jobs.NewJob(spec=spec, testbed="tb1", branch="pr", commit="b1", idempotency_key="k")
+    retry = jobs.NewJob(spec=spec, testbed="tb1", provenance=Provenance(branch="pr", commit="b1"), idempotency_key="k")
     job, created = jobs.create(store, project_id=project.id, limits=Limits(), max_attempts=3, new=retry)
     again, created2 = jobs.create(store, project_id=project.id, limits=Limits(), max_attempts=3, new=retry)
     assert created and not created2 and again is job
@@ -139,7 +140,9 @@ def test_store_compare_and_query_on_both_backends(store: Session) -> None:
             project_id=project.id,
             limits=Limits(),
             max_attempts=3,
-            new=jobs.NewJob(spec="", testbed="tb1", branch="pr", commit="b1", idempotency_key="k"),
+            new=jobs.NewJob(
+                spec="", testbed="tb1", provenance=Provenance(branch="pr", commit="b1"), idempotency_key="k"
+            ),
         )
     store.commit()
 

@@ -43,6 +43,7 @@ from wkstack import (
 from attnprof.client import http as client
 from attnprof.client import source as client_source
 from attnprof.client.cli import EXIT_FAIL, EXIT_NO_VERDICT, EXIT_PASS, exit_code
+from attnprof.contract.provenance import Provenance
 
 
 def _git(root: Path, *args: str) -> str:
@@ -261,8 +262,7 @@ def _submit(http: Any, deadline: float) -> dict[str, Any]:
         project="p",
         spec="[suite]\n",
         testbed="tb",
-        branch="b",
-        commit="c",
+        provenance=Provenance(branch="b", commit="c"),
         idempotency_key="k-1",
         deadline=deadline,
     )

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from wkstack import db_fixture, engine_fixture, pg_url_fixture  # noqa: F401 (fixtures db, engine, pg_url)
 
 from attnprof.contract import tasks
+from attnprof.contract.provenance import Provenance
 from service import queue
 from service.config import Fairness, Limits, Sweep
 from service.db import utcnow
@@ -27,7 +28,7 @@ def _job(db: Session, testbed: str, **fields: object) -> Job:
     job, _ = jobs.create(
         db,
         project_id=project.id,
-        new=jobs.NewJob(spec=SPEC, testbed=testbed, branch="main", commit="abc"),
+        new=jobs.NewJob(spec=SPEC, testbed=testbed, provenance=Provenance(branch="main", commit="abc")),
         limits=Limits(),
         max_attempts=2,
     )
