@@ -19,7 +19,7 @@ from service.errors import InvalidPayload, PayloadTooLarge
 from service.github import service as github
 from service.jobs import dispatch, service
 from service.jobs.models import STATES
-from service.jobs.schemas import ComparisonOut, JobCreated, JobFields, JobOut, JobPage, submission_schema
+from service.jobs.schemas import JobComparison, JobCreated, JobFields, JobOut, JobPage, submission_schema
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 # Checked after the token, like every other field (documented as the header's maxLength).
@@ -191,10 +191,10 @@ def get_job(job_id: str, principal: PrincipalDep, session: SessionDep, settings:
     return service.to_out(session, service.get_for(session, principal, job_id), settings.fairness)
 
 
-@router.get("/jobs/{job_id}/comparison", response_model=ComparisonOut)
-def get_comparison(job_id: str, principal: PrincipalDep, session: SessionDep) -> ComparisonOut:
+@router.get("/jobs/{job_id}/comparison", response_model=JobComparison)
+def get_comparison(job_id: str, principal: PrincipalDep, session: SessionDep) -> JobComparison:
     found = service.comparison(session, service.get_for(session, principal, job_id))
-    return ComparisonOut(
+    return JobComparison(
         id=found.id,
         run_id=found.candidate_run_id,
         verdict=found.verdict,

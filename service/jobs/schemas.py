@@ -98,7 +98,9 @@ class JobPage(BaseModel):
     next: str | None = Field(description="cursor of the next page, or null")
 
 
-class ComparisonOut(BaseModel):
+class JobComparison(BaseModel):
+    """The comparison of a job's run (``GET /jobs/{job_id}/comparison``)."""
+
     id: str
     run_id: str
     verdict: str

@@ -1,0 +1,76 @@
+"""The OpenAPI documents name each schema once: a generated client gets one type per name, and every model a route
+takes or answers with is there under its own name (two models of one name would be renamed after their modules,
+or one of them lost)."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections import Counter
+from typing import Any
+
+import pytest
+from conftest import make_settings
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+
+from service.app import create_app
+from service.jobs.internal import OPENAPI_PATH
+from service.routers import ROUTERS
+
+
+@pytest.fixture(scope="module")
+def documents() -> dict[str, dict[str, Any]]:
+    # The documents do not depend on the database: an app that never touches one serves them.
+    client = TestClient(create_app(make_settings("sqlite://")))
+    return {path: client.get(path).json() for path in ("/openapi.json", OPENAPI_PATH)}
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+    return []
+
+
+def _route_models(public: bool) -> set[type[BaseModel]]:
+    """The models the routes of one document take as their body or answer with."""
+    found: set[type[BaseModel]] = set()
+    for router in ROUTERS:
+        for route in router.routes:
+            if not isinstance(route, APIRoute) or route.include_in_schema != public:
+                continue
+            found.update(_models(route.response_model))
+            found.update(m for answer in route.responses.values() for m in _models(answer.get("model")))
+            if route.body_field is not None:
+                found.update(_models(route.body_field.field_info.annotation))
+    return found
+
+
+@pytest.mark.parametrize("path", ["/openapi.json", OPENAPI_PATH])
+def test_each_schema_has_a_name_of_its_own_and_every_model_is_there(
+    documents: dict[str, dict[str, Any]], path: str
+) -> None:
+    schemas = documents[path]["components"]["schemas"]
+    titles = Counter(schema.get("title") for schema in schemas.values())
+    assert [title for title, n in titles.items() if n > 1] == []
+    # A name FastAPI had to qualify by module (``service__jobs__schemas__X``) means two models shared one.
+    assert {name: s.get("title") for name, s in schemas.items() if s.get("title") != name} == {}
+    models = _route_models(public=path == "/openapi.json")
+    assert models, "no route models found: the routers are not read as this test expects"
+    missing = sorted(m.__name__ for m in models if m.__name__ not in schemas)
+    assert missing == []
+    assert len({m.__name__ for m in models}) == len(models)  # no two route models of one name
+
+
+def test_a_jobs_comparison_and_a_comparison_are_two_types(documents: dict[str, dict[str, Any]]) -> None:
+    document = documents["/openapi.json"]
+    answers = {
+        path: document["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+        for path in ("/api/v1/jobs/{job_id}/comparison", "/api/v1/projects/{project}/comparisons/{comparison_id}")
+    }
+    assert sorted(answers.values()) == ["#/components/schemas/ComparisonOut", "#/components/schemas/JobComparison"]
+    schemas = document["components"]["schemas"]
+    assert {"noise_floor", "created_at"} <= set(schemas["JobComparison"]["properties"])
