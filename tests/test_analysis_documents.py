@@ -23,6 +23,9 @@ def test_comparison_schema_validates_a_document() -> None:
     c = compare(runs(3, seed=1), runs(1, seed=2, factor=1.05, prefix="cand")[0])
     jsonschema.validate(json.loads(c.to_json()), schema)
     jsonschema.validate(json.loads(compare([], runs(1)[0]).to_json()), schema)
+    # The settings' model is named for what it is (the service has its own ``Settings``); the key stays ``settings``.
+    assert schema["properties"]["settings"] == {"$ref": "#/$defs/ComparisonSettings"}
+    assert "Settings" not in schema["$defs"] and "settings" in json.loads(c.to_json())
 
 
 def test_document_carries_the_settings_used() -> None:

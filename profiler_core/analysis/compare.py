@@ -23,8 +23,8 @@ from profiler_core.analysis.timing import (
 )
 from profiler_core.documents.comparison import (
     ComparisonDocument,
+    ComparisonSettings,
     Finding,
-    Settings,
     SoftwareChange,
     Summary,
     Verdict,
@@ -64,7 +64,7 @@ def compare(
     if not 0.0 <= floor < 1.0:
         raise AnalysisError(f"noise floor must be a relative spread in [0, 1), got {noise_floor!r}")
     th = resolve(mode, candidate.suite.thresholds, config)
-    settings = Settings(
+    settings = ComparisonSettings(
         mode=mode,
         thresholds=th.as_dict(),
         fdr=th.fdr,

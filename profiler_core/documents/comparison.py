@@ -91,8 +91,8 @@ class Summary(_Model):
     warn: int = Field(description="findings that warn")
 
 
-class Settings(_Model):
-    """How the comparison was decided, so that it can be reproduced."""
+class ComparisonSettings(_Model):
+    """How the comparison was decided, so that it can be reproduced (the document's ``settings``)."""
 
     mode: str = Field(description="cuda or cpu: which defaults applied")
     thresholds: dict[str, float] = Field(description="minimum relative effects per metric (before case overrides)")
@@ -119,7 +119,7 @@ class ComparisonDocument(_Model):
     notes: list[str] = Field(default_factory=list, description="why the verdict is what it is, beyond findings")
     findings: list[Finding] = Field(default_factory=list)
     summary: Summary
-    settings: Settings
+    settings: ComparisonSettings
 
     def to_json(self, *, indent: int | None = 2) -> str:
         return self.model_dump_json(by_alias=True, indent=indent)
