@@ -14,6 +14,8 @@
 ``Unavailable``           503 a dependency (database, broker) is down; carries ``Retry-After``. Every route answers it
                           while the database cannot be reached (refused, dropped mid-request or at the commit, no
                           connection from the pool): see ``database_unavailable``
+``StoredDocumentInvalid`` 500 a stored result or comparison document that its model refuses (edited in the database,
+                          or stored before the model changed): the stored data's fault, never the request's
 
 Anything else a route raises answers 500 with the same body (``internal_error``), never a plain-text page.
 
@@ -96,6 +98,10 @@ class Unavailable(ServiceError):
 
     def __init__(self, detail: str, *, retry_after_s: int = RETRY_AFTER_S) -> None:
         super().__init__(detail, headers={"Retry-After": str(retry_after_s)})
+
+
+class StoredDocumentInvalid(ServiceError):
+    status, error = 500, "invalid_stored_document"
 
 
 # The database cannot be reached now (down, restarting, the connection dropped, the pool gave none): errors of the

@@ -1,6 +1,6 @@
 """The documents profiler_core reads and writes, and their JSON Schemas. Torch-free."""
 
-from profiler_core.documents.io import load_result, parse_result, write_result
+from profiler_core.documents.io import load_result, parse_comparison, parse_result, write_result
 from profiler_core.documents.result import (
     MAX_PARAMS_DEPTH,
     PHASES,
@@ -49,6 +49,7 @@ __all__ = [
     "Thresholds",
     "Work",
     "load_result",
+    "parse_comparison",
     "parse_result",
     "result_json_schema",
     "write_result",

@@ -1,4 +1,4 @@
-"""Reading and writing result documents (JSON, optionally gzip)."""
+"""Reading and writing result documents (JSON, optionally gzip), and validating comparison documents."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from profiler_core.documents.comparison import COMPARISON_SCHEMA, ComparisonDocument
 from profiler_core.documents.result import RESULT_SCHEMA, ResultDocument
 from profiler_core.errors import DocumentError
 
@@ -53,6 +54,19 @@ def parse_result(data: Any, *, source: str = "<document>") -> ResultDocument:
         return ResultDocument.model_validate(data)
     except ValidationError as exc:
         raise DocumentError(f"{source}: invalid result document: {_first_errors(exc)}") from exc
+
+
+def parse_comparison(data: Any, *, source: str = "<document>") -> ComparisonDocument:
+    """Validate a decoded JSON value as a comparison document, or raise ``DocumentError``."""
+    if not isinstance(data, dict):
+        raise DocumentError(f"{source}: a comparison document is a JSON object, got {type(data).__name__}")
+    schema = data.get("schema")
+    if schema != COMPARISON_SCHEMA:
+        raise DocumentError(f"{source}: schema is {schema!r}, expected {COMPARISON_SCHEMA!r}")
+    try:
+        return ComparisonDocument.model_validate(data)
+    except ValidationError as exc:
+        raise DocumentError(f"{source}: invalid comparison document: {_first_errors(exc)}") from exc
 
 
 def load_result(path: str | Path) -> ResultDocument:

@@ -4,22 +4,21 @@ endpoint calls it inline and the worker's ``analysis.run`` task calls the same f
 from __future__ import annotations
 
 import math
-import threading
 import uuid
-from collections import OrderedDict
 
 from sqlalchemy.orm import Session
 
 from profiler_core.analysis import AnalysisError, compare, e_divisive
-from profiler_core.documents import ResultDocument
 from service.baselines import repository as baseline_rules
 from service.baselines import service as baselines
 from service.baselines import suites
+from service.comparisons import documents as comparison_documents
 from service.comparisons import repository
 from service.comparisons.models import Alert, Comparison
 from service.config import Analysis
 from service.errors import InvalidPayload, NotFound
 from service.projects import repository as projects
+from service.runs import documents
 from service.runs import repository as runs
 from service.runs.models import Run
 
@@ -28,56 +27,19 @@ ALERT_ALPHA = 0.01
 ALERT_MIN_SIZE = 5
 
 
-class _Documents:
-    """Validated documents of stored runs, by run id, the most recently used few.
-
-    A stored document never changes, and the same baseline runs serve comparison after comparison (every pull
-    request on a testbed compares with the same default-branch runs); reading and validating a 100-case document
-    again costs some 50 ms a run. Eight documents of 100 cases hold some 40 MB.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._docs: OrderedDict[str, ResultDocument] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, run: Run) -> ResultDocument:
-        with self._lock:
-            doc = self._docs.get(run.id)
-            if doc is not None:
-                self._docs.move_to_end(run.id)
-                return doc
-        # Stored documents were validated on the way in; reading run.document loads it (deferred) here.
-        doc = ResultDocument.model_validate(run.document)
-        with self._lock:
-            self._docs[run.id] = doc
-            while len(self._docs) > self.size:
-                self._docs.popitem(last=False)
-        return doc
-
-
-_documents = _Documents(size=8)
-
-
-def _document(run: Run) -> ResultDocument:
-    return _documents.get(run)
-
-
-def analyze(
-    session: Session, *, run_id: str, cfg: Analysis, seed: int = 0, document: ResultDocument | None = None
-) -> Comparison:
+def analyze(session: Session, *, run_id: str, cfg: Analysis, seed: int = 0) -> Comparison:
     """Compare run ``run_id`` with its baseline, store the comparison, and look for change points when the run
     is on the default branch. Nothing is committed: the caller's request or task owns the transaction.
 
-    ``document``: the run's result document when the caller has just validated it (an upload), so that it is
-    not validated again (a 100-case document takes tens of milliseconds)."""
+    The documents come through ``documents.result_of``: the candidate's was kept when it was stored in this process
+    (an upload), and the same baseline runs serve comparison after comparison, so most analyses validate none."""
     run = runs.get(session, run_id)
     if run is None:
         raise NotFound(f"no run {run_id}")
     project = projects.get(session, run.project_id)
     assert project is not None
     branch = project.default_branch
-    candidate = document if document is not None else _document(run)
+    candidate = documents.result_of(session, run)
     # Baselines are runs of the candidate's suite; its name is known here without reading the stored document.
     suites.remember(run.id, candidate.suite.name)
     choice = baselines.select(
@@ -86,7 +48,11 @@ def analyze(
     floor = baselines.noise_floor(session, candidate=run, default_branch=branch, cfg=cfg)
     try:
         doc = compare(
-            [_document(b) for b in choice.runs], candidate, noise_floor=floor, seed=seed, first_run=choice.first_run
+            [documents.result_of(session, b) for b in choice.runs],
+            candidate,
+            noise_floor=floor,
+            seed=seed,
+            first_run=choice.first_run,
         )
     except AnalysisError as exc:
         raise InvalidPayload(f"cannot compare this run with its baseline: {exc}") from exc
@@ -105,6 +71,7 @@ def analyze(
             document=doc.model_dump(mode="json", by_alias=True),
         ),
     )
+    comparison_documents.remember(comparison.id, doc)
     if run.branch == branch and not run.suspect:
         detect_alerts(session, run=run, cfg=cfg, seed=seed)
     return comparison

@@ -21,18 +21,18 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from profiler_core.documents import parse_result
-from profiler_core.documents.comparison import ComparisonDocument
 from profiler_core.documents.result import ResultDocument
+from service.comparisons import documents as comparison_documents
 from service.comparisons import repository as comparisons
 from service.config import Settings, Sweep
 from service.db import utcnow
+from service.errors import NotFound
 from service.github.client import GitHubClient, GitHubError
 from service.github.comment import CommentInput, marker, render
 from service.jobs import repository as jobs
 from service.jobs.models import FINAL, Job
 from service.projects import repository as projects
-from service.runs import repository as runs
+from service.runs import documents
 from service.testbeds import repository as testbeds
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,12 @@ def _project(session: Session, job: Job) -> str:
 
 
 def _document(session: Session, run_id: str | None) -> ResultDocument | None:
-    run = runs.get(session, run_id) if run_id else None
-    return parse_result(run.document, source=f"run {run.id}") if run is not None else None
+    if not run_id:
+        return None
+    try:
+        return documents.result_of(session, run_id)
+    except NotFound:  # a baseline run deleted since
+        return None
 
 
 def comment_input(session: Session, job: Job, settings: Settings) -> CommentInput:
@@ -82,7 +86,7 @@ def comment_input(session: Session, job: Job, settings: Settings) -> CommentInpu
         reason=_strip_note(job),
         run_id=job.run_id,
         comparison_id=found.id if found else None,
-        comparison=ComparisonDocument.model_validate(found.document) if found else None,
+        comparison=comparison_documents.comparison_of(found) if found else None,
         candidate=_document(session, job.run_id) if found else None,
         baseline=_document(session, baseline_ids[0]) if baseline_ids else None,
     )

@@ -11,6 +11,7 @@ from service.comparisons.models import Comparison
 from service.config import Analysis
 from service.errors import Conflict, InvalidPayload
 from service.results.schemas import ResultUpload
+from service.runs import documents
 from service.runs import repository as run_rows
 from service.runs import service as runs
 from service.runs.models import Run
@@ -39,7 +40,7 @@ def upload(session: Session, *, project_id: int, body: ResultUpload, cfg: Analys
         return _stored_answer(session, stored, document, body)
     # The upload is a provenance (the contract's model) with the document and the testbed beside it.
     run = runs.store_run(session, project_id=project_id, document=document, provenance=body, testbed=body.testbed)
-    return Uploaded(run=run, comparison=analysis.analyze(session, run_id=run.id, cfg=cfg, document=document))
+    return Uploaded(run=run, comparison=analysis.analyze(session, run_id=run.id, cfg=cfg))
 
 
 def _stored_answer(session: Session, run: Run, document: ResultDocument, body: ResultUpload) -> Uploaded:
@@ -55,7 +56,7 @@ def _stored_answer(session: Session, run: Run, document: ResultDocument, body: R
         if testbed is None or testbed.name != body.testbed:
             differs.append("testbed")
     # The stored document read back through its model, so that JSON's numbers compare as the model holds them.
-    if runs.validate(run.document).model_dump(mode="json", by_alias=True) != document.model_dump(
+    if documents.result_of(session, run).model_dump(mode="json", by_alias=True) != document.model_dump(
         mode="json", by_alias=True
     ):
         differs.append("result (the document's content)")

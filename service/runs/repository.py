@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import insert, select
+from sqlalchemy import Row, func, insert, select
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from service.runs.models import CaseSamples, Run, RunCase, RunKernel, RunTrace
@@ -87,14 +88,36 @@ def _binary_copy(samples_us: Mapping[int, Sequence[float]]) -> bytes:
     return b"".join(parts)
 
 
-def samples_of_run(session: Session, run_id: str) -> dict[str, list[float]]:
-    """The samples of each case of a run (microseconds), by case id; cases without samples are absent."""
+def samples_of_run(session: Session, run_id: str, case_ids: Collection[str] | None = None) -> dict[str, list[float]]:
+    """The samples of each case of a run (microseconds), by case id (only ``case_ids``' when given); cases without
+    samples are absent."""
     q = (
         select(RunCase.case_id, CaseSamples.values_us)
         .join(CaseSamples, CaseSamples.run_case_id == RunCase.id)
         .where(RunCase.run_id == run_id)
     )
+    if case_ids is not None:
+        q = q.where(RunCase.case_id.in_(case_ids))
     return {case_id: [float(v) for v in values] for case_id, values in session.execute(q)}
+
+
+def document_of(session: Session, run_id: str) -> Row[tuple[Any]] | None:
+    """The stored ``document`` column of a run (its result document without the samples), or None: no such run."""
+    return session.execute(select(Run.document).where(Run.id == run_id)).first()
+
+
+def document_cases(session: Session, run_id: str, case_ids: Collection[str]) -> list[Any]:
+    """The cases ``case_ids`` of a run's stored document, as stored (without their samples). On Postgres only those
+    cases leave the database: a 100-case document is a megabyte, and a comparison names the few cases that moved."""
+    if not case_ids:
+        return []
+    if session.get_bind().dialect.name == "postgresql":
+        case = func.jsonb_array_elements(Run.document["cases"], type_=JSONB).column_valued("c", joins_implicitly=True)
+        q = select(case).select_from(Run).where(Run.id == run_id)
+        return list(session.scalars(q.where(case["id"].astext.in_(list(case_ids)))))
+    found = session.scalars(select(Run.document["cases"]).where(Run.id == run_id)).first()
+    wanted = set(case_ids)
+    return [c for c in found or [] if isinstance(c, dict) and c.get("id") in wanted]
 
 
 def list_runs(

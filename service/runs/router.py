@@ -9,7 +9,7 @@ from service.auth.dependencies import ReadProject, SubmitProject
 from service.db import SessionDep
 from service.dependencies import SettingsDep
 from service.errors import NotFound
-from service.runs import repository, service
+from service.runs import documents, repository, service
 from service.runs.models import Run
 from service.runs.schemas import RunOut, RunPage
 from service.testbeds import repository as testbeds
@@ -34,7 +34,7 @@ def _out(session: SessionDep, run: Run, *, document: bool = False) -> RunOut:
         job_id=run.job_id,
         created_at=run.created_at,
         traces=repository.list_traces(session, run.id),
-        document=run.document if document else None,
+        document=documents.result_of(session, run).model_dump(mode="json", by_alias=True) if document else None,
     )
 
 

@@ -1,4 +1,5 @@
-"""Storing a run: the result document kept whole, plus its normalised cases, kernels and samples."""
+"""Storing a run: its result document (``documents.stored_form``: all but the samples), its normalised cases and
+kernels, and each case's samples (their one copy)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from profiler_core.errors import DocumentError
 from service.artifacts.store import store
 from service.db import utcnow
 from service.errors import Conflict, InvalidPayload, NotFound, PayloadTooLarge
-from service.runs import repository
+from service.runs import documents, repository
 from service.runs.models import Run
 from service.testbeds import service as testbeds
 
@@ -62,10 +63,11 @@ def store_run(
             job_id=job_id,
             attempt=attempt,
             created_at=now,
-            document=document.model_dump(mode="json", by_alias=True),
+            document=documents.stored_form(document),
         ),
     )
     _store_normalised(session, run, document)
+    documents.remember(run.id, document)
     return run
 
 
