@@ -31,8 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from worker import jail as jails  # noqa: E402
-from worker import outcome, sandbox  # noqa: E402
+from profiler_core.documents import ResultDocument  # noqa: E402
+from worker.gpu import jail as jails  # noqa: E402
+from worker.gpu import outcome, sandbox  # noqa: E402
 
 
 def _read(path: str) -> str:
@@ -212,22 +213,27 @@ def _profile_once(
         if other is not None:
             other.kill()
             other.wait()
-        doc = outcome.read_document(scratch / "out" / "result.json")
+        read = outcome.read_document(scratch / "out" / "result.json")
+        doc = read if isinstance(read, ResultDocument) else None
         if doc is not None and watch is not None:
             outcome.note_foreign_gpu_processes(doc, watch.foreign(done.pids))
             watch.close()
         cases = {}
-        for c in (doc or {}).get("cases", []):
-            lat = c.get("latency_us") or {}
-            error = (c.get("error") or {}).get("message")
-            cases[c["id"]] = {"status": c.get("status"), "median_us": lat.get("median"), "error": (error or "")[-3000:]}
+        for c in doc.cases if doc else []:
+            median = c.latency_us.median if c.latency_us else None
+            error = c.error.message if c.error else ""
+            cases[c.id] = {"status": c.status, "median_us": median, "error": error[-3000:]}
+        env = doc.environment if doc else None
         return {
             "mode": mode + ("+intruder" if intruder else ""),
             "exit_code": done.exit_code,
             "wall_s": round(done.wall_s, 3),
-            "run_wall_s": (doc or {}).get("run", {}).get("wall_s"),
-            "suspect": (doc or {}).get("run", {}).get("suspect"),
-            "health": {k: (doc or {}).get("environment", {}).get(k) for k in ("health_start", "health_end")},
+            "run_wall_s": doc.run.wall_s if doc else None,
+            "suspect": doc.run.suspect if doc else None,
+            "health": {
+                name: health.model_dump(mode="json") if health else None
+                for name, health in (("health_start", env and env.health_start), ("health_end", env and env.health_end))
+            },
             "cases": cases,
             "tail": done.tail[-5:],
         }

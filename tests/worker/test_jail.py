@@ -14,17 +14,18 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
+from profiler_core.documents import load_result
 from worker.gpu import jail as jails
 from worker.gpu import outcome, sandbox
 from worker.gpu.profile import make_scratch, remove_scratch
 from worker.gpu.settings import GpuWorkerSettings, ProfileWorker
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
+H200_RESULT = Path(__file__).resolve().parents[1] / "data" / "h200" / "attnprof" / "result.json"
 
 
 @pytest.fixture(scope="module")
@@ -264,12 +265,13 @@ def test_gpu_processes_are_judged_by_the_worker() -> None:
     watch.candidates = {4100, 977, 5000}
     job = frozenset({4000, 4100, 5000})  # 5000 joined the tree after NVML saw it: the job's after all
     assert watch.foreign(job) == [977]
-    document: dict[str, Any] = {"run": {"suspect": None}}
+    document = load_result(H200_RESULT)
+    assert document.run.suspect is None
     outcome.note_foreign_gpu_processes(document, watch.foreign(job))
-    assert document["run"]["suspect"] == ["1 other process(es) on the GPU while the job ran (host PIDs 977)"]
-    alone: dict[str, Any] = {"run": {"suspect": None}}
+    assert document.run.suspect == ["1 other process(es) on the GPU while the job ran (host PIDs 977)"]
+    alone = load_result(H200_RESULT)
     outcome.note_foreign_gpu_processes(alone, [])
-    assert alone["run"]["suspect"] is None  # the job's own processes are not others
+    assert alone.run.suspect is None  # the job's own processes are not others
     watch.close()
 
 

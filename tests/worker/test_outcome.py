@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from profiler_core.documents import ResultDocument, parse_result
+from profiler_core.errors import DocumentError
 from worker.gpu.outcome import REASON_MAX_CHARS, JobFailure, decide, read_document, with_output
 from worker.gpu.sandbox import Finished
 
 MIB = 1024 * 1024
+H200_RESULT = Path(__file__).resolve().parents[1] / "data" / "h200" / "attnprof" / "result.json"
 
 
 def _fin(code: int | None = 0, stopped=None, tail=None, peak=0) -> Finished:
     return Finished(exit_code=code, stopped=stopped, wall_s=1.0, peak_rss_bytes=peak, tail=tail or ["last line"])
 
 
-def _doc(*cases: dict) -> dict:
-    return {"schema": "attnprof.result/v1", "cases": list(cases)}
+def _doc(*cases: dict) -> ResultDocument:
+    """The H200 run with only ``cases`` (id, status and error given; the rest a case needs made up)."""
+    made = [{"name": c["id"], "target": "sdpa", "params": {}, **c} for c in cases]
+    return parse_result({**json.loads(H200_RESULT.read_text()), "cases": made})
 
 
 def _decide(finished: Finished, document=None):
@@ -61,7 +67,8 @@ def test_every_case_raising_is_a_failure_naming_each() -> None:
 
 
 def test_a_suite_that_ran_is_a_result_even_with_failed_or_skipped_cases() -> None:
-    doc = _doc({"id": "a", "status": "ok"}, {"id": "b", "status": "failed", "error": {"type": "OutOfMemoryError"}})
+    oom = {"type": "OutOfMemoryError", "message": "CUDA out of memory"}
+    doc = _doc({"id": "a", "status": "ok"}, {"id": "b", "status": "failed", "error": oom})
     assert _decide(_fin(1), doc) is doc
     skipped = _doc({"id": "a", "status": "skipped"})
     assert _decide(_fin(0), skipped) is skipped
@@ -76,8 +83,25 @@ def test_reasons_fit_the_service_and_keep_their_head() -> None:
 def test_read_document(tmp_path: Path) -> None:
     assert read_document(tmp_path / "none.json") is None
     (tmp_path / "bad.json").write_text("{not json")
-    assert read_document(tmp_path / "bad.json") is None
+    bad = read_document(tmp_path / "bad.json")
+    assert isinstance(bad, DocumentError) and str(bad).startswith("bad.json: not JSON")
     (tmp_path / "list.json").write_text("[1]")
-    assert read_document(tmp_path / "list.json") is None
-    (tmp_path / "ok.json").write_text('{"cases": []}')
-    assert read_document(tmp_path / "ok.json") == {"cases": []}
+    assert "a result document is a JSON object" in str(read_document(tmp_path / "list.json"))
+    broken = json.loads(H200_RESULT.read_text())
+    broken["cases"][0]["latency_us"]["median"] = -1.0
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    refused = read_document(tmp_path / "broken.json")
+    assert isinstance(refused, DocumentError) and str(tmp_path) not in str(refused)
+    assert "cases.0.latency_us.median: Input should be greater than or equal to 0" in str(refused)
+    ok = read_document(H200_RESULT)
+    assert isinstance(ok, ResultDocument) and ok == parse_result(json.loads(H200_RESULT.read_text()))
+
+
+def test_a_document_its_model_refuses_is_a_failure_that_says_why() -> None:
+    refused = DocumentError("result.json: invalid result document: run.mode: Input should be 'cuda' or 'cpu'")
+    f = _decide(_fin(0, tail=["done"]), refused)
+    assert isinstance(f, JobFailure) and not f.retry and not f.timed_out
+    assert f.reason.startswith(
+        "the profiler exited with code 0 and wrote no valid result document: result.json: invalid result document:"
+        " run.mode: Input should be 'cuda' or 'cpu'"
+    )

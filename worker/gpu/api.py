@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from profiler_core.documents import ResultDocument
+
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0
@@ -152,9 +154,10 @@ class WorkerAPI:
                 last = f"{type(exc).__name__}: {exc}"
         raise Unreachable(f"GET bundle of {job_id}: {last}")
 
-    def result(self, job_id: str, attempt: int, document: dict[str, Any]) -> dict[str, Any]:
+    def result(self, job_id: str, attempt: int, document: ResultDocument) -> dict[str, Any]:
         """Upload the attempt's result document; retried freely (the service stores it once per attempt)."""
-        r = self._call("POST", f"/internal/jobs/{job_id}/result", json={"attempt": attempt, "result": document})
+        body = {"attempt": attempt, "result": document.model_dump(mode="json", by_alias=True)}
+        r = self._call("POST", f"/internal/jobs/{job_id}/result", json=body)
         data: dict[str, Any] = r.json()
         return data
 

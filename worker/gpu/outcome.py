@@ -8,6 +8,7 @@ baseline and fails now, naming its error). A suite that could not run at all is 
   PyTorch raises it inside the case, and the case is recorded as failed);
 - bad input (exit code 2: the suite file or the device);
 - a crash (a signal, or an exit without a result document);
+- a document its model refuses (the service would refuse it too, and the same code writes it again);
 - a document in which no case ran and at least one failed: the code could not be imported or every case
   raised. Each case's error is in the reason.
 
@@ -17,12 +18,12 @@ the same code again gives the same answer.
 
 from __future__ import annotations
 
-import json
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from profiler_core.documents import Case, ResultDocument, load_result
+from profiler_core.errors import DocumentError
 from worker.gpu.sandbox import Finished
 
 REASON_MAX_CHARS = 9000  # the service takes 10,000
@@ -65,31 +66,33 @@ def with_output(head: str, tail: list[str]) -> str:
         lines = lines[1:]
 
 
-def read_document(path: Path) -> dict[str, Any] | None:
-    """The result document the subprocess wrote, or ``None`` (absent, unreadable, not a JSON object)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+def read_document(path: Path) -> ResultDocument | DocumentError | None:
+    """The result document the subprocess wrote, read through its model (the one validation on this side); ``None``
+    when it wrote none; or the ``DocumentError`` saying why what it wrote is not one (unreadable, not JSON, or the
+    first fields the model refuses), the file named without the scratch folder."""
+    if not path.is_file():
         return None
-    return data if isinstance(data, dict) else None
+    try:
+        return load_result(path)
+    except DocumentError as exc:
+        return DocumentError(str(exc).replace(str(path), path.name))
 
 
-def _case_errors(cases: list[dict[str, Any]]) -> tuple[list[str], bool]:
+def _case_errors(cases: list[Case]) -> tuple[list[str], bool]:
     errors = []
     imports = False
     for c in cases:
-        if c.get("status") != "failed":
+        if c.status != "failed":
             continue
-        err = c.get("error") or {}
-        kind = str(err.get("type") or "error")
+        kind = (c.error.type if c.error else "") or "error"
         imports = imports or kind in ("ImportError", "ModuleNotFoundError")
-        errors.append(f"{c.get('id', '?')}: {kind}: {err.get('message') or 'no message'}")
+        errors.append(f"{c.id}: {kind}: {(c.error.message if c.error else '') or 'no message'}")
     return errors, imports
 
 
 def decide(
-    finished: Finished, document: dict[str, Any] | None, *, timeout_s: float, memory_limit_bytes: int
-) -> dict[str, Any] | JobFailure:
+    finished: Finished, document: ResultDocument | DocumentError | None, *, timeout_s: float, memory_limit_bytes: int
+) -> ResultDocument | JobFailure:
     """The result document to upload, or the ``JobFailure`` to report. ``finished.stopped == "cancelled"`` is the
     caller's to handle (nothing is reported for a cancelled job)."""
     tail = finished.tail
@@ -113,9 +116,11 @@ def decide(
         return JobFailure(with_output(head, tail))
     if document is None:
         return JobFailure(with_output(f"the profiler exited with code {code} and wrote no result document", tail))
-    cases = [c for c in document.get("cases", []) if isinstance(c, dict)]
-    ran = any(c.get("status") == "ok" for c in cases)
-    errors, imports = _case_errors(cases)
+    if isinstance(document, DocumentError):
+        head = f"the profiler exited with code {code} and wrote no valid result document: {document}"
+        return JobFailure(with_output(head, tail))
+    ran = any(c.status == "ok" for c in document.cases)
+    errors, imports = _case_errors(document.cases)
     if errors and not ran:
         what = "the suite's code could not be imported" if imports else f"every case failed ({len(errors)})"
         named = "; ".join(errors[:_CASES_NAMED]) + ("; …" if len(errors) > _CASES_NAMED else "")
@@ -123,11 +128,10 @@ def decide(
     return document
 
 
-def note_foreign_gpu_processes(document: dict[str, Any], pids: list[int]) -> None:
+def note_foreign_gpu_processes(document: ResultDocument, pids: list[int]) -> None:
     """Mark a jailed job's run suspect (in place) when the worker saw processes on the GPU that were not the job's
     while it ran (``gpu.GpuWatch``); the profiler in its PID namespace counted none itself."""
-    run = document.get("run")
-    if pids and isinstance(run, dict):
+    if pids:
         shown = ", ".join(str(p) for p in pids[:8]) + (", …" if len(pids) > 8 else "")
         reason = f"{len(pids)} other process(es) on the GPU while the job ran (host PIDs {shown})"
-        run["suspect"] = [*(run.get("suspect") or []), reason]
+        document.run.suspect = [*(document.run.suspect or []), reason]

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from attnprof.contract import bundle as archive
+from profiler_core.documents import ResultDocument
 from worker.gpu import jail as jails
 from worker.gpu import outcome, sandbox
 from worker.gpu.api import Refused, ServiceAPIError, Stale, Unreachable, WorkerAPI
@@ -400,7 +401,7 @@ def _attempt(
         log.info("job %s attempt %s: %s: the subprocess was stopped", job_id, attempt, why)
         return "cancelled" if beat.cancelled else "lost"
     document = outcome.read_document(scratch / "out" / "result.json")
-    if document is not None and watch is not None:
+    if isinstance(document, ResultDocument) and watch is not None:
         outcome.note_foreign_gpu_processes(document, watch.foreign(finished.pids))
     decided = outcome.decide(finished, document, timeout_s=cfg.timeout_s, memory_limit_bytes=cfg.memory_limit_bytes)
     if isinstance(decided, outcome.JobFailure):
@@ -415,9 +416,8 @@ def _attempt(
     return "uploaded"
 
 
-def _upload_traces(http: WorkerAPI, job_id: str, attempt: int, document: dict[str, Any], folder: Path) -> None:
-    names = {c.get("trace") for c in document.get("cases", []) if isinstance(c, dict)}
-    for name in sorted(n for n in names if isinstance(n, str)):
+def _upload_traces(http: WorkerAPI, job_id: str, attempt: int, document: ResultDocument, folder: Path) -> None:
+    for name in sorted({c.trace for c in document.cases if c.trace}):
         file = folder / name
         # The document is the user's process's output: a name must not lead out of the trace folder.
         if "/" in name or "\\" in name or name.startswith(".") or not file.is_file() or file.is_symlink():
