@@ -10,8 +10,9 @@ from fastapi import FastAPI
 
 from service.audit.address import ClientAddressMiddleware
 from service.config import Settings, get_settings
-from service.db import make_engine, make_sessionmaker
+from service.db import make_engine, make_sessionmaker, request_session
 from service.errors import install_handlers
+from service.github.outbox import Sender as FeedbackSender
 from service.limits import BodyLimitMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.openapi import install as install_openapi
@@ -49,6 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.metrics = Metrics()
     app.state.testbed_ids = {}  # name -> id, read from committed rows (see service.jobs.service.create)
+    # GitHub feedback a request made owed, delivered once it has answered (``service.dependencies.FeedbackDep``).
+    app.state.send_feedback = FeedbackSender(lambda: request_session(app), settings)
     install_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

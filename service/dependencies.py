@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.applications import Starlette
 
 from service.config import Settings
 
@@ -16,3 +18,21 @@ def settings_from_app(request: Request) -> Settings:
 
 
 SettingsDep = Annotated[Settings, Depends(settings_from_app)]
+
+
+FeedbackSender = Callable[[Sequence[str]], None]
+"""Delivers the GitHub feedback that the given jobs owe (the app's ``service.github.outbox.Sender``). A request
+that made feedback owed adds it as a background task, so it runs once the transaction is committed and the answer
+is sent: no request waits on GitHub, and the domains that change a job's state need not import ``service.github``."""
+
+
+def feedback_sender_of(app: Starlette) -> FeedbackSender:
+    sender: FeedbackSender = app.state.send_feedback
+    return sender
+
+
+def feedback_sender(request: Request) -> FeedbackSender:
+    return feedback_sender_of(request.app)
+
+
+FeedbackDep = Annotated[FeedbackSender, Depends(feedback_sender)]

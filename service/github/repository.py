@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from datetime import datetime
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -15,10 +13,3 @@ def last_jobs_of_pr(session: Session, *, repo: str, pr: int) -> list[Job]:
     for job in session.scalars(q):
         newest.setdefault(job.project_id, job)
     return list(newest.values())
-
-
-def feedback_due(session: Session, *, now: datetime, limit: int) -> list[str]:
-    """Ids of the jobs whose owed GitHub feedback is due at ``now``, longest owed first (not locked: each is
-    locked, skipping one that another delivery holds, when it is delivered)."""
-    q = select(Job.id).where(Job.feedback_due_at <= now).order_by(Job.feedback_due_at, Job.id).limit(limit)
-    return list(session.scalars(q))

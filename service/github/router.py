@@ -4,14 +4,15 @@ import json
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Request
+from fastapi import APIRouter, BackgroundTasks, Depends, Header, Path, Request
+from fastapi.responses import PlainTextResponse
 
 from service.auth.dependencies import PrincipalDep
-from service.db import SessionDep
-from service.dependencies import SettingsDep
+from service.db import SessionDep, request_session
+from service.dependencies import FeedbackDep, SettingsDep
 from service.errors import Conflict, InvalidPayload, PayloadTooLarge
+from service.github import outbox, webhook
 from service.github import service as github
-from service.github import webhook
 from service.github.client import GitHubError
 from service.github.schemas import ResendAnswer, WebhookAnswer
 from service.jobs import dispatch
@@ -19,18 +20,33 @@ from service.jobs import service as jobs
 from service.openapi import errors
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/api/v1/github", tags=["github"])
+# Every route says its whole path: the comment's markdown is a job's (``/api/v1/jobs/...``), the rest GitHub's.
+router = APIRouter(prefix="/api/v1")
 
 
 async def _raw_body(request: Request) -> bytes:
     return await request.body()
 
 
-@router.post("/webhook", response_model=WebhookAnswer, responses=errors(401, 404, 413, 422))
+@router.get(
+    "/jobs/{job_id}/comment",
+    tags=["jobs"],
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/markdown": {}}, "description": "the PR comment, GitHub markdown"}},
+)
+def get_comment(job_id: str, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> PlainTextResponse:
+    """The markdown of the pull-request comment for this job, as GitHub would show it."""
+    job = jobs.get_for(session, principal, job_id)
+    return PlainTextResponse(github.comment_markdown(session, job, settings), media_type="text/markdown")
+
+
+@router.post("/github/webhook", tags=["github"], response_model=WebhookAnswer, responses=errors(401, 404, 413, 422))
 def receive(
     body: Annotated[bytes, Depends(_raw_body)],
     session: SessionDep,
     settings: SettingsDep,
+    background: BackgroundTasks,
+    send_feedback: FeedbackDep,
     signature: Annotated[str | None, Header(alias="X-Hub-Signature-256")] = None,
     event: Annotated[str | None, Header(alias="X-GitHub-Event")] = None,
 ) -> WebhookAnswer:
@@ -47,6 +63,7 @@ def receive(
     if found is None:
         return WebhookAnswer(action="ignored", detail="not a /attnprof rerun comment on a pull request")
     repo, pr, user = found
+    # Asked before the session is first used: no transaction is open while GitHub answers.
     client = github.make_client(settings)
     try:
         allowed = webhook.may_rerun(client, repo, user)
@@ -61,14 +78,18 @@ def receive(
     session.commit()
     # The copies wait in the database like any new job, and are offered when their testbed has a worker free.
     dispatch.after_commit(session, settings, {job.testbed_id for job in copies})
-    for job in copies:
-        github.send_pending(session, settings, job.id)
+    if copies:
+        background.add_task(send_feedback, [job.id for job in copies])  # their pending statuses
     return WebhookAnswer(action="rerun", detail=f"{len(copies)} job(s) queued", jobs=[j.id for j in copies])
 
 
-@router.post("/jobs/{job_id}/resend", response_model=ResendAnswer)
+@router.post("/github/jobs/{job_id}/resend", tags=["github"], response_model=ResendAnswer)
 def resend(
-    job_id: Annotated[str, Path(max_length=36)], principal: PrincipalDep, session: SessionDep, settings: SettingsDep
+    job_id: Annotated[str, Path(max_length=36)],
+    principal: PrincipalDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    request: Request,
 ) -> ResendAnswer:
     """Send the job's commit status (and its PR comment, once it has ended) again from what is stored: after
     GitHub was down for longer than the sweep's retries, or a token without access was fixed. An admin token of
@@ -79,10 +100,13 @@ def resend(
         raise Conflict(f"job {job_id} names no repository: there is nothing to send to GitHub")
     if settings.github_token is None:
         raise Conflict("GitHub feedback is off: the service has no ATTNPROF_GITHUB_TOKEN")
-    delivered = github.resend(session, settings, job)
+    jobs.owe_feedback(job, at_once=True)
+    session.commit()  # the request's transaction ends here: GitHub is called with none open
+    delivered = outbox.resend(lambda: request_session(request.app), settings, job.id)
+    session.refresh(job)
     state, description = github.status_of(job)
     return ResendAnswer(
-        delivered=delivered,
+        delivered=delivered is True,
         state=state,
         description=description,
         owed_at=job.feedback_due_at,

@@ -2,34 +2,30 @@
 
 What is sent is always the job's current state, read from the database (the job row, its comparison and run
 documents), so a delivery can be made again at any time from what is stored. A job owes feedback while its
-``feedback_due_at`` is set: a move to a final state sets it (``owe``), a delivery that succeeds clears it, one
-that fails is recorded in the job's ``reason`` and set again with backoff (``Sweep.feedback_retry_s``, doubling,
-at most 1 h) until ``Sweep.feedback_attempts`` deliveries failed. The sweep (``jobs.sweep``) delivers what is due;
-``POST /api/v1/github/jobs/{id}/resend`` (an admin token) owes it again and delivers it at once. Feedback never
-touches a job's status or verdict.
+``feedback_due_at`` is set: the transaction that changes its state sets it (``service.jobs.service.owe_feedback``),
+a delivery that succeeds clears it, one that fails is recorded in the job's ``reason`` and set again with backoff
+(``Sweep.feedback_retry_s``, doubling, at most 1 h) until ``Sweep.feedback_attempts`` deliveries failed. Feedback
+never touches a job's status or verdict.
 
-Nothing here commits but ``send_pending`` and ``send_now``, which run after a request's commit and commit what
-they record; elsewhere the caller's transaction (the analysis task, the sweep, the resend request) owns it.
+This module reads and decides (``feedback_of``, ``settled``) and sends (``post``, with no transaction open); the
+deliveries themselves, with their short transactions, are ``service.github.outbox``'s.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from profiler_core.documents.result import ResultDocument
 from service.comparisons import documents as comparison_documents
 from service.comparisons import repository as comparisons
 from service.config import Settings, Sweep
-from service.db import utcnow
 from service.errors import NotFound
-from service.github.client import GitHubClient, GitHubError
+from service.github.client import GitHubClient
 from service.github.comment import CommentInput, marker, render
-from service.jobs import repository as jobs
 from service.jobs.models import FINAL, Job
 from service.projects import repository as projects
 from service.runs import documents
@@ -48,10 +44,11 @@ def make_client(
     return GitHubClient(settings.github_api_url, token, attempts=attempts, max_wait_s=max_wait_s, timeout_s=timeout_s)
 
 
-def request_client(settings: Settings) -> GitHubClient:
-    """A client for a delivery made while an HTTP request waits (job creation, a worker's failure report, a
-    cancel): two tries and short waits; the sweep retries what it could not deliver."""
-    return make_client(settings, attempts=2, max_wait_s=2.0, timeout_s=5.0)
+def delivery_client(settings: Settings) -> GitHubClient:
+    """The client of a delivery made after a commit (the analysis task, the sweep, a request's send once it has
+    answered): two tries, waits of up to 10 s, and 30 s for an answer, so that a slow GitHub is waited for rather
+    than asked twice (a comment created twice would stay). The sweep retries what it could not deliver."""
+    return make_client(settings, attempts=2, max_wait_s=10.0, timeout_s=30.0)
 
 
 def _project(session: Session, job: Job) -> str:
@@ -130,142 +127,91 @@ def retry_after_s(cfg: Sweep, failures: int) -> float:
     return float(min(cfg.feedback_retry_s * 2 ** max(0, failures - 1), RETRY_MAX_S))
 
 
-def _record(job: Job, error: Exception, cfg: Sweep, now: datetime) -> None:
-    """A failed delivery: noted in the job's reason, and owed again after the backoff, or given up."""
-    job.feedback_attempts = (job.feedback_attempts or 0) + 1
-    if job.feedback_attempts >= cfg.feedback_attempts:
-        job.feedback_due_at = None
-        then = f"given up after {job.feedback_attempts} deliveries; POST /api/v1/github/jobs/{job.id}/resend"
-    else:
-        wait_s = retry_after_s(cfg, job.feedback_attempts)
-        job.feedback_due_at = now + timedelta(seconds=wait_s)
-        then = f"delivery {job.feedback_attempts} of {cfg.feedback_attempts}, retried in {wait_s:.0f} s"
-    log.warning("job %s: %s%s (%s)", job.id, FEEDBACK_FAILED, error, then)
-    kept = _strip_note(job)
-    note = f"{FEEDBACK_FAILED}{error} ({then})"
-    job.reason = f"{kept}; {note}" if kept else note
+@dataclass(frozen=True)
+class Feedback:
+    """What one delivery tells GitHub of a job, read from the stored rows once the delivery has claimed it."""
+
+    job_status: str
+    """The job's status when it was read (a job that ended while an older state was sent is sent again)."""
+    repo: str
+    commit: str
+    context: str
+    state: str
+    description: str
+    target_url: str
+    pr: int | None
+    marker: str
+    comment: str | None
+    """The pull-request comment's body: for a pull request, once the job has ended (None: no comment)."""
 
 
-def owe(job: Job, now: datetime | None = None) -> None:
-    """Say that ``job`` owes GitHub its current state (a final one, usually), due now. Not committed."""
-    if job.repo:
-        job.feedback_due_at = now or utcnow()
-        job.feedback_attempts = 0
-
-
-def deliver(
-    session: Session, settings: Settings, job: Job, *, client: GitHubClient | None = None, now: datetime | None = None
-) -> bool:
-    """Send the current state of ``job`` (its status; its PR comment once it is final); False when GitHub
-    failed (recorded on the job, owed again). Jobs with no ``repo``, or a service with no GitHub token, get
-    nothing and owe nothing. Not committed."""
-    if not job.repo or (client is None and settings.github_token is None):
-        job.feedback_due_at = None
-        return True
-    own = client is None
-    gh = client or make_client(settings)
+def feedback_of(session: Session, settings: Settings, job: Job) -> Feedback:
+    """What GitHub is told of ``job`` (one that names a repository), read from the database: its commit status and,
+    for a pull request once the job has ended, its comment. ``ValueError`` when a stored document does not load."""
+    assert job.repo, "a job that names no repository owes nothing"
     project = _project(session, job)
-    try:
-        state, description = status_of(job)
-        gh.create_status(
-            job.repo,
-            job.commit,
-            state=state,
-            context=f"attnprof/{project}",
-            description=description,
-            target_url=_target_url(settings, project, job),
-        )
-        if job.pr is not None and state != "pending":
-            gh.upsert_comment(job.repo, job.pr, marker=marker(project), body=comment_markdown(session, job, settings))
-    except (GitHubError, ValueError) as exc:
-        _record(job, exc, settings.sweep, now or utcnow())
-        return False
-    finally:
-        if own:
-            gh.close()
-    if job.feedback_due_at is not None or job.feedback_attempts:
-        job.feedback_due_at, job.feedback_attempts = None, 0
-        job.reason = _strip_note(job)
-    return True
+    state, description = status_of(job)
+    comment = comment_markdown(session, job, settings) if job.pr is not None and state != "pending" else None
+    return Feedback(
+        job_status=job.status,
+        repo=job.repo,
+        commit=job.commit,
+        context=f"attnprof/{project}",
+        state=state,
+        description=description,
+        target_url=_target_url(settings, project, job),
+        pr=job.pr,
+        marker=marker(project),
+        comment=comment,
+    )
 
 
-def send(session: Session, settings: Settings, job_id: str, *, client: GitHubClient | None = None) -> bool:
-    """Send the current state of job ``job_id`` now, owed or not (see ``deliver``). Not committed."""
-    job = jobs.get(session, job_id)
-    return True if job is None else deliver(session, settings, job, client=client)
+def post(client: GitHubClient, feedback: Feedback) -> None:
+    """Send ``feedback``: the commit status, then the pull-request comment (the project's one, edited in place once
+    it exists). ``GitHubError`` when GitHub refuses after the client's retries. Called with no transaction open."""
+    client.create_status(
+        feedback.repo,
+        feedback.commit,
+        state=feedback.state,
+        context=feedback.context,
+        description=feedback.description,
+        target_url=feedback.target_url,
+    )
+    if feedback.comment is not None and feedback.pr is not None:
+        client.upsert_comment(feedback.repo, feedback.pr, marker=feedback.marker, body=feedback.comment)
 
 
-def _locked(session: Session, job_id: str, *, skip_locked: bool) -> Job | None:
-    q = select(Job).where(Job.id == job_id).with_for_update(skip_locked=skip_locked)
-    return session.scalars(q).one_or_none()
+@dataclass(frozen=True)
+class Settled:
+    """A job's outbox columns after a delivery of its feedback."""
+
+    due_at: datetime | None
+    attempts: int
+    reason: str | None
 
 
-def send_owed(
-    session: Session,
-    settings: Settings,
-    job_id: str,
-    *,
-    client: GitHubClient | None = None,
-    now: datetime | None = None,
-) -> bool | None:
-    """Deliver the feedback job ``job_id`` owes if it is due; None when it owes nothing due, or another
-    delivery holds the row (it is skipped, never sent twice). Not committed."""
-    now = now or utcnow()
-    job = _locked(session, job_id, skip_locked=True)
-    if job is None or job.feedback_due_at is None or job.feedback_due_at > now:
-        return None
-    return deliver(session, settings, job, client=client, now=now)
+def settled(job: Job, *, sent_status: str | None, error: Exception | None, cfg: Sweep, now: datetime) -> Settled:
+    """What a delivery leaves on ``job`` (the row as read after it), having sent the state of ``sent_status``
+    (None: nothing was sent, the service has no GitHub token):
 
-
-def _after_commit(session: Session, what: str, job_id: str, call: Callable[[], object]) -> None:
-    """Run ``call`` in a transaction of its own and commit it; log and roll back whatever it raises."""
-    try:
-        call()
-        session.commit()
-    except Exception:
-        session.rollback()
-        log.exception("job %s: %s was not delivered", job_id, what)
-
-
-def send_now(session: Session, settings: Settings, job_id: str) -> None:
-    """The feedback a job owes since the transaction just committed moved it to a final state, delivered from
-    inside a request (the worker's failure report, a cancel) with short waits, committed; never raises. What
-    fails stays owed for the sweep."""
-    # No token: nothing is sent, and the delivery only clears what the job owed.
-    client = request_client(settings) if settings.github_token else None
-    try:
-        _after_commit(session, "the final status", job_id, lambda: send_owed(session, settings, job_id, client=client))
-    finally:
-        if client is not None:
-            client.close()
-
-
-def send_pending(session: Session, settings: Settings, job_id: str) -> None:
-    """The ``pending`` status of a job just committed, from inside a request: after the commit, with short
-    waits, committing, never raising. The row is locked while it is sent, so a final status cannot be sent
-    before it; a job already final is left to its own delivery. A failure is owed again to the sweep."""
-    if settings.github_token is None:
-        return
-    client = request_client(settings)
-
-    def pending() -> None:
-        job = _locked(session, job_id, skip_locked=False)
-        if job is not None and (job.status not in FINAL or job.feedback_due_at is not None):
-            deliver(session, settings, job, client=client)
-
-    try:
-        _after_commit(session, "the pending status", job_id, pending)
-    finally:
-        client.close()
-
-
-def resend(session: Session, settings: Settings, job: Job) -> bool:
-    """What an admin asks for after GitHub was fixed: owe the job's feedback again and deliver it now (a few
-    tries, waits up to 10 s). Not committed."""
-    owe(job)
-    job.feedback_attempts = 0
-    client = make_client(settings, attempts=3, max_wait_s=10.0)
-    try:
-        return deliver(session, settings, job, client=client)
-    finally:
-        client.close()
+    - GitHub refused (``error``): the failure is noted in the reason, and the feedback owed again after the backoff
+      (``retry_after_s``), or given up after ``cfg.feedback_attempts`` failed deliveries (an admin's resend sends
+      it then);
+    - delivered: nothing is owed and the note goes; but a job that ended while an older state was being sent owes
+      its end at once, so that the end is sent after the older state, never before it.
+    """
+    kept = _strip_note(job)
+    if error is None:
+        ended_since = sent_status is not None and job.status != sent_status and job.status in FINAL
+        return Settled(due_at=now if ended_since else None, attempts=0, reason=kept)
+    attempts = (job.feedback_attempts or 0) + 1
+    due_at: datetime | None
+    if attempts >= cfg.feedback_attempts:
+        due_at, then = None, f"given up after {attempts} deliveries; POST /api/v1/github/jobs/{job.id}/resend"
+    else:
+        wait_s = retry_after_s(cfg, attempts)
+        due_at = now + timedelta(seconds=wait_s)
+        then = f"delivery {attempts} of {cfg.feedback_attempts}, retried in {wait_s:.0f} s"
+    log.warning("job %s: %s%s (%s)", job.id, FEEDBACK_FAILED, error, then)
+    note = f"{FEEDBACK_FAILED}{error} ({then})"
+    return Settled(due_at=due_at, attempts=attempts, reason=f"{kept}; {note}" if kept else note)

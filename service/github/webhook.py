@@ -14,6 +14,7 @@ from service.errors import NotFound, Unauthorized
 from service.github import repository
 from service.github.client import GitHubClient
 from service.jobs import repository as jobs
+from service.jobs import service as job_service
 from service.jobs.models import Job
 
 RERUN = "/attnprof rerun"
@@ -51,7 +52,8 @@ def may_rerun(client: GitHubClient, repo: str, user: str) -> bool:
 
 
 def requeue(session: Session, *, repo: str, pr: int) -> list[Job]:
-    """A queued copy of the newest job of each project on the pull request (not committed, not enqueued)."""
+    """A queued copy of the newest job of each project on the pull request, owing its pending status (not committed,
+    not enqueued)."""
     copies = []
     for last in repository.last_jobs_of_pr(session, repo=repo, pr=pr):
         copy = Job(
@@ -70,5 +72,6 @@ def requeue(session: Session, *, repo: str, pr: int) -> list[Job]:
             status="queued",
             max_attempts=last.max_attempts,
         )
+        job_service.owe_feedback(copy)
         copies.append(jobs.add(session, copy))
     return copies

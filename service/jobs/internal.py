@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from starlette.applications import Starlette
@@ -29,10 +29,10 @@ from attnprof.contract.worker_api import (
     WorkerResultAnswer,
     WorkerTestbed,
 )
-from service import feedback, queue
+from service import queue
 from service.auth.dependencies import JobTokenDep, WorkerDep
 from service.db import SessionDep, utcnow
-from service.dependencies import SettingsDep
+from service.dependencies import FeedbackDep, SettingsDep
 from service.errors import Conflict
 from service.jobs import attempts, dispatch, service
 from service.jobs.models import FINAL
@@ -167,10 +167,18 @@ async def trace(
 
 
 @router.post("/jobs/{job_id}/failure", response_model=JobOut, responses={**_JOB_ERRORS, **errors(409)})
-def failure(job_id: JobId, body: Failure, token: JobTokenDep, session: SessionDep, settings: SettingsDep) -> JobOut:
+def failure(
+    job_id: JobId,
+    body: Failure,
+    token: JobTokenDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    background: BackgroundTasks,
+    send_feedback: FeedbackDep,
+) -> JobOut:
     """Record a failed attempt (its token then opens nothing); a retried job is queued again for the next attempt,
     waiting for the dispatcher like a new job. A job that ended (failed, timed out) gets its ``error`` status and
-    PR comment after the commit; GitHub's answer never changes this one."""
+    PR comment once this has answered; GitHub's answer never changes this one."""
     job = attempts.fail(
         session,
         job_id,
@@ -180,13 +188,14 @@ def failure(job_id: JobId, body: Failure, token: JobTokenDep, session: SessionDe
         timed_out=body.timed_out,
         retry=body.retry,
     )
+    ended = job.status in FINAL
+    if ended:
+        service.owe_feedback(job)
     out = service.to_out(session, job)
-    if job.status in FINAL:
-        feedback.job_ended(job)
     session.commit()
     dispatch.after_commit(session, settings, [job.testbed_id])  # the worker is free, and a retry waits
-    if job.status in FINAL:
-        feedback.deliver_after_commit(session, settings, job.id)
+    if ended and job.repo:
+        background.add_task(send_feedback, [job.id])
     return out
 
 

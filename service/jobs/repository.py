@@ -254,3 +254,54 @@ def open_jobs_of_pr(
         .execution_options(populate_existing=True)
     )
     return list(session.scalars(q))
+
+
+# --- the feedback outbox (``feedback_due_at``) --------------------------------------------------------------
+# The state a job's GitHub feedback reports is written by the transaction that changes it; a sender delivers it
+# afterwards from the stored row (``service.github.outbox``). These statements lock nothing beyond themselves and
+# leave ``updated_at`` as it is: a delivery changes no job's state.
+
+
+def get_fresh(session: Session, job_id: str) -> Job | None:
+    """The job row as committed now (not locked): a job this session loaded before gets the row's values."""
+    q = select(Job).where(Job.id == job_id).execution_options(populate_existing=True)
+    return session.scalars(q).one_or_none()
+
+
+def feedback_due(session: Session, *, now: datetime, limit: int) -> list[str]:
+    """Ids of the jobs whose owed GitHub feedback is due at ``now``, longest owed first (not locked: a delivery
+    claims each, and skips one that another delivery holds). A claimed one is due later: it is not listed."""
+    q = select(Job.id).where(Job.feedback_due_at <= now).order_by(Job.feedback_due_at, Job.id).limit(limit)
+    return list(session.scalars(q))
+
+
+def claim_feedback(session: Session, *, job_id: str, now: datetime, until: datetime) -> bool:
+    """Claim the delivery of job ``job_id``'s feedback if it is owed and due at ``now``: ``feedback_due_at`` is
+    moved to ``until`` in one conditional statement, so of two senders only one claims it, and the other (or the
+    sweep) finds it due later. False when nothing is due: not owed, waiting out a backoff, or claimed already."""
+    q = (
+        update(Job)
+        .where(Job.id == job_id, Job.feedback_due_at <= now)
+        .values(feedback_due_at=until, updated_at=Job.updated_at)
+    )
+    return bool(session.execute(q.execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]
+
+
+def settle_feedback(
+    session: Session, *, seen: Job, claim: datetime, due_at: datetime | None, attempts: int, reason: str | None
+) -> bool:
+    """Record what a delivery did, if the row is still as the sender read it (``seen``) under its claim: the same
+    claim, status, reason and failure count. False when it is not (the row changed between the read and this
+    statement): read it again and decide again."""
+    q = (
+        update(Job)
+        .where(
+            Job.id == seen.id,
+            Job.feedback_due_at == claim,
+            Job.status == seen.status,
+            Job.feedback_attempts == seen.feedback_attempts,
+            Job.reason.is_not_distinct_from(seen.reason),
+        )
+        .values(feedback_due_at=due_at, feedback_attempts=attempts, reason=reason, updated_at=Job.updated_at)
+    )
+    return bool(session.execute(q.execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]

@@ -2,21 +2,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import PlainTextResponse
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
 
-from service import feedback, paging
+from service import paging
 from service.auth.dependencies import Authorization, PrincipalDep, ProjectName, ReadProject, project_access
 from service.config import Limits, Settings
 from service.db import INT_MAX, SessionDep, request_session, session_slot
-from service.dependencies import SettingsDep
+from service.dependencies import FeedbackDep, SettingsDep, feedback_sender_of
 from service.errors import InvalidPayload, PayloadTooLarge
-from service.github import service as github
 from service.jobs import dispatch, service
 from service.jobs.models import STATES
 from service.jobs.schemas import JobComparison, JobCreated, JobFields, JobOut, JobPage, submission_schema
@@ -87,11 +85,12 @@ def read_submission(form: FormData, limits: Limits, idempotency_key: str | None)
 
 def _submit(
     app: Starlette, form: FormData, *, project: str, authorization: str | None, idempotency_key: str | None
-) -> tuple[JobCreated, bool]:
+) -> tuple[JobCreated, bool, list[str]]:
     """Everything a job submission does that blocks, on one thread of the pool, in this order: the token and the
     project (401, 429, 404, 403), the form (422, 413), the row with the jobs it supersedes cancelled and within the
-    project's queue limit (429), committed; then the dispatch of its testbed (a message sent if a worker is free),
-    the pending status, and the superseded jobs' feedback."""
+    project's queue limit (429), committed; then the dispatch of its testbed (a message sent if a worker is free).
+    Returns the answer, whether the job was created, and the jobs that owe GitHub feedback now (its pending
+    status, the superseded jobs' end), to be sent once the answer is."""
     settings: Settings = app.state.settings
     with request_session(app) as session:
         access = project_access(app, session, authorization, project, "submit")
@@ -117,18 +116,13 @@ def _submit(
         answer = JobCreated(id=job.id, status=job.status)
         if not created:
             session.rollback()  # a retry leaves nothing: not its bundle, not a testbed it named
-            return answer, False
+            return answer, False, []
         admitted = service.admit(session, job, project=project, cfg=settings.fairness, now=job.created_at)
-        for old in admitted.superseded:
-            feedback.job_ended(old)
         session.commit()
         # No room on its testbed: the dispatch that follows the next slot freed there offers it.
         testbeds = {old.testbed_id for old in admitted.superseded} | ({job.testbed_id} if admitted.room else set())
         dispatch.after_commit(session, settings, testbeds)
-        github.send_pending(session, settings, job.id)
-        for old in admitted.superseded:
-            feedback.deliver_after_commit(session, settings, old.id)
-    return answer, True
+    return answer, True, [j.id for j in (job, *admitted.superseded) if j.repo]
 
 
 @router.post(
@@ -143,6 +137,7 @@ def _submit(
 async def create_job(
     request: Request,
     response: Response,
+    background: BackgroundTasks,
     project: ProjectName,
     authorization: Authorization = None,
     idempotency_key: Annotated[
@@ -158,9 +153,11 @@ async def create_job(
     and everything that blocks runs in one hop to the thread pool (``_submit``) instead of one per dependency.
     """
     async with request.form() as form, session_slot(request.app):
-        answer, created = await run_in_threadpool(
+        answer, created, owed = await run_in_threadpool(
             _submit, request.app, form, project=project, authorization=authorization, idempotency_key=idempotency_key
         )
+    if owed:
+        background.add_task(feedback_sender_of(request.app), owed)
     if not created:
         response.status_code = 200
     return answer
@@ -205,23 +202,22 @@ def get_comparison(job_id: str, principal: PrincipalDep, session: SessionDep) ->
     )
 
 
-@router.get(
-    "/jobs/{job_id}/comment",
-    response_class=PlainTextResponse,
-    responses={200: {"content": {"text/markdown": {}}, "description": "the PR comment, GitHub markdown"}},
-)
-def get_comment(job_id: str, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> PlainTextResponse:
-    """The markdown of the pull-request comment for this job, as GitHub would show it."""
-    job = service.get_for(session, principal, job_id)
-    return PlainTextResponse(github.comment_markdown(session, job, settings), media_type="text/markdown")
+# ``GET /jobs/{job_id}/comment`` (the PR comment's markdown) is GitHub's rendering: ``service.github.router``.
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
-def cancel_job(job_id: str, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> JobOut:
-    """Cancel a job that has not ended; its ``error`` status and PR comment are sent after the commit."""
+def cancel_job(
+    job_id: str,
+    principal: PrincipalDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    background: BackgroundTasks,
+    send_feedback: FeedbackDep,
+) -> JobOut:
+    """Cancel a job that has not ended; its ``error`` status and PR comment are sent once this has answered."""
     job = service.cancel(session, service.get_for(session, principal, job_id, role="submit"))
-    feedback.job_ended(job)
     session.commit()
     dispatch.after_commit(session, settings, [job.testbed_id])
-    feedback.deliver_after_commit(session, settings, job.id)
+    if job.repo:
+        background.add_task(send_feedback, [job.id])
     return service.to_out(session, job)

@@ -4,6 +4,10 @@ their testbed (``service.jobs.attempts``), given a result, analysed.
 A submission is admitted (``admit``) within its project's limit of queued jobs, and cancels the open jobs of its
 pull request's earlier commits. Nothing here commits or enqueues: the router commits, then dispatches (the row is
 the truth).
+
+Every change of state that GitHub hears about (a new job's ``pending``; its end: a verdict, a failure, a timeout, a
+cancel) says so on the row, in the same transaction (``owe_feedback``: the ``feedback_due_at`` outbox column).
+Nothing here calls GitHub: ``service.github.outbox`` sends it from the stored row once that is committed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sqlalchemy import case, inspect
 from sqlalchemy.orm import Session
 
 from attnprof.contract.provenance import Provenance
@@ -141,6 +146,7 @@ def create(
             "max_attempts": max_attempts,
             "created_at": (now := utcnow()),
             "updated_at": now,
+            "feedback_due_at": now if prov.repo else None,  # its pending status (``owe_feedback``)
             "feedback_attempts": 0,
         },
     )
@@ -213,7 +219,29 @@ def cancel(session: Session, job: Job, reason: str = "cancelled by a user") -> J
     job.lease_expires_at = None
     if job.job_token_sha256 is not None:
         job.job_token_expires_at = now
+    owe_feedback(job, now)
     return job
+
+
+def owe_feedback(job: Job, now: datetime | None = None, *, at_once: bool = False) -> None:
+    """Say, in the transaction that changes ``job``'s state, that GitHub is owed that state (its commit status and,
+    once the job has ended, its pull-request comment): ``feedback_due_at`` is set, due now. Nothing is sent here;
+    ``service.github.outbox`` sends it from the stored row once the transaction is committed, and the sweep
+    retries what is still owed. A job that names no repository owes nothing. Not committed.
+
+    A later ``feedback_due_at`` is kept (unless ``at_once``: an admin's resend): a delivery in flight holds the job
+    until then, or one that GitHub refused waits out its backoff. The delivery in flight finds the state changed
+    when it records what it sent, and owes it again at once: the newer state is always sent after the older one,
+    never beside it. The comparison is made in SQL, on the row as committed: a claim taken after this transaction
+    read the row is kept too."""
+    if not job.repo:
+        return
+    now = now or utcnow()
+    if at_once or not inspect(job).persistent:
+        job.feedback_due_at = now
+    else:
+        job.feedback_due_at = case((Job.feedback_due_at > now, Job.feedback_due_at), else_=now)
+    job.feedback_attempts = 0
 
 
 class QueueFull(ServiceError):
@@ -331,6 +359,7 @@ def record_verdict(session: Session, *, job_id: str, comparison: Comparison) -> 
     job.status = "done"
     job.finished_at = utcnow()
     job.lease_expires_at = None
+    owe_feedback(job, job.finished_at)
     return True
 
 
@@ -352,6 +381,7 @@ def fail_analysis(session: Session, *, job_id: str, reason: str) -> Job | None:
     job.reason = reason
     job.finished_at = utcnow()
     job.lease_expires_at = None
+    owe_feedback(job, job.finished_at)
     return job
 
 

@@ -21,7 +21,8 @@ Three ways a job gets stuck, and what the sweep does about each:
   backlog) holds the resend back.
 
 And GitHub feedback that is owed and due (a job that the sweep fails here, a delivery that failed before and
-waited out its backoff) is listed in ``SweepReport.feedback``, to be delivered after the commit.
+waited out its backoff, one whose sender died) is listed in ``SweepReport.feedback``, to be delivered after the
+commit (``service.github.outbox``); the sweep itself only marks what it fails as owed.
 
 Where the broker cannot be read (``pending`` answers ``None``) a queued job is resent once per stale period: a
 duplicate message is harmless, its claim answers 404 or 409 and the worker drops it.
@@ -42,9 +43,8 @@ from attnprof.contract import tasks
 from service import queue
 from service.auth.service import hash_secret
 from service.config import Sweep
-from service.github import repository as github_rows
-from service.github import service as github
 from service.jobs import attempts, repository
+from service.jobs import service as jobs
 from service.jobs.models import Job
 from service.testbeds import repository as testbed_rows
 from service.testbeds import service as testbeds
@@ -70,7 +70,7 @@ class SweepReport:
     sends: list[Send] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     feedback: list[str] = field(default_factory=list)
-    """Jobs whose owed GitHub feedback is due: deliver each (``github.send_owed``) once this is committed."""
+    """Jobs whose owed GitHub feedback is due: deliver each (``service.github.outbox``) once this is committed."""
     dispatch: list[int] = field(default_factory=list)
     """Testbeds with jobs waiting for the dispatcher: dispatch each (``dispatch.after_commit``) once committed."""
     forgotten_workers: int = 0
@@ -140,7 +140,7 @@ def sweep(session: Session, *, cfg: Sweep, now: datetime, pending: PendingLookup
 
     report.forgotten_workers = testbeds.forget_workers(session, now=now)
     session.flush()
-    report.feedback = github_rows.feedback_due(session, now=now, limit=cfg.batch)
+    report.feedback = repository.feedback_due(session, now=now, limit=cfg.batch)
     report.dispatch = repository.testbeds_waiting(session)
     return report
 
@@ -164,5 +164,5 @@ def _worker_lost(job: Job, now: datetime, report: SweepReport) -> None:
     job.status = "failed"
     job.reason = f"{lost}, and it was the last of {job.max_attempts} attempts"
     job.finished_at = now
-    github.owe(job, now)
+    jobs.owe_feedback(job, now)
     report.failed.append(job.id)

@@ -1,7 +1,8 @@
 """A local GitHub REST server for the endpoints attnprof uses, following GitHub's documented behaviour:
 201 for creates, 200 for updates and lists, ``Link`` pagination (``per_page``/``page``, rel next/last),
 ``x-ratelimit-*`` headers on every answer, 404 for unknown things. It records every request and can be told
-to fail the next requests (403 rate limit with ``x-ratelimit-reset``, 429 with ``Retry-After``, 500).
+to fail the next requests (403 rate limit with ``x-ratelimit-reset``, 429 with ``Retry-After``, 500), or to hold
+every request until told to answer (``hold``, ``answer``: a GitHub that is slow to answer).
 """
 
 from __future__ import annotations
@@ -43,14 +44,32 @@ class FakeGitHub:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.answering = threading.Event()
+        self.answering.set()
+        self.held = 0
+        """Requests that waited for ``answer`` (each read whole before it waits; acted on once answered)."""
 
     def __enter__(self) -> FakeGitHub:
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.answering.set()
         self.server.shutdown()
         self.server.server_close()
+
+    def hold(self) -> None:
+        """Hold every request from now on until ``answer``."""
+        self.answering.clear()
+
+    def answer(self) -> None:
+        """Answer the held requests, and the next ones at once."""
+        self.answering.set()
+
+    def waiting(self) -> int:
+        """How many requests are held now or were, since the server started."""
+        with self.lock:
+            return self.held
 
     def fail_next(self, *kinds: str) -> None:
         with self.lock:
@@ -103,6 +122,10 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         body = json.loads(raw) if raw else None
+        if not self.fake.answering.is_set():
+            with self.fake.lock:
+                self.fake.held += 1
+            self.fake.answering.wait()
         st = self.fake.state
         with self.fake.lock:
             st.requests.append(Request(method, split.path, query, body, dict(self.headers.items())))

@@ -9,6 +9,7 @@ import importlib.util
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -28,12 +29,14 @@ from pgtest import db_fixture, engine_fixture, pg_url_fixture  # noqa: E402
 from svcconf import Tenant  # noqa: E402
 
 from service.auth import service as auth  # noqa: E402
+from service.github.outbox import Sessions  # noqa: E402
 from service.testbeds import service as testbeds  # noqa: E402
 
 __all__ = [
     "REDIS_URL",
     "Tenant",
     "bind",
+    "bound_sessions",
     "db_fixture",
     "docs",
     "engine_fixture",
@@ -44,6 +47,12 @@ __all__ = [
 REDIS_URL: str = _setup.REDIS_URL
 make_settings = _setup.make_settings
 bind = _setup.bind
+
+
+def bound_sessions(db: Session) -> Sessions:
+    """The test's session as a delivery's sessions (``service.github.outbox``): its commits release savepoints of
+    the transaction the test rolls back, as a bound app's requests do."""
+    return lambda: nullcontext(db)
 
 
 @pytest.fixture(name="tenant")

@@ -21,7 +21,6 @@ from fakegithub import FakeGitHub
 from ghstack import docs, make_settings, pg_url_fixture  # noqa: F401
 
 from attnprof.client.action import decide, provenance, submit_argv
-from service import feedback
 from service.auth import service as auth
 from service.db import make_engine, make_sessionmaker
 from service.projects import service as projects
@@ -165,12 +164,11 @@ def _play_worker(url: str, project: str, submit: str, wtok: str, settings, error
         errors.append(exc)
 
 
-def test_action_script_in_a_pull_request(tmp_path: Path, served, pg_url: str, monkeypatch) -> None:
+def test_action_script_in_a_pull_request(tmp_path: Path, served, pg_url: str) -> None:
     url, (project, testbed), submit, wtok, github, _ = served
     settings = make_settings(
         pg_url, broker_url=REDIS, public_url=url, github_api_url=github.url, github_token="test-token-1"
     )
-    monkeypatch.setattr(feedback, "get_settings", lambda: settings)
     base = httpx.post(
         f"{url}/api/v1/projects/{project}/results",
         json=docs.upload_body(docs.h200(), commit="a1"),

@@ -170,7 +170,8 @@ def _regressed(stack: Stack, github: FakeGitHub, commit: str) -> dict[str, Any]:
     verdict = "warn" if _suspect(stack, job["run_id"]) else "fail"
     assert job["verdict"] == verdict, job
     final = "failure" if verdict == "fail" else "success"
-    assert _states(github, commit) == ["pending", final]  # the final status is sent before the job reads done
+    # The verdict is committed first and its feedback sent after: the job reads done a moment before GitHub has it.
+    wait_for(f"{final} on {commit}", lambda: _states(github, commit) == ["pending", final], 30, logs=stack.logs)
     status = github.statuses(REPO, commit)[1]
     assert status["context"] == f"attnprof/{stack.project}"
     assert status["target_url"] == f"{stack.url}/api/v1/projects/{stack.project}/runs/{job['run_id']}"
@@ -182,11 +183,11 @@ def test_a_pull_request_regression_then_a_second_push_then_a_failing_target(stac
     base_id = _submit(stack, spec, _files(DEMO / "project"), commit="e2e-base", branch="main", pr=None)
     base = stack.wait_status(base_id, ("done", "failed", "timed_out"), 400)
     assert base["status"] == "done" and base["verdict"] == "pass", base  # the first run of all, suspect or not
-    assert _states(github, "e2e-base") == ["pending", "success"]
+    wait_for("success on e2e-base", lambda: _states(github, "e2e-base") == ["pending", "success"], 30)
     assert github.comments(REPO, PR) == []  # a push to main has no pull request to comment on
 
     first = _regressed(stack, github, "e2e-pr1")
-    ours = _ours(stack, github)
+    ours = wait_for("the comment", lambda: _ours(stack, github), 30, logs=stack.logs)
     assert len(ours) == 1 and len(github.requests("POST")) == 5  # 4 statuses, 1 comment
     body = ours[0]["body"]
     assert f"**{first['verdict']}**" in body and "`e2e-pr1`" in body
@@ -196,6 +197,7 @@ def test_a_pull_request_regression_then_a_second_push_then_a_failing_target(stac
     assert f"[run]({stack.url}/api/v1/projects/{stack.project}/runs/{first['run_id']})" in body
 
     second = _regressed(stack, github, "e2e-pr2")
+    wait_for("the comment's update", lambda: len(github.requests("PATCH")) == 1, 30, logs=stack.logs)
     ours = _ours(stack, github)
     assert len(ours) == 1 and "`e2e-pr2`" in ours[0]["body"] and "`e2e-pr1`" not in ours[0]["body"]
     assert len(github.requests("PATCH")) == 1

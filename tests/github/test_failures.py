@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
+import httpx
 from fakegithub import FakeGitHub
 from fastapi.testclient import TestClient
 from ghstack import (  # noqa: F401
@@ -29,9 +29,11 @@ from service import migrate, queue
 from service.app import create_app
 from service.config import Sweep
 from service.db import make_engine, utcnow
+from service.github import outbox
 from service.github import service as github_service
 from service.github.client import GitHubClient
 from service.github.comment import marker
+from service.jobs import service as jobs
 from service.jobs import sweep
 from service.jobs.models import Job
 
@@ -148,8 +150,8 @@ def test_the_sweep_failing_a_dead_workers_last_attempt_owes_and_delivers_error(
     assert job.status == "failed" and job.feedback_due_at == now
     db.commit()
     gh = GitHubClient(github.url, "test-token-1", backoff_s=0.0)
-    assert github_service.send_owed(db, s.settings, job_id, client=gh, now=now) is True
-    assert github_service.send_owed(db, s.settings, job_id, client=gh, now=now) is None  # paid: never twice
+    assert outbox.deliver(s.sessions, s.settings, job_id, client=gh, now=now) is True
+    assert outbox.deliver(s.sessions, s.settings, job_id, client=gh, now=now) is None  # paid: never twice
     assert _states(github, "d1") == ["pending", "error"]
     assert "lost its worker" in github.statuses(REPO, "d1")[1]["description"]
     assert len(_ours(github, tenant.name)) == 1
@@ -166,7 +168,7 @@ def test_refused_feedback_is_owed_and_delivered_by_the_sweep_from_what_is_stored
     fast = GitHubClient(github.url, "test-token-1", attempts=3, backoff_s=0.0)
     monkeypatch.setattr(github_service, "make_client", lambda settings, **kw: fast)
     before = utcnow()
-    job = s.analyse(job_id, monkeypatch)
+    job = s.analyse(job_id)
     assert job.status == "done" and job.verdict == "fail"  # GitHub's failure changes neither
     assert job.feedback_attempts == 1 and job.feedback_due_at is not None
     assert timedelta(seconds=29) < job.feedback_due_at - before < timedelta(seconds=40)
@@ -181,7 +183,7 @@ def test_refused_feedback_is_owed_and_delivered_by_the_sweep_from_what_is_stored
     db.commit()
     db.expunge_all()
     gh = GitHubClient(github.url, "test-token-1", backoff_s=0.0)
-    assert github_service.send_owed(db, s.settings, job_id, client=gh, now=due) is True
+    assert outbox.deliver(s.sessions, s.settings, job_id, client=gh, now=due) is True
     db.commit()
     job = _job(db, job_id)
     assert job.feedback_due_at is None and job.feedback_attempts == 0 and job.reason is None
@@ -197,12 +199,13 @@ def test_backoff_doubles_and_gives_up_after_the_maximum(db, pg_url, github, tena
     job_id = _create(s, "b1", pr=None)
     job = _job(db, job_id)
     now = utcnow()
-    github_service.owe(job, now)
+    jobs.owe_feedback(job, now)
+    db.commit()
     waits = []
     for _ in range(SWEEP.feedback_attempts):
         github.fail_next("403")  # a plain 403 (no access): not retried within a delivery
         gh = GitHubClient(github.url, "test-token-1", backoff_s=0.0)
-        assert github_service.send_owed(db, s.settings, job_id, client=gh, now=now) is False
+        assert outbox.deliver(s.sessions, s.settings, job_id, client=gh, now=now) is False
         if job.feedback_due_at is not None:
             waits.append((job.feedback_due_at - now).total_seconds())
             now = job.feedback_due_at
@@ -255,20 +258,64 @@ def test_an_admin_resends_the_feedback(db, pg_url, github, tenant, worker_token)
     assert r.status_code == 409 and "ATTNPROF_GITHUB_TOKEN" in r.json()["detail"]
 
 
-@pytest.mark.parametrize("status", ["failed", "cancelled"])
-def test_pending_sent_late_never_follows_the_final_status(db, pg_url, github, tenant, worker_token, status) -> None:
-    """A job that ended before its creation request sent ``pending`` (a fast failure): the pending send finds it
-    final and sends the final state instead, once."""
+class _Meanwhile(httpx.HTTPTransport):
+    """Runs ``then`` while GitHub holds the first request (before it goes on), as another request would."""
+
+    def __init__(self, then) -> None:
+        super().__init__()
+        self.then = then
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+        return super().handle_request(request)
+
+
+def test_a_job_that_ends_while_its_pending_status_is_sent_gets_its_end_after_it(
+    db, pg_url, github, tenant, worker_token
+) -> None:
+    """The pending status, refused at creation, is being sent again when the job is cancelled: the cancel owes the
+    end but keeps the delivery's claim (its own send after the commit skips the job), and the delivery, finding the
+    job cancelled when it records the pending status, sends the end next. Never the pending status after the end."""
     s = _stack(db, pg_url, github, tenant, worker_token)
-    job_id = _create(s, f"p-{status}", pr=None)
+    github.fail_next("403")  # the creation's pending status
+    job_id = _create(s, "p1", pr=None)
+    owed = _job(db, job_id).feedback_due_at
+    assert owed is not None and _states(github, "p1") == []
+    later = owed + timedelta(seconds=1)
+
+    def cancel() -> None:
+        r = s.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=tenant.h("submit"))
+        assert r.status_code == 200 and r.json()["status"] == "cancelled"
+        # Its send found the job claimed and skipped it: nothing more was sent, and the claim is kept.
+        assert _job(db, job_id).feedback_due_at == later + timedelta(seconds=outbox.CLAIM_S)
+
+    gh = GitHubClient(github.url, "test-token-1", backoff_s=0.0, transport=_Meanwhile(cancel))
+    assert outbox.deliver(s.sessions, s.settings, job_id, client=gh, now=later) is True
+    assert _states(github, "p1") == ["pending", "error"]
+    assert github.statuses(REPO, "p1")[1]["description"] == "no verdict: job cancelled: cancelled by a user"
     job = _job(db, job_id)
-    job.status, job.reason = status, "ended quickly"
-    github_service.owe(job)
-    db.commit()
-    github_service.send_pending(db, s.settings, job_id)
-    github_service.send_now(db, s.settings, job_id)
-    github_service.send_pending(db, s.settings, job_id)
-    assert _states(github, f"p-{status}") == ["pending", "error"]
+    assert job.feedback_due_at is None and job.reason == "cancelled by a user"
+    assert outbox.deliver(s.sessions, s.settings, job_id, client=gh, now=later) is None  # nothing owed
+
+
+def test_a_job_that_ended_before_its_refused_pending_status_was_sent_again_gets_only_its_end(
+    db, pg_url, github, tenant, worker_token
+) -> None:
+    """What is sent is the job's state when it is sent: a pending status still owed (GitHub refused it) is never sent
+    once the job has ended. The end waits out the backoff GitHub's refusal started, then goes alone."""
+    s = _stack(db, pg_url, github, tenant, worker_token)
+    github.fail_next("403")
+    job_id = _create(s, "p2", pr=None)
+    owed = _job(db, job_id).feedback_due_at
+    assert owed is not None
+    assert s.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=tenant.h("submit")).status_code == 200
+    job = _job(db, job_id)
+    assert job.feedback_due_at == owed and job.feedback_attempts == 0 and _states(github, "p2") == []
+    gh = GitHubClient(github.url, "test-token-1", backoff_s=0.0)
+    assert outbox.deliver(s.sessions, s.settings, job_id, client=gh, now=owed) is True
+    assert _states(github, "p2") == ["error"]
 
 
 def test_the_migration_adds_the_owed_feedback_columns_and_removes_them(tmp_path) -> None:

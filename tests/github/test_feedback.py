@@ -10,6 +10,7 @@ from ghstack import (  # noqa: F401
     REDIS_URL,
     Tenant,
     bind,
+    bound_sessions,
     db_fixture,
     docs,
     engine_fixture,
@@ -21,9 +22,9 @@ from ghstack import (  # noqa: F401
 )
 from sqlalchemy.orm import Session
 
-from service import feedback
 from service.app import create_app
 from service.config import Settings
+from service.github import outbox
 from service.github import service as github_service
 from service.github.client import GitHubClient
 from service.github.comment import marker
@@ -63,6 +64,7 @@ class Stack:
             testbed,
             wtok,
         )
+        self.sessions = bound_sessions(db)
         # The claim secret of each job's latest message, and each claimed attempt's job token, by job id.
         self.secrets: dict[str, str] = {}
         self.tokens: dict[str, str] = {}
@@ -103,15 +105,22 @@ class Stack:
         _drain("analysis")
         return job_id
 
-    def analyse(self, job_id: str, monkeypatch) -> Job:
-        """What the analysis task does: the verdict, then the feedback hook, in one transaction."""
-        monkeypatch.setattr(feedback, "get_settings", lambda: self.settings)
+    def analyse(self, job_id: str) -> Job:
+        """What the analysis task does: the verdict committed, then its feedback sent from the stored rows."""
         jobs.analyze_job(self.db, job_id=job_id, cfg=self.settings.analysis)
-        feedback.notify_job_finished(self.db, job_id=job_id)
         self.db.commit()
+        outbox.deliver_owed(self.sessions, self.settings, [job_id])
+        self.db.expire_all()
         job = self.db.get(Job, job_id)
         assert job is not None
         return job
+
+    def owe(self, job_id: str) -> None:
+        """Owe the job's feedback again, whatever it owed, as an admin's resend does."""
+        job = self.db.get(Job, job_id)
+        assert job is not None
+        jobs.owe_feedback(job, at_once=True)
+        self.db.commit()
 
 
 def _stack(db: Session, pg_url: str, github: FakeGitHub, tenant: Tenant, worker_token: tuple[str, str]) -> Stack:
@@ -121,13 +130,13 @@ def _stack(db: Session, pg_url: str, github: FakeGitHub, tenant: Tenant, worker_
 
 
 def test_pr_job_goes_pending_then_failure_with_one_comment_naming_case_and_kernels(
-    db, pg_url, github, tenant, worker_token, monkeypatch
+    db, pg_url, github, tenant, worker_token
 ) -> None:
     s = _stack(db, pg_url, github, tenant, worker_token)
     s.baseline()
     job_id = s.job("b1")
     assert [st["state"] for st in github.statuses(REPO, "b1")] == ["pending"]
-    job = s.analyse(job_id, monkeypatch)
+    job = s.analyse(job_id)
     assert job.verdict == "fail" and job.status == "done" and job.reason is None
     statuses = github.statuses(REPO, "b1")
     assert [st["state"] for st in statuses] == ["pending", "failure"]
@@ -144,18 +153,16 @@ def test_pr_job_goes_pending_then_failure_with_one_comment_naming_case_and_kerne
     assert r.text == body
 
 
-def test_second_push_updates_the_comment_found_on_page_two(
-    db, pg_url, github, tenant, worker_token, monkeypatch
-) -> None:
+def test_second_push_updates_the_comment_found_on_page_two(db, pg_url, github, tenant, worker_token) -> None:
     s = _stack(db, pg_url, github, tenant, worker_token)
     s.baseline()
     for i in range(120):  # more than one page of 100
         github.add_comment(REPO, 7, f"review comment {i}")
-    s.analyse(s.job("b1"), monkeypatch)
+    s.analyse(s.job("b1"))
     ours = [c for c in github.comments(REPO, 7) if c["body"].startswith(marker(tenant.name))]
     assert len(ours) == 1 and github.comments(REPO, 7).index(ours[0]) == 120
     assert any(r.query.get("page") == "2" for r in github.requests("GET"))
-    job = s.analyse(s.job("b2", slower=1.0), monkeypatch)
+    job = s.analyse(s.job("b2", slower=1.0))
     assert job.verdict == "pass"
     ours = [c for c in github.comments(REPO, 7) if c["body"].startswith(marker(tenant.name))]
     assert len(ours) == 1 and "**pass**" in ours[0]["body"]
@@ -170,7 +177,8 @@ def test_rate_limits_and_server_errors_are_retried(db, pg_url, github, tenant, w
     github.fail_next("rate403", "rate429", "500")
     sleeps: list[float] = []
     gh = GitHubClient(github.url, "test-token-1", attempts=4, backoff_s=0.01, sleep=sleeps.append)
-    assert github_service.send(db, s.settings, job_id, client=gh) is True
+    s.owe(job_id)
+    assert outbox.deliver(s.sessions, s.settings, job_id, client=gh) is True
     assert gh.retries == 3 and len(sleeps) == 3 and all(w <= 1.0 for w in sleeps)
     assert [st["state"] for st in github.statuses(REPO, "b1")] == ["pending", "pending"]
 
@@ -184,7 +192,7 @@ def test_a_github_failure_is_recorded_and_the_verdict_kept(
     github.fail_next(*["500"] * 10)
     fast = GitHubClient(github.url, "test-token-1", attempts=3, backoff_s=0.0)
     monkeypatch.setattr(github_service, "make_client", lambda settings, **kw: fast)
-    job = s.analyse(job_id, monkeypatch)
+    job = s.analyse(job_id)
     assert job.status == "done" and job.verdict == "fail" and job.run_id is not None
     assert job.reason is not None and job.reason.startswith("GitHub feedback failed: ")
     assert "HTTP 500" in job.reason and "after 3 attempts" in job.reason
@@ -198,8 +206,10 @@ def test_a_plain_403_is_not_retried(db, pg_url, github, tenant, worker_token) ->
     job_id = s.job("b1", pr=None)
     github.fail_next("403")
     gh = GitHubClient(github.url, "test-token-1", backoff_s=0.0)
-    assert github_service.send(db, s.settings, job_id, client=gh) is False
+    s.owe(job_id)
+    assert outbox.deliver(s.sessions, s.settings, job_id, client=gh) is False
     assert gh.retries == 0
+    db.expire_all()
     job = db.get(Job, job_id)
     assert job is not None and job.reason is not None and "HTTP 403" in job.reason
 

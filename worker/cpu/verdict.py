@@ -8,14 +8,18 @@ again once the lease runs out, whatever the broker's ``unacked`` hash says.
 
 The work itself, in one transaction committed here at the task's boundary: compare the run with its baseline,
 store the comparison, look for change points when the run is on the default branch (``service.comparisons.analyze``
-does all of that), then lock the job's row and record the verdict (``analyzing → done``) and call the feedback
-hook. The row is locked only for that last step: if another delivery recorded its verdict first (or the job was
-cancelled), this one's comparison is rolled back, so a job gets exactly one comparison, and a repeated message for
-a job already done sends nothing.
+does all of that), then lock the job's row and record the verdict (``analyzing → done``), which marks the job's
+GitHub feedback as owed. The row is locked only for that last step: if another delivery recorded its verdict first
+(or the job was cancelled), this one's comparison is rolled back, so a job gets exactly one comparison, and a
+repeated message for a job already done sends nothing.
+
+Once that transaction is committed, and only then, the feedback is sent from the stored rows
+(``service.github.outbox``: short transactions of its own, none open while GitHub answers), so the verdict never
+waits on GitHub; what GitHub refuses stays owed for the sweep.
 
 An analysis that cannot be made (the service says why: a ``ServiceError``) fails the job with that reason and
-sends its ``error`` feedback; any other exception is raised, the job stays ``analyzing``, and the sweeper sends
-the task again when the lease runs out.
+sends its ``error`` feedback the same way; any other exception is raised, the job stays ``analyzing``, and the
+sweeper sends the task again when the lease runs out.
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ import time
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import feedback
 from service.config import Settings
 from service.errors import ServiceError
+from service.github import outbox
 from service.jobs import service as jobs
 from worker.cpu.database import sessions
 
@@ -81,9 +85,12 @@ def run(job_id: str, settings: Settings) -> str | None:
     renewal = LeaseRenewal(factory, job_id, lease_s)
     renewal.start()
     try:
-        return _analyse(factory, job_id, settings, renewal)
+        outcome = _analyse(factory, job_id, settings, renewal)
     finally:
         renewal.finish()
+    if outcome is not None:  # committed: the verdict's (or the failure's) feedback, from the stored rows
+        outbox.deliver_owed(factory, settings, [job_id])
+    return outcome
 
 
 def _analyse(factory: sessionmaker[Session], job_id: str, settings: Settings, renewal: LeaseRenewal) -> str | None:
@@ -99,14 +106,12 @@ def _analyse(factory: sessionmaker[Session], job_id: str, settings: Settings, re
                 session.rollback()
                 log.info("job %s: not analysing: no longer analyzing (another delivery recorded it)", job_id)
                 return None
-            feedback.notify_job_finished(session, job_id=job_id, settings=settings)
             session.commit()
             log.info("job %s: verdict %s", job_id, found.verdict)
             return found.verdict
         except ServiceError as exc:
             session.rollback()
             log.warning("job %s: the analysis failed: %s", job_id, exc.detail)
-            if jobs.fail_analysis(session, job_id=job_id, reason=f"the analysis failed: {exc.detail}") is not None:
-                feedback.notify_job_finished(session, job_id=job_id, settings=settings)
+            jobs.fail_analysis(session, job_id=job_id, reason=f"the analysis failed: {exc.detail}")
             session.commit()
             return "failed"
