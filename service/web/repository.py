@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, func, select
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session, defer
 
 from service.baselines.models import BaselineRule
@@ -213,11 +212,9 @@ def job_in_project(session: Session, project_id: int, job_id: str) -> Row[*tuple
     return session.execute(q).first()
 
 
-def run_page_row(
-    session: Session, project_id: int, run_id: str, *, with_document: bool
-) -> Row[*tuple[Any, ...]] | None:
-    """A run of the project with its provenance, its testbed's name and meaning, and, ``with_document``, its
-    document (the run page draws every case and kernel of it), or None for an unknown run or another project's."""
+def run_page_row(session: Session, project_id: int, run_id: str) -> Row[*tuple[Any, ...]] | None:
+    """A run of the project with its provenance and its testbed's name and meaning (its document comes through
+    ``service.runs.documents``), or None for an unknown run or another project's."""
     q = (
         select(
             Run.id,
@@ -234,26 +231,11 @@ def run_page_row(
             Run.testbed_key,
             Testbed.name.label("testbed"),
             Testbed.meaning.label("testbed_meaning"),
-            *([Run.document] if with_document else []),
         )
         .join(Testbed, Testbed.id == Run.testbed_id)
         .where(Run.id == run_id, Run.project_id == project_id)
     )
     return session.execute(q).first()
-
-
-def run_cases_named(session: Session, project_id: int, run_id: str, case_ids: Sequence[str]) -> list[dict[str, Any]]:
-    """The cases ``case_ids`` of a run's document (empty for another project's run). On Postgres only those cases
-    leave the database: a 100-case document is a megabyte, and a comparison names the few cases that moved."""
-    if not case_ids:
-        return []
-    if session.get_bind().dialect.name == "postgresql":
-        case = func.jsonb_array_elements(Run.document["cases"], type_=JSONB).column_valued("c", joins_implicitly=True)
-        q = select(case).select_from(Run).where(Run.id == run_id, Run.project_id == project_id)
-        return [dict(c) for c in session.scalars(q.where(case["id"].astext.in_(case_ids)))]
-    found = session.scalars(select(Run.document["cases"]).where(Run.id == run_id, Run.project_id == project_id))
-    wanted = set(case_ids)
-    return [dict(c) for c in found.first() or [] if c.get("id") in wanted]
 
 
 def latest_comparison_of(session: Session, project_id: int, run_id: str) -> Row[*tuple[Any, ...]] | None:

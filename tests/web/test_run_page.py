@@ -14,6 +14,7 @@ import pytest
 from pagehelp import Project, csrf_of, fresh_project, login, rules, seed_pair, tab_to, upload, watch_errors
 from webstack import Site, browser, docs, page, sign_in, site  # noqa: F401  (fixtures)
 
+from profiler_core.documents import Case, Kernel, Peaks, parse_result
 from service.web.pages.figures import backend_groups, case_anchor, on_roofline, roofline
 
 TRACES = Path(docs.H200).parent
@@ -85,7 +86,7 @@ def test_the_run_page_draws_its_cases_kernels_and_rooflines(page: Any, site: Sit
     # The math backend launches copies and fills: they are listed under the chart, the others are points.
     index = next(i for i, c in enumerate(cases) if c["id"] == "sdpa[backend=math,pass=fwd]")
     math = cases[index]
-    drawn = [k for k in math["kernels"] if on_roofline(k)]
+    drawn = [k for k in math["kernels"] if on_roofline(Kernel.model_validate(k))]
     assert 0 < len(drawn) < len(math["kernels"])
     page.locator(f"details#{case_anchor(math['id'])} > summary").click()
     page.wait_for_selector(f"#roofline-{index + 1}[data-drawn=true] .main-svg")
@@ -294,7 +295,7 @@ def test_the_roofline_ceilings_follow_the_documents_peaks() -> None:
     doc = docs.h200()
     peaks = doc["environment"]["peaks"]
     case = next(c for c in doc["cases"] if c["id"] == "block")
-    spec = roofline(case, peaks)
+    spec = roofline(Case.model_validate(case), Peaks.model_validate(peaks))
     assert spec is not None
     bandwidth, bf16, fp32 = spec["data"][:3]
     gbps = peaks["dram_gbps"]["value"]
@@ -311,11 +312,11 @@ def test_the_roofline_ceilings_follow_the_documents_peaks() -> None:
     # A case whose kernels do no floating-point work has no roofline.
     moves_only = [{**k, "flops": 0, "tflops": 0.0, "arithmetic_intensity": None} for k in case["kernels"]]
     copies = {**case, "kernels": moves_only}
-    assert roofline(copies, peaks) is None
+    assert roofline(Case.model_validate(copies), Peaks.model_validate(peaks)) is None
 
 
 def test_backend_groups_pair_cases_that_differ_only_in_the_backend() -> None:
-    groups = backend_groups(docs.h200()["cases"])
+    groups = backend_groups(parse_result(docs.h200()).cases)
     assert sorted(groups) == ["sdpa[pass=fwd]", "sdpa[pass=fwd_bwd]"]
     for members in groups.values():
         assert [b for b, _ in members] == ["cudnn", "flash", "efficient", "math"]

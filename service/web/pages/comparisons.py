@@ -4,6 +4,7 @@ a project admin, accepting the candidate as an intended change."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -11,7 +12,11 @@ from fastapi import APIRouter, Form, Path, Query
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
+from profiler_core.documents import Kernel
+from profiler_core.documents.comparison import Finding, KernelMove
+from service.comparisons import documents as comparison_documents
 from service.db import SessionDep
+from service.runs import documents
 from service.web import repository
 from service.web.dependencies import AdminFormDep, Viewer, ViewerDep, not_found
 from service.web.pages import figures
@@ -34,11 +39,10 @@ def comparison_href(viewer: Viewer, comparison_id: str) -> str:
     return f"/ui/p/{quote(viewer.project.name)}/comparisons/{quote(comparison_id)}"
 
 
-def finding_order(f: dict[str, Any]) -> tuple[int, int, float]:
+def finding_order(f: Finding) -> tuple[int, int, float]:
     """Failing findings first, then regressions before the rest, larger changes first."""
-    change = f.get("change")
-    size = abs(float(change)) if isinstance(change, int | float) else 0.0
-    return (_VERDICT_RANK.get(str(f.get("verdict")), 3), _STATUS_RANK.get(str(f.get("status")), 4), -size)
+    size = abs(f.change) if f.change is not None else 0.0
+    return (_VERDICT_RANK.get(f.verdict, 3), _STATUS_RANK.get(f.status, 4), -size)
 
 
 def _fmt_value(value: Any, unit: str | None) -> str:
@@ -69,60 +73,58 @@ def _fmt_field(field: str, value: Any) -> str:
     return str(value)
 
 
-# The columns of a kernel side by side: (heading, field in the document's kernel or in the move's changes).
-KERNEL_FIELDS = (
-    ("Launches / iter.", "launches_per_iter"),
-    ("Grid", "grid"),
-    ("Block", "block"),
-    ("Registers / thread", "registers_per_thread"),
-    ("Shared memory", "shared_mem_bytes"),
-    ("Theoretical occupancy", "theoretical_occupancy"),
-    ("Bound", "bound"),
-    ("Compute util.", "compute_util"),
-    ("Bandwidth util.", "bandwidth_util"),
-    ("DRAM bytes / iter.", "dram_bytes"),
+# The columns of a kernel side by side: (heading, field in the move's changes, its value in the candidate's kernel).
+KERNEL_FIELDS: tuple[tuple[str, str, Callable[[Kernel], Any]], ...] = (
+    ("Launches / iter.", "launches_per_iter", lambda k: k.launches_per_iter),
+    ("Grid", "grid", lambda k: k.grid),
+    ("Block", "block", lambda k: k.block),
+    ("Registers / thread", "registers_per_thread", lambda k: k.registers_per_thread),
+    ("Shared memory", "shared_mem_bytes", lambda k: k.shared_mem_bytes),
+    ("Theoretical occupancy", "theoretical_occupancy", lambda k: k.theoretical_occupancy),
+    ("Bound", "bound", lambda k: k.bound),
+    ("Compute util.", "compute_util", lambda k: k.compute_util),
+    ("Bandwidth util.", "bandwidth_util", lambda k: k.bandwidth_util),
+    ("DRAM bytes / iter.", "dram_bytes", dram_bytes_per_iter),
 )
 
 
-def _side_by_side(move: dict[str, Any], candidate: dict[str, Any] | None, base_share: float | None) -> dict[str, Any]:
+def _side_by_side(move: KernelMove, candidate: Kernel | None, base_share: float | None) -> dict[str, Any]:
     """A kernel that moved, baseline beside candidate: a field that did not change reads once (the candidate's
     value); one that changed reads ``baseline → candidate`` and is marked changed."""
-    changes = {c["field"]: c for c in [*move.get("launch", []), *move.get("rates", [])]}
+    changes = {c.field: c for c in [*move.launch, *move.rates]}
     cells = []
-    for _, field in KERNEL_FIELDS:
+    for _, field, value_of in KERNEL_FIELDS:
         if field in changes:
             c = changes[field]
-            cells.append((f"{_fmt_field(field, c.get('baseline'))} → {_fmt_field(field, c.get('candidate'))}", True))
+            cells.append((f"{_fmt_field(field, c.baseline)} → {_fmt_field(field, c.candidate)}", True))
         elif candidate is not None:
-            value = dram_bytes_per_iter(candidate) if field == "dram_bytes" else candidate.get(field)
-            cells.append((_fmt_field(field, value), False))
+            cells.append((_fmt_field(field, value_of(candidate)), False))
         else:
             cells.append(("–", False))
-    cand_share = None if candidate is None else candidate.get("share")
     return {
-        "key": move.get("key"),
-        "phase": move.get("phase"),
-        "name": move.get("name"),
-        "appeared": move.get("appeared", False),
-        "vanished": move.get("vanished", False),
-        "baseline_us": move.get("baseline_us"),
-        "candidate_us": move.get("candidate_us"),
-        "delta_us": move.get("delta_us"),
-        "change": move.get("change"),
-        "share": (base_share, cand_share),
+        "key": move.key,
+        "phase": move.phase,
+        "name": move.name,
+        "appeared": move.appeared,
+        "vanished": move.vanished,
+        "baseline_us": move.baseline_us,
+        "candidate_us": move.candidate_us,
+        "delta_us": move.delta_us,
+        "change": move.change,
+        "share": (base_share, None if candidate is None else candidate.share),
         "cells": cells,
     }
 
 
 def _kernel_moves(
-    session: Session, findings: list[dict[str, Any]], candidate_run: str, baseline_run: str | None, project_id: int
+    session: Session, findings: list[Finding], candidate_run: str, baseline_run: str | None
 ) -> list[dict[str, Any]]:
     """For each finding that names kernels: the case, the metric and its kernels side by side."""
-    with_kernels = [f for f in findings if f.get("kernels")]
+    with_kernels = [f for f in findings if f.kernels]
     if not with_kernels:
         return []
-    case_ids = list(dict.fromkeys(str(f["case"]) for f in with_kernels))
-    doc_cases = {str(c["id"]): c for c in repository.run_cases_named(session, project_id, candidate_run, case_ids)}
+    case_ids = list(dict.fromkeys(f.case for f in with_kernels))
+    doc_cases = documents.cases_of(session, candidate_run, case_ids)
     shares: dict[tuple[str, str, str], float] = {}
     if baseline_run is not None:
         totals: dict[str, float] = {}
@@ -133,17 +135,19 @@ def _kernel_moves(
         shares = {k: v / totals[k[0]] for k, v in shares.items() if totals.get(k[0])}
     out = []
     for f in with_kernels:
-        case = str(f["case"])
-        kernels = {(k.get("key"), k.get("phase")): k for k in doc_cases.get(case, {}).get("kernels", [])}
+        case = f.case
+        kernels: dict[tuple[str, str | None], Kernel] = {
+            (k.key, k.phase): k for k in (doc_cases[case].kernels if case in doc_cases else [])
+        }
         rows = [
             _side_by_side(
                 m,
-                None if m.get("vanished") else kernels.get((m.get("key"), m.get("phase"))),
-                None if m.get("appeared") else shares.get((case, str(m.get("key")), str(m.get("phase")))),
+                None if m.vanished else kernels.get((m.key, m.phase)),
+                None if m.appeared else shares.get((case, m.key, str(m.phase))),
             )
-            for m in f["kernels"]
+            for m in f.kernels
         ]
-        out.append({"case": case, "anchor": figures.case_anchor(case), "metric": f["metric"], "rows": rows})
+        out.append({"case": case, "anchor": figures.case_anchor(case), "metric": f.metric, "rows": rows})
     return out
 
 
@@ -157,14 +161,13 @@ def comparison_page(
     found = repository.comparison_in_project(session, viewer.project.id, comparison_id)
     if found is None:
         raise not_found(f"no comparison {comparison_id} in project {viewer.project.name}")
-    doc: dict[str, Any] = found.document
+    doc = comparison_documents.comparison_of(found)
     baseline_ids = [str(b) for b in found.baseline_run_ids]
     brief = repository.runs_brief(session, viewer.project.id, [found.candidate_run_id, *baseline_ids])
     baselines = [(b, brief.get(b)) for b in baseline_ids]
     present = [r for _, r in baselines if r is not None]
     newest_baseline = max(present, key=lambda r: r.created_at).id if present else None
-    findings = sorted(doc.get("findings", []), key=finding_order)
-    settings = doc.get("settings", {})
+    findings = sorted(doc.findings, key=finding_order)
     candidate_href = run_href(viewer, found.candidate_run_id)
     rules = repository.rules_of_runs(session, viewer.project.id, [found.candidate_run_id])
     return page(
@@ -177,11 +180,11 @@ def comparison_page(
         candidate_href=candidate_href,
         baselines=baselines,
         findings=findings,
-        chart_spec=figures.comparison_changes(findings, settings.get("thresholds", {}), candidate_href),
+        chart_spec=figures.comparison_changes(findings, doc.settings.thresholds, candidate_href),
         charted_metrics=figures.CHARTED_METRICS,
-        moves=_kernel_moves(session, findings, found.candidate_run_id, newest_baseline, viewer.project.id),
-        kernel_fields=[heading for heading, _ in KERNEL_FIELDS],
-        settings=settings,
+        moves=_kernel_moves(session, findings, found.candidate_run_id, newest_baseline),
+        kernel_fields=[heading for heading, _, _ in KERNEL_FIELDS],
+        settings=doc.settings,
         href=comparison_href(viewer, found.id),
         rules={r.kind: r for r in rules if r.kind == "accept"},
         rule_words=RULE_WORDS,

@@ -1,6 +1,6 @@
-"""Plotly figure specs of the run and comparison pages, built from stored documents (plain dicts, validated when
-they were stored). Colours come from Okabe and Ito's palette and every colour is doubled by a marker symbol, a
-pattern or a legend entry in words, so that nothing is told by colour alone."""
+"""Plotly figure specs of the run and comparison pages, built from the typed stored documents
+(``service.runs.documents``, ``service.comparisons.documents``). Colours come from Okabe and Ito's palette and every
+colour is doubled by a marker symbol, a pattern or a legend entry in words, so that nothing is told by colour alone."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import math
 import re
 from typing import Any
 
-from profiler_core.documents.result import PHASES
+from profiler_core.documents.comparison import Finding
+from profiler_core.documents.result import PHASES, Case, Kernel, LatencyStats, Peaks
 from service.web.render import PALETTE, fmt_pct, fmt_us
 
 Spec = dict[str, Any]
@@ -60,47 +61,47 @@ def _positive(value: Any) -> float | None:
     return None
 
 
-def kernel_intensity(kernel: dict[str, Any]) -> float | None:
+def kernel_intensity(kernel: Kernel) -> float | None:
     """Arithmetic intensity of a kernel, FLOP per byte: the document's, or its FLOPs over its bytes."""
-    ai = _positive(kernel.get("arithmetic_intensity"))
+    ai = _positive(kernel.arithmetic_intensity)
     if ai is not None:
         return ai
-    flops, nbytes = _positive(kernel.get("flops")), _positive(kernel.get("bytes"))
+    flops, nbytes = _positive(kernel.flops), _positive(kernel.bytes)
     return flops / nbytes if flops is not None and nbytes is not None else None
 
 
-def on_roofline(kernel: dict[str, Any]) -> bool:
+def on_roofline(kernel: Kernel) -> bool:
     """Whether a kernel has a place on the roofline: floating-point work and bytes (copies and fills have none)."""
-    return kernel_intensity(kernel) is not None and _positive(kernel.get("tflops")) is not None
+    return kernel_intensity(kernel) is not None and _positive(kernel.tflops) is not None
 
 
-def roofline(case: dict[str, Any], peaks: dict[str, Any]) -> Spec | None:
+def roofline(case: Case, peaks: Peaks) -> Spec | None:
     """Arithmetic intensity (FLOP/byte) against achieved TFLOP/s on log-log axes: one point per kernel that does
     floating-point work, coloured and shaped by phase, under the device's bandwidth and compute ceilings (the
     document's peaks). None when no kernel of the case has a place on it."""
-    kernels = [k for k in case.get("kernels", []) if on_roofline(k)]
+    kernels = [k for k in case.kernels if on_roofline(k)]
     if not kernels:
         return None
-    bw_gbps = float(peaks["dram_gbps"]["value"])
-    tflops_peaks: dict[str, dict[str, Any]] = peaks.get("tflops", {})
-    dtype = str(case.get("params", {}).get("dtype", ""))
+    bw_gbps = peaks.dram_gbps.value
+    tflops_peaks = peaks.tflops
+    dtype = str(case.params.get("dtype", ""))
     shown = [d for d in dict.fromkeys([dtype, "fp32"]) if d in tflops_peaks] or list(tflops_peaks)[:1]
     ais = [kernel_intensity(k) or 1.0 for k in kernels]
-    ridges = {d: float(tflops_peaks[d]["value"]) * 1000.0 / bw_gbps for d in shown}
+    ridges = {d: tflops_peaks[d].value * 1000.0 / bw_gbps for d in shown}
     lo = min([*ais, *ridges.values()]) / 4
     hi = max([*ais, *ridges.values()]) * 4
     data: list[dict[str, Any]] = []
-    top = max(shown, key=lambda d: float(tflops_peaks[d]["value"]))
+    top = max(shown, key=lambda d: tflops_peaks[d].value)
     # Whole decades around the points and the ceilings, so that the axes are labelled at powers of ten.
-    y_lo = 10 ** math.floor(math.log10(min(lo * bw_gbps / 1000.0, *(float(k["tflops"]) for k in kernels))))
-    y_hi = 10 ** math.ceil(math.log10(float(tflops_peaks[top]["value"]) * 1.2))
+    y_lo = 10 ** math.floor(math.log10(min(lo * bw_gbps / 1000.0, *(k.tflops or 0.0 for k in kernels))))
+    y_hi = 10 ** math.ceil(math.log10(tflops_peaks[top].value * 1.2))
     data.append(
         {
             "type": "scatter",
             "mode": "lines",
-            "name": f"DRAM bandwidth ceiling {bw_gbps:,.0f} GB/s ({peaks['dram_gbps']['source']})",
+            "name": f"DRAM bandwidth ceiling {bw_gbps:,.0f} GB/s ({peaks.dram_gbps.source})",
             "x": [lo, ridges[top]],
-            "y": [lo * bw_gbps / 1000.0, float(tflops_peaks[top]["value"])],
+            "y": [lo * bw_gbps / 1000.0, tflops_peaks[top].value],
             "line": {"color": GREY, "width": 2},
             "hoverinfo": "name",
         }
@@ -111,16 +112,16 @@ def roofline(case: dict[str, Any], peaks: dict[str, Any]) -> Spec | None:
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": f"{d} compute ceiling {float(peak['value']):,.0f} TFLOP/s ({peak['source']})",
+                "name": f"{d} compute ceiling {peak.value:,.0f} TFLOP/s ({peak.source})",
                 "x": [ridges[d], hi],
-                "y": [float(peak["value"])] * 2,
+                "y": [peak.value] * 2,
                 "line": {"color": GREY, "width": 2, "dash": "solid" if i == 0 else "dash"},
                 "hoverinfo": "name",
             }
         )
-    by_phase: dict[str, list[dict[str, Any]]] = {}
+    by_phase: dict[str, list[Kernel]] = {}
     for k in kernels:
-        by_phase.setdefault(str(k.get("phase", "other")), []).append(k)
+        by_phase.setdefault(k.phase, []).append(k)
     for phase in sorted(by_phase, key=lambda p: PHASES.index(p) if p in PHASES else len(PHASES)):
         colour, symbol = phase_style(phase)
         points = by_phase[phase]
@@ -130,7 +131,7 @@ def roofline(case: dict[str, Any], peaks: dict[str, Any]) -> Spec | None:
                 "mode": "markers",
                 "name": phase,
                 "x": [kernel_intensity(k) for k in points],
-                "y": [k["tflops"] for k in points],
+                "y": [k.tflops for k in points],
                 "text": [_kernel_hover(k) for k in points],
                 "hovertemplate": "%{text}<extra></extra>",
                 "marker": {"color": colour, "symbol": symbol, "size": 11, "line": {"color": "#000", "width": 1}},
@@ -159,52 +160,53 @@ def roofline(case: dict[str, Any], peaks: dict[str, Any]) -> Spec | None:
     }
 
 
-def _kernel_hover(k: dict[str, Any]) -> str:
-    duration = k.get("duration_us", {}).get("median")
-    share = k.get("share")
+def _kernel_hover(k: Kernel) -> str:
+    share = k.share
     return "<br>".join(
         [
-            f"<b>{_plain(str(k.get('key', '')))}</b>",
-            f"{_plain(str(k.get('name', '')))[:120]}",
-            f"phase {k.get('phase')} · {fmt_us(duration)} per iteration"
+            f"<b>{_plain(k.key)}</b>",
+            f"{_plain(k.name)[:120]}",
+            f"phase {k.phase} · {fmt_us(k.duration_us.median)} per iteration"
             + (f" ({fmt_pct(share)} of the case)" if share is not None else ""),
-            f"{kernel_intensity(k) or 0:.3g} FLOP/byte · {float(k.get('tflops') or 0):.3g} TFLOP/s"
-            + f" · {float(k.get('gbps') or 0):,.0f} GB/s",
-            f"bound: {k.get('bound') or 'undecided'}",
+            f"{kernel_intensity(k) or 0:.3g} FLOP/byte · {k.tflops or 0:.3g} TFLOP/s" + f" · {k.gbps or 0:,.0f} GB/s",
+            f"bound: {k.bound or 'undecided'}",
         ]
     )
 
 
-def case_latency(cases: list[dict[str, Any]], link_base: str) -> Spec | None:
+def _timed(cases: list[Case]) -> list[tuple[Case, LatencyStats]]:
+    return [(c, c.latency_us) for c in cases if c.latency_us]
+
+
+def case_latency(cases: list[Case], link_base: str) -> Spec | None:
     """The median latency of every timed case (µs) with its p25–p75 as error bars, one trace per bound (colour,
     pattern and legend entry); a click opens the case's details below."""
-    timed = [c for c in cases if c.get("latency_us")]
+    timed = _timed(cases)
     if not timed:
         return None
     data = []
     for i, bound in enumerate(_BOUND_ORDER):
-        group = [c for c in timed if (c.get("achieved") or {}).get("bound") == bound]
+        group = [(c, lat) for c, lat in timed if (c.achieved.bound if c.achieved else None) == bound]
         if not group:
             continue
-        lat = [c["latency_us"] for c in group]
         data.append(
             {
                 "type": "bar",
                 "name": f"{bound}-bound" if bound else "bound undecided",
-                "x": [c["id"] for c in group],
-                "y": [x["median"] for x in lat],
+                "x": [c.id for c, _ in group],
+                "y": [lat.median for _, lat in group],
                 "error_y": {
                     "type": "data",
                     "symmetric": False,
-                    "array": [x["p75"] - x["median"] for x in lat],
-                    "arrayminus": [x["median"] - x["p25"] for x in lat],
+                    "array": [lat.p75 - lat.median for _, lat in group],
+                    "arrayminus": [lat.median - lat.p25 for _, lat in group],
                 },
                 "marker": {"color": _MARKER_COLOURS[i], "pattern": {"shape": _PATTERNS[i]}},
-                "customdata": [f"{link_base}#{case_anchor(c['id'])}" for c in group],
+                "customdata": [f"{link_base}#{case_anchor(c.id)}" for c, _ in group],
                 "hovertemplate": "%{x}<br>median %{y:.4g} µs<extra>%{fullData.name}</extra>",
             }
         )
-    medians = [c["latency_us"]["median"] for c in timed if c["latency_us"]["median"] > 0]
+    medians = [lat.median for _, lat in timed if lat.median > 0]
     wide = bool(medians) and max(medians) / min(medians) > 20
     return {
         "data": data,
@@ -216,7 +218,7 @@ def case_latency(cases: list[dict[str, Any]], link_base: str) -> Spec | None:
                 "tickangle": -35,
                 "automargin": True,
                 "categoryorder": "array",
-                "categoryarray": [c["id"] for c in timed],
+                "categoryarray": [c.id for c, _ in timed],
             },
             "yaxis": _latency_axis(wide),
             "legend": {"orientation": "h", "y": 1.12, "x": 0},
@@ -239,40 +241,43 @@ def _without_backend(case_id: str) -> str:
     return label or case_id
 
 
-def backend_groups(cases: list[dict[str, Any]]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+def backend_groups(cases: list[Case]) -> dict[str, list[tuple[str, Case]]]:
     """Cases that differ only in the backend they asked for, grouped by what they share (label → (backend,
     case) pairs); only groups with two backends or more."""
-    groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    groups: dict[str, list[tuple[str, Case]]] = {}
     labels: dict[str, str] = {}
     for c in cases:
-        params = dict(c.get("params") or {})
-        backend = params.pop("backend", None) or c.get("backend_requested")
-        if not backend or not c.get("latency_us"):
+        params = dict(c.params)
+        backend = params.pop("backend", None) or c.backend_requested
+        if not backend or not c.latency_us:
             continue
-        key = json.dumps([c.get("target"), c.get("name"), params], sort_keys=True, default=str)
-        labels.setdefault(key, _without_backend(str(c["id"])))
+        key = json.dumps([c.target, c.name, params], sort_keys=True, default=str)
+        labels.setdefault(key, _without_backend(c.id))
         groups.setdefault(key, []).append((str(backend), c))
     return {labels[k]: v for k, v in groups.items() if len({b for b, _ in v}) > 1}
 
 
-def backend_comparison(cases: list[dict[str, Any]]) -> Spec | None:
+def backend_comparison(cases: list[Case]) -> Spec | None:
     """Latency per backend (bars, µs, with p25–p75 error bars) for each group of cases that differ only in the
     backend; None when the suite ran one backend per case."""
     groups = backend_groups(cases)
     if not groups:
         return None
     backends = list(dict.fromkeys(b for members in groups.values() for b, _ in members))
-    data = []
+    data: list[dict[str, Any]] = []
     for i, backend in enumerate(backends):
-        xs, ys, hi, lo = [], [], [], []
+        xs: list[str] = []
+        ys: list[float] = []
+        hi: list[float] = []
+        lo: list[float] = []
         for label, members in groups.items():
             for b, c in members:
-                if b == backend:
-                    lat = c["latency_us"]
+                lat = c.latency_us
+                if b == backend and lat is not None:
                     xs.append(label)
-                    ys.append(lat["median"])
-                    hi.append(lat["p75"] - lat["median"])
-                    lo.append(lat["median"] - lat["p25"])
+                    ys.append(lat.median)
+                    hi.append(lat.p75 - lat.median)
+                    lo.append(lat.median - lat.p25)
         data.append(
             {
                 "type": "bar",
@@ -313,39 +318,37 @@ _STATUS_STYLE = {
 }
 
 
-def comparison_changes(findings: list[dict[str, Any]], thresholds: dict[str, float], link_base: str) -> Spec | None:
+def comparison_changes(findings: list[Finding], thresholds: dict[str, float], link_base: str) -> Spec | None:
     """Relative change (%) of each case's timing and DRAM findings with its confidence interval as error bars;
     regressions vermillion diamonds, improvements blue discs, the rest grey or orange open markers, each
     status a legend entry in words; the minimum effect of the timing metrics drawn as a band around zero."""
-    charted = [f for f in findings if f.get("metric") in CHARTED_METRICS and isinstance(f.get("change"), int | float)]
+    charted = [(f, f.change) for f in findings if f.metric in CHARTED_METRICS and f.change is not None]
     if not charted:
         return None
-    order = list(dict.fromkeys(str(f["case"]) for f in charted))
+    order = list(dict.fromkeys(f.case for f, _ in charted))
     data = []
     for status, (colour, symbol) in _STATUS_STYLE.items():
-        group = [f for f in charted if f.get("status") == status]
+        group = [(f, 100.0 * change) for f, change in charted if f.status == status]
         if not group:
             continue
-        change = [100.0 * f["change"] for f in group]
-        ci = [f.get("ci") or {} for f in group]
         data.append(
             {
                 "type": "scatter",
                 "mode": "markers",
                 "name": status,
-                "x": [str(f["case"]) for f in group],
-                "y": change,
+                "x": [f.case for f, _ in group],
+                "y": [y for _, y in group],
                 "error_y": {
                     "type": "data",
                     "symmetric": False,
-                    "array": [100.0 * c["high"] - y if "high" in c else 0 for c, y in zip(ci, change, strict=True)],
-                    "arrayminus": [y - 100.0 * c["low"] if "low" in c else 0 for c, y in zip(ci, change, strict=True)],
+                    "array": [100.0 * f.ci.high - y if f.ci else 0 for f, y in group],
+                    "arrayminus": [y - 100.0 * f.ci.low if f.ci else 0 for f, y in group],
                     "color": colour,
                 },
                 "marker": {"color": colour, "symbol": symbol, "size": 12, "line": {"color": colour, "width": 2}},
-                "text": [_finding_hover(f) for f in group],
+                "text": [_finding_hover(f) for f, _ in group],
                 "hovertemplate": "%{text}<extra></extra>",
-                "customdata": [f"{link_base}#{case_anchor(str(f['case']))}" for f in group],
+                "customdata": [f"{link_base}#{case_anchor(f.case)}" for f, _ in group],
             }
         )
     band = max((float(thresholds.get(m, 0.0)) for m in ("latency", "bandwidth", "throughput")), default=0.0)
@@ -385,17 +388,12 @@ def comparison_changes(findings: list[dict[str, Any]], thresholds: dict[str, flo
     }
 
 
-def _finding_hover(f: dict[str, Any]) -> str:
-    ci = f.get("ci") or {}
-    parts = [
-        f"<b>{_plain(str(f['case']))}</b> · {f['metric']} {f['status']}",
-        f"change {fmt_pct(f.get('change'), 2, True)}",
-    ]
-    if ci:
-        level = f"{100 * ci.get('level', 0):.0f}% CI"
-        parts.append(f"{level} {fmt_pct(ci['low'], 2, True)} … {fmt_pct(ci['high'], 2, True)}")
-    if f.get("threshold") is not None:
-        parts.append(f"minimum effect ±{fmt_pct(f['threshold'])}")
-    if f.get("q") is not None:
-        parts.append(f"q = {float(f['q']):.3g}")
+def _finding_hover(f: Finding) -> str:
+    parts = [f"<b>{_plain(f.case)}</b> · {f.metric} {f.status}", f"change {fmt_pct(f.change, 2, True)}"]
+    if f.ci:
+        parts.append(f"{100 * f.ci.level:.0f}% CI {fmt_pct(f.ci.low, 2, True)} … {fmt_pct(f.ci.high, 2, True)}")
+    if f.threshold is not None:
+        parts.append(f"minimum effect ±{fmt_pct(f.threshold)}")
+    if f.q is not None:
+        parts.append(f"q = {f.q:.3g}")
     return "<br>".join(parts)

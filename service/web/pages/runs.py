@@ -14,9 +14,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
+from profiler_core.documents import Achieved, Case, Kernel, Peaks, ResultDocument, RunInfo, SuiteInfo
 from service.baselines import service as baselines
 from service.baselines.models import BaselineRule
 from service.db import SessionDep
+from service.runs import documents
 from service.runs import repository as runs_repository
 from service.runs import service as runs
 from service.web import repository
@@ -35,7 +37,6 @@ COUNTER_COLUMNS = (
     ("SM throughput", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%"),
     ("tensor pipe", "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "%"),
 )
-ACHIEVED_FIELDS = ("tflops", "gbps", "compute_util", "bandwidth_util", "arithmetic_intensity", "bound")
 ACHIEVED_OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
 DRAM_BYTES = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 # What a confirmation says after a baseline action, by the ``done`` query parameter (never echoed text).
@@ -64,63 +65,63 @@ def run_href(viewer: Viewer, run_id: str) -> str:
     return f"/ui/p/{quote(viewer.project.name)}/runs/{quote(run_id)}"
 
 
-def dram_bytes_per_iter(kernel: dict[str, Any]) -> float | None:
+def dram_bytes_per_iter(kernel: Kernel) -> float | None:
     """DRAM bytes read and written per iteration from ncu's counters (one launch counted, times the launches)."""
-    counters = kernel.get("counters") or {}
+    counters = kernel.counters or {}
     if any(name not in counters for name in DRAM_BYTES):
         return None
-    return sum(float(counters[name]) for name in DRAM_BYTES) * max(float(kernel.get("launches_per_iter") or 1), 1.0)
+    return sum(counters[name] for name in DRAM_BYTES) * max(kernel.launches_per_iter or 1.0, 1.0)
 
 
-def _kernel_view(k: dict[str, Any]) -> dict[str, Any]:
-    counters = k.get("counters") or {}
+def _kernel_view(k: Kernel) -> dict[str, Any]:
+    counters = k.counters or {}
     achieved = counters.get(ACHIEVED_OCCUPANCY)
     return {
-        "phase": k.get("phase"),
-        "key": k.get("key"),
-        "name": k.get("name"),
-        "op": k.get("op"),
-        "duration": k.get("duration_us") or {},
-        "share": k.get("share"),
-        "launches": k.get("launches_per_iter"),
-        "bound": k.get("bound"),
-        "counter_bound": k.get("counter_bound"),
-        "bandwidth_util": k.get("bandwidth_util"),
-        "compute_util": k.get("compute_util"),
-        "tflops": k.get("tflops"),
-        "gbps": k.get("gbps"),
+        "phase": k.phase,
+        "key": k.key,
+        "name": k.name,
+        "op": k.op,
+        "duration": k.duration_us,
+        "share": k.share,
+        "launches": k.launches_per_iter,
+        "bound": k.bound,
+        "counter_bound": k.counter_bound,
+        "bandwidth_util": k.bandwidth_util,
+        "compute_util": k.compute_util,
+        "tflops": k.tflops,
+        "gbps": k.gbps,
         "intensity": figures.kernel_intensity(k),
         "on_roofline": figures.on_roofline(k),
-        "achieved_occupancy": None if achieved is None else float(achieved) / 100.0,
-        "theoretical_occupancy": k.get("theoretical_occupancy"),
-        "occupancy_limiter": k.get("occupancy_limiter"),
-        "registers": k.get("registers_per_thread"),
-        "shared_mem_bytes": k.get("shared_mem_bytes"),
-        "grid": k.get("grid"),
-        "block": k.get("block"),
+        "achieved_occupancy": None if achieved is None else achieved / 100.0,
+        "theoretical_occupancy": k.theoretical_occupancy,
+        "occupancy_limiter": k.occupancy_limiter,
+        "registers": k.registers_per_thread,
+        "shared_mem_bytes": k.shared_mem_bytes,
+        "grid": k.grid,
+        "block": k.block,
         "dram_bytes": dram_bytes_per_iter(k),
         "counters": [counters.get(metric) for _, metric, _ in COUNTER_COLUMNS],
     }
 
 
-def _case_view(case: dict[str, Any], peaks: dict[str, Any]) -> dict[str, Any]:
-    kernels = [_kernel_view(k) for k in case.get("kernels", [])]
+def _case_view(case: Case, peaks: Peaks) -> dict[str, Any]:
+    kernels = [_kernel_view(k) for k in case.kernels]
     return {
-        "id": case["id"],
-        "anchor": figures.case_anchor(str(case["id"])),
-        "status": case.get("status"),
-        "error": case.get("error"),
-        "suspect": case.get("suspect"),
-        "backend_requested": case.get("backend_requested"),
-        "backend_used": case.get("backend_used"),
-        "latency": case.get("latency_us"),
-        "achieved": {k: (case.get("achieved") or {}).get(k) for k in ACHIEVED_FIELDS},
-        "accuracy": case.get("accuracy"),
-        "work": case.get("work"),
-        "params": case.get("params") or {},
-        "trace": case.get("trace"),
+        "id": case.id,
+        "anchor": figures.case_anchor(case.id),
+        "status": case.status,
+        "error": case.error,
+        "suspect": case.suspect,
+        "backend_requested": case.backend_requested,
+        "backend_used": case.backend_used,
+        "latency": case.latency_us,
+        "achieved": case.achieved or Achieved(),
+        "accuracy": case.accuracy,
+        "work": case.work,
+        "params": case.params,
+        "trace": case.trace,
         "kernels": kernels,
-        "with_counters": any(k.get("counters") for k in case.get("kernels", [])),
+        "with_counters": any(k.counters for k in case.kernels),
         "roofline": figures.roofline(case, peaks),
         "off_roofline": [k for k in kernels if not k["on_roofline"]],
     }
@@ -138,8 +139,8 @@ class RenderedRun:
 
     head: Markup
     cases: Markup
-    doc_run: dict[str, Any]
-    suite: dict[str, Any]
+    doc_run: RunInfo
+    suite: SuiteInfo
     traces: list[tuple[str, str]]
 
 
@@ -173,22 +174,21 @@ class RenderedRuns:
 rendered_runs = RenderedRuns(size=8)
 
 
-def _render_document(viewer: Viewer, row: Any, href: str) -> RenderedRun:
-    doc: dict[str, Any] = row.document
-    env = doc["environment"]
-    cases = [_case_view(c, env["peaks"]) for c in doc["cases"]]
-    common = {"viewer_project": viewer.project.name, "run": row, "doc_run": doc["run"], "env": env, "href": href}
-    head = render_fragment("_run_head.html", latency_chart=figures.case_latency(doc["cases"], href), **common)
+def _render_document(viewer: Viewer, row: Any, doc: ResultDocument, href: str) -> RenderedRun:
+    env = doc.environment
+    cases = [_case_view(c, env.peaks) for c in doc.cases]
+    common = {"viewer_project": viewer.project.name, "run": row, "doc_run": doc.run, "env": env, "href": href}
+    head = render_fragment("_run_head.html", latency_chart=figures.case_latency(doc.cases, href), **common)
     body = render_fragment(
         "_run_cases.html",
         cases=cases,
         counter_columns=[(label, unit) for label, _, unit in COUNTER_COLUMNS],
-        backend_chart=figures.backend_comparison(doc["cases"]),
+        backend_chart=figures.backend_comparison(doc.cases),
         accuracy=[c for c in cases if c["accuracy"]],
         **common,
     )
-    traces = [(str(c["id"]), str(c["trace"])) for c in cases if c["trace"]]
-    return RenderedRun(head=head, cases=body, doc_run=doc["run"], suite=doc["suite"], traces=traces)
+    traces = [(c.id, c.trace) for c in doc.cases if c.trace]
+    return RenderedRun(head=head, cases=body, doc_run=doc.run, suite=doc.suite, traces=traces)
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -198,7 +198,7 @@ def run_page(
     run_id: RunId,
     done: Annotated[str | None, Query(max_length=20)] = None,
 ) -> HTMLResponse:
-    row = repository.run_page_row(session, viewer.project.id, run_id, with_document=False)
+    row = repository.run_page_row(session, viewer.project.id, run_id)
     if row is None:
         raise not_found(f"no run {run_id} in project {viewer.project.name}")
     href = run_href(viewer, row.id)
@@ -206,9 +206,7 @@ def run_page(
     key = (row.id, row.job_id, viewer.project.name)
     rendered = rendered_runs.get(key)
     if rendered is None:
-        full = repository.run_page_row(session, viewer.project.id, run_id, with_document=True)
-        assert full is not None
-        rendered = _render_document(viewer, full, href)
+        rendered = _render_document(viewer, row, documents.result_of(session, row.id), href)
         rendered_runs.put(key, rendered)
     stored_traces = set(runs_repository.list_traces(session, row.id))
     return page(
