@@ -56,15 +56,6 @@ def shares_a_case(run_id: str) -> ColumnElement[bool]:
     return exists().where(theirs.run_id == Run.id, mine.run_id == run_id, mine.case_id == theirs.case_id)
 
 
-def suite_names(session: Session, run_ids: Collection[str]) -> list[tuple[str, str | None]]:
-    """(run id, the suite name in its result document) of ``run_ids``. Postgres reads each document whole to find
-    the name (some milliseconds for a 100-case document): ask for the few runs whose name is not known yet."""
-    if not run_ids:
-        return []
-    q = select(Run.id, Run.document[("suite", "name")].as_string()).where(Run.id.in_(run_ids))
-    return [(run_id, name) for run_id, name in session.execute(q)]
-
-
 @dataclass(frozen=True)
 class Window:
     """Which runs may serve: this project and testbed key, older than ``before``, not ``exclude``d, not older

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection
 
 from sqlalchemy.orm import Session
 
-from service.baselines import repository
+from service.runs import repository as runs
 from service.runs.models import Run
 
 
@@ -47,7 +47,7 @@ class _Names:
                     self._names.move_to_end(run_id)
                     found[run_id] = self._names[run_id]
         missing = [r for r in run_ids if r not in found]
-        for run_id, name in repository.suite_names(session, missing):
+        for run_id, name in runs.suite_names(session, missing):
             self.remember(run_id, name)
             found[run_id] = name
         return found

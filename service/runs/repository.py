@@ -90,20 +90,49 @@ def _binary_copy(samples_us: Mapping[int, Sequence[float]]) -> bytes:
 
 def samples_of_run(session: Session, run_id: str, case_ids: Collection[str] | None = None) -> dict[str, list[float]]:
     """The samples of each case of a run (microseconds), by case id (only ``case_ids``' when given); cases without
-    samples are absent."""
+    samples are absent.
+
+    On Postgres the arrays come in psycopg's binary format: parsing the text of a 100-case run's ~22,000 float8
+    took ~11 ms, the binary ~2 ms (every read of a stored document puts its samples back)."""
+    connection = session.connection()
+    if connection.dialect.name == "postgresql":
+        params: list[str | list[str]]
+        sql, params = _SAMPLES_OF_RUN, [run_id]
+        if case_ids is not None:
+            sql, params = sql + " AND c.case_id = ANY(%s)", [run_id, list(case_ids)]
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        with driver.cursor(binary=True) as cursor:
+            cursor.execute(sql, params)
+            return {case_id: values for case_id, values in cursor}
     q = (
         select(RunCase.case_id, CaseSamples.values_us)
         .join(CaseSamples, CaseSamples.run_case_id == RunCase.id)
         .where(RunCase.run_id == run_id)
     )
     if case_ids is not None:
-        q = q.where(RunCase.case_id.in_(case_ids))
-    return {case_id: [float(v) for v in values] for case_id, values in session.execute(q)}
+        q = q.where(RunCase.case_id.in_(list(case_ids)))
+    return {case_id: [float(v) for v in values] for case_id, values in connection.execute(q)}
+
+
+_SAMPLES_OF_RUN = (
+    f"SELECT c.case_id, s.values_us FROM {RunCase.__tablename__} AS c"
+    f" JOIN {CaseSamples.__tablename__} AS s ON s.run_case_id = c.id WHERE c.run_id = %s"
+)
 
 
 def document_of(session: Session, run_id: str) -> Row[tuple[Any]] | None:
     """The stored ``document`` column of a run (its result document without the samples), or None: no such run."""
     return session.execute(select(Run.document).where(Run.id == run_id)).first()
+
+
+def suite_names(session: Session, run_ids: Collection[str]) -> list[tuple[str, str | None]]:
+    """(run id, the suite name in its stored result document) of ``run_ids``. Postgres reads each document whole to
+    find the name (some milliseconds for a 100-case document): ask for the few runs whose name is not known yet."""
+    if not run_ids:
+        return []
+    q = select(Run.id, Run.document[("suite", "name")].as_string()).where(Run.id.in_(run_ids))
+    return [(run_id, name) for run_id, name in session.execute(q)]
 
 
 def document_cases(session: Session, run_id: str, case_ids: Collection[str]) -> list[Any]:

@@ -29,6 +29,7 @@ from service.config import Analysis, Settings
 from service.db import make_engine, make_sessionmaker
 from service.jobs.models import Job
 from service.projects import service as projects
+from service.runs import repository as run_rows
 from service.runs import service as runs
 from service.testbeds import service as testbeds
 from worker.cpu import verdict as analysis
@@ -265,7 +266,7 @@ def test_suite_names_and_shared_cases_are_read_on_both_backends(store: Session) 
             provenance=Provenance(branch="main", commit="m1"),
         )
     ids = [r.id for r in stored.values()]
-    assert dict(baselines.suite_names(store, ids)) == {
+    assert dict(run_rows.suite_names(store, ids)) == {
         stored["a"].id: SUITE_A,
         stored["b"].id: SUITE_B,
         stored["big"].id: "llama70b",
