@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated
-from urllib.parse import quote
 
 from fastapi import Depends, Form, Path, Request
 
+from attnprof.contract.links import PATHS
 from service.auth import repository as tokens
 from service.auth.models import WORKER
 from service.db import SessionDep, utcnow
@@ -105,4 +105,4 @@ AdminFormDep = Annotated[Viewer, Depends(require_form)]
 
 
 def login_url(next_path: str) -> str:
-    return "/ui/login?next=" + quote(next_path, safe="/")
+    return PATHS.ui_login(next_path)

@@ -13,6 +13,8 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
+from attnprof.contract.links import PATHS
+
 # Okabe and Ito's palette, which stays distinct under the common colour-vision deficiencies.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 VERDICT_COLOURS = {"pass": "#009E73", "warn": "#E69F00", "fail": "#D55E00"}
@@ -74,7 +76,7 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(us=fmt_us, num=fmt_num, pct=fmt_pct, when=fmt_time, short=short, tojson_script=to_json)
-    env.globals.update(verdict_colours=VERDICT_COLOURS, palette=PALETTE, plotly_version=plotly_version())
+    env.globals.update(verdict_colours=VERDICT_COLOURS, palette=PALETTE, plotly_version=plotly_version(), links=PATHS)
     return env
 
 

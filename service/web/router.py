@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from attnprof.contract.links import PATHS
 from service.auth import service as auth
 from service.auth.models import WORKER
 from service.config import Settings
@@ -50,8 +51,8 @@ def index(request: Request, session: SessionDep) -> Response:
     try:
         project = get_signed_in_project(request, session)
     except SignInRequired:
-        return RedirectResponse("/ui/login", status_code=303)
-    return RedirectResponse(f"/ui/p/{project.name}", status_code=303)
+        return RedirectResponse(PATHS.ui_login(), status_code=303)
+    return RedirectResponse(PATHS.ui_project(project.name), status_code=303)
 
 
 @router.get("/login")
@@ -92,7 +93,7 @@ def login(
     assert project is not None
     settings: Settings = request.app.state.settings
     value, _ = signer(request).issue(principal.token_id, settings.dashboard.session_ttl_s)
-    response = RedirectResponse(_safe_next(next) or f"/ui/p/{project.name}", status_code=303)
+    response = RedirectResponse(_safe_next(next) or PATHS.ui_project(project.name), status_code=303)
     response.set_cookie(
         COOKIE,
         value,
@@ -111,7 +112,7 @@ def logout(request: Request, csrf: Annotated[str, Form(max_length=200)] = "") ->
     web = signer(request).read(request.cookies.get(COOKIE))
     if web is not None and not signer(request).check_csrf(web, csrf):
         raise PageError(403, "Form expired", "the form's security token is missing or stale: reload the page")
-    response = RedirectResponse("/ui/login", status_code=303)
+    response = RedirectResponse(PATHS.ui_login(), status_code=303)
     response.delete_cookie(COOKIE, path="/ui")
     return response
 

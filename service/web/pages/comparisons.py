@@ -5,13 +5,14 @@ a project admin, accepting the candidate as an intended change."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any, Literal
-from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Path, Query
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
+from attnprof.contract.links import PATHS
 from profiler_core.documents import Kernel
 from profiler_core.documents.comparison import Finding, KernelMove
 from service.comparisons import documents as comparison_documents
@@ -36,7 +37,7 @@ VERDICT_WORDS = {
 
 
 def comparison_href(viewer: Viewer, comparison_id: str) -> str:
-    return f"/ui/p/{quote(viewer.project.name)}/comparisons/{quote(comparison_id)}"
+    return PATHS.ui_comparison(viewer.project.name, comparison_id)
 
 
 def finding_order(f: Finding) -> tuple[int, int, float]:
@@ -188,6 +189,7 @@ def comparison_page(
         href=comparison_href(viewer, found.id),
         rules={r.kind: r for r in rules if r.kind == "accept"},
         rule_words=RULE_WORDS,
+        rule_action=partial(PATHS.ui_comparison_rule, viewer.project.name, found.id),
         fmt_value=_fmt_value,
         anchor=figures.case_anchor,
         done=DONE.get(done or ""),

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import HTMLResponse
 
+from attnprof.contract.links import PATHS
 from service import paging
 from service.db import SessionDep
 from service.errors import BadRequest
@@ -53,7 +54,7 @@ def durations_chart(project: str, jobs: list[dict[str, Any]], now: datetime) -> 
     names = [f"{j['id'][:8]}" for j in ordered]
     waited = [_seconds(j["created_at"], j["started_at"] or j["finished_at"] or now) or 0.0 for j in ordered]
     ran = [_seconds(j["started_at"], j["finished_at"] or now) or 0.0 for j in ordered]
-    links = [f"/ui/p/{project}/jobs/{j['id']}" for j in ordered]
+    links = [PATHS.ui_job(project, j["id"]) for j in ordered]
     hover = [
         f"job {j['id'][:8]} · {j['status']}<br>{j['branch']}"
         + (f" (PR #{j['pr']})" if j["pr"] else "")

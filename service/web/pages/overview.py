@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from attnprof.contract.links import PATHS
 from service.db import SessionDep
 from service.jobs.models import FINAL
 from service.web import repository
@@ -17,7 +18,7 @@ router = APIRouter(prefix="/ui/p/{project}", include_in_schema=False)
 _RUNS, _ALERTS, _JOBS = 20, 20, 20
 
 
-def _verdict_chart(runs: list[dict[str, object]]) -> dict[str, object]:
+def _verdict_chart(project: str, runs: list[dict[str, object]]) -> dict[str, object]:
     """One bar per recent default-branch run, coloured by its verdict, oldest on the left."""
     ordered = list(reversed(runs))
     colours = {"pass": "#009E73", "warn": "#E69F00", "fail": "#D55E00", None: "#999999"}
@@ -28,7 +29,7 @@ def _verdict_chart(runs: list[dict[str, object]]) -> dict[str, object]:
                 "x": [str(r["commit"])[:8] + " · " + str(r["id"])[:4] for r in ordered],
                 "y": [1] * len(ordered),
                 "marker": {"color": [colours.get(r["verdict"], "#999999") for r in ordered]},  # type: ignore[call-overload]
-                "customdata": [f"runs/{r['id']}" for r in ordered],
+                "customdata": [PATHS.ui_run(project, str(r["id"])) for r in ordered],
                 "text": [str(r["verdict"] or "not compared") for r in ordered],
                 "hovertemplate": "%{x}<br>%{text}<extra></extra>",
             }
@@ -56,7 +57,7 @@ def overview(viewer: ViewerDep, session: SessionDep) -> HTMLResponse:
         alerts=repository.recent_alerts(session, project.id, _ALERTS),
         jobs=jobs,
         live_ids=",".join(j["id"] for j in jobs if j["status"] not in FINAL),
-        verdict_chart=_verdict_chart(runs) if runs else None,
+        verdict_chart=_verdict_chart(project.name, runs) if runs else None,
     )
 
 
@@ -76,8 +77,9 @@ def job_states(
         fields[f"{row.id}.attempts"] = f"{row.attempts} of {row.max_attempts}"
         fields[f"{row.id}.started_at"] = fmt_time(row.started_at) if row.started_at else ""
         fields[f"{row.id}.finished_at"] = fmt_time(row.finished_at) if row.finished_at else ""
-        run = f"/ui/p/{viewer.project.name}/runs/{row.run_id}" if row.run_id else None
-        links[f"{row.id}.run"] = run
-        links[f"{row.id}.comparison"] = f"{run}/comparison" if run and row.comparison_id else None
+        project = viewer.project.name
+        links[f"{row.id}.run"] = PATHS.ui_run(project, row.run_id) if row.run_id else None
+        has_comparison = row.run_id and row.comparison_id
+        links[f"{row.id}.comparison"] = PATHS.ui_run_comparison(project, row.run_id) if has_comparison else None
         done = done and row.status in FINAL
     return JSONResponse({"fields": fields, "links": links, "done": done}, headers={"Cache-Control": "no-store"})

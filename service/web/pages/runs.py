@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -14,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
+from attnprof.contract.links import PATHS
 from profiler_core.documents import Achieved, Case, Kernel, Peaks, ResultDocument, RunInfo, SuiteInfo
 from service.baselines import service as baselines
 from service.baselines.models import BaselineRule
@@ -62,7 +64,7 @@ def render_fragment(name: str, **context: Any) -> Markup:
 
 
 def run_href(viewer: Viewer, run_id: str) -> str:
-    return f"/ui/p/{quote(viewer.project.name)}/runs/{quote(run_id)}"
+    return PATHS.ui_run(viewer.project.name, run_id)
 
 
 def dram_bytes_per_iter(kernel: Kernel) -> float | None:
@@ -221,6 +223,7 @@ def run_page(
         comparison=repository.latest_comparison_of(session, viewer.project.id, row.id),
         rules=_rules_by_kind(repository.rules_of_runs(session, viewer.project.id, [row.id])),
         rule_words=RULE_WORDS,
+        rule_action=partial(PATHS.ui_run_rule, viewer.project.name, row.id),
         href=href,
         done=DONE.get(done or ""),
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from attnprof.contract.links import PATHS
 from service.web.render import PALETTE, fmt_pct, fmt_time, fmt_us
 
 # metric -> (label, unit shown, kind of value). Utilisations and occupancy are fractions, shown as %.
@@ -119,7 +120,7 @@ def chart_spec(
     entry and its own marker symbol), change points also as dashed vertical lines annotated with their change."""
     label, unit, kind = METRICS[metric]
     x = [_x(p.created_at) for p in shown]
-    links = [f"/ui/p/{project}/runs/{p.run_id}" for p in shown]
+    links = [PATHS.ui_run(project, p.run_id) for p in shown]
     data: list[dict[str, Any]] = []
     if banded:
         data.append(
@@ -173,7 +174,7 @@ def chart_spec(
                 "x": [_x(p.created_at) for p in marked],
                 "y": [_value(p.median) for p in marked],
                 "marker": {"symbol": symbol, "size": 14, "color": colour, "line": {"width": 2, "color": colour}},
-                "customdata": [f"/ui/p/{project}/runs/{p.run_id}" for p in marked],
+                "customdata": [PATHS.ui_run(project, p.run_id) for p in marked],
                 "text": [_hover(p, kind, unit, banded) for p in marked],
                 "hovertemplate": "%{text}<extra></extra>",
             }
