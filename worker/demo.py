@@ -36,6 +36,7 @@ from typing import Any
 
 import httpx
 
+from attnprof.contract.links import Links
 from worker.gpu import sandbox
 
 TESTBED = "demo-cpu"
@@ -226,7 +227,7 @@ def submit(demo: DemoEnv, source: Path, commit: str) -> tuple[int, str | None]:
 
 def _comparison(demo: DemoEnv, job_id: str) -> dict[str, Any] | None:
     headers = {"Authorization": f"Bearer {demo.submit_token}"}
-    r = httpx.get(f"{demo.url}/api/v1/jobs/{job_id}/comparison", headers=headers, timeout=30)
+    r = httpx.get(Links(demo.url).api_job_comparison(job_id), headers=headers, timeout=30)
     return r.json() if r.status_code == 200 else None
 
 
@@ -274,11 +275,12 @@ def run_demo(*, workdir: Path, port: int, once: bool) -> int:
                 _say(f"\nthe planted regression was NOT named (exit code {second_code}): see the logs")
             ok = ok and named is not None and second_code in (0, 1)
             if job_id:
-                _say(f"  in the dashboard: {demo.url}/ui/p/{PROJECT}/jobs/{job_id} (sign in with the submit token)")
+                page = Links(demo.url).ui_job(PROJECT, job_id)
+                _say(f"  in the dashboard: {page} (sign in with the submit token)")
             if once:
                 return 0 if ok else 1
             _say(f"\nserving at {demo.url} (docs: {demo.url}/docs); Ctrl-C stops the service and the workers.")
-            _say(f"  dashboard: {demo.url}/ui (sign in with the submit token)")
+            _say(f"  dashboard: {Links(demo.url).ui_home()} (sign in with the submit token)")
             _say(f"  submit token: {demo.submit_token}")
             _say(
                 f"  try: attnprof submit {src}/attnprof.toml --source {src} --server {demo.url} "

@@ -8,13 +8,13 @@ variables and the commit, branch, base commit and pull request from ``GITHUB_*``
   sends the suite to the service, whose GPU workers profile it; the job's comment is read back from the service.
 - ``local`` (a self-hosted runner with a GPU and ``attnprof[profile]``): ``attnprof profile`` runs the suite on
   the runner, then ``attnprof upload --json`` stores the result with the same provenance; the service answers
-  with the verdict and the comparison, which are rendered here as the PR comment would show them.
+  with the verdict, the comparison and its summary, rendered as the PR comment shows it.
 
 Both write the summary to ``$GITHUB_STEP_SUMMARY``, the outputs (``job-id`` or ``run-id``, ``verdict``,
-``report-url``) to ``$GITHUB_OUTPUT``, and exit per ``fail-on``: ``fail`` (exit as ``attnprof submit`` does: 0
-pass or warn, 1 fail, 2 bad input, 3 no verdict), ``warn`` (a failing verdict or no verdict is a warning; bad
-input still fails), ``never`` (always 0). The token travels in the environment (``ATTNPROF_TOKEN``), never in
-a command line.
+``report-url``: the dashboard's page of the job, or of the upload's comparison) to ``$GITHUB_OUTPUT``, and exit
+per ``fail-on``: ``fail`` (exit as ``attnprof submit`` does: 0 pass or warn, 1 fail, 2 bad input, 3 no verdict),
+``warn`` (a failing verdict or no verdict is a warning; bad input still fails), ``never`` (always 0). The token
+travels in the environment (``ATTNPROF_TOKEN``), never in a command line.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from attnprof.contract.links import Links
 from attnprof.contract.provenance import Provenance, refusal
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_NO_VERDICT = 0, 1, 2, 3
@@ -135,8 +136,8 @@ class Outcome:
     summary: str | None = None
 
 
-def _get(server: str, token: str, path: str) -> str | None:
-    request = urllib.request.Request(f"{server.rstrip('/')}{path}", headers={"Authorization": f"Bearer {token}"})
+def _get(url: str, token: str) -> str | None:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return str(response.read().decode())
@@ -170,49 +171,17 @@ def submit_mode(env: Mapping[str, str], prov: Provenance | None) -> Outcome:
         answer = {"exit": done.returncode or EXIT_BAD_INPUT, "reason": "attnprof submit printed no JSON"}
     job = answer.get("job") or {}
     job_id = str(job.get("id") or "")
-    server = env.get("ATTNPROF_SERVER", "")
-    markdown = _get(server, env.get("ATTNPROF_TOKEN", ""), f"/api/v1/jobs/{job_id}/comment") if job_id else None
+    server, token = env.get("ATTNPROF_SERVER", ""), env.get("ATTNPROF_TOKEN", "")
+    markdown = _get(Links(server).api_job_comment(job_id), token) if job_id else None
     return Outcome(
         code=int(answer.get("exit", EXIT_BAD_INPUT)),
         reason=str(answer.get("reason") or ""),
         job_id=job_id,
         run_id=str(job.get("run_id") or ""),
         verdict=str(job.get("verdict") or ""),
-        report_url=f"{server.rstrip('/')}/api/v1/jobs/{job_id}/comment" if job_id else "",
+        report_url=str(answer.get("dashboard_url") or ""),
         summary=_without_marker(markdown),
     )
-
-
-def local_summary(env: Mapping[str, str], prov: Provenance, answer: dict[str, Any], result: Path) -> str | None:
-    """The upload's comparison rendered as the PR comment shows it (``service.github.comment``), without its
-    marker line; None when it cannot be (the answer or the document does not parse)."""
-    from profiler_core.documents import load_result
-    from profiler_core.documents.comparison import ComparisonDocument
-    from service.github.comment import CommentInput, render
-
-    server, token = env.get("ATTNPROF_SERVER", ""), env.get("ATTNPROF_TOKEN", "")
-    try:
-        whoami = json.loads(_get(server, token, "/api/v1/token") or "{}")
-        candidate = load_result(result)
-        inp = CommentInput(
-            project=str(whoami.get("project") or ""),
-            job_id="",
-            status="done",
-            suite_name=candidate.suite.name,
-            testbed=str(answer.get("testbed") or ""),
-            branch=prov.branch or "",
-            commit=prov.commit or "",
-            public_url=server,
-            pr=prov.pr,
-            run_id=str(answer["run_id"]),
-            comparison_id=str(answer["comparison_id"]),
-            comparison=ComparisonDocument.model_validate(answer["comparison"]),
-            candidate=candidate,
-        )
-    except (KeyError, ValueError, OSError) as exc:
-        print(f"::warning::attnprof: the summary could not be rendered: {exc}")
-        return None
-    return _without_marker(render(inp))
 
 
 def local_mode(env: Mapping[str, str], prov: Provenance | None) -> Outcome:
@@ -247,8 +216,8 @@ def local_mode(env: Mapping[str, str], prov: Provenance | None) -> Outcome:
         reason=f"verdict: {verdict}",
         run_id=str(answer.get("run_id") or ""),
         verdict=verdict,
-        report_url=str(answer.get("url") or ""),
-        summary=local_summary(env, prov, answer, result),
+        report_url=str(answer.get("dashboard_url") or ""),
+        summary=str(answer["summary"]) if answer.get("summary") else None,
     )
 
 

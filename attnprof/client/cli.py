@@ -110,6 +110,7 @@ def submit(
 
     from attnprof.client import http as client
     from attnprof.client import source as client_source
+    from attnprof.contract.links import Links
 
     console = Console(stderr=True, highlight=False)
     deadline = time.monotonic() + timeout  # from the start: the bundle and git count too
@@ -159,8 +160,10 @@ def submit(
                 deadline=deadline,
             )
             job_id = str(created["id"])
+            page = Links(server).ui_job(project, job_id)  # for people: the dashboard's page of the job
             if not wait:
-                _done(as_json, {"job": created}, f"job {job_id} {created['status']} on testbed {testbed}")
+                text = f"job {job_id} {created['status']} on testbed {testbed}\n  dashboard: {page}"
+                _done(as_json, {"job": created, "dashboard_url": page}, text)
                 raise typer.Exit(EXIT_PASS)
             job, final = _wait(console, http, job_id, deadline, quiet=as_json)
             comparison = None
@@ -179,13 +182,12 @@ def submit(
         raise _die(f"cannot reach {server}: {type(exc).__name__}: {exc}") from None
     code, line = exit_code(job, final)
     if as_json:
-        typer.echo(
-            json.dumps({"job": job, "comparison": comparison, "exit": code, "reason": line}, indent=2, default=str)
-        )
+        answer = {"job": job, "comparison": comparison, "exit": code, "reason": line, "dashboard_url": page}
+        typer.echo(json.dumps(answer, indent=2, default=str))
     else:
         if comparison is not None:
             typer.echo(_render(comparison))
-        typer.echo(f"job {job_id}: {line}")
+        typer.echo(f"job {job_id}: {line}\n  dashboard: {page}")
     sys.stdout.flush()
     raise typer.Exit(code)
 
@@ -282,7 +284,7 @@ def upload(
     if as_json:
         typer.echo(json.dumps(answer, indent=2))
     else:
-        lines = [f"verdict: {verdict}  run {answer['run_id']}  {answer.get('url', '')}"]
+        lines = [f"verdict: {verdict}  run {answer['run_id']}  {answer.get('dashboard_url', '')}"]
         for f in answer.get("comparison", {}).get("findings", []):
             if f.get("verdict") in ("fail", "warn"):
                 change = f.get("change")

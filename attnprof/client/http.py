@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from attnprof.contract.links import PATHS
 from attnprof.contract.provenance import Provenance
 
 TIMEOUT_S = 120.0  # one request's own limit (connect, read, write), within the budget
@@ -160,14 +161,14 @@ def upload_result(
         with httpx.Client(base_url=base, headers=headers, timeout=TIMEOUT_S) as http:
             if project is None:
                 project = token_project(http, deadline=deadline)
-            url = f"/api/v1/projects/{project}/results"
+            url = PATHS.api_results(project)
             answer: dict[str, Any] = _check(send(http, "POST", url, json=body, deadline=deadline))
             if trace_dir is not None:
                 names = {c.get("trace") for c in document.get("cases", []) if isinstance(c, dict)}
                 for name in sorted(n for n in names if isinstance(n, str)):
                     file = trace_dir / name
                     if file.is_file():
-                        url = f"/api/v1/projects/{project}/runs/{answer['run_id']}/traces/{name}"
+                        url = PATHS.api_trace(project, answer["run_id"], name)
                         content, kind = file.read_bytes(), {"Content-Type": "application/gzip"}
                         _check(send(http, "PUT", url, content=content, headers=kind, deadline=deadline))
     except httpx.HTTPError as exc:
@@ -186,7 +187,7 @@ def connect(server: str, token: str, timeout_s: float = TIMEOUT_S) -> httpx.Clie
 
 def token_project(http: httpx.Client, *, deadline: float | None = None) -> str:
     """The project of the client's token (``GET /api/v1/token``)."""
-    response = send(http, "GET", "/api/v1/token", deadline=_or_default(deadline))
+    response = send(http, "GET", PATHS.api_token(), deadline=_or_default(deadline))
     return str(_check(response)["project"])
 
 
@@ -222,7 +223,7 @@ def submit_job(
     response = send(
         http,
         "POST",
-        f"/api/v1/projects/{project}/jobs",
+        PATHS.api_jobs(project),
         data=data,
         files=files,
         headers={"Idempotency-Key": idempotency_key},
@@ -242,13 +243,13 @@ def get_job(
     deadline: float | None = None,
     on_retry: Callable[[str, float], None] | None = None,
 ) -> dict[str, Any]:
-    response = send(http, "GET", f"/api/v1/jobs/{job_id}", deadline=_or_default(deadline), on_retry=on_retry)
+    response = send(http, "GET", PATHS.api_job(job_id), deadline=_or_default(deadline), on_retry=on_retry)
     found: dict[str, Any] = _check(response)
     return found
 
 
 def get_comparison(http: httpx.Client, job_id: str, *, deadline: float | None = None) -> dict[str, Any] | None:
-    response = send(http, "GET", f"/api/v1/jobs/{job_id}/comparison", deadline=_or_default(deadline))
+    response = send(http, "GET", PATHS.api_job_comparison(job_id), deadline=_or_default(deadline))
     if response.status_code == 404:
         return None
     found: dict[str, Any] = _check(response)

@@ -7,8 +7,8 @@ Changes are fractions in the documents and percentages here; durations are micro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import quote
 
+from attnprof.contract.links import Links
 from profiler_core.documents.comparison import ComparisonDocument, Finding, KernelMove
 from profiler_core.documents.result import Kernel, ResultDocument
 
@@ -35,7 +35,8 @@ def marker(project: str) -> str:
 @dataclass(frozen=True)
 class CommentInput:
     """What the comment shows about one job (or one upload: ``job_id`` empty). ``baseline`` is one of the pooled
-    baseline runs' documents."""
+    baseline runs' documents. ``traces``: the names of the run's stored traces, the only ones linked (None: every
+    trace the candidate names, as for an upload, whose client sends its traces after the answer)."""
 
     project: str
     job_id: str
@@ -52,6 +53,7 @@ class CommentInput:
     comparison: ComparisonDocument | None = None
     candidate: ResultDocument | None = None
     baseline: ResultDocument | None = None
+    traces: frozenset[str] | None = None
 
 
 def _num(value: float | str | None, unit: str | None = None) -> str:
@@ -64,13 +66,15 @@ def _num(value: float | str | None, unit: str | None = None) -> str:
 
 
 def _pct(change: float | None) -> str:
-    return "–" if change is None else f"{change * 100:+.1f}%"
+    # + 0.0 turns a negative zero into zero: a stored document has none (Postgres JSON keeps no -0), and an
+    # upload's answer, rendered before its comparison is read back, must read the same as its retry's.
+    return "–" if change is None else f"{change * 100 + 0.0:+.1f}%"
 
 
 def _interval(f: Finding) -> str:
     if f.ci is None:
         return "–"
-    return f"[{f.ci.low * 100:+.1f}%, {f.ci.high * 100:+.1f}%] ({f.ci.level:.0%})"
+    return f"[{_pct(f.ci.low)}, {_pct(f.ci.high)}] ({f.ci.level:.0%})"
 
 
 def _cell(text: str) -> str:
@@ -188,25 +192,21 @@ def _achieved(inp: CommentInput, case: str) -> list[str]:
     return ["Whole case: " + "; ".join(parts) + ".", ""] if parts else []
 
 
-def _run_url(inp: CommentInput) -> str | None:
-    if inp.run_id is None:
-        return None
-    return f"{inp.public_url.rstrip('/')}/api/v1/projects/{quote(inp.project)}/runs/{inp.run_id}"
-
-
 def _links(inp: CommentInput, cases: list[str]) -> list[str]:
-    base = inp.public_url.rstrip("/")
-    links = [f"[job]({base}/api/v1/jobs/{inp.job_id})"] if inp.job_id else []  # an upload has no job
-    run_url = _run_url(inp)
-    if run_url:
-        links.append(f"[run]({run_url})")
+    """The dashboard's pages of the job, its run, its comparison and the regressed cases' traces (a person reads
+    the comment: the API's routes would ask their browser for a token)."""
+    ui = Links(inp.public_url)
+    links = [f"[job]({ui.ui_job(inp.project, inp.job_id)})"] if inp.job_id else []  # an upload has no job
+    if inp.run_id:
+        links.append(f"[run]({ui.ui_run(inp.project, inp.run_id)})")
     if inp.comparison_id:
-        links.append(f"[comparison]({base}/api/v1/projects/{quote(inp.project)}/comparisons/{inp.comparison_id})")
+        links.append(f"[comparison]({ui.ui_comparison(inp.project, inp.comparison_id)})")
     traces = []
     for case in cases:
         found = inp.candidate.case(case) if inp.candidate is not None else None
-        if run_url and found is not None and found.trace:
-            traces.append(f"[trace of `{case}`]({run_url}/traces/{quote(found.trace)})")
+        trace = found.trace if found is not None else None
+        if inp.run_id and trace and (inp.traces is None or trace in inp.traces):
+            traces.append(f"[trace of `{case}`]({ui.ui_trace(inp.project, inp.run_id, trace)})")
     return ["**Links:** " + " · ".join(links + traces)]
 
 

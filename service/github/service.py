@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from attnprof.contract.links import PATHS, Links
 from profiler_core.documents.result import ResultDocument
 from service.comparisons import documents as comparison_documents
 from service.comparisons import repository as comparisons
@@ -29,6 +30,7 @@ from service.github.comment import CommentInput, marker, render
 from service.jobs.models import FINAL, Job
 from service.projects import repository as projects
 from service.runs import documents
+from service.runs import repository as run_rows
 from service.testbeds import repository as testbeds
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,7 @@ def comment_input(session: Session, job: Job, settings: Settings) -> CommentInpu
         comparison=comparison_documents.comparison_of(found) if found else None,
         candidate=_document(session, job.run_id) if found else None,
         baseline=_document(session, baseline_ids[0]) if baseline_ids else None,
+        traces=frozenset(run_rows.list_traces(session, job.run_id)) if job.run_id else frozenset(),
     )
 
 
@@ -110,10 +113,11 @@ def status_of(job: Job) -> tuple[str, str]:
 
 
 def _target_url(settings: Settings, project: str, job: Job) -> str:
-    base = settings.public_url.rstrip("/")
+    """The dashboard page the status's "Details" opens: the run once the job is done, else the job."""
+    links = Links(settings.public_url)
     if job.run_id and job.status == "done":
-        return f"{base}/api/v1/projects/{project}/runs/{job.run_id}"
-    return f"{base}/api/v1/jobs/{job.id}"
+        return links.ui_run(project, job.run_id)
+    return links.ui_job(project, job.id)
 
 
 def _strip_note(job: Job) -> str | None:
@@ -207,7 +211,7 @@ def settled(job: Job, *, sent_status: str | None, error: Exception | None, cfg: 
     attempts = (job.feedback_attempts or 0) + 1
     due_at: datetime | None
     if attempts >= cfg.feedback_attempts:
-        due_at, then = None, f"given up after {attempts} deliveries; POST /api/v1/github/jobs/{job.id}/resend"
+        due_at, then = None, f"given up after {attempts} deliveries; POST {PATHS.api_github_resend(job.id)}"
     else:
         wait_s = retry_after_s(cfg, attempts)
         due_at = now + timedelta(seconds=wait_s)

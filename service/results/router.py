@@ -3,7 +3,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from sqlalchemy.exc import IntegrityError
 
-from service.auth.dependencies import SubmitProject
+from attnprof.contract.links import Links
+from service.auth.dependencies import ProjectName, SubmitProject
 from service.db import SessionDep
 from service.dependencies import SettingsDep
 from service.openapi import errors
@@ -24,7 +25,12 @@ router = APIRouter(prefix="/api/v1/projects/{project}", tags=["results"])
     },
 )
 def upload_result(
-    body: ResultUpload, access: SubmitProject, session: SessionDep, settings: SettingsDep, response: Response
+    project: ProjectName,
+    body: ResultUpload,
+    access: SubmitProject,
+    session: SessionDep,
+    settings: SettingsDep,
+    response: Response,
 ) -> UploadAnswer:
     """Store a result document profiled elsewhere, compare it with its baseline, answer with the verdict.
 
@@ -51,12 +57,16 @@ def upload_result(
     if not done.created:
         response.status_code = 200
     testbed = testbeds.get(session, done.run.testbed_id)
+    testbed_name = testbed.name if testbed else ""
+    links = Links(settings.public_url)
     return UploadAnswer(
         run_id=done.run.id,
         comparison_id=done.comparison.id,
         verdict=done.comparison.verdict,
         baseline=[str(b) for b in done.comparison.baseline_run_ids] or None,
-        testbed=testbed.name if testbed else "",
-        url=f"{settings.public_url.rstrip('/')}/api/v1/runs/{done.run.id}",
+        testbed=testbed_name,
+        url=links.api_run(project, done.run.id),
+        dashboard_url=links.ui_comparison(project, done.comparison.id),
         comparison=done.comparison.document,
+        summary=service.summary(session, done, project=project, testbed=testbed_name, public_url=settings.public_url),
     )

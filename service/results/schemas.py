@@ -23,5 +23,10 @@ class UploadAnswer(BaseModel):
     verdict: str
     baseline: list[str] | None = Field(description="run ids of the baseline (null when there was none)")
     testbed: str
-    url: str = Field(description="where the run can be read")
+    url: str = Field(description="where the run can be read: its API route (with a token)")
+    dashboard_url: str = Field(description="the comparison's dashboard page, for people (a browser session)")
     comparison: dict[str, Any] = Field(description="the attnprof.comparison/v1 document")
+    summary: str = Field(
+        description="the comparison in GitHub markdown, as the pull-request comment shows it (without the comment's "
+        "hidden marker line): for a CI job's summary"
+    )

@@ -5,11 +5,13 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from profiler_core.documents import ResultDocument
+from service.comparisons import documents as comparison_documents
 from service.comparisons import repository as comparisons
 from service.comparisons import service as analysis
 from service.comparisons.models import Comparison
 from service.config import Analysis
 from service.errors import Conflict, InvalidPayload
+from service.github.comment import CommentInput, render
 from service.results.schemas import ResultUpload
 from service.runs import documents
 from service.runs import repository as run_rows
@@ -22,6 +24,7 @@ from service.testbeds import repository as testbeds
 class Uploaded:
     run: Run
     comparison: Comparison
+    document: ResultDocument  # the run's
     created: bool = True  # False: the same upload was stored before, and this is its answer
 
 
@@ -40,7 +43,8 @@ def upload(session: Session, *, project_id: int, body: ResultUpload, cfg: Analys
         return _stored_answer(session, stored, document, body)
     # The upload is a provenance (the contract's model) with the document and the testbed beside it.
     run = runs.store_run(session, project_id=project_id, document=document, provenance=body, testbed=body.testbed)
-    return Uploaded(run=run, comparison=analysis.analyze(session, run_id=run.id, cfg=cfg))
+    compared = analysis.analyze(session, run_id=run.id, cfg=cfg)
+    return Uploaded(run=run, comparison=compared, document=document)
 
 
 def _stored_answer(session: Session, run: Run, document: ResultDocument, body: ResultUpload) -> Uploaded:
@@ -67,4 +71,31 @@ def _stored_answer(session: Session, run: Run, document: ResultDocument, body: R
             f"run {document.run.id} of this result document is already stored (run {run.id}) with another {what}; "
             "an upload sent again must be the same as the first"
         )
-    return Uploaded(run=run, comparison=comparison, created=False)
+    return Uploaded(run=run, comparison=comparison, document=document, created=False)
+
+
+def summary(session: Session, done: Uploaded, *, project: str, testbed: str, public_url: str) -> str:
+    """The upload's comparison in markdown, as ``service.github.comment`` renders a job's pull-request comment
+    (with one of the baseline runs beside the candidate), without the comment's marker line."""
+    baseline_ids = [str(b) for b in done.comparison.baseline_run_ids]
+    baseline = run_rows.get(session, baseline_ids[0]) if baseline_ids else None
+    run = done.run
+    markdown = render(
+        CommentInput(
+            project=project,
+            job_id="",
+            status="done",
+            suite_name=done.document.suite.name,
+            testbed=testbed,
+            branch=run.branch,
+            commit=run.commit,
+            public_url=public_url,
+            pr=run.pr,
+            run_id=run.id,
+            comparison_id=done.comparison.id,
+            comparison=comparison_documents.comparison_of(done.comparison),
+            candidate=done.document,
+            baseline=documents.result_of(session, baseline) if baseline is not None else None,
+        )
+    )
+    return markdown.split("\n", 1)[1]  # the first line is the marker

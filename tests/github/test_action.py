@@ -207,7 +207,7 @@ def test_action_script_in_a_pull_request(tmp_path: Path, served, pg_url: str) ->
     assert not errors, errors
     assert done.returncode == 1, done.stdout + done.stderr
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
-    assert outputs["verdict"] == "fail" and outputs["report-url"].endswith(f"/jobs/{outputs['job-id']}/comment")
+    assert outputs["verdict"] == "fail" and outputs["report-url"] == f"{url}/ui/p/{project}/jobs/{outputs['job-id']}"
     text = summary.read_text()
     assert "**fail**" in text and f"`{CASE}`" in text and not text.startswith("<!--")
     assert [s["state"] for s in github.statuses(REPO, "h1")] == ["pending", "failure"]
@@ -278,7 +278,7 @@ def test_local_mode_profiles_on_the_runner_and_uploads(tmp_path: Path, served) -
     done, outputs, summary = _action(env, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert outputs["job-id"] == "" and outputs["verdict"] == "pass" and outputs["run-id"]
-    assert outputs["report-url"] == f"{url}/api/v1/runs/{outputs['run-id']}"
+    assert outputs["report-url"].startswith(f"{url}/ui/p/{project}/comparisons/"), outputs  # for people
     assert "**pass** on `gpu-runner`" in summary and not summary.startswith("<!--") and "[job]" not in summary
     first_run = outputs["run-id"]
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {submit}"}) as http:
@@ -307,7 +307,7 @@ def test_local_mode_profiles_on_the_runner_and_uploads(tmp_path: Path, served) -
     assert f"**{verdict}** on `gpu-runner`" in summary
     assert ("::warning::attnprof: the verdict is fail (fail-on: warn)" in done.stdout) == (verdict == "fail")
     assert "#### ⚠️ `sdpa`: backend switch `cpu_flash` → " in summary and "| Kernel | Phase |" in summary
-    assert f"[run]({url}/api/v1/projects/{project}/runs/{outputs['run-id']})" in summary
+    assert f"[run]({url}/ui/p/{project}/runs/{outputs['run-id']})" in summary
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {submit}"}) as http:
         second = http.get(f"/api/v1/projects/{project}/runs/{outputs['run-id']}").json()
     assert (second["branch"], second["commit"], second["pr"], second["base_commit"]) == ("slow", "l2", 9, "l1")

@@ -49,8 +49,11 @@ def test_regression_comment_shows_verdict_table_kernels_links_and_reproduction()
     assert "`cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16`" in text
     assert "Whole case: GB/s 583.7 → 552; TFLOP/s 792.8 → 749.7; bound latency." in text
     assert "<details><summary>All" in text
-    assert "[run](https://perf.example/api/v1/projects/flash/runs/r-1)" in text
-    assert "[comparison](https://perf.example/api/v1/projects/flash/comparisons/c-1)" in text
+    # The comment is read by people: its links open the dashboard's pages, never the API's routes.
+    assert "[job](https://perf.example/ui/p/flash/jobs/j-1)" in text
+    assert "[run](https://perf.example/ui/p/flash/runs/r-1)" in text
+    assert "[comparison](https://perf.example/ui/p/flash/comparisons/c-1)" in text
+    assert "/api/v1/" not in text
     assert "attnprof profile llama7b.toml --case 'prefill[backend=cudnn]' --case 'prefill[backend=efficient]'" in text
     assert "attnprof compare baseline.json candidate.json" in text
 
@@ -92,7 +95,7 @@ def test_a_job_that_ended_without_a_verdict_says_so_why_and_what_to_do() -> None
     assert "**This commit has no verdict:** the job failed before its results were compared" in failed
     assert "A verdict on an earlier commit of this pull request no longer applies." in failed
     assert "```text\n" + reason + "\n```" in failed  # the whole reason, verbatim, in a block
-    assert "`/attnprof rerun`" in failed and "[job](https://perf.example/api/v1/jobs/j-1)" in failed
+    assert "`/attnprof rerun`" in failed and "[job](https://perf.example/ui/p/flash/jobs/j-1)" in failed
     # no table, no kernels, no comparison step in the reproduction: there was nothing to compare
     assert "| Case |" not in failed and "| Kernel |" not in failed and "[comparison]" not in failed
     assert "attnprof profile llama7b.toml --out candidate.json" in failed and "attnprof compare" not in failed
@@ -123,3 +126,20 @@ def test_a_backend_switch_lists_the_kernels_that_vanished_and_appeared() -> None
     section = text.split("backend switch `cudnn` → `math`", 1)[1]
     assert "| Kernel | Phase | Baseline | Candidate | Bound |" in section
     assert f"| `{gone}` (gone) | " in section and "| `bmm` (new) | qk_matmul | – | " in section
+
+
+def test_trace_links_open_the_dashboard_and_only_for_stored_traces() -> None:
+    inp = _input()
+    assert inp.candidate is not None
+    candidate = inp.candidate.model_copy(deep=True)
+    for case in candidate.cases:
+        case.trace = f"{case.id}.trace.json.gz"
+    stored = "prefill[backend=cudnn].trace.json.gz"
+    # An upload's summary: the client sends every trace the document names after the answer.
+    every = render(_input(candidate=candidate))
+    link = "[trace of `prefill[backend=cudnn]`](https://perf.example/ui/p/flash/runs/r-1/traces/prefill%5Bbackend%3Dcudnn%5D.trace.json.gz)"
+    assert link in every and "[trace of `prefill[backend=flash]`]" in every
+    # A job's comment: only the traces stored with the run; another would open a 404.
+    some = render(_input(candidate=candidate, traces=frozenset({stored})))
+    assert link in some and "[trace of `prefill[backend=flash]`]" not in some
+    assert "[trace of" not in render(_input(candidate=candidate, traces=frozenset()))

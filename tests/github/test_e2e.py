@@ -174,7 +174,7 @@ def _regressed(stack: Stack, github: FakeGitHub, commit: str) -> dict[str, Any]:
     wait_for(f"{final} on {commit}", lambda: _states(github, commit) == ["pending", final], 30, logs=stack.logs)
     status = github.statuses(REPO, commit)[1]
     assert status["context"] == f"attnprof/{stack.project}"
-    assert status["target_url"] == f"{stack.url}/api/v1/projects/{stack.project}/runs/{job['run_id']}"
+    assert status["target_url"] == f"{stack.url}/ui/p/{stack.project}/runs/{job['run_id']}"
     return job
 
 
@@ -194,7 +194,7 @@ def test_a_pull_request_regression_then_a_second_push_then_a_failing_target(stac
     assert f"#### ⚠️ `{CASE}`: backend switch `cpu_flash` → " in body
     kernels = body.split("backend switch", 1)[1]
     assert "| Kernel | Phase | Baseline | Candidate | Bound |" in kernels and "(gone)" in kernels and "(new)" in kernels
-    assert f"[run]({stack.url}/api/v1/projects/{stack.project}/runs/{first['run_id']})" in body
+    assert f"[run]({stack.url}/ui/p/{stack.project}/runs/{first['run_id']})" in body
 
     second = _regressed(stack, github, "e2e-pr2")
     wait_for("the comment's update", lambda: len(github.requests("PATCH")) == 1, 30, logs=stack.logs)

@@ -92,7 +92,7 @@ def test_a_failed_job_gets_one_error_status_and_a_comment_that_says_there_is_no_
     assert _states(github, "f1") == ["pending", "error"]
     error = github.statuses(REPO, "f1")[1]
     assert error["description"] == "no verdict: job failed: every case failed (1): boom: RuntimeError"
-    assert error["target_url"] == f"http://attnprof.test/api/v1/jobs/{job_id}"
+    assert error["target_url"] == f"http://attnprof.test/ui/p/{tenant.name}/jobs/{job_id}"
     assert error["context"] == f"attnprof/{tenant.name}"
     ours = _ours(github, tenant.name)
     assert len(ours) == 1

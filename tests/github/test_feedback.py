@@ -142,7 +142,7 @@ def test_pr_job_goes_pending_then_failure_with_one_comment_naming_case_and_kerne
     assert [st["state"] for st in statuses] == ["pending", "failure"]
     assert {st["context"] for st in statuses} == {f"attnprof/{tenant.name}"}
     assert statuses[1]["description"] == "verdict fail"
-    assert statuses[1]["target_url"] == f"http://attnprof.test/api/v1/projects/{tenant.name}/runs/{job.run_id}"
+    assert statuses[1]["target_url"] == f"http://attnprof.test/ui/p/{tenant.name}/runs/{job.run_id}"
     comments = github.comments(REPO, 7)
     assert len(comments) == 1
     body = comments[0]["body"]
