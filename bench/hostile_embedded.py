@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[0:0] = [str(ROOT / "bench"), str(ROOT / "tests"), str(ROOT)]
+sys.path[0:0] = [str(ROOT / "bench"), str(ROOT)]
 
 import httpx  # noqa: E402
 import pipeline_load as pipeline  # noqa: E402
-from hostile_code import ATTACKS, HOSTILE, VICTIM, attack_args, daemons_alive, findings, leaked  # noqa: E402
-from profiling_support import tar_gz  # noqa: E402
+
+from tests.hostile_code import ATTACKS, HOSTILE, VICTIM, attack_args, daemons_alive, findings, leaked  # noqa: E402
+from tests.profiling_support import tar_gz  # noqa: E402
 
 TIMING = "[suite.timing]\nwarmup = 2\nmin_samples = 5\nmax_samples = 20\nbudget_s = 0.2\n"
 

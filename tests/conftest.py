@@ -1,12 +1,30 @@
-"""Fixtures for the tests that profile on the CPU; their helpers live in ``profiling_support``."""
+"""Fixtures every folder's tests may use. The CPU profiling ones (their helpers: ``tests.profiling_support``), and
+the service's: one real Postgres database per test process, migrated to head with Alembic once, every test inside
+a transaction that is rolled back (``tests.pgtest``), the API's requests bound to it, tenants and worker tokens
+(``tests.service.stack``). Each folder's ``conftest.py`` adds its own (the dashboard's site and browser, the
+worker tests' stack of processes, the GitHub stand-in)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from profiling_support import suite_text
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from service.app import create_app
+from service.auth import service as auth
+from service.config import Settings
+from service.testbeds import service as testbeds
+from tests.pgtest import db_fixture, engine_fixture, pg_url_fixture
+from tests.profiling_support import suite_text
+from tests.service.stack import bind, make_settings, make_tenant
+from tests.service.svcconf import Tenant
+
+__all__ = ["db_fixture", "engine_fixture", "pg_url_fixture"]  # pgtest's fixtures: db, engine, pg_url
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +43,39 @@ def write_suite(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def settings(pg_url: str) -> Settings:
+    return make_settings(pg_url)
+
+
+@pytest.fixture
+def app(settings: Settings, db: Session) -> FastAPI:
+    return bind(create_app(settings), db)
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app) as c:
+        yield c
+
+
+@pytest.fixture
+def tenant(db: Session) -> Tenant:
+    return make_tenant(db)
+
+
+@pytest.fixture
+def other(db: Session) -> Tenant:
+    return make_tenant(db)
+
+
+@pytest.fixture
+def worker_token(db: Session) -> tuple[str, str]:
+    """(testbed name, worker token) for a fresh testbed."""
+    name = f"tb-{uuid.uuid4().hex[:8]}"
+    tb = testbeds.ensure(db, name)
+    secret = auth.create_worker_token(db, testbed_id=tb.id)[1]
+    db.commit()
+    return name, secret

@@ -1,9 +1,8 @@
 """Postgres for the tests that need it: a database of their own, migrated with Alembic, dropped afterwards; and
 the per-test session inside a transaction that is rolled back.
 
-``tests/service/conftest.py``, ``tests/worker/wkstack.py`` and ``tests/github/ghstack.py`` import the fixtures
-from here (pytest finds a fixture where it is imported; each is named apart from its function, so that a test's
-``db`` argument does not shadow an import)."""
+``tests/conftest.py`` registers the fixtures (``pg_url``, ``engine``, ``db``) for every folder; each is named
+apart from its function, so that a test's ``db`` argument does not shadow an import."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ import time
 
 import numpy as np
 import pytest
-from test_analysis_fixtures import make_case, make_doc
 
 from profiler_core.analysis import changepoints, e_divisive, edivisive, render_changepoints
 from profiler_core.analysis.edivisive import _ranks, q_curves
+from tests.test_analysis_fixtures import make_case, make_doc
 
 
 def _brute_q(x: np.ndarray) -> np.ndarray:

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from test_analysis_fixtures import make_case, make_doc, runs
 
 from profiler_core.analysis import AnalysisError, changepoints, compare, e_divisive, load_config, parse_config
 from profiler_core.documents import Thresholds, load_result
 from profiler_core.errors import DocumentError
+from tests.test_analysis_fixtures import make_case, make_doc, runs
 
 
 def test_unreadable_result_file(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import stats as sps
-from test_analysis_fixtures import grid
 
 from profiler_core.analysis import compare
 from profiler_core.analysis.stats import (
@@ -16,6 +15,7 @@ from profiler_core.analysis.stats import (
     median_stat,
     spread_stat,
 )
+from tests.test_analysis_fixtures import grid
 
 
 def test_exact_median_bootstrap_matches_resampling() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_analysis_fixtures import make_case, make_doc, make_kernels, runs, scaled
 
 from profiler_core.analysis import compare, render_table
 from profiler_core.documents import Thresholds, parse_result
 from profiler_core.documents.comparison import ComparisonDocument, Finding
+from tests.test_analysis_fixtures import make_case, make_doc, make_kernels, runs, scaled
 
 
 def _find(c: ComparisonDocument, metric: str, case: str | None = None) -> Finding:

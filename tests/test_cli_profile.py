@@ -18,10 +18,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from profiling_support import DATA, REPO
 
 from profiler_core.documents import load_result, parse_result, result_json_schema
 from profiler_core.documents.comparison import comparison_json_schema
+from tests.profiling_support import DATA, REPO
 
 H200_RESULT = DATA / "h200" / "attnprof" / "result.json"
 KERNEL_COLUMNS = ("phase", "kernel", "launches", "latency µs", "share", "bound", "BW util", "compute util", "occupancy")

@@ -11,7 +11,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-from profiling_support import DATA
 
 from profiler_core.documents import (
     MAX_PARAMS_DEPTH,
@@ -23,6 +22,7 @@ from profiler_core.documents import (
     write_result,
 )
 from profiler_core.errors import AttnprofError, DocumentError
+from tests.profiling_support import DATA
 
 GPU_RESULTS = sorted((DATA / "h200" / "attnprof").glob("result*.json"))
 H200_RESULT = DATA / "h200" / "attnprof" / "result.json"

@@ -11,7 +11,6 @@ import copy
 from pathlib import Path
 
 import pytest
-from profiling_support import DATA
 
 from profiler_core.documents import Case, load_result
 from profiler_core.errors import AttnprofError, CountersUnavailable
@@ -25,6 +24,7 @@ from profiler_core.measure.counters import (
     parse_ncu_csv,
 )
 from profiler_core.model import counter_bound
+from tests.profiling_support import DATA
 
 PROBE = DATA / "ncu" / "probe-elementwise.txt"
 NCU_RUN = DATA / "h200" / "attnprof" / "result-ncu.json"

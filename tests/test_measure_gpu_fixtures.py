@@ -17,11 +17,11 @@ from functools import cache
 from typing import Any
 
 import pytest
-from profiling_support import DATA, REPO
 
 from profiler_core.documents import Case, Kernel, ResultDocument, load_result
 from profiler_core.measure.kernels import kernel_records
 from profiler_core.suite import CaseSpec, load_suite
+from tests.profiling_support import DATA, REPO
 
 RUN = DATA / "h200" / "attnprof"
 BACKENDS = {

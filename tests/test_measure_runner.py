@@ -16,12 +16,12 @@ from typing import Any
 
 import jsonschema
 import pytest
-from profiling_support import suite_text
 
 from profiler_core.documents import Case, ResultDocument, parse_result, result_json_schema
 from profiler_core.measure.kernels import kernel_records
 from profiler_core.measure.runner import ProfileOptions, profile_suite, safe_name
 from profiler_core.suite import Suite, parse_suite
+from tests.profiling_support import suite_text
 
 CASES = """
 [[cases]]

@@ -16,15 +16,16 @@ import httpx
 import pytest
 import redis
 import yaml
-from claiming import bearer, claim, claim_secret
-from fakegithub import FakeGitHub
-from ghstack import docs, make_settings, pg_url_fixture  # noqa: F401
 
 from attnprof.client.action import decide, provenance, submit_argv
 from service.auth import service as auth
 from service.db import make_engine, make_sessionmaker
 from service.projects import service as projects
 from service.testbeds import service as testbeds
+from tests.claiming import bearer, claim, claim_secret
+from tests.github.fakegithub import FakeGitHub
+from tests.service import svcdocs as docs
+from tests.service.stack import make_settings
 from worker.cpu import verdict as analysis
 
 ROOT = Path(__file__).resolve().parents[2]

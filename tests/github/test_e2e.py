@@ -13,25 +13,22 @@ the verdict is then ``warn`` and the status ``success``. The test reads the stor
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegithub import FakeGitHub
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker"))
-
-from wkstack import (
+from service.github.comment import marker
+from tests.github.fakegithub import FakeGitHub
+from tests.pgtest import create_database, drop_database
+from tests.worker.wkstack import (
     ATTNPROF,
     FAULTY,
     NO_DATABASE,
     Stack,
     base_env,
-    create_database,
     custom_case,
-    drop_database,
     flush_redis,
     free_port,
     seed_project,
@@ -42,8 +39,6 @@ from wkstack import (
     wait_for,
     wait_ready,
 )
-
-from service.github.comment import marker
 
 pytestmark = pytest.mark.slow
 

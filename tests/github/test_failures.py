@@ -8,22 +8,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import httpx
-from fakegithub import FakeGitHub
 from fastapi.testclient import TestClient
-from ghstack import (  # noqa: F401
-    bind,
-    db_fixture,
-    docs,
-    engine_fixture,
-    github_fixture,
-    make_settings,
-    pg_url_fixture,
-    tenant_fixture,
-    worker_token_fixture,
-)
 from sqlalchemy import MetaData, insert, inspect, text
 from sqlalchemy.orm import Session
-from test_feedback import CASE, REPO, SPEC, Stack, _drain, _stack
 
 from service import migrate, queue
 from service.app import create_app
@@ -36,6 +23,9 @@ from service.github.comment import marker
 from service.jobs import service as jobs
 from service.jobs import sweep
 from service.jobs.models import Job
+from tests.github.fakegithub import FakeGitHub
+from tests.github.test_feedback import CASE, REPO, SPEC, Stack, _drain, _stack
+from tests.service.stack import bind, make_settings
 
 SWEEP = Sweep(feedback_retry_s=30, feedback_attempts=3)
 

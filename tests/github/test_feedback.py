@@ -3,23 +3,7 @@
 from __future__ import annotations
 
 import redis
-from claiming import bearer, claim, claim_secret
-from fakegithub import FakeGitHub
 from fastapi.testclient import TestClient
-from ghstack import (  # noqa: F401
-    REDIS_URL,
-    Tenant,
-    bind,
-    bound_sessions,
-    db_fixture,
-    docs,
-    engine_fixture,
-    github_fixture,
-    make_settings,
-    pg_url_fixture,
-    tenant_fixture,
-    worker_token_fixture,
-)
 from sqlalchemy.orm import Session
 
 from service.app import create_app
@@ -30,6 +14,11 @@ from service.github.client import GitHubClient
 from service.github.comment import marker
 from service.jobs import service as jobs
 from service.jobs.models import Job
+from tests.claiming import bearer, claim, claim_secret
+from tests.github.fakegithub import FakeGitHub
+from tests.service import svcdocs as docs
+from tests.service.stack import REDIS_URL, bind, bound_sessions, make_settings
+from tests.service.svcconf import Tenant
 
 REPO = "acme/attn"
 CASE = "sdpa[backend=cudnn,pass=fwd]"

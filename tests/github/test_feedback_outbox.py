@@ -23,12 +23,7 @@ import httpx
 import pytest
 import redis
 import uvicorn
-from claiming import bearer, claim, claim_secret
-from fakegithub import FakeGitHub
-from ghstack import REDIS_URL, docs, make_settings
-from pgtest import create_database, drop_database
 from sqlalchemy import Engine, text
-from test_feedback import CASE, REPO, SPEC
 
 from service import migrate
 from service.app import create_app
@@ -38,6 +33,12 @@ from service.db import make_engine, make_sessionmaker
 from service.github.comment import marker
 from service.projects import service as projects
 from service.testbeds import service as testbeds
+from tests.claiming import bearer, claim, claim_secret
+from tests.github.fakegithub import FakeGitHub
+from tests.github.test_feedback import CASE, REPO, SPEC
+from tests.pgtest import create_database, drop_database
+from tests.service import svcdocs as docs
+from tests.service.stack import REDIS_URL, make_settings
 from worker.cpu import sweeper, verdict
 
 pytestmark = pytest.mark.slow

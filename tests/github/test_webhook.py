@@ -8,21 +8,11 @@ import json
 
 import redis
 from fastapi.testclient import TestClient
-from ghstack import (  # noqa: F401
-    REDIS_URL,
-    bind,
-    db_fixture,
-    engine_fixture,
-    github_fixture,
-    make_settings,
-    pg_url_fixture,
-    tenant_fixture,
-    worker_token_fixture,
-)
 from sqlalchemy import func, select
 
 from service.app import create_app
 from service.jobs.models import Job
+from tests.service.stack import REDIS_URL, bind, make_settings
 
 SECRET = "webhook-secret-for-tests"
 REPO = "acme/attn"

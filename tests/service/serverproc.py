@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from conftest import REDIS_URL
-from pgcluster import free_port
 
 from service import migrate
 from service.auth import service as auth
 from service.db import make_engine, make_sessionmaker
 from service.projects import service as projects
 from service.testbeds import service as testbeds
+from tests.pgcluster import free_port
+from tests.service.stack import REDIS_URL
 
 ATTNPROF = str(Path(sys.executable).parent / "attnprof")
 

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import gzip
 
-import svcdocs as docs
 from fastapi.testclient import TestClient
-from svcconf import Tenant
+
+from tests.service import svcdocs as docs
+from tests.service.svcconf import Tenant
 
 
 def _up(client: TestClient, tenant: Tenant, doc: dict, **kw) -> dict:

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-import svcdocs as docs
-from conftest import bind, make_settings
 from fastapi.testclient import TestClient
-from svcconf import Tenant
 
 from service.app import create_app
 from service.config import Limits, RateLimit
+from tests.service import svcdocs as docs
+from tests.service.stack import bind, make_settings
+from tests.service.svcconf import Tenant
 
 
 def _up(client: TestClient, tenant: Tenant, role: str = "submit", **kw):

@@ -12,11 +12,8 @@ from typing import Any
 
 import pytest
 import redis
-import svcdocs as docs
-from conftest import make_settings
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
-from svcconf import Tenant
 
 from attnprof.contract.provenance import Provenance
 from profiler_core.documents import parse_result
@@ -32,6 +29,9 @@ from service.projects import service as projects
 from service.runs import repository as run_rows
 from service.runs import service as runs
 from service.testbeds import service as testbeds
+from tests.service import svcdocs as docs
+from tests.service.stack import make_settings
+from tests.service.svcconf import Tenant
 from worker.cpu import verdict as analysis
 
 SUITE_A = "llama7b"  # the suite of the committed H200 run

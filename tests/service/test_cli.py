@@ -12,8 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import svcdocs as docs
-from conftest import REDIS_URL, create_database, drop_database
+
+from tests.pgtest import create_database, drop_database
+from tests.service import svcdocs as docs
+from tests.service.stack import REDIS_URL
 
 ATTNPROF = [str(Path(sys.executable).parent / "attnprof")]
 

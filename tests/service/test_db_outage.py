@@ -21,9 +21,10 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-import svcdocs as docs
-from pgcluster import Cluster, cluster_fixture, free_port  # noqa: F401 (cluster_fixture: the fixture named cluster)
-from serverproc import Seeded, Server, seed, serve
+
+from tests.pgcluster import Cluster, cluster_fixture, free_port  # noqa: F401 (cluster_fixture: the fixture named cluster)
+from tests.service import svcdocs as docs
+from tests.service.serverproc import Seeded, Server, seed, serve
 
 pytestmark = pytest.mark.slow
 

@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 import redis
-import svcdocs as docs
-from claiming import bearer, claim, claim_secret
-from conftest import REDIS_URL, make_settings
 from fastapi.testclient import TestClient
-from svcconf import Tenant
 
 from service import migrate
 from service.app import create_app
 from service.auth import service as auth
 from service.db import make_engine, make_sessionmaker
 from service.projects import service as projects
+from tests.claiming import bearer, claim, claim_secret
+from tests.service import svcdocs as docs
+from tests.service.stack import REDIS_URL, make_settings
+from tests.service.svcconf import Tenant
 
 SPEC = """
 [suite]

@@ -10,13 +10,9 @@ from datetime import timedelta
 
 import pytest
 import redis
-import svcdocs as docs
-from claiming import bearer, claim, claim_secret
-from conftest import REDIS_URL, create_database, drop_database
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session
-from svcconf import Tenant
 
 from attnprof.contract.provenance import Provenance
 from service import migrate
@@ -25,6 +21,11 @@ from service.db import make_engine, utcnow
 from service.jobs import attempts, dispatch
 from service.jobs import service as jobs
 from service.jobs.models import OFFERED_SQL, Job
+from tests.claiming import bearer, claim, claim_secret
+from tests.pgtest import create_database, drop_database
+from tests.service import svcdocs as docs
+from tests.service.stack import REDIS_URL
+from tests.service.svcconf import Tenant
 
 SPEC = """
 [suite]

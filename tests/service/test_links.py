@@ -33,11 +33,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 import pytest
 import redis
-import svcdocs as docs
 import uvicorn
-from claiming import bearer, claim, claim_secret
-from conftest import REDIS_URL, create_database, drop_database, make_settings
-from pgcluster import free_port
 from starlette.routing import Match
 
 from attnprof.contract.links import API_ROUTES, PAGE_ROUTES, PATHS, Links
@@ -48,10 +44,13 @@ from service.config import Settings
 from service.db import make_engine, make_sessionmaker
 from service.projects import service as projects
 from service.testbeds import service as testbeds
+from tests.claiming import bearer, claim, claim_secret
+from tests.github.fakegithub import FakeGitHub
+from tests.pgcluster import free_port
+from tests.pgtest import create_database, drop_database
+from tests.service import svcdocs as docs
+from tests.service.stack import REDIS_URL, make_settings
 from worker.cpu import verdict as analysis
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "github"))
-from fakegithub import FakeGitHub
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -15,15 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import redis
-import svcdocs as docs
-from conftest import REDIS_URL, create_database, drop_database
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from kombu import Connection as KombuConnection
-from profiling_support import tar_gz
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
-from svcconf import Tenant
 
 from attnprof.contract.provenance import Provenance
 from profiler_core.analysis import stats
@@ -38,6 +34,11 @@ from service.projects import service as projects
 from service.runs import repository as run_rows
 from service.runs import service as runs
 from service.testbeds.models import Testbed as TestbedRow
+from tests.pgtest import create_database, drop_database
+from tests.profiling_support import tar_gz
+from tests.service import svcdocs as docs
+from tests.service.stack import REDIS_URL
+from tests.service.svcconf import Tenant
 
 SPEC = '[suite]\nname = "s"\n\n[[cases]]\nname = "c"\ntarget = "sdpa"\nq_heads = 2\nseq_q = 64\nhead_dim = 32\n'
 

@@ -10,7 +10,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from conftest import make_settings
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
@@ -18,6 +17,7 @@ from pydantic import BaseModel
 from service.app import create_app
 from service.jobs.internal import OPENAPI_PATH
 from service.routers import ROUTERS
+from tests.service.stack import make_settings
 
 
 @pytest.fixture(scope="module")

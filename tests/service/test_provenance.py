@@ -10,18 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import svcdocs as docs
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session
-from svcconf import Tenant
 from typer.testing import CliRunner
 
 from attnprof.client import action
 from attnprof.client.cli import app as client_app
 from attnprof.contract.provenance import BRANCH_CHARS, COMMIT_CHARS, REPO_CHARS, Provenance, refusal
 from service.jobs.schemas import submission_schema
+from tests.service import svcdocs as docs
+from tests.service.svcconf import Tenant
 
 SPEC = '[suite]\nname = "s"\n\n[[cases]]\nname = "c"\ntarget = "naive"\nq_heads = 1\nseq_q = 8\nhead_dim = 8\n'
 GOOD: dict[str, Any] = {"branch": "main", "commit": "c1"}

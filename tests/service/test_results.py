@@ -14,11 +14,12 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-import svcdocs as docs
-from conftest import create_database, drop_database
 from fastapi.testclient import TestClient
-from serverproc import ATTNPROF, Seeded, Server, seed, serve
-from svcconf import Tenant
+
+from tests.pgtest import create_database, drop_database
+from tests.service import svcdocs as docs
+from tests.service.serverproc import ATTNPROF, Seeded, Server, seed, serve
+from tests.service.svcconf import Tenant
 
 
 def test_first_upload_passes_with_no_baseline(client: TestClient, tenant: Tenant) -> None:

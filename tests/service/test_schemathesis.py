@@ -16,19 +16,20 @@ from typing import Any
 import pytest
 import redis
 import schemathesis
-import svcdocs as docs
-from claiming import bearer, claim, claim_secret
-from conftest import REDIS_URL, create_database, drop_database, make_settings
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
-from profiling_support import tar_gz
 
 from service import migrate
 from service.app import create_app
 from service.auth import service as auth
 from service.projects import service as projects
 from service.testbeds import service as testbeds
+from tests.claiming import bearer, claim, claim_secret
+from tests.pgtest import create_database, drop_database
+from tests.profiling_support import tar_gz
+from tests.service import svcdocs as docs
+from tests.service.stack import REDIS_URL, make_settings
 
 PROJECT = "schemathesis"
 SPEC = '[suite]\nname = "s"\n\n[[cases]]\nname = "prefill"\ntarget = "sdpa"\nq_heads = 4\nseq_q = 128\nhead_dim = 64\n'

@@ -7,8 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import svcdocs as docs
-from conftest import create_database, drop_database
 from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
@@ -26,6 +24,8 @@ from service.models import Base
 from service.projects import service as projects
 from service.runs import service as runs
 from service.trends import repository as trends
+from tests.pgtest import create_database, drop_database
+from tests.service import svcdocs as docs
 
 TABLES = set(Base.metadata.tables)
 

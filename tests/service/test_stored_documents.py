@@ -14,13 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import svcdocs as docs
-from claiming import bearer, claim, claim_secret
-from conftest import REDIS_URL, create_database, drop_database
 from fastapi.testclient import TestClient
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
-from svcconf import Tenant
 
 from attnprof.contract.provenance import Provenance
 from profiler_core.documents import Case, ResultDocument, parse_result
@@ -39,6 +35,11 @@ from service.runs import repository as run_rows
 from service.runs import service as runs
 from service.runs.models import Run
 from service.web.pages import runs as run_pages
+from tests.claiming import bearer, claim, claim_secret
+from tests.pgtest import create_database, drop_database
+from tests.service import svcdocs as docs
+from tests.service.stack import REDIS_URL
+from tests.service.svcconf import Tenant
 from worker.gpu import outcome
 
 SPEC = '[suite]\nname = "s"\n[[cases]]\nname = "prefill"\ntarget = "sdpa"\nq_heads = 4\nseq_q = 128\nhead_dim = 64\n'

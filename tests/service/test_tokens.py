@@ -9,12 +9,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import bind, create_database, drop_database, make_settings
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event, inspect, select, update
 from sqlalchemy.orm import Session
-from svcconf import Tenant
 
 from service import migrate
 from service.app import create_app
@@ -29,6 +27,9 @@ from service.db import make_engine, utcnow
 from service.errors import Conflict, InvalidPayload, NotFound
 from service.projects import service as projects
 from service.testbeds import service as testbeds
+from tests.pgtest import create_database, drop_database
+from tests.service.stack import bind, make_settings
+from tests.service.svcconf import Tenant
 
 A, B = ("10.1.0.1", 40001), ("10.1.0.2", 40002)
 

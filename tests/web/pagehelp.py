@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from webstack import Site, Tokens, _project, _upload, docs
+
+from tests.web.webstack import Site, Tokens, _project, _upload, docs
 
 
 @dataclass

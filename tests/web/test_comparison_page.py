@@ -5,8 +5,6 @@ the change with the keyboard, and what a reader, a forger or another project get
 from __future__ import annotations
 
 import copy
-import statistics
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,7 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
-from pagehelp import (
+from sqlalchemy import delete, insert, select
+
+from service.comparisons.models import Comparison
+from service.db import make_engine
+from service.runs import documents
+from service.web.pages import runs as run_pages
+from tests.web.pagehelp import (
     Project,
     csrf_of,
     fresh_project,
@@ -26,13 +30,7 @@ from pagehelp import (
     upload,
     watch_errors,
 )
-from sqlalchemy import delete, insert, select
-from webstack import Site, browser, docs, page, sign_in, site  # noqa: F401  (fixtures)
-
-from service.comparisons.models import Comparison
-from service.db import make_engine
-from service.runs import documents
-from service.web.pages import runs as run_pages
+from tests.web.webstack import Site, docs, sign_in
 
 
 @pytest.fixture(scope="module")
@@ -197,46 +195,15 @@ def test_other_projects_and_unknown_comparisons_are_404(site: Site) -> None:
         assert accepted.status_code == 404
 
 
-def _server_ms(answer: httpx.Response) -> float:
-    timing = answer.headers["server-timing"]
-    assert timing.startswith("app;dur="), timing
-    return float(timing.removeprefix("app;dur="))
-
-
-def _timed(client: httpx.Client, path: str, times: int, before: Any = None) -> tuple[list[float], list[float]]:
-    """Server time (``Server-Timing``) and this process's CPU time (the server runs in it) of ``times`` requests."""
-    server, cpu = [], []
-    for _ in range(times):
-        if before is not None:
-            before()
-        started = time.process_time()
-        answer = client.get(path)
-        cpu.append(1000 * (time.process_time() - started))
-        assert answer.status_code == 200
-        server.append(_server_ms(answer))
-    return server, cpu
-
-
 def _forget_run_page() -> None:
     run_pages.rendered_runs.clear()
     documents.results.clear()
 
 
-def _report(label: str, server: list[float], cpu: list[float]) -> float:
-    median = statistics.median(server)
-    print(
-        f"{label}: server {median:.0f} ms median (min {min(server):.0f}, max {max(server):.0f}) of {len(server)};"
-        f" process CPU {statistics.median(cpu):.0f} ms median"
-    )
-    return median
-
-
-def test_both_pages_of_a_100_case_run_take_under_300_ms_of_server_time(site: Site) -> None:
-    """Three default-branch runs of 100 cases and a pull-request run with one case slower; each page's
-    ``Server-Timing`` read over several requests. The run page is timed both as first drawn (its rendered
-    document and its kept model dropped before each request: read, its samples put back, validated, drawn) and as
-    kept. Medians are held to 300 ms (the machine is shared, so a
-    single request may be preempted); the figures are printed with the process's CPU time (server and client)."""
+def test_both_pages_of_a_100_case_run_draw_every_case(site: Site) -> None:
+    """Three default-branch runs of 100 cases and a pull-request run with one case slower: the run page draws
+    every case, first drawn (its kept model dropped) and kept alike, and the comparison page names the slower one.
+    How long they take is measured by ``bench/dashboard_load.py`` (bench/reports/dashboard-load.md), not here."""
     project = fresh_project(site, "perf")
     base = hundred_cases(docs.h200())
     commits = [f"{i:040x}" for i in range(1, 4)]
@@ -260,11 +227,9 @@ def test_both_pages_of_a_100_case_run_take_under_300_ms_of_server_time(site: Sit
         assert first.status_code == 200 and first.text.count('<details id="case-') == 100
         print(f"run page, 100 cases: {len(first.content) / 1e6:.2f} MB of HTML; comparison page:", end=" ")
         print(f"{len(client.get(comparison_path).content) / 1e6:.2f} MB")
-        medians = {
-            "run page, first drawn": _report(
-                "run page, 100 cases, first drawn", *_timed(client, run_path, 5, _forget_run_page)
-            ),
-            "run page, kept": _report("run page, 100 cases, kept", *_timed(client, run_path, 7)),
-            "comparison page": _report("comparison page, 100 cases", *_timed(client, comparison_path, 7)),
-        }
-    assert all(m < 300 for m in medians.values()), medians
+        _forget_run_page()
+        redrawn = client.get(run_path)
+        assert redrawn.status_code == 200 and redrawn.text.count('<details id="case-') == 100
+        assert redrawn.text == client.get(run_path).text, "the kept page differs from the one first drawn"
+        compared = client.get(comparison_path)
+        assert compared.status_code == 200 and slow in compared.text

@@ -14,13 +14,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from pagehelp import http
 from sqlalchemy import update
-from webstack import CPU_SUITE, Site, Tokens, _project, _upload, browser, docs, page, sign_in, site  # noqa: F401
 
 from service.db import make_engine
 from service.jobs.models import Job
 from service.web.pages import jobs as jobs_page
+from tests.web.pagehelp import http
+from tests.web.webstack import CPU_SUITE, Site, Tokens, _project, _upload, docs, sign_in
 
 JOBS = 5
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import update
-from webstack import Site, browser, page, sign_in, site  # noqa: F401  (fixtures)
 
 from service.db import make_engine
 from service.jobs.models import Job
+from tests.web.webstack import Site, sign_in
 
 
 def _set_status(site: Site, job_id: str, status: str) -> None:

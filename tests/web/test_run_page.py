@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
-from pagehelp import Project, csrf_of, fresh_project, login, rules, seed_pair, tab_to, upload, watch_errors
-from webstack import Site, browser, docs, page, sign_in, site  # noqa: F401  (fixtures)
 
 from profiler_core.documents import Case, Kernel, Peaks, parse_result
 from service.web.pages.figures import backend_groups, case_anchor, on_roofline, roofline
+from tests.web.pagehelp import Project, csrf_of, fresh_project, login, rules, seed_pair, tab_to, upload, watch_errors
+from tests.web.webstack import Site, docs, sign_in
 
 TRACES = Path(docs.H200).parent
 

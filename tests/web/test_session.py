@@ -7,11 +7,11 @@ import time
 
 import httpx
 from sqlalchemy import update
-from webstack import Site, site  # noqa: F401  (fixture)
 
 from service.auth.models import Token
 from service.db import make_engine, utcnow
 from service.web.session import COOKIE, SessionSigner
+from tests.web.webstack import Site
 
 
 def _login(client: httpx.Client, token: str, next_path: str = "") -> httpx.Response:

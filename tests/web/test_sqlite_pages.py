@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from pagehelp import csrf_of, login
-from webstack import CPU_SUITE, _setup, docs
 
 from service import migrate
 from service.app import create_app
 from service.auth import service as auth
 from service.db import make_engine, make_sessionmaker
 from service.projects import service as projects
+from tests.service.stack import make_settings
+from tests.web.pagehelp import csrf_of, login
+from tests.web.webstack import CPU_SUITE, docs
 
 
 @dataclass
@@ -46,15 +47,13 @@ def lite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lite]:
         admin = auth.create_project_token(session, project_id=project.id, role="admin")[1]
         session.commit()
     engine.dispose()
-    app = create_app(_setup.make_settings(url, public_url="http://testserver"))
+    app = create_app(make_settings(url, public_url="http://testserver"))
     with TestClient(app, follow_redirects=False) as client:
         api = {"Authorization": f"Bearer {admin}"}
         commits = [f"{i:040x}" for i in range(1, 5)]
         runs = []
         for i, commit in enumerate(commits):
-            body = docs.upload_body(
-                docs.h200(jitter=0.002 * ((i % 3) - 1)), commit=commit, ancestors=commits[:i][::-1]
-            )
+            body = docs.upload_body(docs.h200(jitter=0.002 * ((i % 3) - 1)), commit=commit, ancestors=commits[:i][::-1])
             answer = client.post("/api/v1/projects/lite/results", json=body, headers=api)
             assert answer.status_code == 201, answer.text
             runs.append(answer.json()["run_id"])

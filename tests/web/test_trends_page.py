@@ -16,13 +16,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from pagehelp import http
 from sqlalchemy import select
-from webstack import Site, Tokens, _project, _upload, browser, docs, page, sign_in, site  # noqa: F401  (fixtures)
 
 from service.comparisons.models import Alert
 from service.db import make_engine
 from service.web.pages import trends
+from tests.web.pagehelp import http
+from tests.web.webstack import Site, Tokens, _project, _upload, docs, sign_in
 
 RUNS, SLOW_FROM = 12, 6
 

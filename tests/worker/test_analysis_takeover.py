@@ -20,13 +20,13 @@ from typing import Any
 
 import httpx
 import pytest
-from wkstack import (
+
+from tests.pgtest import create_database, drop_database
+from tests.worker.wkstack import (
     ATTNPROF,
     SDPA_CASE,
     Stack,
     base_env,
-    create_database,
-    drop_database,
     flush_redis,
     free_port,
     seed_project,

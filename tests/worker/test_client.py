@@ -23,8 +23,13 @@ from typing import Any
 
 import httpx
 import pytest
-from pgcluster import Cluster, cluster_fixture  # noqa: F401 (cluster_fixture: the fixture named cluster)
-from wkstack import (
+
+from attnprof.client import http as client
+from attnprof.client import source as client_source
+from attnprof.client.cli import EXIT_FAIL, EXIT_NO_VERDICT, EXIT_PASS, exit_code
+from attnprof.contract.provenance import Provenance
+from tests.pgcluster import Cluster, cluster_fixture  # noqa: F401 (cluster_fixture: the fixture named cluster)
+from tests.worker.wkstack import (
     ATTNPROF,
     NO_DATABASE,
     SDPA_CASE,
@@ -39,11 +44,6 @@ from wkstack import (
     wait_for,
     wait_ready,
 )
-
-from attnprof.client import http as client
-from attnprof.client import source as client_source
-from attnprof.client.cli import EXIT_FAIL, EXIT_NO_VERDICT, EXIT_PASS, exit_code
-from attnprof.contract.provenance import Provenance
 
 
 def _git(root: Path, *args: str) -> str:

@@ -17,9 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
-from pgtest import create_database, drop_database
-from profiling_support import tar_gz
-from wkstack import (
+
+from tests.pgtest import create_database, drop_database
+from tests.profiling_support import tar_gz
+from tests.worker.wkstack import (
     ATTNPROF,
     FAULTY,
     NO_DATABASE,

@@ -9,17 +9,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hostile_code import ATTACKS, HOSTILE, MARKER, VICTIM, attack_args, daemons_alive, findings, leaked
-from profiling_support import tar_gz
-from wkstack import (  # noqa: F401 (the fixtures)
+
+from tests.hostile_code import ATTACKS, HOSTILE, MARKER, VICTIM, attack_args, daemons_alive, findings, leaked
+from tests.profiling_support import tar_gz
+from tests.worker.wkstack import (
     SDPA_CASE,
     Stack,
     custom_case,
-    db_fixture,
-    engine_fixture,
-    pg_url_fixture,
     seed_project,
-    stack_fixture,
     suite,
 )
 

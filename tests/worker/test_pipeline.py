@@ -15,8 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from profiling_support import tar_gz
-from wkstack import (  # noqa: F401 (stack_fixture: the fixture named stack)
+
+from tests.profiling_support import tar_gz
+from tests.worker.wkstack import (
     ATTNPROF,
     FAULTS_TIMEOUT_S,
     FAULTY,
@@ -27,7 +28,6 @@ from wkstack import (  # noqa: F401 (stack_fixture: the fixture named stack)
     host_pid_named,
     seed_project,
     sql,
-    stack_fixture,
     suite,
     wait_for,
 )

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wkstack import tar_gz
 
+from tests.worker.wkstack import tar_gz
 from worker.gpu import profile
 from worker.gpu.api import Stale, Unreachable
 

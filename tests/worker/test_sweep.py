@@ -7,7 +7,6 @@ import uuid
 from datetime import timedelta
 
 from sqlalchemy.orm import Session
-from wkstack import db_fixture, engine_fixture, pg_url_fixture  # noqa: F401 (fixtures db, engine, pg_url)
 
 from attnprof.contract import tasks
 from attnprof.contract.provenance import Provenance

@@ -3,8 +3,7 @@ Alembic (with a per-test rolled-back session for the plain code), a Redis databa
 ``attnprof serve`` on a free port, and ``attnprof worker`` processes (real Celery workers, ``--pool=solo``,
 profiling on the CPU). Nothing is mocked and Celery never runs eagerly.
 
-Test modules import the fixtures they use from here (there is no conftest.py in this folder: a second
-``conftest`` module beside ``tests/service``'s would shadow it for ``from conftest import ...``)."""
+The fixture that starts them (``stack``, once per test module) is in this folder's ``conftest.py``."""
 
 from __future__ import annotations
 
@@ -16,29 +15,21 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
-import pytest
 import redis
-from pgtest import (  # noqa: F401 (the fixtures db, engine, pg_url)
-    create_database,
-    db_fixture,
-    drop_database,
-    engine_fixture,
-    pg_url_fixture,
-)
-from profiling_support import tar_gz
 
 from service import migrate
 from service.auth import service as auth
 from service.db import make_engine, make_sessionmaker
 from service.projects import service as projects
 from service.testbeds import service as testbeds
+from tests.profiling_support import tar_gz
 
 REDIS_URL = os.environ.get("ATTNPROF_TEST_WORKER_REDIS", "redis://127.0.0.1:6379/12")
 ATTNPROF = [str(Path(sys.executable).parent / "attnprof")]
@@ -295,55 +286,3 @@ def wait_ready(procs: list[Proc]) -> None:
         if p.name != "service":
             wait_for(f"{p.name} to be ready", lambda p=p: " ready." in p.text() or not p.alive(), 90, logs=procs)
             assert p.alive(), p.text()
-
-
-@pytest.fixture(scope="module", name="stack")
-def stack_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp("stack")
-    logs = tmp / "logs"
-    logs.mkdir()
-    flush_redis()
-    name, url = create_database()
-    procs = []
-    try:
-        project_name, submit, tokens = seed_project(url, "wk", ("tb-main", "tb-faults", "tb-idle"))
-        port = free_port()
-        env = {**base_env(tmp), "ATTNPROF_DATABASE_URL": url, "ATTNPROF_SERVICE_URL": f"http://127.0.0.1:{port}"}
-        s = Stack(
-            url=f"http://127.0.0.1:{port}",
-            database_url=url,
-            env=env,
-            submit_token=submit,
-            project=project_name,
-            worker_tokens=tokens,
-            tmp=tmp,
-        )
-        s.procs["service"] = start("service", [*ATTNPROF, "serve", "--port", str(port)], env, logs, tmp)
-        procs.append(s.procs["service"])
-        s.procs["analysis"] = start(
-            "analysis", [*ATTNPROF, "worker", "--analysis", "--beat-schedule", str(tmp / "beat")], env, logs, tmp
-        )
-        procs.append(s.procs["analysis"])
-        # Two profile workers serve tb-main (one is killed mid-job) and share a host's scratch root; one serves
-        # tb-faults with a short wall-clock limit (the hanging target).
-        for label, testbed, timeout_s, scratch in (
-            ("main-1", "tb-main", 120, "scratch-main"),
-            ("main-2", "tb-main", 120, "scratch-main"),
-            ("faults", "tb-faults", FAULTS_TIMEOUT_S, "scratch-faults"),
-        ):
-            wenv = {
-                **env,
-                "ATTNPROF_DATABASE_URL": NO_DATABASE,
-                "ATTNPROF_WORKER_TOKEN": tokens[testbed],
-                "ATTNPROF_WORKER__TIMEOUT_S": str(timeout_s),
-                "ATTNPROF_WORKER__SCRATCH_DIR": str(tmp / scratch),
-            }
-            s.procs[label] = start(
-                label, [*ATTNPROF, "worker", "--testbed", testbed, "--device", "cpu"], wenv, logs, tmp
-            )
-            procs.append(s.procs[label])
-        wait_ready(procs)
-        yield s
-    finally:
-        stop(procs)
-        drop_database(name)
