@@ -176,6 +176,7 @@ def build(url: str, admin: str, template: dict[str, Any], settings: Settings) ->
             },
         ).raise_for_status()
     from worker.cpu import verdict as analysis
+
     analysis.run(done, settings)
     out.update(runs=runs, job_done=done, job_failed=failed, job_queued=jobs[2])
     return out
