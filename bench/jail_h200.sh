@@ -2,14 +2,15 @@
 # The job jail on the GPU host (bench/reports/jail.md): run from the repository root through the device tool with
 # .bwrap (bubblewrap's Debian package, when the host lacks it) and .whl (the packages the host lacks) carried.
 #   bash bench/jail_h200.sh           # probe, self-tests, CUDA in the jail, hostile jobs, then PAIRS direct/jailed runs
-#   bash bench/jail_h200.sh fetch     # here, once: .bwrap/*.deb and .whl/ (bench/pipeline_h200.sh wheels, pytest)
+#   bash bench/jail_h200.sh fetch     # here, once: .bwrap/*.deb and .whl/ (bench/pipeline_h200.sh wheels, pytest and
+#                                     # the drivers tests/conftest.py imports)
 set -u
 if [ "${1:-}" = fetch ]; then
   mkdir -p .bwrap && (cd .bwrap && apt-get download bubblewrap libcap2 libselinux1)
   bash bench/pipeline_h200.sh wheels
   exec python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl \
-    pytest==9.2.0 pluggy iniconfig packaging pytest-timeout
+    pytest==9.2.0 pluggy iniconfig packaging pytest-timeout psycopg==3.3.9 psycopg-binary==3.3.9 redis==8.1.0
 fi
 DEST=${OUT:-out/jail}; mkdir -p "$DEST"
 export PYTHONUNBUFFERED=1
