@@ -39,7 +39,7 @@ class Format(StrEnum):
     json = "json"
 
 
-class Device(StrEnum):
+class DeviceChoice(StrEnum):
     auto = "auto"
     cpu = "cpu"
     cuda = "cuda"
@@ -63,7 +63,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 @app.command()
 def profile(
     suite: Annotated[Path, typer.Argument(help="suite file (TOML)")],
-    device: Annotated[Device, typer.Option(help="auto: the GPU if there is one")] = Device.auto,
+    device: Annotated[DeviceChoice, typer.Option(help="auto: the GPU if there is one")] = DeviceChoice.auto,
     counters: Annotated[Counters, typer.Option(help="ncu: add a Nsight Compute counter pass")] = Counters.none,
     out: Annotated[Path, typer.Option(help="where to write the result document")] = Path("attnprof-result.json"),
     trace_dir: Annotated[Path | None, typer.Option(help="where to save traces (default: beside --out)")] = None,
@@ -119,7 +119,7 @@ def profile(
 
 @app.command()
 def calibrate(
-    device: Annotated[Device, typer.Option(help="auto: the GPU if there is one")] = Device.auto,
+    device: Annotated[DeviceChoice, typer.Option(help="auto: the GPU if there is one")] = DeviceChoice.auto,
     cache_dir: Annotated[Path, typer.Option(help="peaks cache")] = Path.home() / ".cache" / "attnprof",
 ) -> None:
     """Measure this host's peaks (a large copy, a matmul per dtype) into the peaks cache, or find them there."""

@@ -10,10 +10,10 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from attnprof.contract import bundle
+from attnprof.contract.secrets import is_placeholder
 from attnprof.contract.worker_api import WORKER_ALIVE_S
 
 MIB = 1024 * 1024
-_PLACEHOLDERS = {"changeme", "change-me", "secret", "placeholder", "xxx", "todo"}
 
 
 class Limits(BaseModel):
@@ -120,9 +120,7 @@ class Dashboard(BaseModel):
     @field_validator("session_secret")
     @classmethod
     def _strong_secret(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and (
-            value.get_secret_value().strip().lower() in _PLACEHOLDERS or len(value.get_secret_value()) < 32
-        ):
+        if value is not None and (is_placeholder(value.get_secret_value()) or len(value.get_secret_value()) < 32):
             raise ValueError("must be a real secret of at least 32 characters, or unset")
         return value
 
@@ -156,7 +154,7 @@ class Settings(BaseSettings):
     @field_validator("github_token", "github_webhook_secret")
     @classmethod
     def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and value.get_secret_value().strip().lower() in _PLACEHOLDERS:
+        if value is not None and is_placeholder(value.get_secret_value()):
             raise ValueError("is a placeholder: set a real secret or leave it unset")
         return value
 

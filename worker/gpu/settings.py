@@ -10,9 +10,8 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from attnprof.contract import bundle
+from attnprof.contract.secrets import is_placeholder
 from attnprof.contract.worker_api import WORKER_ALIVE_S
-
-_PLACEHOLDERS = {"changeme", "change-me", "secret", "placeholder", "xxx", "todo"}
 
 
 class ProfileWorker(BaseModel):
@@ -86,7 +85,7 @@ class GpuWorkerSettings(BaseSettings):
     @field_validator("worker_token")
     @classmethod
     def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and value.get_secret_value().strip().lower() in _PLACEHOLDERS:
+        if value is not None and is_placeholder(value.get_secret_value()):
             raise ValueError("is a placeholder: set a real secret or leave it unset")
         return value
 

@@ -71,7 +71,7 @@ def fmt_value(kind: str, value: float | None) -> str:
 
 
 @dataclass(slots=True)
-class Point:
+class ChartPoint:
     """A drawn or tabled run of the series (its commit and PR filled in after the window is read)."""
 
     run_id: str
@@ -84,7 +84,7 @@ class Point:
     pr: int | None = None
 
 
-def _hover(p: Point, unit_kind: str, unit: str, banded: bool) -> str:
+def _hover(p: ChartPoint, unit_kind: str, unit: str, banded: bool) -> str:
     where = f"PR #{p.pr}" if p.pr is not None else "no PR"
     value = fmt_value(unit_kind, p.median)
     if unit_kind == "rate" and p.median is not None:
@@ -109,7 +109,7 @@ def _x(at: datetime) -> str:
 
 
 def chart_spec(
-    shown: Sequence[Point],
+    shown: Sequence[ChartPoint],
     *,
     project: str,
     metric: str,

@@ -22,7 +22,7 @@ from service.db import SessionDep
 from service.trends import repository as trends
 from service.web import repository, trend_repository
 from service.web.dependencies import PageError, ViewerDep
-from service.web.pages.trend_chart import MARKS, METRICS, Point, chart_spec, downsample, fmt_value
+from service.web.pages.trend_chart import MARKS, METRICS, ChartPoint, chart_spec, downsample, fmt_value
 from service.web.render import page
 
 router = APIRouter(prefix="/ui/p/{project}", include_in_schema=False)
@@ -128,7 +128,7 @@ def _choose(
 
 def _series(session: SessionDep, viewer: ViewerDep, c: Choice) -> tuple[list[Any], bool]:
     """Every point of the window as rows (run_id, created_at, median, p25, p75), oldest first, and whether the
-    window held more than ``MAX_POINTS``. Rows, not ``Point``s: only the drawn and tabled ones become objects."""
+    window held more than ``MAX_POINTS``. Rows, not ``ChartPoint``s: only the drawn and tabled ones become objects."""
     since = datetime.combine(c.since, time(), UTC) if c.since else None
     until = datetime.combine(c.until + timedelta(days=1), time(), UTC) if c.until else None
     tq = trends.TrendQuery(
@@ -217,7 +217,7 @@ def trend_page(
     points = {}
     for i in {*drawn, *tabled}:
         run_id, at_time, median, p25, p75 = rows[i]
-        points[i] = Point(run_id, at_time, median, p25, p75, marks.get(i, ()))
+        points[i] = ChartPoint(run_id, at_time, median, p25, p75, marks.get(i, ()))
     details = trend_repository.run_details(session, [p.run_id for p in points.values()])
     for p in points.values():
         found = details.get(p.run_id)
