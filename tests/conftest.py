@@ -19,12 +19,12 @@ from service.app import create_app
 from service.auth import service as auth
 from service.config import Settings
 from service.testbeds import service as testbeds
-from tests.pgtest import db_fixture, engine_fixture, pg_url_fixture
+from tests.pgtest import db_fixture, engine_fixture, pg_template, pg_url_fixture
 from tests.profiling_support import suite_text
 from tests.service.stack import bind, make_settings, make_tenant
 from tests.service.svcconf import Tenant
 
-__all__ = ["db_fixture", "engine_fixture", "pg_url_fixture"]  # pgtest's fixtures: db, engine, pg_url
+__all__ = ["db_fixture", "engine_fixture", "pg_template", "pg_url_fixture"]  # pgtest's: db, engine, pg_url
 
 
 @pytest.fixture(scope="session")

@@ -35,18 +35,38 @@ def drop_database(name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(scope="session", name="pg_url")
-def pg_url_fixture() -> Iterator[str]:
-    """One database per test process, migrated to head once."""
+def clone_database(template: str) -> tuple[str, str]:
+    """A new database copied from ``template`` (Postgres copies its files: no migration is run again)."""
+    name = f"attnprof_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    base = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    return name, f"{base}/{name}"
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """One database per test process, migrated to head once: the template every test module's database copies."""
     name, url = create_database()
     try:
         migrate.upgrade(url)
+        yield name
+    finally:
+        drop_database(name)
+
+
+@pytest.fixture(scope="module", name="pg_url")
+def pg_url_fixture(pg_template: str) -> Iterator[str]:
+    """A database per test module, copied from the migrated template: what one module's servers and workers commit
+    outside the per-test rollback never reaches another module."""
+    name, url = clone_database(pg_template)
+    try:
         yield url
     finally:
         drop_database(name)
 
 
-@pytest.fixture(scope="session", name="engine")
+@pytest.fixture(scope="module", name="engine")
 def engine_fixture(pg_url: str) -> Iterator[Engine]:
     eng = make_engine(pg_url)
     yield eng

@@ -207,7 +207,7 @@ def test_a_pull_request_regression_then_a_second_push_then_a_failing_target(stac
     wait_for("the error status", lambda: _states(github, "e2e-boom") == ["pending", "error"], 30, logs=stack.logs)
     error = github.statuses(REPO, "e2e-boom")[1]
     assert error["description"].startswith("no verdict: job failed: every case failed (1): boom: RuntimeError")
-    assert error["target_url"] == f"{stack.url}/api/v1/jobs/{boom_id}"
+    assert error["target_url"] == f"{stack.url}/ui/p/{stack.project}/jobs/{boom_id}"
     wait_for("the comment's update", lambda: len(github.requests("PATCH")) == 2, 30, logs=stack.logs)
     ours = _ours(stack, github)
     assert len(ours) == 1 and len(github.requests("PATCH")) == 2
