@@ -24,7 +24,7 @@ from service.jobs import service as jobs
 from service.jobs import sweep
 from service.jobs.models import Job
 from tests.github.fakegithub import FakeGitHub
-from tests.github.test_feedback import CASE, REPO, SPEC, Stack, _drain, _stack
+from tests.github.feedstack import CASE, REPO, SPEC, Stack, _drain, _stack
 from tests.service.stack import bind, make_settings
 
 SWEEP = Sweep(feedback_retry_s=30, feedback_attempts=3)

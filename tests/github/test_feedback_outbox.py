@@ -35,7 +35,7 @@ from service.projects import service as projects
 from service.testbeds import service as testbeds
 from tests.claiming import bearer, claim, claim_secret
 from tests.github.fakegithub import FakeGitHub
-from tests.github.test_feedback import CASE, REPO, SPEC
+from tests.github.feedstack import CASE, REPO, SPEC
 from tests.pgtest import create_database, drop_database
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL, make_settings
