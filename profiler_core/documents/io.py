@@ -6,13 +6,15 @@ import gzip
 import json
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from profiler_core.documents.comparison import COMPARISON_SCHEMA, ComparisonDocument
 from profiler_core.documents.result import RESULT_SCHEMA, ResultDocument
 from profiler_core.errors import DocumentError
+
+_Doc = TypeVar("_Doc", ResultDocument, ComparisonDocument)
 
 
 def _read_json(path: Path) -> Any:
@@ -43,30 +45,26 @@ def _first_errors(exc: ValidationError, limit: int = 5) -> str:
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
+def _parse(data: Any, model: type[_Doc], schema: str, what: str, source: str) -> _Doc:
+    if not isinstance(data, dict):
+        raise DocumentError(f"{source}: a {what} document is a JSON object, got {type(data).__name__}")
+    found = data.get("schema")
+    if found != schema:
+        raise DocumentError(f"{source}: schema is {found!r}, expected {schema!r}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise DocumentError(f"{source}: invalid {what} document: {_first_errors(exc)}") from exc
+
+
 def parse_result(data: Any, *, source: str = "<document>") -> ResultDocument:
     """Validate a decoded JSON value as a result document, or raise ``DocumentError``."""
-    if not isinstance(data, dict):
-        raise DocumentError(f"{source}: a result document is a JSON object, got {type(data).__name__}")
-    schema = data.get("schema")
-    if schema != RESULT_SCHEMA:
-        raise DocumentError(f"{source}: schema is {schema!r}, expected {RESULT_SCHEMA!r}")
-    try:
-        return ResultDocument.model_validate(data)
-    except ValidationError as exc:
-        raise DocumentError(f"{source}: invalid result document: {_first_errors(exc)}") from exc
+    return _parse(data, ResultDocument, RESULT_SCHEMA, "result", source)
 
 
 def parse_comparison(data: Any, *, source: str = "<document>") -> ComparisonDocument:
     """Validate a decoded JSON value as a comparison document, or raise ``DocumentError``."""
-    if not isinstance(data, dict):
-        raise DocumentError(f"{source}: a comparison document is a JSON object, got {type(data).__name__}")
-    schema = data.get("schema")
-    if schema != COMPARISON_SCHEMA:
-        raise DocumentError(f"{source}: schema is {schema!r}, expected {COMPARISON_SCHEMA!r}")
-    try:
-        return ComparisonDocument.model_validate(data)
-    except ValidationError as exc:
-        raise DocumentError(f"{source}: invalid comparison document: {_first_errors(exc)}") from exc
+    return _parse(data, ComparisonDocument, COMPARISON_SCHEMA, "comparison", source)
 
 
 def load_result(path: str | Path) -> ResultDocument:
