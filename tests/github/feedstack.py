@@ -18,20 +18,10 @@ from tests.github.fakegithub import FakeGitHub
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL, bind, bound_sessions, make_settings
 from tests.service.svcconf import Tenant
+from tests.service.svcdocs import SPEC
 
 REPO = "acme/attn"
 CASE = "sdpa[backend=cudnn,pass=fwd]"
-SPEC = """
-[suite]
-name = "s"
-
-[[cases]]
-name = "prefill"
-target = "sdpa"
-q_heads = 4
-seq_q = 128
-head_dim = 64
-"""
 
 
 def _drain(*queues: str) -> None:

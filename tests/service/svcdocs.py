@@ -12,6 +12,18 @@ from typing import Any
 DATA = Path(__file__).resolve().parents[1] / "data"
 H200 = DATA / "h200" / "attnprof" / "result.json"
 CPU = DATA / "service" / "cpu-run-1.json"
+# The suite the job tests submit: one small SDPA case.
+SPEC = """
+[suite]
+name = "s"
+
+[[cases]]
+name = "prefill"
+target = "sdpa"
+q_heads = 4
+seq_q = 128
+head_dim = 64
+"""
 
 
 @cache

@@ -24,18 +24,8 @@ from tests.claiming import bearer, claim, claim_secret
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL, make_settings
 from tests.service.svcconf import Tenant
+from tests.service.svcdocs import SPEC
 
-SPEC = """
-[suite]
-name = "s"
-
-[[cases]]
-name = "prefill"
-target = "sdpa"
-q_heads = 4
-seq_q = 128
-head_dim = 64
-"""
 # Deeper than Python's recursion limit: a recursive parser or serialiser fails on it.
 DEEP = 5000
 # Within what a JSON body parser reads, past what pydantic serialises (and far past what a document allows).

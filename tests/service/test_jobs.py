@@ -26,18 +26,7 @@ from tests.pgtest import create_database, drop_database
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL
 from tests.service.svcconf import Tenant
-
-SPEC = """
-[suite]
-name = "s"
-
-[[cases]]
-name = "prefill"
-target = "sdpa"
-q_heads = 4
-seq_q = 128
-head_dim = 64
-"""
+from tests.service.svcdocs import SPEC
 
 
 def _bundle(members: dict[str, bytes] | None = None, *, link: bool = False) -> bytes:

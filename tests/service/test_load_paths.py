@@ -10,7 +10,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -319,18 +318,6 @@ def _seed_at_0002(url: str) -> list[tuple[int, int, float]]:
     finally:
         engine.dispose()
     return samples
-
-
-@pytest.fixture(params=["postgres", "sqlite"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'm.db'}"
-        return
-    name, url = create_database()
-    try:
-        yield url
-    finally:
-        drop_database(name)
 
 
 def test_migration_0003_carries_the_samples_up_and_down(database_url: str) -> None:

@@ -36,7 +36,6 @@ from service.runs import service as runs
 from service.runs.models import Run
 from service.web.pages import runs as run_pages
 from tests.claiming import bearer, claim, claim_secret
-from tests.pgtest import create_database, drop_database
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL
 from tests.service.svcconf import Tenant
@@ -303,18 +302,6 @@ def _claimed_job(client: TestClient, tenant: Tenant, testbed: str, worker_token:
     assert answer.status_code == 202, answer.text
     job_id = answer.json()["id"]
     return job_id, claim(client, worker_token, job_id, claim_secret(REDIS_URL, testbed, job_id))["token"]
-
-
-@pytest.fixture(params=["postgres", "sqlite"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'm.db'}"
-        return
-    name, url = create_database()
-    try:
-        yield url
-    finally:
-        drop_database(name)
 
 
 def test_migration_0008_moves_the_samples_out_of_the_column_and_its_downgrade_puts_them_back(
