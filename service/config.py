@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from attnprof.contract import bundle
-from attnprof.contract.secrets import is_placeholder
+from attnprof.contract.secrets import is_placeholder, no_placeholder
 from attnprof.contract.worker_api import WORKER_ALIVE_S
 
 MIB = 1024 * 1024
@@ -154,9 +154,7 @@ class Settings(BaseSettings):
     @field_validator("github_token", "github_webhook_secret")
     @classmethod
     def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and is_placeholder(value.get_secret_value()):
-            raise ValueError("is a placeholder: set a real secret or leave it unset")
-        return value
+        return no_placeholder(value)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from attnprof.contract import bundle
-from attnprof.contract.secrets import is_placeholder
+from attnprof.contract.secrets import no_placeholder
 from attnprof.contract.worker_api import WORKER_ALIVE_S
 
 
@@ -85,9 +85,7 @@ class GpuWorkerSettings(BaseSettings):
     @field_validator("worker_token")
     @classmethod
     def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and is_placeholder(value.get_secret_value()):
-            raise ValueError("is a placeholder: set a real secret or leave it unset")
-        return value
+        return no_placeholder(value)
 
     def with_worker(self, **changes: object) -> GpuWorkerSettings:
         """These settings with some of ``worker``'s fields changed (the device and jail the start chose), checked as
