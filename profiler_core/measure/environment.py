@@ -10,6 +10,7 @@ import os
 import platform
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,6 +37,10 @@ BENIGN_THROTTLE = frozenset(
     {"gpu_idle", "applications_clocks_setting", "display_clock_setting", "sync_boost", "sw_power_cap"}
 )
 CASE_CLOCK_DROP = 0.03  # a clock 3% under the top moves a compute-bound kernel by about as much
+# The share of its threads' runnable time that a CPU case spent waiting for a core while it was timed. Measured on
+# a 2-core host (2026-12-02, examples/cpu.toml): 1-4% alone, 25-52% with one core kept busy by another process,
+# when the samples ran 2-100x slower.
+HOST_WAIT_SHARE = 0.15
 
 
 def describe_device(device: str) -> Device:
@@ -159,7 +164,8 @@ def mark_clock_drops(cases: list[Case], reference_mhz: float | None) -> list[str
         if low is not None and low < reference_mhz * (1 - CASE_CLOCK_DROP):
             dropped += 1
             c.suspect = [
-                f"SM clock fell to {low:.0f} MHz (top {reference_mhz:.0f} MHz) while timing: power or thermal capping"
+                *(c.suspect or []),
+                f"SM clock fell to {low:.0f} MHz (top {reference_mhz:.0f} MHz) while timing: power or thermal capping",
             ]
     if timed and dropped * 2 > len(timed):
         return [f"SM clock fell more than {CASE_CLOCK_DROP:.0%} in {dropped} of {len(timed)} cases"]
@@ -174,6 +180,53 @@ def cpu_suspect_reasons() -> list[str]:
     cores = os.cpu_count() or 1
     if load1 > cores:
         return [f"host load average {load1:.1f} exceeds its {cores} cores: other work shared the CPU"]
+    return []
+
+
+@dataclass(frozen=True)
+class ThreadTimes:
+    """Time this process's threads have spent so far on a CPU and waiting in the run queue for one, nanoseconds."""
+
+    running_ns: int
+    waiting_ns: int
+
+
+def thread_times() -> ThreadTimes | None:
+    """Summed over the process's threads (the intra-op pool included) from Linux's ``/proc/self/task/*/schedstat``;
+    ``None`` where the kernel does not keep it. Waiting time is time runnable but not running: a core taken by
+    another process."""
+    running = waiting = 0
+    found = False
+    for path in Path("/proc/self/task").glob("*/schedstat"):
+        try:
+            fields = path.read_text().split()
+            running += int(fields[0])
+            waiting += int(fields[1])
+        except (OSError, ValueError, IndexError):  # a thread that ended between the listing and the read
+            continue
+        found = True
+    return ThreadTimes(running, waiting) if found else None
+
+
+def host_wait_reason(before: ThreadTimes | None, after: ThreadTimes | None) -> str | None:
+    """Why a CPU case's timing is doubtful when its threads waited for a core (``HOST_WAIT_SHARE`` or more of their
+    runnable time between ``before`` and ``after``), else ``None``."""
+    if before is None or after is None:
+        return None
+    waiting = after.waiting_ns - before.waiting_ns
+    runnable = waiting + after.running_ns - before.running_ns
+    if runnable <= 0 or waiting < HOST_WAIT_SHARE * runnable:
+        return None
+    return (
+        f"the profiler's threads waited for a core {waiting / runnable:.0%} of their runnable time while timing "
+        f"({waiting / 1e6:.0f} ms): the host was busy with other work"
+    )
+
+
+def disturbed_run_reasons(disturbed: int, timed: int) -> list[str]:
+    """The run's own reason when most of its ``timed`` cases were ``disturbed`` (a burst, a busy host)."""
+    if timed and disturbed * 2 > timed:
+        return [f"{disturbed} of {timed} cases were disturbed while timing (bursts of slow samples or a busy host)"]
     return []
 
 

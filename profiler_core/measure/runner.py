@@ -22,6 +22,7 @@ from typing import Literal
 import torch
 
 from profiler_core import __version__
+from profiler_core.analysis.bursts import find_burst
 from profiler_core.documents import (
     Case,
     CaseError,
@@ -121,6 +122,22 @@ def _reference_name(spec: CaseSpec) -> str:
     return "float64 attention written out (matmul, softmax, matmul)"
 
 
+def disturbance_reasons(
+    samples_us: list[float], *, waits_before: env.ThreadTimes | None = None, waits_after: env.ThreadTimes | None = None
+) -> list[str]:
+    """Why a case's timing is doubtful: a burst of slow samples (``samples_us`` in time order, microseconds), or on
+    CPU its threads waiting for a core between ``waits_before`` and ``waits_after`` (a busy host slows every sample
+    alike, which no look at the samples can tell). Empty when neither happened."""
+    reasons = []
+    burst = find_burst(samples_us)
+    if burst is not None:
+        reasons.append(burst.describe())
+    busy = env.host_wait_reason(waits_before, waits_after)
+    if busy is not None:
+        reasons.append(busy)
+    return reasons
+
+
 def run_case(
     spec: CaseSpec,
     suite: Suite,
@@ -141,6 +158,7 @@ def run_case(
         with capture_warnings() as warns:
             workload = build_workload(spec, device, seed=seed)
             with workload.context():
+                waits_before = env.thread_times() if device == "cpu" else None
                 timing = time_iterations(
                     workload.step,
                     device=device,
@@ -149,6 +167,7 @@ def run_case(
                     flusher=flusher,
                     clock=nvml.sm_clock if nvml is not None else None,
                 )
+                waits_after = env.thread_times() if device == "cpu" else None
                 clocks.extend(timing.clocks_mhz or [])
                 trace = trace_iterations(
                     workload, device=device, iterations=suite.timing.trace_iters, flusher=flusher, out_path=trace_path
@@ -201,6 +220,7 @@ def run_case(
         params=spec.params,
         thresholds=spec.thresholds,
         status="ok",
+        suspect=disturbance_reasons(timing.samples_us, waits_before=waits_before, waits_after=waits_after) or None,
         backend_requested=spec.backend,
         backend_used=backend_used,
         latency_us=latency,
@@ -286,6 +306,9 @@ def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | No
             )
         )
     environment.health_end = nvml.health() if nvml else None
+    # Counted before the clock check adds its own marks: this is the run's verdict on disturbances alone.
+    timed = [c for c in cases if c.latency_us is not None and c.latency_us.samples]
+    disturbed = sum(1 for c in timed if c.suspect)
     if ncu is not None:
         from profiler_core.measure.counters import run_counter_pass
 
@@ -296,6 +319,7 @@ def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | No
         reasons += env.mark_clock_drops(cases, max([top or 0.0, *clocks]) or None)
     else:
         reasons = env.cpu_suspect_reasons()
+    reasons += env.disturbed_run_reasons(disturbed, len(timed))
     if progress:
         progress("done", len(specs), len(specs), "")
     return ResultDocument(
