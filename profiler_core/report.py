@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 
+from profiler_core.attribution.reconcile import case_reconciliation
 from profiler_core.documents import Case, Kernel, ResultDocument
 
 KERNEL_COLUMNS = ("phase", "kernel", "launches", "latency µs", "share", "bound", "BW util", "compute util", "occupancy")
@@ -86,6 +87,21 @@ def kernel_rows(case: Case) -> Iterator[list[str]]:
         yield row
 
 
+def reconciliation_line(case: Case, mode: str) -> str | None:
+    """The line under a kernel table: the kernels' sum beside the case latency and the gap named.
+
+    ``mode``: the run's (``cuda`` or ``cpu``), for documents older than the recorded reconciliation.
+    """
+    r = case_reconciliation(case, mode)
+    if r is None:
+        return None
+    gap = f"gap {fmt_us(r.gap_us)} µs" if r.gap_us >= 0 else f"{fmt_us(-r.gap_us)} µs over"
+    return (
+        f"kernels {fmt_us(r.kernel_sum_us)} µs of {fmt_us(r.latency_us)} µs case latency "
+        f"({_pct(r.kernel_sum_us / r.latency_us)}); {gap}: {r.reason}"
+    )
+
+
 def header(doc: ResultDocument) -> list[str]:
     e = doc.environment
     lines = [
@@ -119,6 +135,9 @@ def render_markdown(doc: ResultDocument) -> str:
             for row in kernel_rows(case):
                 out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
             out.append("")
+            summary = reconciliation_line(case, doc.run.mode)
+            if summary:
+                out += [summary, ""]
     return "\n".join(out)
 
 
@@ -145,4 +164,7 @@ def render_table(doc: ResultDocument, *, width: int = 160) -> str:
         for row in kernel_rows(case):
             table.add_row(*row)
         console.print(table)
+        summary = reconciliation_line(case, doc.run.mode)
+        if summary:
+            console.print(escape(summary), highlight=False, soft_wrap=True)
     return console.export_text()

@@ -26,6 +26,7 @@ from profiler_core.attribution.phases import (
     is_attention_gemm,
     is_backward,
 )
+from profiler_core.attribution.reconcile import IterationTime, iteration_times, reconcile
 
 __all__ = [
     "BACKWARD_ANNOTATION",
@@ -35,6 +36,7 @@ __all__ = [
     "PHASE_PREFIX",
     "AttributedKernel",
     "CpuOp",
+    "IterationTime",
     "KernelEvent",
     "KernelSummary",
     "ParsedTrace",
@@ -48,8 +50,10 @@ __all__ = [
     "detect_backend",
     "is_attention_gemm",
     "is_backward",
+    "iteration_times",
     "kernel_key",
     "load_trace",
     "parse_trace",
     "quantile",
+    "reconcile",
 ]

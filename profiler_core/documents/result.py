@@ -256,6 +256,39 @@ class Kernel(_Model):
     counter_bound: Bound | None = Field(None, description="bound by NVIDIA's speed-of-light rule")
 
 
+GapCause = Literal["none", "launch_gaps", "host_time", "trace_overhead", "overlap"]
+
+
+class KernelReconciliation(_Model):
+    """The kernel table's sum beside the case latency, and the gap between them named (DESIGN 4).
+
+    Microseconds per iteration. The latency is the timing pass's median; the kernels come from the trace pass.
+    On a GPU the kernels normally sum to less (launch gaps, host time between kernels); on CPU, where profiled
+    ops play the kernels, the profiler's own overhead can make them sum to more.
+    """
+
+    kernel_sum_us: NonNegative = Field(description="the kernel table's median durations summed")
+    latency_us: NonNegative = Field(description="the case's median latency (timing pass)")
+    gap_us: float = Field(description="latency minus kernel sum: negative when the kernels sum to more")
+    gap_fraction: float = Field(description="gap_us over latency_us")
+    trace_span_us: NonNegative | None = Field(
+        None,
+        description="median traced iteration's span: on a GPU first kernel start to last kernel end, on CPU "
+        "the iteration's host range",
+    )
+    trace_busy_us: NonNegative | None = Field(
+        None, description="median time per traced iteration when at least one kernel ran"
+    )
+    trace_kernel_sum_us: NonNegative | None = Field(
+        None, description="median kernel durations summed per traced iteration (above busy when kernels overlap)"
+    )
+    cause: GapCause = Field(
+        description="none (within 2%), launch_gaps (GPU idle between kernels), host_time (CPU time outside the "
+        "ops), trace_overhead (the trace pass ran slower), overlap (kernels on several streams)"
+    )
+    reason: str = Field(description="the gap named in words")
+
+
 class Case(_Model):
     id: str
     name: str
@@ -277,6 +310,9 @@ class Case(_Model):
     trace: str | None = Field(None, description="file name of the gzip Chrome trace")
     wall_s: NonNegative | None = Field(None, description="wall time spent profiling this case, seconds")
     counters_wall_s: NonNegative | None = Field(None, description="wall time of its ncu counter pass, seconds")
+    reconciliation: KernelReconciliation | None = Field(
+        None, description="the kernels' sum beside the latency, the gap named; null in older documents"
+    )
 
 
 class ResultDocument(_Model):

@@ -23,6 +23,8 @@ import torch
 
 from profiler_core import __version__
 from profiler_core.analysis.bursts import find_burst
+from profiler_core.attribution import parse_trace
+from profiler_core.attribution.reconcile import reconcile
 from profiler_core.documents import (
     Case,
     CaseError,
@@ -201,6 +203,7 @@ def run_case(
     )
     kernels, backend_used = kernel_records(trace, spec, environment)
     work, achieved = case_achieved(spec, backend_used, stats["median"], kernels, environment)
+    reconciliation = reconcile(kernels, stats["median"], parsed=parse_trace(trace), on_gpu=device == "cuda")
     accuracy = None
     if reference is not None:
         try:
@@ -229,6 +232,7 @@ def run_case(
         accuracy=accuracy,
         kernels=kernels,
         trace=trace_path.name if trace_path else None,
+        reconciliation=reconciliation,
         wall_s=round(time.perf_counter() - started, 3),
     )
 
