@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from profiler_core.attribution import load_trace, reconcile
 from profiler_core.documents import Case, Kernel, Peaks, parse_result
 from service.web.pages.figures import backend_groups, case_anchor, on_roofline, roofline
 from tests.web.pagehelp import Project, csrf_of, fresh_project, login, rules, seed_pair, tab_to, upload, watch_errors
@@ -320,3 +321,24 @@ def test_backend_groups_pair_cases_that_differ_only_in_the_backend() -> None:
     assert sorted(groups) == ["sdpa[pass=fwd]", "sdpa[pass=fwd_bwd]"]
     for members in groups.values():
         assert [b for b, _ in members] == ["cudnn", "flash", "efficient", "math"]
+
+
+def test_each_kernel_table_has_its_sum_beside_the_latency(site: Site, own: Project) -> None:
+    """Under each kernel table, the kernels' sum beside the case latency and the gap named: as the document recorded
+    it, or for a document older than that, from its kernels and latency alone."""
+    doc = docs.h200()
+    naive = next(c for c in doc["cases"] if c["id"] == "naive[pass=fwd]")
+    case = Case.model_validate(naive)
+    assert case.latency_us is not None
+    recorded = reconcile(case.kernels, case.latency_us.median, parsed=load_trace(TRACES / naive["trace"]))
+    assert recorded is not None
+    naive["reconciliation"] = recorded.model_dump(mode="json")
+    run_id = upload(site, own, doc, branch="reconcile", commit="e" * 40)["run_id"]
+    with httpx.Client(base_url=site.url) as client:
+        login(client, own.tokens.read)
+        html = client.get(f"/ui/p/{own.name}/runs/{run_id}").text
+    assert (
+        "Kernels 1.586 ms of 1.709 ms case latency (93 %); gap 123.6 µs: launch gaps / host time between kernels "
+        "(traced iteration: kernels busy 1,585.9 µs of its 1,726.5 µs span)</p>"
+    ) in html
+    assert html.count('<p class="sub reconciliation">') == sum(1 for c in doc["cases"] if c["kernels"])

@@ -16,6 +16,7 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from attnprof.contract.links import PATHS
+from profiler_core.attribution.reconcile import case_reconciliation
 from profiler_core.documents import Achieved, Case, Kernel, Peaks, ResultDocument, RunInfo, SuiteInfo
 from service.baselines import service as baselines
 from service.baselines.models import BaselineRule
@@ -106,7 +107,7 @@ def _kernel_view(k: Kernel) -> dict[str, Any]:
     }
 
 
-def _case_view(case: Case, peaks: Peaks) -> dict[str, Any]:
+def _case_view(case: Case, peaks: Peaks, *, mode: str) -> dict[str, Any]:
     kernels = [_kernel_view(k) for k in case.kernels]
     return {
         "id": case.id,
@@ -126,6 +127,7 @@ def _case_view(case: Case, peaks: Peaks) -> dict[str, Any]:
         "with_counters": any(k.counters for k in case.kernels),
         "roofline": figures.roofline(case, peaks),
         "off_roofline": [k for k in kernels if not k["on_roofline"]],
+        "reconciliation": case_reconciliation(case, mode),
     }
 
 
@@ -178,7 +180,7 @@ rendered_runs = RenderedRuns(size=8)
 
 def _render_document(viewer: Viewer, row: Any, doc: ResultDocument, href: str) -> RenderedRun:
     env = doc.environment
-    cases = [_case_view(c, env.peaks) for c in doc.cases]
+    cases = [_case_view(c, env.peaks, mode=doc.run.mode) for c in doc.cases]
     common = {"viewer_project": viewer.project.name, "run": row, "doc_run": doc.run, "env": env, "href": href}
     head = render_fragment("_run_head.html", latency_chart=figures.case_latency(doc.cases, href), **common)
     body = render_fragment(
