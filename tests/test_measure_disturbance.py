@@ -1,0 +1,81 @@
+"""What the runner marks a case suspect for: a burst in its real samples, or (CPU) its threads waiting for a core."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from profiler_core.documents import load_result
+from profiler_core.measure.environment import (
+    ThreadTimes,
+    disturbed_run_reasons,
+    host_wait_reason,
+    thread_times,
+)
+from profiler_core.measure.runner import disturbance_reasons
+
+REPO = Path(__file__).resolve().parent.parent
+CPU_LOADED = REPO / "tests" / "data" / "service" / "cpu-run-1.json"
+H200_RUN = REPO / "bench" / "reports" / "data" / "h200-2026-11-29" / "set-a" / "run3.json"
+
+
+def _samples(path: Path, case_id: str) -> list[float]:
+    case = load_result(path).case(case_id)
+    assert case is not None and case.latency_us is not None
+    return list(case.latency_us.samples)
+
+
+def test_a_real_burst_on_a_loaded_cpu_host_marks_the_case() -> None:
+    # 9 of 20 samples at 22-44x the rest: the median (545.9 us) sits between the two groups.
+    reasons = disturbance_reasons(_samples(CPU_LOADED, "sdpa[backend=flash,kv_heads=4]"))
+    assert len(reasons) == 1
+    assert reasons[0].startswith("a burst of 9 of 20 samples at 44x")
+    assert "between samples 3 and 20" in reasons[0]
+
+
+def test_a_160x_burst_in_real_h200_samples_marks_the_case_and_the_same_samples_without_it_do_not() -> None:
+    samples = _samples(H200_RUN, "sdpa[backend=flash,pass=fwd]")
+    assert disturbance_reasons(samples) == []
+    burst = list(samples)
+    for i in range(100, 110):
+        burst[i] *= 160.0
+    reasons = disturbance_reasons(burst)
+    # 160x the median is a little more over the lower quartile, the usual time the burst is measured against.
+    assert len(reasons) == 1
+    assert re.match(rf"a burst of 10 of {len(samples)} samples at 1[6-7]\dx .* between samples 101 and 110", reasons[0])
+
+
+def test_threads_waiting_for_a_core_mark_the_case_even_when_every_sample_is_alike() -> None:
+    # A busy host can slow every sample of a case alike (measured: 20 samples at 12 ms for a 0.3 ms case).
+    steady = [12_000.0 + i for i in range(20)]
+    before = ThreadTimes(running_ns=10_000_000_000, waiting_ns=1_000_000_000)
+    busy = ThreadTimes(running_ns=before.running_ns + 300_000_000, waiting_ns=before.waiting_ns + 200_000_000)
+    reasons = disturbance_reasons(steady, waits_before=before, waits_after=busy)
+    assert reasons == [
+        "the profiler's threads waited for a core 40% of their runnable time while timing (200 ms): "
+        "the host was busy with other work"
+    ]
+    quiet = ThreadTimes(running_ns=before.running_ns + 600_000_000, waiting_ns=before.waiting_ns + 12_000_000)
+    assert disturbance_reasons(steady, waits_before=before, waits_after=quiet) == []
+    assert host_wait_reason(None, busy) is None and host_wait_reason(before, before) is None
+
+
+def test_thread_times_are_read_from_this_process_and_grow_with_work() -> None:
+    first = thread_times()
+    assert first is not None  # Linux keeps schedstat; the CI and the GPU hosts run Linux
+    end = time.thread_time() + 0.05  # 50 ms on a core, however busy the host is
+    while time.thread_time() < end:
+        pass
+    second = thread_times()
+    assert second is not None
+    assert second.running_ns - first.running_ns >= 40_000_000
+    assert second.waiting_ns >= first.waiting_ns
+
+
+def test_the_run_is_suspect_only_when_most_cases_were_disturbed() -> None:
+    assert disturbed_run_reasons(4, 8) == []
+    assert disturbed_run_reasons(0, 0) == []
+    assert disturbed_run_reasons(5, 8) == [
+        "5 of 8 cases were disturbed while timing (bursts of slow samples or a busy host)"
+    ]
