@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from datetime import UTC
 
 from profiler_core.attribution.reconcile import case_reconciliation
-from profiler_core.documents import Case, Kernel, ResultDocument
+from profiler_core.documents import Case, Kernel, Peaks, ResultDocument
 
 KERNEL_COLUMNS = ("phase", "kernel", "launches", "latency µs", "share", "bound", "BW util", "compute util", "occupancy")
 COUNTER_COLUMNS = ("DRAM %", "SM %", "tensor %", "ncu bound")
@@ -18,6 +19,36 @@ def _pct(x: float | None) -> str:
 
 def _num(x: float | None, digits: int = 1) -> str:
     return "—" if x is None else f"{x:,.{digits}f}"
+
+
+def _figures(x: float) -> str:
+    """About three significant figures: 4,270 · 187 · 18.7 · 1.97 · 0.063."""
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.2g}"
+
+
+def fmt_rate(tflops: float | None) -> str:
+    """A FLOP rate given in TFLOP/s, written in GFLOP/s below 1 TFLOP/s (a CPU's): ``187 GFLOP/s``, not ``0.2``."""
+    if tflops is None:
+        return "—"
+    return f"{_figures(tflops)} TFLOP/s" if tflops >= 1 else f"{_figures(tflops * 1000)} GFLOP/s"
+
+
+def peaks_line(peaks: Peaks) -> str:
+    """The peaks, and where they came from: the cache (with when they were measured), measured now, the datasheet."""
+    dram = peaks.dram_gbps
+    line = f"peaks {dram.value:,.0f} GB/s ({dram.source})" + "".join(
+        f", {k} {fmt_rate(v.value)} ({v.source})" for k, v in peaks.tflops.items()
+    )
+    if peaks.origin == "cached":
+        when = f", {peaks.measured_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if peaks.measured_at else ""
+        line += f" · cached{when}"
+    elif peaks.origin is not None:
+        line += f" · {peaks.origin}"
+    if peaks.note:
+        line += f" · not cached: {peaks.note}"
+    return line
 
 
 def fmt_us(x: float | None) -> str:
@@ -49,7 +80,7 @@ def case_headline(case: Case) -> str:
     a = case.achieved
     if a:
         parts.append(
-            f"{_num(a.tflops, 2)} TFLOP/s ({_pct(a.compute_util)}), {_num(a.gbps, 0)} GB/s "
+            f"{fmt_rate(a.tflops)} ({_pct(a.compute_util)}), {'—' if a.gbps is None else _figures(a.gbps)} GB/s "
             f"({_pct(a.bandwidth_util)}), {a.bound or '—'}-bound"
         )
     if case.accuracy:
@@ -115,9 +146,7 @@ def header(doc: ResultDocument) -> list[str]:
         )
         + f" · torch {e.torch} · CUDA {e.cuda or '—'} · cuDNN {e.cudnn or '—'} · triton {e.triton or '—'}"
         + f" · testbed {e.testbed_key}",
-        "peaks "
-        + f"{e.peaks.dram_gbps.value:,.0f} GB/s ({e.peaks.dram_gbps.source})"
-        + "".join(f", {k} {v.value:,.1f} TFLOP/s ({v.source})" for k, v in e.peaks.tflops.items()),
+        peaks_line(e.peaks),
     ]
     if doc.run.suspect:
         lines.append("SUSPECT: " + "; ".join(doc.run.suspect))

@@ -41,6 +41,8 @@ Phase = Literal[
 ]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 PeakSource = Literal["measured", "datasheet"]
+PeakOrigin = Literal["cached", "measured now", "datasheet"]
+PeakStatus = Literal["stable", "unstable", "under load"]
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 NonNegative = Annotated[float, Field(ge=0.0)]
@@ -144,8 +146,24 @@ class PeakValue(_Model):
 
 
 class Peaks(_Model):
+    """The device's ceilings: copy bandwidth (GB/s) and matmul rate per dtype (TFLOP/s), and where they came from.
+
+    The fields after ``tflops`` were added later: null in older documents."""
+
     dram_gbps: PeakValue
     tflops: dict[str, PeakValue] = Field(description="per dtype: fp32, fp16, bf16")
+    origin: PeakOrigin | None = Field(
+        None, description="where this run took them: the peaks cache, a calibration at its start, or the datasheet"
+    )
+    measured_at: datetime | None = Field(None, description="when the calibration ran (UTC)")
+    measured_with: dict[str, str | None] | None = Field(
+        None, description="what the calibration ran on: torch and CUDA versions, the device's name"
+    )
+    status: PeakStatus | None = Field(
+        None,
+        description="whether the calibration was confirmed: another quiet round came within 15% of every best reading",
+    )
+    note: str | None = Field(None, description="why a calibration was not cached (unstable, under load), in words")
 
 
 class Environment(_Model):

@@ -38,7 +38,7 @@ from profiler_core.errors import DeviceError
 from profiler_core.measure import environment as env
 from profiler_core.measure.accuracy import check_accuracy
 from profiler_core.measure.kernels import case_achieved, kernel_records
-from profiler_core.measure.peaks import load_or_measure
+from profiler_core.measure.peaks import cache_path, load_or_measure
 from profiler_core.measure.targets import SkipCase, WorkloadError, build_workload, capture_warnings
 from profiler_core.measure.timing import Flusher, summarize, time_iterations
 from profiler_core.measure.trace import trace_iterations
@@ -260,14 +260,25 @@ def collect_environment(device: str, nvml: env.Nvml | None, cache_dir: Path | No
     )
 
 
-def calibrate(device: str, cache_dir: Path) -> Path:
+def calibrate(device: str, cache_dir: Path, *, tries: int = 3, pause_s: float = 2.0) -> Path:
     """Measure this host's peaks into ``cache_dir`` (or find them there) under the testbed key a profile run would
     use, with no user code loaded; returns the cache file. A worker runs this before it takes jobs, so a job's
-    sandbox can read the peaks without being able to write them."""
+    sandbox can read the peaks without being able to write them.
+
+    A calibration that is not confirmed (unstable, or taken under load: see ``peaks``) is not cached; it is tried
+    again up to ``tries`` times, ``pause_s`` seconds apart, and then refused with the reason."""
     device = resolve_device(device)
     nvml = env.Nvml.open() if device == "cuda" else None
-    environment = collect_environment(device, nvml, cache_dir)
-    path = cache_dir / f"peaks-{environment.testbed_key}.json"
+    for attempt in range(max(1, tries)):
+        if attempt:
+            time.sleep(pause_s)
+        environment = collect_environment(device, nvml, cache_dir)
+        peaks = environment.peaks
+        if peaks.status == "stable":  # cached ones are, and a datasheet fallback is not
+            break
+    path = cache_path(cache_dir, environment.testbed_key)
+    if peaks.status != "stable":
+        raise DeviceError(f"the peaks for {path} were not cached: {peaks.note or 'they could not be measured'}")
     if not path.exists():
         raise DeviceError(f"the peaks could not be written to {path}")
     return path
