@@ -7,8 +7,10 @@ Each triple is two baseline runs and one candidate run of ``--suite`` (``example
 ``python -m profiler_core profile SUITE --device cpu --out ...`` process, then
 ``python -m profiler_core compare base1.json base2.json cand.json --json``; all run with ``--source`` as the working
 directory, so its ``profiler_core`` is the one measured. Meanwhile one core is kept busy by a busy-loop process that
-this script starts before the first triple and stops after the last: on a 2-core host the profiler's two threads
-then share a core with it, the way a CI runner shares its cores with other jobs.
+this script starts and stops: on a 2-core host the profiler's two threads then share a core with it, the way a CI
+runner shares its cores with other jobs. ``--busy all`` keeps it running from the first triple to the last (every
+run shares the host alike); ``--busy candidate`` runs it only while each candidate is profiled, a transient
+disturbance that hits one side of the comparison; ``--busy none`` is a quiet control.
 
 Per triple it keeps a summary (not the documents): the exit codes, the verdict and the notes of the comparison, the
 findings that failed or warned, each run's ``suspect`` and each case's sample count, median and ``suspect`` reasons;
@@ -36,6 +38,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BUSY_LOOP = "while True:\n    pass\n"
+BUSY_WORDS = {
+    "all": "one core kept busy by a busy-loop process for the whole run",
+    "candidate": "one core kept busy by a busy-loop process while each candidate was profiled, and only then",
+    "none": "no busy loop (a quiet control)",
+}
 
 
 def _cpu_model() -> str:
@@ -99,13 +106,38 @@ def _unmarked_verdict(paths: list[Path]) -> str | None:
     return compare(docs[:-1], docs[-1]).verdict
 
 
-def run_triple(index: int, python: str, source: Path, suite: Path, scratch: Path) -> dict[str, Any]:
+class BusyCore:
+    """One process spinning on a core, started and stopped by this script (by its own handle, nothing else)."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        if self.process is None:
+            self.process = subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait()
+            self.process = None
+
+
+def run_triple(
+    index: int, python: str, source: Path, suite: Path, scratch: Path, busy: BusyCore, mode: str
+) -> dict[str, Any]:
     names = ("base1", "base2", "cand")
     paths = [scratch / f"t{index:02d}-{n}.json" for n in names]
     runs: dict[str, Any] = {}
     load_before = os.getloadavg()[0]
     for name, path in zip(names, paths, strict=True):
-        rc, wall_s = _profile(python, source, suite, path)
+        if mode == "candidate" and name == "cand":
+            busy.start()
+        try:
+            rc, wall_s = _profile(python, source, suite, path)
+        finally:
+            if mode == "candidate":
+                busy.stop()
         runs[name] = _run_summary(path, rc, wall_s)
     cmd = [python, "-m", "profiler_core", "compare", *map(str, paths), "--json"]
     done = subprocess.run(cmd, cwd=source, capture_output=True, text=True)
@@ -170,7 +202,7 @@ def write_report(summary: dict[str, Any], path: Path) -> None:
         "# A/A on a loaded CPU host",
         "",
         f"Date: {summary['date']}. Machine: {summary['machine']['cpu']} ({summary['machine']['cores']} cores), "
-        f"{summary['machine']['os']}; one core kept busy by a busy-loop process for the whole run. Versions: "
+        f"{summary['machine']['os']}; {BUSY_WORDS[summary['busy']]}. Versions: "
         + ", ".join(f"{k} {v}" for k, v in summary["versions"].items())
         + f". Profiler source: {summary['source_commit']}.",
         "",
@@ -241,8 +273,15 @@ def main() -> None:
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     parser.add_argument("--data", type=Path, default=ROOT / "bench" / "reports" / "data" / f"aa-cpu-{date}")
     parser.add_argument("--report", type=Path, default=ROOT / "bench" / "reports" / "aa-cpu.md")
-    parser.add_argument("--no-busy", action="store_true", help="leave the other core alone (a quiet control)")
+    parser.add_argument("--busy", choices=sorted(BUSY_WORDS), default="all", help="when a core is kept busy")
+    parser.add_argument("--report-only", action="store_true", help="write --report from what --data holds; run nothing")
     args = parser.parse_args()
+    if args.report_only:
+        kept = json.loads((args.data / "summary.json").read_text())
+        kept["triples"] = [json.loads(line) for line in (args.data / "triples.jsonl").read_text().splitlines() if line]
+        write_report(kept, args.report)
+        print(f"wrote {args.report}")
+        return
 
     source = args.source.resolve()
     sys.path.insert(0, str(source))
@@ -260,17 +299,19 @@ def main() -> None:
         "suite": str(args.suite),
         "source_commit": commit,
         "data_dir": os.path.relpath(args.data, ROOT),
-        "busy_core": not args.no_busy,
+        "busy": args.busy,
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "os": platform.platform()},
         "versions": _versions(args.python, source),
         "triples": [],
     }
-    busy = None if args.no_busy else subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
+    busy = BusyCore()
+    if args.busy == "all":
+        busy.start()
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="aa-cpu-") as scratch:
             for i in range(1, args.triples + 1):
-                t = run_triple(i, args.python, source, args.suite, Path(scratch))
+                t = run_triple(i, args.python, source, args.suite, Path(scratch), busy, args.busy)
                 summary["triples"].append(t)
                 with log.open("a") as fh:
                     fh.write(json.dumps(t) + "\n")
@@ -283,9 +324,7 @@ def main() -> None:
                     flush=True,
                 )
     finally:
-        if busy is not None:
-            busy.terminate()
-            busy.wait()
+        busy.stop()
     summary["wall_s"] = round(time.perf_counter() - started, 1)
     # The triples themselves are in triples.jsonl; summary.json is the run's description and its totals.
     meta = {k: v for k, v in summary.items() if k != "triples"}
