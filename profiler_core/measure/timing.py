@@ -1,12 +1,20 @@
 """The timing pass: uninstrumented, one measurement per iteration, the cache flushed before each.
 
-On CUDA each iteration is bracketed by CUDA events, after a write over a 256 MiB buffer that
-evicts the L2 (60 MiB on an H200), as ``triton.testing.do_bench`` does. Then, as NVBench does, a
+On CUDA each iteration is bracketed by CUDA events, after a read sweep over a 256 MiB buffer that
+evicts the L2 (60 MiB on an H200) and leaves it holding clean lines only. ``triton.testing.do_bench``
+and NVBench flush by *writing* such a buffer (``zero_()``, ``cudaMemsetAsync``): that leaves the L2 full
+of dirty lines, whose write-back the timed kernel then pays. On the H200 a memory-bound decode kernel
+(batch 8, 32 query heads over 8 KV heads, 4096 keys, head_dim 128, bf16) read 17% slower after a
+``zero_()`` than Nsight Compute's replay on flushed caches, and within 1% of it after a read sweep
+(``bench/reports/h200-truth.md``). Then, as NVBench does, a
 blocking kernel (``torch.cuda._sleep``) holds the stream while the host queues the iteration, so the
 events time the device's work and not the host's launch rate: an eager backward pass or a compiled
 FlexAttention call can take longer to launch than to run, and without the hold the timings follow
 the host's speed (measured on the H200: flex fwd_bwd medians of 589-887 µs across processes for
-~435 µs of kernels). The hold is sized from the host time of one iteration measured in warm-up.
+~435 µs of kernels). The hold is sized from the host time of one iteration measured in warm-up, and
+comes before the flush: the step then starts right after a kernel that kept the whole GPU busy, as in
+do_bench and in a model's stream of kernels. Right after the nearly idle hold, kernels ran 1-4% slower
+on the H200 (``bench/h200_hold.py``, ``bench/reports/h200-truth.md``).
 On CPU the same protocol runs with the host's monotonic clock and a buffer larger than the
 last-level cache.
 
@@ -102,14 +110,21 @@ def _cpu_cache_bytes() -> int:
 
 
 class Flusher:
-    """Evicts the caches between iterations by writing a buffer larger than them."""
+    """Evicts the caches between iterations by reading a buffer larger than them.
+
+    The buffer is written once, here; each flush only reads it (a sum into a preallocated scalar), so
+    the lines it leaves in the cache are clean: the next kernel finds its own data evicted and pays no
+    write-back of ours. Reading also evicts the previous iteration's dirty lines, whose write-back
+    happens during the flush, outside the timed region.
+    """
 
     def __init__(self, device: str) -> None:
         size = FLUSH_BYTES_CUDA if device == "cuda" else _cpu_cache_bytes()
-        self.buffer = torch.empty(size // 4, dtype=torch.int32, device=device)
+        self.buffer = torch.ones(size // 4, dtype=torch.int32, device=device)
+        self.sink = torch.zeros((), dtype=torch.int64, device=device)
 
     def __call__(self) -> None:
-        self.buffer.zero_()
+        torch.sum(self.buffer, dim=0, dtype=torch.int64, out=self.sink)
 
 
 def time_iterations(
@@ -174,8 +189,8 @@ def _cuda_batch(
     for start, end in pairs:
         if before_each:
             before_each()
-        flush()
         hold()
+        flush()
         start.record()
         step()
         end.record()
