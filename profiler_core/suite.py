@@ -54,7 +54,8 @@ Impossible values (suite errors)
     any dimension of 2**31 or more; ``kv_heads`` above ``q_heads`` or not dividing it; a dtype,
     pass or backend outside its set; a ``causal`` that is not a boolean; a score matrix
     ``batch * q_heads * seq_q * seq_kv`` above 2**40 elements (a sanity bound: 2 TiB in bf16);
-    ``seq_kv`` different from ``seq_q`` for ``block`` (it is self-attention); ``args`` on a built-in
+    ``seq_kv`` different from ``seq_q`` for ``block`` (it is self-attention); ``causal`` with ``seq_q``
+    above ``seq_kv`` (bottom-right alignment leaves the first queries no key); ``args`` on a built-in
     target; TOML dates or non-finite floats in ``args`` (params are stored as JSON); more than
     :data:`MAX_CASES` expanded cases or a file above :data:`MAX_SUITE_BYTES` (inputs are bounded);
     anything nested more than :data:`MAX_NESTING` levels deep, where each key and each array index on the
@@ -68,8 +69,10 @@ Run-time eligibility (not suite errors)
     device or build lacks (flash, efficient and cuDNN on CPU; cuDNN attention on older GPUs),
     backend and dtype (flash or cuDNN with fp32), backend and head size (flash above 256, alignment
     rules of efficient and cuDNN), GQA (``kv_heads < q_heads``) on a backend without it, FlexAttention
-    restrictions and compile failures, causal cross-attention (``seq_q != seq_kv``, where PyTorch
-    aligns the mask top-left), a ``window`` wider than ``seq_kv`` (plain attention), and running out
+    restrictions and compile failures, causal cross-attention on a backend without a bottom-right
+    mask (the causal mask is aligned bottom-right, as with a KV cache: query ``i`` sees keys up to
+    ``i + seq_kv - seq_q``; PyTorch's own ``is_causal`` aligns top-left), a ``window`` wider than
+    ``seq_kv`` (plain attention), and running out
     of memory.
 
 Timing (``[suite.timing]``)
@@ -764,6 +767,13 @@ def _check_case(ctx: _Ctx, here: str, target: str, case_id: str, p: dict[str, An
                 f"limit of 2**40 ({MAX_SCORE_ELEMENTS}){of}",
                 here,
             )
+    if p.get("causal") and "seq_q" in p and p["seq_q"] > p["seq_kv"]:
+        raise ctx.error(
+            f"causal attention needs seq_q ({p['seq_q']}) <= seq_kv ({p['seq_kv']}): the mask is aligned "
+            f"bottom-right (the last query sees every key), so the first {p['seq_q'] - p['seq_kv']} queries "
+            f"would see no key{of}",
+            f"{here}.{written.get('seq_q', 'seq_q')}",
+        )
     if target == "block" and p["seq_kv"] != p["seq_q"]:
         raise ctx.error(
             f"seq_kv ({p['seq_kv']}) must equal seq_q ({p['seq_q']}): block is self-attention{of}",

@@ -52,8 +52,8 @@ name = "causal_cross"
 target = "sdpa"
 backend = "default"
 q_heads = 2
-seq_q = 12
-seq_kv = 8
+seq_q = 8
+seq_kv = 12
 head_dim = 8
 dtype = "fp32"
 causal = true
@@ -123,12 +123,12 @@ def run(tmp_path_factory: pytest.TempPathFactory, peaks_cache: Path) -> Run:
 
 
 def pairs(sq: int, skv: int, causal: bool) -> int:
-    """Attended (query, key) pairs, counted one by one: PyTorch's top-left causal mask keeps j <= i."""
+    """Attended (query, key) pairs, counted one by one: the bottom-right causal mask keeps j <= i + skv - sq."""
     if not causal:
         return sq * skv
     if sq == skv:
         return sq * skv // 2  # the FlashAttention benchmarks' convention for causal self-attention
-    return sum(1 for i in range(sq) for j in range(skv) if j <= i)
+    return sum(1 for i in range(sq) for j in range(skv) if j <= i + skv - sq)
 
 
 def expected_flops(params: dict[str, Any]) -> float:
@@ -183,9 +183,9 @@ def test_flops_cover_gqa_cross_and_causal_shapes(run: Run) -> None:
     assert fwd_bwd.work is not None and fwd_bwd.work.flops == 3.5 * gqa.work.flops
     causal = run.case("causal")
     assert causal.work is not None and causal.work.flops == 4 * 1 * 2 * 16 * 16 * 8 / 2
-    # causal cross-attention, top-left aligned: rows keep 1, 2, ..., 8, then 8 for the last four rows
+    # causal cross-attention, bottom-right aligned (the last query sees all 12 keys): rows keep 5, 6, ..., 12
     cross = run.case("causal_cross")
-    assert cross.work is not None and cross.work.flops == 4 * 1 * 2 * (36 + 4 * 8) * 8
+    assert cross.work is not None and cross.work.flops == 4 * 1 * 2 * sum(range(5, 13)) * 8
 
 
 def test_fused_bytes_min_follow_the_gqa_formula(run: Run) -> None:

@@ -58,22 +58,24 @@ def test_dtype_bytes() -> None:
         ({"causal": True}, 34_359_738_368),
         # causal self-attention of odd length: half of 4·1·1·3·3·8 = 144, no rounding
         ({"q_heads": 1, "seq_q": 3, "head_dim": 8, "causal": True}, 144),
-        # causal cross, Sq=4 < Skv=6: pairs 1+2+3+4 = 10, 4·1·2·10·16 = 1280
-        ({"q_heads": 2, "seq_q": 4, "seq_kv": 6, "head_dim": 16, "causal": True}, 1280),
-        # causal cross, Sq=6 > Skv=4: pairs 1+2+3+4+4+4 = 18, 4·1·2·18·16 = 2304
-        ({"q_heads": 2, "seq_q": 6, "seq_kv": 4, "head_dim": 16, "causal": True}, 2304),
+        # causal cross, Sq=4 < Skv=6, bottom-right: pairs 3+4+5+6 = 18, 4·1·2·18·16 = 2304
+        ({"q_heads": 2, "seq_q": 4, "seq_kv": 6, "head_dim": 16, "causal": True}, 2304),
+        # decode, one query against 4096 cached keys, causal: it sees every key, 4·8·32·4096·128
+        ({"batch": 8, "seq_q": 1, "seq_kv": 4096, "kv_heads": 8, "causal": True}, 536_870_912),
+        # causal cross, Sq=6 > Skv=4, bottom-right: the first 2 queries see nothing: 1+2+3+4 = 10
+        ({"q_heads": 2, "seq_q": 6, "seq_kv": 4, "head_dim": 16, "causal": True}, 1280),
     ],
 )
 def test_forward_flops_match_the_formula(overrides: dict[str, object], expected: int) -> None:
     assert attention_flops(shape(**overrides), "fwd") == expected
 
 
-def test_attended_pairs_match_a_brute_force_tril_for_cross_attention() -> None:
+def test_attended_pairs_match_a_brute_force_bottom_right_mask_for_cross_attention() -> None:
     for sq in range(1, 13):
         for skv in range(1, 13):
             s = AttentionShape(1, 1, 1, sq, skv, 8, causal=True)
-            # torch.ones(sq, skv).tril(): row i keeps columns j <= i
-            tril = sum(1 for i in range(sq) for j in range(skv) if j <= i)
+            # torch.nn.attention.bias.causal_lower_right(sq, skv): row i keeps columns j <= i + skv - sq
+            tril = sum(1 for i in range(sq) for j in range(skv) if j <= i + skv - sq)
             if sq == skv:
                 # the benchmark convention: half the square, not the tril count sq·(sq+1)/2
                 assert 2 * attended_pairs(s) == sq * skv - (sq * skv) % 2

@@ -660,3 +660,12 @@ def test_case_spec_is_frozen() -> None:
     case: CaseSpec = parse_suite(one_case("")).cases[0]
     with pytest.raises(AttributeError):
         case.id = "x"  # type: ignore[misc]
+
+
+def test_causal_with_more_queries_than_keys_is_refused_naming_seq_q() -> None:
+    err = reject(one_case("seq_kv = 64\ncausal = true\n"))
+    assert err.key == "cases[0].seq_q"
+    assert "seq_q (128) <= seq_kv (64)" in str(err) and "bottom-right" in str(err)
+    # decode: one query against a long cache, causal or not, is fine
+    assert parse_suite(one_case("seq_kv = 4096\ncausal = true\n").replace("seq_q = 128", "seq_q = 1")).cases
+

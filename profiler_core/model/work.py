@@ -9,8 +9,10 @@ Attended pairs (score entries per batch and head that the mask keeps):
 * causal self-attention (Sq = Skv): exactly Sq·Skv / 2, the convention of the FlashAttention and Triton
   benchmarks, so causal FLOPs are exactly half the non-causal ones (the diagonal's Sq/2 extra pairs are
   not counted);
-* causal cross-attention (Sq != Skv): PyTorch's ``is_causal`` mask, ``ones(Sq, Skv).tril()`` (aligned to
-  the top left), which keeps Σ_{i<Sq} min(i + 1, Skv) pairs.
+* causal cross-attention (Sq != Skv): the mask aligned to the bottom right, as inference with a KV cache
+  uses it (query i sits at key position i + Skv - Sq; PyTorch's ``causal_lower_right``), which keeps
+  Σ_{i<Sq} clamp(i + 1 + Skv - Sq, 0, Skv) pairs: Sq·Skv - Sq·(Sq - 1)/2 when Sq < Skv, so a decode
+  step (Sq = 1) attends all Skv keys.
 
 FLOPs: forward 4·B·Hq·pairs·D (two matmuls of 2 FLOPs per multiply-add: QKᵀ and PV), which is
 4·B·Hq·Sq·Skv·D without a mask; backward 2.5× forward (five matmuls to the forward's two); a forward and
@@ -124,9 +126,10 @@ def _double_pairs(shape: AttentionShape) -> int:
         return 2 * sq * skv
     if sq == skv:
         return sq * skv
-    if sq <= skv:
-        return sq * (sq + 1)
-    return skv * (skv + 1) + 2 * (sq - skv) * skv
+    if sq < skv:
+        return 2 * sq * skv - sq * (sq - 1)
+    # Bottom-right with more queries than keys: the first Sq - Skv queries see no key.
+    return skv * (skv + 1)
 
 
 def attended_pairs(shape: AttentionShape) -> int:
@@ -245,7 +248,7 @@ def case_work(target: str, backend: str | None, params: Mapping[str, Any]) -> Ca
     pairs = (
         "Sq·Skv"
         if not shape.causal
-        else ("Sq·Skv/2" if shape.seq_q == shape.seq_kv else "Σ min(i+1, Skv) (top-left causal)")
+        else ("Sq·Skv/2" if shape.seq_q == shape.seq_kv else "Sq·Skv - Sq·(Sq-1)/2 (bottom-right causal)")
     )
     score_bytes: int | None = None
     if target == "sdpa" and backend == "math":
@@ -282,10 +285,20 @@ _BWD_KERNEL_MARKERS = ("bprop", "_bwd", "cutlassb", *_BWD_PREPROCESS, *_BWD_CONV
 _ATTENTION_MARKERS = ("attention", "attn", "fmha", "sdpa", "flash", "cudnn", *_BWD_KERNEL_MARKERS)
 
 
+_SPLIT_COMBINE = ("combine",)
+
+
 def _fused_kernel_work(
     shape: AttentionShape, direction: Literal["fwd", "bwd"], kernel_name: str | None
 ) -> tuple[int, int]:
     if direction == "fwd":
+        if any(m in (kernel_name or "").lower() for m in _SPLIT_COMBINE):
+            # Split-KV (decode) combine step: the main kernel wrote one fp32 partial output and
+            # logsumexp per split; the combine reads at least two of them and writes o once. Its
+            # FLOPs (a rescale and a sum per element) are ~3 per partial element.
+            e = dtype_bytes(shape.dtype)
+            partials = 2 * (4 * _q_elems(shape) + 4 * _rows(shape))
+            return 3 * 2 * _q_elems(shape), partials + e * _q_elems(shape)
         return attention_flops(shape, "fwd"), fused_bytes_min(shape, "fwd")
     name = (kernel_name or "").lower()
     e = dtype_bytes(shape.dtype)
@@ -315,8 +328,11 @@ def kernel_work(
     (see ``profiler_core.model.ops``). A kernel of the ``fused_attention`` or ``backward`` phase that
     belongs to fused attention gets the case-level fused formulas: forward work for forward kernels,
     backward work for the main backward kernel, and their own small models for the delta pre-pass
-    (``dot_do_o``: 2·B·Hq·Sq·D FLOPs, e·2·B·Hq·Sq·D + 4·B·Hq·Sq bytes) and the dq cast (``convert_dq``:
-    (4 + e)·B·Hq·Sq·D bytes); pass ``kernel_name`` so they are told apart. ``pass_`` is the case's
+    (``dot_do_o``: 2·B·Hq·Sq·D FLOPs, e·2·B·Hq·Sq·D + 4·B·Hq·Sq bytes), the dq cast (``convert_dq``:
+    (4 + e)·B·Hq·Sq·D bytes) and the split-KV combine step of decode kernels (``..._combine``: read two
+    fp32 partials and their logsumexps, write o: 8·(B·Hq·Sq·D + B·Hq·Sq) + e·B·Hq·Sq·D bytes, 6·B·Hq·Sq·D
+    FLOPs), while the split-KV main kernel gets the whole forward; pass ``kernel_name`` so they are told
+    apart. ``pass_`` is the case's
     pass: a forward-only case has no backward kernels, so all its fused kernels get forward work.
     """
     if op is not None and input_dims is not None and input_types is not None:
@@ -324,11 +340,14 @@ def kernel_work(
             return gemm_work(op, input_dims, input_types)
         if op in ELEMENTWISE_OPS:
             return elementwise_work(op, input_dims, input_types)
-    if shape is not None and phase == "softmax" and (kernel_name or "").startswith("triton_"):
+    name = kernel_name or ""
+    if shape is not None and name.startswith("triton_") and (phase == "softmax" or "softmax" in name):
         # An Inductor-fused softmax over the score matrix (its launching op records no operands):
-        # read the scores and write the probabilities once, ~5 FLOPs per element (max, sub, exp,
-        # sum, div).
+        # forward, read the scores and write the probabilities once, ~5 FLOPs per element (max, sub,
+        # exp, sum, div); backward, read P and dP and write dS, ~4 (mul, sum, sub, mul).
         elems = shape.batch * shape.q_heads * shape.seq_q * shape.seq_kv  # the whole matrix, masked or not
+        if "backward" in name:
+            return 4 * elems, 3 * dtype_bytes(shape.dtype) * elems
         return 5 * elems, 2 * dtype_bytes(shape.dtype) * elems
     if shape is None or phase not in ("fused_attention", "backward"):
         return None, None
