@@ -6,6 +6,7 @@ Torch-free: it reads the JSON that ``torch.profiler`` exported. Durations are mi
 from profiler_core.attribution.aggregate import KernelSummary, aggregate, quantile
 from profiler_core.attribution.backends import backend_of, detect_backend
 from profiler_core.attribution.cpu import METADATA_OPS, cpu_kernels
+from profiler_core.attribution.declared import DECLARED_KEY, DeclaredWork, factory_work_for, launch_metadata_work
 from profiler_core.attribution.keys import MAX_KEY_LEN, kernel_key
 from profiler_core.attribution.kineto import (
     BACKWARD_ANNOTATION,
@@ -30,12 +31,14 @@ from profiler_core.attribution.reconcile import IterationTime, iteration_times, 
 
 __all__ = [
     "BACKWARD_ANNOTATION",
+    "DECLARED_KEY",
     "ITER_PREFIX",
     "MAX_KEY_LEN",
     "METADATA_OPS",
     "PHASE_PREFIX",
     "AttributedKernel",
     "CpuOp",
+    "DeclaredWork",
     "IterationTime",
     "KernelEvent",
     "KernelSummary",
@@ -48,10 +51,12 @@ __all__ = [
     "classify_phase",
     "cpu_kernels",
     "detect_backend",
+    "factory_work_for",
     "is_attention_gemm",
     "is_backward",
     "iteration_times",
     "kernel_key",
+    "launch_metadata_work",
     "load_trace",
     "parse_trace",
     "quantile",

@@ -25,6 +25,7 @@ MAX_PARAMS_DEPTH: Final = 32
 Mode = Literal["cuda", "cpu"]
 CountersMode = Literal["none", "ncu"]
 CaseStatus = Literal["ok", "failed", "skipped"]
+# ``balanced`` is written by no current rule (the busier unit names the bound); older documents hold it.
 Bound = Literal["compute", "memory", "latency", "balanced"]
 Phase = Literal[
     "qkv_proj",
@@ -43,6 +44,7 @@ PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 PeakSource = Literal["measured", "datasheet"]
 PeakOrigin = Literal["cached", "measured now", "datasheet"]
 PeakStatus = Literal["stable", "unstable", "under load"]
+WorkSource = Literal["launch_metadata", "factory", "model", "case"]
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 NonNegative = Annotated[float, Field(ge=0.0)]
@@ -270,6 +272,13 @@ class Kernel(_Model):
     bandwidth_util: NonNegative | None = None
     arithmetic_intensity: NonNegative | None = None
     bound: Bound | None = None
+    work_source: WorkSource | None = Field(
+        None,
+        description="where flops and bytes came from: launch_metadata (what the Triton kernel declared), "
+        "factory (what the custom factory declared), model (the op or attention formulas), case (a custom "
+        "case's attention formula: all of it for a kernel holding >= 90% of the case's time, else shared "
+        "among its undeclared kernels by their time)",
+    )
     counters: dict[str, float] | None = None
     counter_bound: Bound | None = Field(None, description="bound by NVIDIA's speed-of-light rule")
 

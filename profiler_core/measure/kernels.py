@@ -9,8 +9,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from profiler_core.attribution import KernelSummary, aggregate, attribute, detect_backend, parse_trace
+from profiler_core.attribution import (
+    DeclaredWork,
+    KernelSummary,
+    aggregate,
+    attribute,
+    detect_backend,
+    factory_work_for,
+    launch_metadata_work,
+    parse_trace,
+)
 from profiler_core.documents import Achieved, DurationStats, Environment, Kernel, Work
+from profiler_core.documents.result import WorkSource
 from profiler_core.model import (
     AttentionShape,
     case_work,
@@ -18,11 +28,10 @@ from profiler_core.model import (
     dtype_peak_key,
     kernel_work,
     rates,
-    ridge_point,
     theoretical_occupancy,
     utilisations,
 )
-from profiler_core.model.work import Pass
+from profiler_core.model.work import CaseWork, Pass
 from profiler_core.suite import CaseSpec
 
 
@@ -48,8 +57,69 @@ def _work_per_iteration(
     return (flops_total * scale if flops_known else None, bytes_total * scale if bytes_known else None)
 
 
-def kernel_records(trace: dict[str, Any], spec: CaseSpec, environment: Environment) -> tuple[list[Kernel], str | None]:
-    """The case's kernels (per iteration, in launch order) and the backend that actually ran."""
+# A custom case's kernel holding at least this share of the kernel time does the case's work.
+CASE_WORK_SHARE = 0.9
+# Kernels below this share of a case's kernel time get no share of a custom case's work.
+MIN_SHARE = 0.05
+
+
+def _declared(
+    s: KernelSummary,
+    metadata: dict[str, DeclaredWork],
+    factory: dict[str, dict[str, float | None]] | None,
+) -> tuple[float | None, float | None, WorkSource] | None:
+    """What the kernel itself (launch_metadata) or its factory declared, per iteration, or None."""
+    own = metadata.get(s.name)
+    if own is not None and (own.flops_per_launch is not None or own.bytes_per_launch is not None):
+        n = s.launches_per_iter
+        flops = None if own.flops_per_launch is None else own.flops_per_launch * n
+        nbytes = None if own.bytes_per_launch is None else own.bytes_per_launch * n
+        return flops, nbytes, "launch_metadata"
+    if factory:
+        figures = factory_work_for(s.name, factory)
+        if figures is not None:
+            return figures[0], figures[1], "factory"
+    return None
+
+
+def _share_case_work(
+    summaries: Sequence[KernelSummary],
+    figures: list[tuple[float | None, float | None, WorkSource | None]],
+    case_share: CaseWork,
+    total_us: float,
+) -> list[tuple[float | None, float | None, WorkSource | None]]:
+    """A custom case's kernels that declared nothing and have no model get the case's attention work.
+
+    A kernel holding at least ``CASE_WORK_SHARE`` of the kernel time gets all of it; otherwise each such
+    kernel with at least ``MIN_SHARE`` of the time gets the part of the case's work in proportion to its
+    time (an estimate: it assumes they run at one rate), so every kernel that matters has a bound."""
+    unknown = [i for i, f in enumerate(figures) if f[2] is None]
+    dominant = [i for i in unknown if summaries[i].duration_median_us >= CASE_WORK_SHARE * total_us]
+    if dominant:
+        shares = {dominant[0]: 1.0}
+    else:
+        sizable = [i for i in unknown if summaries[i].duration_median_us >= MIN_SHARE * total_us]
+        time_us = sum(summaries[i].duration_median_us for i in sizable)
+        shares = {i: summaries[i].duration_median_us / time_us for i in sizable} if time_us > 0 else {}
+    out = list(figures)
+    for i, part in shares.items():
+        out[i] = (float(case_share.flops) * part, float(case_share.bytes_min) * part, "case")
+    return out
+
+
+def kernel_records(
+    trace: dict[str, Any],
+    spec: CaseSpec,
+    environment: Environment,
+    declared_work: dict[str, dict[str, float | None]] | None = None,
+) -> tuple[list[Kernel], str | None]:
+    """The case's kernels (per iteration, in launch order) and the backend that actually ran.
+
+    Each kernel's FLOPs and bytes come, in this order, from what it declared through Triton's
+    ``launch_metadata`` (recorded in the trace), from the factory's ``declared_work``, from the op and
+    attention models, and, for the kernel of a custom case that holds at least ``CASE_WORK_SHARE`` of its
+    kernel time, from the case's attention formula (see ``_share_case_work``); ``work_source`` says which.
+    """
     parsed = parse_trace(trace)
     attributed = attribute(parsed)
     summaries = aggregate(attributed, parsed.iterations)
@@ -59,16 +129,30 @@ def kernel_records(trace: dict[str, Any], spec: CaseSpec, environment: Environme
     cc = environment.device.compute_capability
     peak_gbps = environment.peaks.dram_gbps.value
     total_us = sum(s.duration_median_us for s in summaries) or 1.0
-    kernels = []
+    metadata = launch_metadata_work(trace)
+    case_share = case_work(spec.target, spec.backend, spec.params) if spec.is_custom else None
+    figures: list[tuple[float | None, float | None, WorkSource | None]] = []
     for s in summaries:
-        flops, nbytes = _work_per_iteration(s, shape, pass_)
+        declared = _declared(s, metadata, declared_work)
+        if declared is not None:
+            figures.append(declared)
+        else:
+            flops, nbytes = _work_per_iteration(s, shape, pass_)
+            figures.append((flops, nbytes, "model" if flops is not None or nbytes is not None else None))
+    if case_share is not None:
+        figures = _share_case_work(summaries, figures, case_share, total_us)
+    kernels = []
+    for s, (flops, nbytes, source) in zip(summaries, figures, strict=True):
         median = s.duration_median_us
+        phase = s.phase
+        if case_share is not None and median >= CASE_WORK_SHARE * total_us and phase == "other":
+            # The kernel doing (nearly) all of an attention-shaped custom case is its attention.
+            phase = "fused_attention"
         tflops, gbps = rates(flops, nbytes, median)
         peak_key = dtype_peak_key(spec.dtype, s.name)
         peak_tflops = _peak_tflops(environment, peak_key)
         compute_util, bandwidth_util = utilisations(tflops, gbps, peak_tflops, peak_gbps)
         intensity = flops / nbytes if flops and nbytes else None
-        ridge = ridge_point(peak_tflops, peak_gbps) if peak_tflops else None
         occupancy = None
         limiter = None
         if cc and s.block and s.registers_per_thread is not None and s.shared_mem_bytes is not None:
@@ -84,7 +168,7 @@ def kernel_records(trace: dict[str, Any], spec: CaseSpec, environment: Environme
             Kernel(
                 name=s.name,
                 key=s.key,
-                phase=s.phase,
+                phase=phase,
                 op=s.op,
                 launches_per_iter=s.launches_per_iter,
                 duration_us=DurationStats(median=median, p25=s.duration_p25_us, p75=s.duration_p75_us),
@@ -102,7 +186,8 @@ def kernel_records(trace: dict[str, Any], spec: CaseSpec, environment: Environme
                 compute_util=compute_util,
                 bandwidth_util=bandwidth_util,
                 arithmetic_intensity=intensity,
-                bound=classify_bound(compute_util, bandwidth_util, intensity, ridge, duration_us=median),
+                bound=classify_bound(compute_util, bandwidth_util, duration_us=median / max(s.launches_per_iter, 1.0)),
+                work_source=source,
             )
         )
     return kernels, backend
@@ -136,8 +221,7 @@ def case_achieved(
     intensity = work.flops / work.bytes_min if work.bytes_min else None
     bound = dominant_bound(kernels)
     if bound is None:
-        ridge = ridge_point(peak_tflops, peak_gbps) if peak_tflops else None
-        bound = classify_bound(compute_util, bandwidth_util, intensity, ridge, duration_us=median_us)
+        bound = classify_bound(compute_util, bandwidth_util, duration_us=median_us)
     return (
         Work(flops=work.flops, bytes_min=work.bytes_min, formula=work.formula),
         Achieved(

@@ -201,7 +201,7 @@ def run_case(
         sm_clock_mhz_max=max(case_clocks) if case_clocks else None,
         **stats,
     )
-    kernels, backend_used = kernel_records(trace, spec, environment)
+    kernels, backend_used = kernel_records(trace, spec, environment, workload.declared_work)
     work, achieved = case_achieved(spec, backend_used, stats["median"], kernels, environment)
     reconciliation = reconcile(kernels, stats["median"], parsed=parse_trace(trace), on_gpu=device == "cuda")
     accuracy = None

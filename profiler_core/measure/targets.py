@@ -58,6 +58,8 @@ class Workload:
     outputs: Callable[[], dict[str, torch.Tensor]]
     context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
     leaves: list[torch.Tensor] = field(default_factory=list)
+    # A custom factory's own word on its kernels' work: kernel-name fragment -> {"flops", "bytes"} per iteration.
+    declared_work: dict[str, dict[str, float | None]] | None = None
 
     def zero_grads(self) -> None:
         for t in self.leaves:
@@ -103,10 +105,12 @@ def reference_attention(
 
 
 def _mask(sq: int, skv: int, causal: bool, window: int | None, device: Any) -> torch.Tensor | None:
-    """Boolean mask of allowed (query, key) pairs, top-left aligned like PyTorch's ``is_causal``."""
+    """Boolean mask of allowed (query, key) pairs, aligned bottom-right: query ``i`` is at position
+    ``i + skv - sq`` of the keys (the last query sees every key), as in inference with a KV cache.
+    For self-attention (``sq == skv``) this is PyTorch's ``is_causal``."""
     if not causal and window is None:
         return None
-    i = torch.arange(sq, device=device)[:, None]
+    i = torch.arange(sq, device=device)[:, None] + (skv - sq)
     j = torch.arange(skv, device=device)[None, :]
     allowed = torch.ones(sq, skv, dtype=torch.bool, device=device)
     if causal:
@@ -128,6 +132,31 @@ def _naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     return probs @ v
 
 
+def _sdpa_call(causal: bool, seq_q: int, seq_kv: int, gqa: bool) -> Callable[..., torch.Tensor]:
+    """SDPA with the causal mask aligned bottom-right, as inference uses it.
+
+    PyTorch's ``is_causal`` aligns the mask top-left, so a decode query (one token against a cache of
+    ``seq_kv``) would see only the first key. With ``seq_q != seq_kv`` the mask is
+    ``causal_lower_right``: query ``i`` sees keys up to ``i + seq_kv - seq_q``, which FlashAttention
+    runs natively and the efficient kernel through its lower-right mask type (other backends get the
+    mask materialised).
+    """
+    if not causal or seq_q == seq_kv:
+
+        def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+
+        return sdpa
+    from torch.nn.attention.bias import causal_lower_right
+
+    bias = causal_lower_right(seq_q, seq_kv)
+
+    def sdpa_lower_right(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=gqa)
+
+    return sdpa_lower_right
+
+
 def _attention_fn(case: CaseSpec, device: str) -> tuple[Callable[..., torch.Tensor], Callable[[], Any]]:
     """The forward function of a built-in attention target and the context it runs in."""
     p = case.params
@@ -137,9 +166,7 @@ def _attention_fn(case: CaseSpec, device: str) -> tuple[Callable[..., torch.Tens
         if backend in GPU_ONLY_BACKENDS and device == "cpu":
             raise SkipCase(f"the {backend} backend needs a CUDA device")
 
-        def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=case.causal, enable_gqa=gqa)
-
+        sdpa = _sdpa_call(case.causal, case.seq_q, case.seq_kv, gqa)
         if backend == "default":
             return sdpa, contextlib.nullcontext
         chosen = SDPA_BACKENDS[backend]
@@ -157,13 +184,15 @@ def _attention_fn(case: CaseSpec, device: str) -> tuple[Callable[..., torch.Tens
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         causal, window = case.causal, p.get("window")
+        offset = case.seq_kv - case.seq_q  # bottom-right alignment, as ``_mask``
 
         def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+            pos = q_idx + offset
             ok = q_idx >= 0
             if causal:
-                ok = ok & (kv_idx <= q_idx)
+                ok = ok & (kv_idx <= pos)
             if window is not None:
-                ok = ok & (q_idx - kv_idx < window)
+                ok = ok & (pos - kv_idx < window)
             return ok
 
         block_mask = None
@@ -312,12 +341,43 @@ def _block(case: CaseSpec, device: str, gen: torch.Generator) -> Workload:
     )
 
 
+_FACTORY_KEYS = ("fn", "args", "reference", "work")
+
+
+def _declared_work(target: str, work: Any) -> dict[str, dict[str, float | None]]:
+    """A factory's ``work``: {kernel-name fragment: {"flops": n, "bytes": n}}, numbers >= 0 per iteration."""
+    if not isinstance(work, dict):
+        raise WorkloadError("TypeError", f"{target}: work must be a dict of kernel-name fragment -> {{flops, bytes}}")
+    out: dict[str, dict[str, float | None]] = {}
+    for name, entry in work.items():
+        if not isinstance(name, str) or not name:
+            raise WorkloadError(
+                "TypeError", f"{target}: work keys must be non-empty kernel-name fragments, got {name!r}"
+            )
+        if not isinstance(entry, dict) or not entry or set(entry) - {"flops", "bytes"}:
+            raise WorkloadError(
+                "TypeError", f"{target}: work[{name!r}] must be a dict with flops and/or bytes, got {entry!r}"
+            )
+        figures: dict[str, float | None] = {"flops": None, "bytes": None}
+        for key, value in entry.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+                raise WorkloadError(
+                    "ValueError", f"{target}: work[{name!r}][{key!r}] must be a finite number >= 0, got {value!r}"
+                )
+            figures[key] = float(value)
+        out[name] = figures
+    return out
+
+
 def _custom(case: CaseSpec, device: str, gen: torch.Generator) -> Workload:
     """``package.module:factory(params, device) -> (fn, args)`` from the user's source.
 
     A factory may return a third element, ``reference(*args) -> Tensor``, computing the same
     function in higher precision; the accuracy check uses it (there is no general reference for
-    arbitrary code).
+    arbitrary code). Or it returns a dict with ``fn``, ``args`` and optionally ``reference`` and
+    ``work``: ``{kernel-name fragment: {"flops": n, "bytes": n}}``, the FLOPs and bytes per iteration of
+    the kernels whose names contain the fragment (what a Triton kernel declares through
+    ``launch_metadata`` is read by itself and takes precedence).
     """
     module_name, _, attr = case.target.partition(":")
     if "" not in sys.path and "." not in sys.path:
@@ -331,8 +391,23 @@ def _custom(case: CaseSpec, device: str, gen: torch.Generator) -> Workload:
         built = factory(dict(case.params), device)
     except Exception as exc:
         raise WorkloadError(type(exc).__name__, f"{case.target} raised while building the case: {exc}") from exc
+    declared = None
+    if isinstance(built, dict):
+        unknown = sorted(set(built) - set(_FACTORY_KEYS))
+        if unknown or "fn" not in built or "args" not in built:
+            raise WorkloadError(
+                "TypeError",
+                f"{case.target} returned a dict with keys {sorted(built)}: it needs fn and args, and may have "
+                f"reference and work (unknown: {unknown})",
+            )
+        if built.get("work") is not None:
+            declared = _declared_work(case.target, built["work"])
+        built = (built["fn"], built["args"], built.get("reference"))
     if not isinstance(built, tuple) or len(built) not in (2, 3) or not callable(built[0]):
-        raise WorkloadError("TypeError", f"{case.target} must return (fn, args) or (fn, args, reference)")
+        raise WorkloadError(
+            "TypeError",
+            f"{case.target} must return (fn, args), (fn, args, reference) or a dict of fn, args, reference, work",
+        )
     fn, args = built[0], list(built[1])
     ref_fn = built[2] if len(built) == 3 else None
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
@@ -351,7 +426,9 @@ def _custom(case: CaseSpec, device: str, gen: torch.Generator) -> Workload:
                 call[pos] = leaf
             return ref_fn(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in call])  # type: ignore[no-any-return]
 
-    return _wrap(fwd, ref, leaves, names, case, device, gen, contextlib.nullcontext)
+    workload = _wrap(fwd, ref, leaves, names, case, device, gen, contextlib.nullcontext)
+    workload.declared_work = declared
+    return workload
 
 
 @contextlib.contextmanager

@@ -3,7 +3,8 @@
 The trace pass is separate from the timing pass because the profiler's own overhead (CUPTI
 callbacks, record_shapes) would be inside the timed numbers otherwise. Each iteration is wrapped in
 ``record_function("attnprof/iter/<i>")`` so the parser can tell iterations apart; flushes and
-gradient resets run outside those ranges and are ignored.
+gradient resets run outside those ranges and are ignored. On CUDA the work that Triton kernels declare
+through ``launch_metadata`` is collected meanwhile and kept under the trace's ``"attnprof.declared"`` key.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from profiler_core.attribution import DECLARED_KEY
 from profiler_core.measure.targets import Workload
 from profiler_core.measure.timing import Flusher
+from profiler_core.measure.triton_hooks import declared_launches
 
 _KINETO_CHATTER = re.compile(rb"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\] ")
 
@@ -59,7 +62,10 @@ def trace_iterations(
     activities = [ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with _filtered_stderr(), profile(activities=activities, record_shapes=True) as prof:
+    declared_cm: contextlib.AbstractContextManager[list[dict[str, Any]]] = (
+        declared_launches() if device == "cuda" else contextlib.nullcontext([])
+    )
+    with _filtered_stderr(), declared_cm as declared, profile(activities=activities, record_shapes=True) as prof:
         for i in range(iterations):
             workload.zero_grads()
             flusher()
@@ -73,11 +79,18 @@ def trace_iterations(
         prof.export_chrome_trace(tmp)
         with open(tmp, "rb") as f:
             raw = f.read()
+        data: dict[str, Any] = json.loads(raw)
+        if declared:
+            # Kept in the trace file too, so the kernel records can be rebuilt from it alone.
+            data[DECLARED_KEY] = {"iterations": iterations, "launches": declared}
         if out_path is not None:
             out_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "rb") as src, gzip.open(out_path, "wb", compresslevel=6) as dst:
-                shutil.copyfileobj(src, dst)
-        data: dict[str, Any] = json.loads(raw)
+            if declared:
+                with gzip.open(out_path, "wt", compresslevel=6) as dst:
+                    json.dump(data, dst)
+            else:
+                with open(tmp, "rb") as src, gzip.open(out_path, "wb", compresslevel=6) as dst:
+                    shutil.copyfileobj(src, dst)
         return data
     finally:
         os.unlink(tmp)
