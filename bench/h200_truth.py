@@ -1,0 +1,144 @@
+"""Raw data for bench/reports/h200-truth.md, gathered on the GPU host (see bench/h200_truth.sh).
+
+PYTHONPATH=. python3 bench/h200_truth.py run examples/llama7b.toml bench/validation/suite.toml --out DIR
+    One process: `attnprof profile` of each suite (result document and traces), then, in the same process,
+    each case timed by triton.testing.do_bench (median mode) twice: with its own flush (a zero_() of 256
+    MiB, which leaves the L2 dirty) and with the profiler's clean flush (a read sweep of the same size)
+    patched in. Writes DIR/<suite>.json, DIR/<suite>-dobench.json and DIR/traces-<suite>/.
+
+PYTHONPATH=. python3 bench/h200_truth.py ncu-driver SUITE... --map FILE
+    What Nsight Compute replays: for each case, warm-up, the flush, then between cudaProfilerStart and
+    Stop a marker kernel launched with grid (case index + 1, 1, 1), then one iteration of the case. The
+    marker's grid tells whose kernels follow in ncu's launch-ordered output; FILE maps index to case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from profiler_core.measure.runner import ProfileOptions, profile_suite
+from profiler_core.measure.targets import SkipCase, WorkloadError, build_workload
+from profiler_core.measure.timing import Flusher
+from profiler_core.suite import load_suite
+
+
+def _do_bench_both(workload: Any) -> dict[str, float | None]:
+    import triton
+    from triton.testing import do_bench
+
+    def step() -> None:
+        workload.zero_grads()
+        workload.step()
+
+    out: dict[str, float | None] = {}
+    out["zero"] = do_bench(step, return_mode="median") * 1000.0
+    driver = triton.runtime.driver.active
+    clean = Flusher("cuda")
+    calls = [0]
+
+    def clean_flush(cache: Any) -> None:
+        calls[0] += 1
+        clean()
+
+    original = driver.clear_cache
+    driver.clear_cache = clean_flush
+    try:
+        out["clean"] = do_bench(step, return_mode="median") * 1000.0
+    finally:
+        driver.clear_cache = original
+    if calls[0] == 0:
+        raise RuntimeError("do_bench did not call driver.clear_cache: the clean flush was not used")
+    return out
+
+
+def run(suites: list[str], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for path in suites:
+        suite = load_suite(path)
+        started = time.perf_counter()
+        doc = profile_suite(
+            suite,
+            ProfileOptions(
+                device="cuda",
+                trace_dir=out / f"traces-{suite.name}",
+                cache_dir=Path("/tmp/attnprof-cache"),
+                command="h200_truth run",
+            ),
+        )
+        (out / f"{suite.name}.json").write_text(doc.to_json())
+        print(f"profiled {suite.name} in {time.perf_counter() - started:.1f} s", flush=True)
+        medians: dict[str, Any] = {}
+        for spec in suite.cases:
+            try:
+                workload = build_workload(spec, "cuda")
+                with workload.context():
+                    medians[spec.id] = _do_bench_both(workload)
+            except (SkipCase, WorkloadError, RuntimeError) as exc:
+                medians[spec.id] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            torch.cuda.empty_cache()
+            print(f"  do_bench {spec.id}: {medians[spec.id]}", flush=True)
+        (out / f"{suite.name}-dobench.json").write_text(json.dumps(medians, indent=1))
+
+
+def ncu_driver(suites: list[str], map_path: Path) -> None:
+    import triton
+
+    @triton.jit
+    def attnprof_case_marker(ptr):  # type: ignore[no-untyped-def]
+        pass
+
+    marker_buf = torch.zeros(1, device="cuda")
+    flush = Flusher("cuda")
+    index: dict[int, str] = {}
+    i = 0
+    for path in suites:
+        suite = load_suite(path)
+        for spec in suite.cases:
+            i += 1
+            try:
+                workload = build_workload(spec, "cuda")
+                with workload.context():
+                    for _ in range(3):
+                        workload.zero_grads()
+                        workload.step()
+                    workload.zero_grads()
+                    flush()
+                    torch.cuda.synchronize()
+                    torch.cuda.cudart().cudaProfilerStart()
+                    attnprof_case_marker[(i, 1, 1)](marker_buf)
+                    workload.step()
+                    torch.cuda.synchronize()
+                    torch.cuda.cudart().cudaProfilerStop()
+                index[i] = f"{suite.name}/{spec.id}"
+            except Exception as exc:
+                print(f"ncu-driver: {spec.id}: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
+            torch.cuda.empty_cache()
+            map_path.write_text(json.dumps(index, indent=1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("suites", nargs="+")
+    r.add_argument("--out", type=Path, required=True)
+    n = sub.add_parser("ncu-driver")
+    n.add_argument("suites", nargs="+")
+    n.add_argument("--map", type=Path, required=True)
+    args = parser.parse_args()
+    if args.cmd == "run":
+        run(args.suites, args.out)
+    else:
+        ncu_driver(args.suites, args.map)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

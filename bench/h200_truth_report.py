@@ -1,0 +1,703 @@
+"""Measurement truth on the H200: the committed report, generated from the raw data beside it.
+
+    .venv/bin/python bench/h200_truth_report.py --data bench/reports/data/h200-truth-2026-12-02 \\
+        --out bench/reports/h200-truth.md
+
+Reads what ``bench/h200_truth.sh runs 5`` and ``bench/h200_truth.sh ncu`` gathered in one machine lease (and
+``bench/h200_hold.py`` before them): ``runN/<suite>.json.gz`` (result documents of five independent processes
+over the example suite and the validation set), ``runN/<suite>-dobench.json.gz`` (triton.testing.do_bench,
+median mode, in the same process, with its own zero_() flush and with the profiler's clean flush),
+``ncu.csv.gz`` (Nsight Compute over one iteration of every case, default cache control, ``--clock-control
+none``), ``ncu-none.csv.gz`` (the same with ``--cache-control none``, duration only), ``hold.json`` and the
+versions. Writes the markdown report and ``h200-truth.png``. Torch-free and deterministic.
+"""
+
+# ruff: noqa: E501 - the markdown rows and sentences this script writes are kept whole, as they read in the report
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics as st
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from profiler_core.documents import Case, Kernel, ResultDocument, parse_result  # noqa: E402
+from profiler_core.measure.counters import base_name, parse_ncu_csv  # noqa: E402
+from profiler_core.model.roofline import BUSY, LATENCY_US, counter_bound  # noqa: E402
+from profiler_core.report import fmt_us  # noqa: E402
+
+SUITES = {
+    "llama7b": "example suite (`examples/llama7b.toml`)",
+    "validation": "validation set (`bench/validation/suite.toml`)",
+}
+RUNS = 5
+HEAVY = 0.05
+TOL_KERNEL = 0.03
+TOL_LEVEL = 0.01
+SPREAD_LONG = 0.005
+LONG_US = 100.0
+MARKER = "attnprof_case_marker"
+SM, MEM, TENSOR, DRAM, DUR = (
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__time_duration.sum",
+)
+CLASSES = ("compute", "memory", "latency")
+
+
+def _json(path: Path) -> Any:
+    if path.suffix != ".gz":
+        return json.loads(path.read_text())
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def _ncu(
+    data: Path, csv_name: str, map_name: str
+) -> dict[str, list[tuple[str, tuple[int, ...] | None, dict[str, float]]]]:
+    """ncu rows per case (``suite/case id``), in launch order, split at the marker kernels."""
+    with gzip.open(data / csv_name, "rt") as f:
+        rows = parse_ncu_csv(f.read())
+    index = json.loads((data / map_name).read_text())
+    per: dict[str, list[tuple[str, tuple[int, ...] | None, dict[str, float]]]] = {}
+    current: str | None = None
+    for name, grid, _block, values in rows:
+        if base_name(name) == MARKER:
+            current = index.get(str(grid[0])) if grid else None
+            if current:
+                per[current] = []
+            continue
+        if current:
+            per[current].append((name, grid, values))
+    return per
+
+
+def ncu_class(values: dict[str, float]) -> str:
+    return counter_bound(values[SM], values[MEM], values.get(TENSOR))
+
+
+@dataclass
+class KernelRow:
+    suite: str
+    case: Case
+    kernel: Kernel
+    index: int
+    share: float
+    ours_us: float  # per launch, median over the runs
+    ncu_us: float | None
+    ncu_none_us: float | None
+    counters: dict[str, float] | None
+
+    @property
+    def heavy(self) -> bool:
+        return self.share >= HEAVY
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.ncu_us is None else self.ours_us / self.ncu_us - 1
+
+    @property
+    def ncu_bound(self) -> str | None:
+        return ncu_class(self.counters) if self.counters else None
+
+
+class Data:
+    def __init__(self, data: Path) -> None:
+        self.dir = data
+        self.docs: dict[str, list[ResultDocument]] = {
+            s: [parse_result(_json(data / f"run{i}" / f"{s}.json.gz")) for i in range(1, RUNS + 1)] for s in SUITES
+        }
+        self.dobench: dict[str, list[dict[str, Any]]] = {
+            s: [_json(data / f"run{i}" / f"{s}-dobench.json.gz") for i in range(1, RUNS + 1)] for s in SUITES
+        }
+        self.ncu = _ncu(data, "ncu.csv.gz", "ncu-map.json")
+        self.ncu_none = _ncu(data, "ncu-none.csv.gz", "ncu-none-map.json")
+        self.hold = json.loads((data / "hold.json").read_text())
+        self.versions = (data / "versions.txt").read_text().strip()
+        self.ncu_version = next(
+            (ln.strip() for ln in (data / "ncu-version.txt").read_text().splitlines() if ln.startswith("Version")), "?"
+        )
+        self.rows = [r for s in SUITES for r in self._kernel_rows(s)]
+
+    def cases(self, suite: str) -> list[Case]:
+        return [c for c in self.docs[suite][0].cases if c.status == "ok"]
+
+    def runs_of(self, suite: str, case_id: str) -> list[Case]:
+        return [c for d in self.docs[suite] if (c := d.case(case_id)) is not None and c.status == "ok"]
+
+    def _kernel_rows(self, suite: str) -> list[KernelRow]:
+        out = []
+        for case in self.cases(suite):
+            key = f"{suite}/{case.id}"
+            rows, nones = self.ncu.get(key, []), self.ncu_none.get(key, [])
+            kernels = case.kernels
+            total = sum(k.duration_us.median for k in kernels) or 1.0
+            left = [round(k.launches_per_iter) for k in kernels]
+            launches: dict[int, list[tuple[dict[str, float], float | None]]] = {i: [] for i in range(len(kernels))}
+            for j, (name, grid, values) in enumerate(rows):
+                for i, k in enumerate(kernels):
+                    if left[i] <= 0 or base_name(k.name) != base_name(name):
+                        continue
+                    if grid and k.grid and tuple(k.grid) != grid:
+                        continue
+                    left[i] -= 1
+                    none = (
+                        nones[j][2].get(DUR) if j < len(nones) and base_name(nones[j][0]) == base_name(name) else None
+                    )
+                    launches[i].append((values, none))
+                    break
+            runs = self.runs_of(suite, case.id)
+            for i, k in enumerate(kernels):
+                per_run = [r.kernels[i].duration_us.median for r in runs if len(r.kernels) == len(kernels)]
+                ours = st.median(per_run) / max(k.launches_per_iter, 1.0)
+                got = launches[i]
+                # per-launch mean over the iteration; launches of another configuration left it unmatched
+                complete = got and len(got) == round(k.launches_per_iter)
+                ncu_us = sum(v[DUR] for v, _ in got) / len(got) / 1000 if complete else None
+                nones_us = [n for _, n in got if n is not None] if complete else []
+                out.append(
+                    KernelRow(
+                        suite, case, k, i, k.duration_us.median / total, ours, ncu_us,
+                        sum(nones_us) / len(nones_us) / 1000 if nones_us else None, got[0][0] if got else None,
+                    )
+                )  # fmt: skip
+        return out
+
+
+def _pct(x: float | None, digits: int = 1, sign: bool = True) -> str:
+    if x is None:
+        return "—"
+    return f"{100 * x:+.{digits}f}%" if sign else f"{100 * x:.{digits}f}%"
+
+
+def _spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / st.median(values)
+
+
+@dataclass
+class CaseRow:
+    suite: str
+    case: Case
+    ours: list[float]
+    zero: list[float]
+    clean: list[float]
+    host_us: float | None
+
+    @property
+    def ours_med(self) -> float:
+        return st.median(self.ours)
+
+    @property
+    def clean_med(self) -> float:
+        return st.median(self.clean)
+
+    @property
+    def zero_med(self) -> float:
+        return st.median(self.zero)
+
+    flush_us: float = 63.0
+
+    @property
+    def host_bound(self) -> bool:
+        """do_bench measures the host: one iteration takes longer to queue than the flush and the device
+        work take to run (do_bench queues while its flush runs; it has no blocking kernel)."""
+        return self.host_us is not None and self.host_us > self.ours_med + self.flush_us
+
+
+def case_rows(d: Data) -> list[CaseRow]:
+    out = []
+    for s in SUITES:
+        for case in d.cases(s):
+            runs = d.runs_of(s, case.id)
+            db = [x.get(case.id, {}) for x in d.dobench[s]]
+            if len(runs) < RUNS or any("clean" not in x for x in db):
+                continue
+            hosts = [r.latency_us.host_us for r in runs if r.latency_us and r.latency_us.host_us is not None]
+            # the flush reads 256 MiB: its time at the measured copy bandwidth
+            flush_us = 2**28 / (d.docs[s][0].environment.peaks.dram_gbps.value * 1e3)
+            out.append(
+                CaseRow(
+                    s, case, [r.latency_us.median for r in runs if r.latency_us], [x["zero"] for x in db],
+                    [x["clean"] for x in db], st.median(hosts) if hosts else None, flush_us,
+                )
+            )  # fmt: skip
+    return out
+
+
+def predicted(k: Kernel) -> str | None:
+    return k.bound
+
+
+def confusion(rows: list[KernelRow]) -> tuple[list[str], int, int]:
+    heavy = [r for r in rows if r.heavy and r.counters]
+    lines = ["| ours \\ ncu | " + " | ".join(CLASSES) + " |", "|---|" + "---:|" * len(CLASSES)]
+    for ours in (*CLASSES, None):
+        cells = [sum(1 for r in heavy if predicted(r.kernel) == ours and r.ncu_bound == t) for t in CLASSES]
+        if ours is None and not any(cells):
+            continue
+        lines.append(f"| {ours or 'no bound'} | " + " | ".join(str(c) for c in cells) + " |")
+    agree = sum(1 for r in heavy if predicted(r.kernel) == r.ncu_bound)
+    return lines, agree, len(heavy)
+
+
+def render(d: Data, out: Path, plot: Path) -> str:
+    cases = case_rows(d)
+    env = d.docs["llama7b"][0].environment
+    peaks = env.peaks
+    lines = [
+        "# Measurement truth on the H200: flush, decode, custom kernels, bounds and durations against Nsight Compute",
+        "",
+        "Everything below comes from one lease of one H200 on 2026-12-02 and is recomputed from the raw data in "
+        f"`{d.dir.relative_to(ROOT) if d.dir.is_relative_to(ROOT) else d.dir}` by this report's script. Two sets of cases: "
+        "the example suite (prefill of one LLaMA-7B layer through every path, and decode: one token against "
+        "KV caches of 4k–32k, GQA 8:1 and MQA, batch 1 and 16) and the validation set (head dims 64, 96 and 256, "
+        "fp16 and bf16, cross-attention causal and not, 128-token sequences, forward and backward, and a custom "
+        "Triton FlashAttention kernel with and without declared work).",
+        "",
+        "|  |  |",
+        "|---|---|",
+        f"| GPU | {env.device.name} (sm_{(env.device.compute_capability or '').replace('.', '')}, {env.device.sm_count} "
+        f"SMs, L2 {(env.device.l2_bytes or 0) / 2**20:.0f} MiB), clocks not locked |",
+        f"| driver | {env.driver} |",
+        f"| software | {d.versions} |",
+        f"| Nsight Compute | {d.ncu_version}, `--clock-control none`, default cache control (flushed before each replay) |",
+        f"| peaks (this lease) | {peaks.dram_gbps.value:,.0f} GB/s copy; "
+        + ", ".join(f"{k} {v.value:,.1f} TFLOP/s" for k, v in peaks.tflops.items())
+        + f"; {peaks.origin or peaks.dram_gbps.source} |",
+        f"| testbed key | `{env.testbed_key}` |",
+        "",
+        "Produced by (on the GPU host, from the repository root, the pydantic wheels in `.whl/`; then here):",
+        "",
+        "```bash",
+        "python3 bench/h200_hold.py examples/llama7b.toml bench/validation/suite.toml --case ... --out hold.json",
+        "BUDGET_S=400 bash bench/h200_truth.sh runs 5",
+        "bash bench/h200_truth.sh ncu",
+        "python bench/h200_truth_report.py --data bench/reports/data/h200-truth-2026-12-02 --out bench/reports/h200-truth.md",
+        "```",
+        "",
+    ]
+    lines += _targets(d, cases)
+    lines += _flush_section(d, cases)
+    lines += _bound_section(d)
+    lines += _duration_section(d)
+    lines += _level_spread_section(cases)
+    lines += _custom_and_decode(d)
+    lines += _reconcile_section(d)
+    lines += _kernel_tables(d)
+    _plot(d, cases, plot)
+    return "\n".join(lines) + "\n"
+
+
+def _targets(d: Data, cases: list[CaseRow]) -> list[str]:
+    out = ["## Targets", "", "| target | figure | status |", "|---|---|---|"]
+    mem = [r for r in d.rows if r.heavy and r.ncu_bound == "memory" and r.ncu_us and r.ncu_us >= 10]
+    mem_ok = sum(1 for r in mem if abs(r.delta or 1) <= TOL_KERNEL)
+    out.append(
+        f"| clean flush: memory-bound kernels (≥ 10 µs, ≥ 5% of a case) within 3% of ncu | {mem_ok}/{len(mem)} "
+        "(section 1 names the others and their cause) | "
+        + ("met" if mem_ok == len(mem) else "**not met**: gaps explained")
+        + " |"
+    )
+    for s in SUITES:
+        _, agree, n = confusion([r for r in d.rows if r.suite == s])
+        status = "met" if agree >= 0.9 * n else "**not met**"
+        out.append(
+            f"| bound without counters = ncu's class, ≥ 90% of kernels ≥ 5%, {s} | {agree}/{n} = {agree / n:.0%} | {status} |"
+        )
+    heavy = [r for r in d.rows if r.heavy and r.counters]
+    out.append(
+        f"| `--counters ncu` agrees with NVIDIA's rule | {len(heavy)}/{len(heavy)} (the same function, "
+        "`counter_bound`, applied to ncu's values) | met |"
+    )
+    for s in SUITES:
+        rows = [r for r in d.rows if r.suite == s and r.heavy and r.ncu_us]
+        ok = sum(1 for r in rows if abs(r.delta or 1) <= TOL_KERNEL)
+        out.append(
+            f"| per-kernel medians within 3% of ncu, kernels ≥ 5%, {s} | {ok}/{len(rows)} | **not met**: gaps in section 3 |"
+        )
+    device = [c for c in cases if not c.host_bound]
+    within = sum(1 for c in device if abs(c.ours_med / c.clean_med - 1) <= TOL_LEVEL)
+    out.append(
+        f"| case medians within 1% of do_bench (same clean flush, same processes) | {within}/{len(device)} cases whose "
+        f"device time exceeds their host time; the {len(cases) - len(device)} others are host-bound under do_bench "
+        "(section 4) | " + ("met" if within == len(device) else "**not met**: gaps in section 4") + " |"
+    )
+    no_wider = sum(1 for c in cases if _spread(c.ours) <= _spread(c.clean) + 1e-12)
+    no_wider_z = sum(1 for c in cases if _spread(c.ours) <= _spread(c.zero) + 1e-12)
+    out.append(
+        f"| spread of 5 processes' medians no wider than do_bench's on ≥ 80% of cases | against do_bench's clean "
+        f"flush {no_wider}/{len(cases)} = {no_wider / len(cases):.0%}; against its own zero_() flush {no_wider_z}/"
+        f"{len(cases)} = {no_wider_z / len(cases):.0%} | "
+        + ("met" if no_wider >= 0.8 * len(cases) else "**not met**")
+        + " |"
+    )
+    long_ = [c for c in cases if c.ours_med >= LONG_US]
+    tight = sum(1 for c in long_ if _spread(c.ours) <= SPREAD_LONG)
+    out.append(
+        f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)} | "
+        + ("met" if tight == len(long_) else "**not met**: section 4")
+        + " |"
+    )
+    out.append("")
+    return out
+
+
+def _flush_section(d: Data, cases: list[CaseRow]) -> list[str]:
+    out = [
+        "## 1. The clean flush",
+        "",
+        "The flush is now a read sweep over 256 MiB (`torch.sum` into a preallocated scalar), after the hold, right "
+        "before the timed iteration. do_bench ran in the same processes twice: with its own flush (`zero_()` of 256 "
+        "MB, which leaves the L2 full of dirty lines) and with ours patched in. The zero_() flush is what the "
+        "profiler used before: the gap between the two columns is what memory-bound cases paid for it.",
+        "",
+        "| case | do_bench, zero_() flush µs | do_bench, clean flush µs | change | ours µs |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for c in cases:
+        if c.host_bound:
+            continue
+        change = c.clean_med / c.zero_med - 1
+        if abs(change) >= 0.02 or "decode" in c.case.id:
+            out.append(
+                f"| {c.suite}/{c.case.id} | {fmt_us(c.zero_med)} | {fmt_us(c.clean_med)} | {_pct(change)} | {fmt_us(c.ours_med)} |"
+            )
+    compute = [c for c in cases if not c.host_bound and c.case.achieved and c.case.achieved.bound == "compute"]
+    moved = [abs(c.clean_med / c.zero_med - 1) for c in compute]
+    out += [
+        "",
+        f"Compute-bound cases did not move: over the {len(compute)} device-bound cases whose bound is compute, the "
+        f"clean flush changed do_bench's median by at most {max(moved):.1%} (median {st.median(moved):.1%})."
+        if moved
+        else "",
+        "",
+        "Memory-bound kernels (ncu's class, ≥ 10 µs, ≥ 5% of a case) against ncu's `gpu__time_duration` (ncu replays "
+        "each kernel alone on flushed caches; 'ncu, cache none' replays it where it ran, after its predecessors):",
+        "",
+        "| case | kernel | ours µs | ncu µs | Δ | ncu, cache none µs |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in d.rows:
+        if r.heavy and r.ncu_bound == "memory" and r.ncu_us and r.ncu_us >= 10:
+            out.append(
+                f"| {r.suite}/{r.case.id} | `{r.kernel.key[:48]}` | {fmt_us(r.ours_us)} | {fmt_us(r.ncu_us)} | "
+                f"{_pct(r.delta)} | {fmt_us(r.ncu_none_us)} |"
+            )
+    out += [
+        "",
+        "Where a memory-bound kernel reads shorter here (the decode kernels), ncu's reading carries its fixed 2–4 µs "
+        "per replayed launch (section 3). Where one reads > 3% longer here than under ncu, it follows a kernel that wrote the "
+        "matrix it reads (the unfused path's passes over the score matrix): it starts with an L2 full of its "
+        "predecessor's dirty lines, which ncu's replay flushes first. That is the kernel as the model runs it, not "
+        "an artefact of our flush: the flush comes once per iteration, before its first kernel.",
+        "",
+    ]
+    return out
+
+
+def _bound_section(d: Data) -> list[str]:
+    out = [
+        "## 2. Bound without counters against ncu's class",
+        "",
+        "ncu's class is NVIDIA's speed-of-light rule with the tensor pipe counted as compute: compute = max(SM %, "
+        "tensor %); both compute and memory SOL under 60%: latency; else the higher (no `balanced`). Ours "
+        f"(`classify_bound`): a kernel under {LATENCY_US:.0f} µs per launch is latency; a unit is busy at ≥ {BUSY} "
+        "of the measured peak in useful work (formula FLOPs, minimum bytes); neither busy: latency; else the busier. "
+        "The threshold was chosen on the example suite; any value from 0.50 to 0.60 gives the validation set's "
+        "figure below.",
+        "",
+    ]
+    for s, title in SUITES.items():
+        lines, agree, n = confusion([r for r in d.rows if r.suite == s])
+        out += [f"**{title}**: {agree}/{n} agree ({agree / n:.0%}).", "", *lines, ""]
+    out += [
+        "Disagreements, with ncu's figures:",
+        "",
+        "| case | kernel | ours | ncu | our compute / BW util | ncu SM / tensor / memory % |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in d.rows:
+        if r.heavy and r.counters and predicted(r.kernel) != r.ncu_bound:
+            c = r.counters
+            out.append(
+                f"| {r.suite}/{r.case.id} | `{r.kernel.key[:40]}` | {r.kernel.bound or '—'} | {r.ncu_bound} | "
+                f"{_pct(r.kernel.compute_util, 0, False)} / {_pct(r.kernel.bandwidth_util, 0, False)} | "
+                f"{c[SM]:.0f} / {c.get(TENSOR, 0):.0f} / {c[MEM]:.0f} |"
+            )
+    out += [
+        "",
+        "What the rule cannot see: CUDA-core kernels whose issue slots are busy while their bytes are not (Inductor's "
+        "fused softmax at SM 84–86%, a cast at SM 62%), and kernels at ncu's edge (the softmax at SM 65% and memory "
+        "64%, or the causal cuDNN kernel whose useful FLOPs read 55% of the measured peak while its tensor pipe is 62% "
+        "busy). `--counters ncu` records both bounds.",
+        "",
+    ]
+    return out
+
+
+def _duration_section(d: Data) -> list[str]:
+    out = [
+        "## 3. Kernel durations against ncu",
+        "",
+        "Ours: the per-launch median of the trace pass (Kineto), median over the five processes. ncu: "
+        "`gpu__time_duration` of the launch in one profiled iteration.",
+        "",
+        "| kernels ≥ 5% of a case | n | within 3% | median Δ | ours shorter by > 3% (median µs shorter) | "
+        "ours longer by > 3% |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    groups = {
+        "under 10 µs": lambda r: r.ncu_us is not None and r.ncu_us < 10,
+        "10 µs and over": lambda r: r.ncu_us is not None and r.ncu_us >= 10,
+    }
+    for s in SUITES:
+        for label, pred in groups.items():
+            rows = [r for r in d.rows if r.suite == s and r.heavy and pred(r)]
+            if not rows:
+                continue
+            deltas = [r.delta or 0 for r in rows]
+            shorter = [(r.ncu_us or 0) - r.ours_us for r in rows if (r.delta or 0) < -TOL_KERNEL]
+            gap = f" ({st.median(shorter):.1f})" if shorter else ""
+            out.append(
+                f"| {s}, {label} | {len(rows)} | {sum(abs(x) <= TOL_KERNEL for x in deltas)} | {_pct(st.median(deltas))} "
+                f"| {len(shorter)}{gap} | {sum(x > TOL_KERNEL for x in deltas)} |"
+            )
+    h = d.hold
+    cud = h.get("llama7b/sdpa[backend=cudnn,pass=fwd]", {})
+    tri = h.get("validation/triton[causal=false]", {})
+    out += [
+        "",
+        "The gaps, and what was measured about them:",
+        "",
+        "- **Ours shorter by a few microseconds.** Where ours is shorter, ncu's reading is longer by a near-constant "
+        "1–4 µs per launch, whatever the kernel's length (the µs column above): ncu times each replayed launch inside "
+        "its own measurement window, after an idle gap. Under 10 µs that is 15–50%; for the 20–40 µs decode kernels "
+        "6–10%; for a 240 µs one under 2%. ncu with cache control none reads the same, so it is not the cache.",
+        "- **Compute- and latency-bound kernels, ours 2–7% shorter.** They ran back to back after the flush in our "
+        "trace; ncu replays each one after an idle gap (its save and restore between passes). The same gap was "
+        "measured without ncu (`bench/h200_hold.py`, section 4): with a nearly idle blocking kernel right before "
+        f"the step, cuDNN forward read {cud.get('flush-hold', 0):.1f} µs against {cud.get('hold-flush', 0):.1f} µs "
+        f"when the flush came last, the Triton kernel {tri.get('flush-hold', 0):.1f} against "
+        f"{tri.get('hold-flush', 0):.1f} µs; decode kernels did not move (section 4's table).",
+        "- **Memory-bound passes after a writer, ours longer** (section 1): the predecessor's dirty lines.",
+        "",
+    ]
+    return out
+
+
+def _level_spread_section(cases: list[CaseRow]) -> list[str]:
+    out = [
+        "## 4. Case medians and spreads against do_bench",
+        "",
+        "Five independent processes. Ours: `attnprof profile` (events around each iteration, the hold, the clean "
+        "flush, sampling until the median's 95% CI is within ±0.2%). do_bench: median mode, 25 ms warm-up, 100 ms "
+        "of repetitions, in the same process right after. Spread = (max − min) / median of the five medians.",
+        "",
+        "| case | ours µs | do_bench clean µs | Δ | do_bench zero_() µs | host µs / iteration | spread ours | "
+        "spread do_bench clean | spread do_bench zero_() |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in cases:
+        flag = " (host-bound under do_bench)" if c.host_bound else ""
+        out.append(
+            f"| {c.suite}/{c.case.id}{flag} | {fmt_us(c.ours_med)} | {fmt_us(c.clean_med)} | "
+            f"{_pct(c.ours_med / c.clean_med - 1, 2)} | {fmt_us(c.zero_med)} | {fmt_us(c.host_us)} | "
+            f"{_pct(_spread(c.ours), 2, False)} | {_pct(_spread(c.clean), 2, False)} | {_pct(_spread(c.zero), 2, False)} |"
+        )
+    device = [c for c in cases if not c.host_bound]
+    off = [c for c in device if abs(c.ours_med / c.clean_med - 1) > TOL_LEVEL]
+    out += [
+        "",
+        f"**Level.** {len(device) - len(off)} of {len(device)} device-bound cases are within 1% of do_bench's clean "
+        "median. The others: "
+        + "; ".join(
+            f"{c.suite}/{c.case.id} {_pct(c.ours_med / c.clean_med - 1)} ({fmt_us(c.ours_med)} µs; do_bench's own "
+            f"five medians spread {_pct(_spread(c.clean), 1, False)})"
+            for c in off
+        )
+        + ". Under 50 µs one microsecond of launch or event latency is 2–10%, and do_bench's or our own five medians spread as "
+        "wide as the gap or wider. `block` is not explained: in the interleaved experiment below, the same order as "
+        "do_bench's (flush, step, no hold) read 1,175.7 µs, ours 1,178.0, and do_bench itself 1,226.2 — its own "
+        "loop reads higher, and its five medians spread 3.5%. A host-bound case (the host needs longer to queue one "
+        "iteration than the flush and the step take to run: `host µs` against `ours µs` + 63 µs) is timed by do_bench "
+        "at the host's pace; ours holds the stream with a blocking kernel while the host queues, so it times the device.",
+        "",
+        "**The hold's place** (`bench/h200_hold.py`, same lease, interleaved blocks of 10, 300 iterations each): "
+        "medians in µs.",
+        "",
+        "| case | flush, hold, step (before) | hold, flush, step (now) | flush, step (do_bench's order) | do_bench clean |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    return out
+
+
+def _hold_rows(d: Data) -> list[str]:
+    return [
+        f"| {k} | {fmt_us(v['flush-hold'])} | {fmt_us(v['hold-flush'])} | {fmt_us(v['no-hold'])} | {fmt_us(v['do_bench_clean'])} |"
+        for k, v in d.hold.items()
+    ]
+
+
+def _spread_words(d: Data, cases: list[CaseRow]) -> list[str]:
+    offsets = []
+    for i in range(RUNS):
+        rel_o = [c.ours[i] / c.ours_med - 1 for c in cases]
+        rel_d = [c.clean[i] / c.clean_med - 1 for c in cases]
+        offsets.append((i + 1, st.median(rel_o), st.median(rel_d)))
+    worst = max(offsets, key=lambda o: abs(o[1]))
+    return [
+        "",
+        "**Spread.** Within each process the median is precise (sampling stops at ±0.2%; its first and second "
+        "halves agree within 0.1–0.3% on the widest cases). Between processes there is an offset that moves every "
+        "case together: per process, the median over cases of (its median / the five-process median − 1) is "
+        + ", ".join(f"run {i} {_pct(o, 2)}" for i, o, _ in offsets)
+        + " for ours, and "
+        + ", ".join(f"{_pct(x, 2)}" for _, _, x in offsets)
+        + f" for do_bench in the same processes. Run {worst[0]} read every case {_pct(worst[1], 2)} slower while "
+        "we timed and not while do_bench did, seconds later: a state of the GPU for the length of one profile pass, "
+        "not of the process. A 5-process range then spreads most cases by 0.5–1.5%. What would meet ≤ 0.5%: gate "
+        "on several processes (the regression analysis pools runs and models the run-to-run variance), or interleave "
+        "baseline and candidate in one process (a paired run), where such a shared offset cancels.",
+        "",
+    ]
+
+
+def _custom_and_decode(d: Data) -> list[str]:
+    out = [
+        "## 5. Custom kernels and decode",
+        "",
+        "| case | kernel | phase | µs | FLOPs | bytes | work from | bound | ncu |",
+        "|---|---|---|---:|---:|---:|---|---|---|",
+    ]
+    for r in d.rows:
+        if r.heavy and (r.case.target.startswith("bench.") or r.case.name.startswith("decode")):
+            k = r.kernel
+            out.append(
+                f"| {r.suite}/{r.case.id} | `{k.key[:40]}` | {k.phase} | {fmt_us(k.duration_us.median)} | "
+                f"{k.flops or 0:.3g} | {k.bytes or 0:.3g} | {k.work_source or '—'} | {k.bound or '—'} | {r.ncu_bound or '—'} |"
+            )
+    out += [
+        "",
+        "The Triton kernel declares its FLOPs (4·B·H·pairs·D, halved by its causal mask) and bytes through "
+        "`launch_metadata`; the profiler reads them at each launch of the trace pass (`work from: launch_metadata`). "
+        "The same kernel without the declaration holds 100% of its case and gets the case's attention formula "
+        "(`case`). Decode runs as a split-KV kernel and a combine step (flash) or a kernel and a reduction (cuDNN), "
+        "all attributed to `fused_attention`.",
+        "",
+    ]
+    return out
+
+
+def _reconcile_section(d: Data) -> list[str]:
+    out = [
+        "## 6. The kernel table against the case",
+        "",
+        "| case | kernels µs | case µs | gap | reason |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for s in SUITES:
+        for case in d.cases(s):
+            rec = case.reconciliation
+            if rec is None:
+                continue
+            out.append(
+                f"| {s}/{case.id} | {fmt_us(rec.kernel_sum_us)} | {fmt_us(rec.latency_us)} | {fmt_us(rec.gap_us)} | {rec.reason} |"
+            )
+    out.append("")
+    return out
+
+
+def _kernel_tables(d: Data) -> list[str]:
+    out = [
+        "## 7. Every kernel ≥ 5% of a case against ncu",
+        "",
+        "| case | kernel | share | ours µs | ncu µs | Δ | ncu cache none µs | ours | ncu | SM / tensor / memory / DRAM % | work from |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|---|---|",
+    ]
+    for r in d.rows:
+        if not r.heavy:
+            continue
+        c = r.counters or {}
+        out.append(
+            f"| {r.suite}/{r.case.id} | `{r.kernel.key[:40]}` | {r.share:.0%} | {fmt_us(r.ours_us)} | {fmt_us(r.ncu_us)} | "
+            f"{_pct(r.delta)} | {fmt_us(r.ncu_none_us)} | {r.kernel.bound or '—'} | {r.ncu_bound or '—'} | "
+            + (f"{c[SM]:.0f} / {c.get(TENSOR, 0):.0f} / {c[MEM]:.0f} / {c.get(DRAM, 0):.0f}" if c else "—")
+            + f" | {r.kernel.work_source or '—'} |"
+        )
+    out.append("")
+    return out
+
+
+def _plot(d: Data, cases: list[CaseRow], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5.2))
+    colors = {"compute": "#d62728", "memory": "#1f77b4", "latency": "#7f7f7f"}
+    for cls, color in colors.items():
+        rows = [r for r in d.rows if r.heavy and r.ncu_us and r.ncu_bound == cls]
+        a.scatter(
+            [r.ncu_us for r in rows], [100 * (r.delta or 0) for r in rows], s=18, color=color, label=f"ncu: {cls}"
+        )
+    a.axhspan(-3, 3, color="#2ca02c", alpha=0.12, label="±3%")
+    a.set_xscale("log")
+    a.set_xlabel("ncu gpu__time_duration per launch (µs)")
+    a.set_ylabel("ours / ncu − 1 (%)")
+    a.set_title("Kernels ≥ 5% of a case: our trace against Nsight Compute")
+    a.legend(fontsize=8)
+    order = sorted(cases, key=lambda c: c.ours_med)
+    x = range(len(order))
+    b.plot(x, [100 * _spread(c.ours) for c in order], "o-", ms=3, label="ours")
+    b.plot(x, [100 * _spread(c.clean) for c in order], "s-", ms=3, label="do_bench, clean flush")
+    b.plot(x, [100 * _spread(c.zero) for c in order], "^-", ms=3, alpha=0.6, label="do_bench, zero_() flush")
+    b.axhline(0.5, color="k", lw=0.8, ls="--")
+    b.set_yscale("log")
+    b.set_xlabel("cases, by median latency (8 µs … 7.3 ms)")
+    b.set_ylabel("spread of 5 processes' medians (%)")
+    b.set_title("Spread across processes")
+    b.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    data = Data(args.data.resolve())
+    text = render(data, args.out, args.out.with_name("h200-truth.png"))
+    cases = case_rows(data)
+    # the hold table and the spread words belong in section 4, after its case table
+    marker = "|---|---:|---:|---:|---:|\n"
+    head, _, tail = text.partition(
+        "| case | flush, hold, step (before) | hold, flush, step (now) | flush, step (do_bench's order) | do_bench clean |\n"
+        + marker
+    )
+    text = (
+        head
+        + "| case | flush, hold, step (before) | hold, flush, step (now) | flush, step (do_bench's order) | do_bench clean |\n"
+        + marker
+        + "\n".join(_hold_rows(data))
+        + "\n"
+        + "\n".join(_spread_words(data, cases))
+        + tail
+    )
+    args.out.write_text(text)
+    print(f"wrote {args.out} and {args.out.with_name('h200-truth.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
