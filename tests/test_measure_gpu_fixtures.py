@@ -20,6 +20,7 @@ import pytest
 
 from profiler_core.documents import Case, Kernel, ResultDocument, load_result
 from profiler_core.measure.kernels import kernel_records
+from profiler_core.model.roofline import BUSY, classify_bound
 from profiler_core.suite import CaseSpec, load_suite
 from tests.profiling_support import DATA, REPO
 
@@ -81,11 +82,12 @@ def kernels(case_id: str) -> tuple[Kernel, ...]:
     return recomputed(case_id)[0]
 
 
-def test_the_fixture_is_a_full_h200_run_of_the_example_suite() -> None:
+def test_the_fixture_is_an_h200_run_of_the_example_suites_prefill_cases() -> None:
     doc = committed()
     assert doc.run.mode == "cuda" and doc.environment.device.name == "NVIDIA H200"
     assert doc.environment.device.compute_capability == "9.0"
-    assert [c.id for c in doc.cases] == list(specs()) == list(BACKENDS)
+    # the suite's decode cases came later: tests/test_measure_h200_truth.py reads their traces
+    assert [c.id for c in doc.cases] == [i for i in specs() if not i.startswith("decode")] == list(BACKENDS)
     for case in doc.cases:
         assert case.status == "ok" and case.params == specs()[case.id].params
         assert case.trace is not None and (RUN / case.trace).is_file()
@@ -139,7 +141,10 @@ def test_cudnn_fprop_occupancy_is_12_warps_of_64() -> None:
     # one block per SM (its shared memory fills the SM): 384 threads = 12 warps of the SM's 64
     assert k.theoretical_occupancy == 0.1875 == (384 // 32) / 64
     assert k.occupancy_limiter == "shared_mem"
-    assert k.bound == "compute"
+    # useful FLOPs at 0.53 of the measured bf16 peak: under the 0.55 at which a unit counts as busy, so
+    # latency; ncu calls it compute (tensor pipe 62%), one of the misses bench/reports/h200-truth.md lists
+    assert k.compute_util is not None and 0.5 < k.compute_util < BUSY
+    assert k.bound == "latency"
 
 
 def test_fp32_gemms_are_compute_bound_and_the_softmax_memory_bound() -> None:
@@ -168,12 +173,20 @@ def test_recomputed_kernels_match_the_committed_document(case_id: str) -> None:
             b.registers_per_thread,
             b.shared_mem_bytes,
         )
-        assert (a.theoretical_occupancy, a.bound, a.flops, a.bytes) == (
+        if b.flops is None and b.bytes is None and a.flops is not None:
+            # a kernel the models did not cover when the fixture was taken (Inductor's softmax backward)
+            assert a.work_source == "model", a.key
+            continue
+        assert (a.theoretical_occupancy, a.flops, a.bytes, a.compute_util, a.bandwidth_util) == (
             b.theoretical_occupancy,
-            b.bound,
             b.flops,
             b.bytes,
+            b.compute_util,
+            b.bandwidth_util,
         )
+        # the stored bounds are by the rule of the day they were taken; today's rule on the same figures
+        per_launch_us = a.duration_us.median / max(a.launches_per_iter, 1.0)
+        assert a.bound == classify_bound(a.compute_util, a.bandwidth_util, duration_us=per_launch_us)
         assert a.duration_us.median == pytest.approx(b.duration_us.median, rel=1e-12)
         assert a.share == pytest.approx(b.share, rel=1e-9)
 
