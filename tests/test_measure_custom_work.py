@@ -7,6 +7,7 @@ tests/test_measure_h200_truth.py reads it from a real H200 trace.)
 
 from __future__ import annotations
 
+import math
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -155,7 +156,17 @@ def test_launch_metadata_records_sum_flops_widths_and_skip_what_declares_nothing
 
 def test_the_flush_reads_its_buffer_and_writes_none_of_it() -> None:
     flush = Flusher("cpu")
+    flush.buffer[-1] = 7  # the last element: only a pass over all of it finds it
     before = flush.buffer.clone()
-    flush()
-    assert torch.equal(flush.buffer, before)
-    assert int(flush.sink) == flush.buffer.numel()  # every element was read (the buffer holds ones)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        flush()
+    assert torch.equal(flush.buffer, before) and int(flush.sink) == 7
+    # one reduction in the buffer's own dtype: no converted copy of the buffer is written first (a sum into
+    # int64 would write one); the only copies are of partial results (a few elements) into the sink
+    events = list(prof.events())
+    assert "aten::amax" in {e.name for e in events}
+    assert not {e.name for e in events} & {"aten::to", "aten::_to_copy"}
+    for e in events:
+        if e.name == "aten::copy_":
+            assert all(math.prod(shape) < 1024 for shape in e.input_shapes if shape is not None), e.input_shapes
+    assert flush.sink.dtype == flush.buffer.dtype

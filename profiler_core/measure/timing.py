@@ -112,19 +112,20 @@ def _cpu_cache_bytes() -> int:
 class Flusher:
     """Evicts the caches between iterations by reading a buffer larger than them.
 
-    The buffer is written once, here; each flush only reads it (a sum into a preallocated scalar), so
-    the lines it leaves in the cache are clean: the next kernel finds its own data evicted and pays no
-    write-back of ours. Reading also evicts the previous iteration's dirty lines, whose write-back
-    happens during the flush, outside the timed region.
+    The buffer is written once, here; each flush only reads it (one reduction, a max into a preallocated
+    scalar of the buffer's own dtype: a sum into a wider type would first write a converted copy of the
+    whole buffer), so the lines it leaves in the cache are clean: the next kernel finds its own data
+    evicted and pays no write-back of ours. Reading also evicts the previous iteration's dirty lines,
+    whose write-back happens during the flush, outside the timed region.
     """
 
     def __init__(self, device: str) -> None:
         size = FLUSH_BYTES_CUDA if device == "cuda" else _cpu_cache_bytes()
         self.buffer = torch.ones(size // 4, dtype=torch.int32, device=device)
-        self.sink = torch.zeros((), dtype=torch.int64, device=device)
+        self.sink = torch.zeros((), dtype=torch.int32, device=device)
 
     def __call__(self) -> None:
-        torch.sum(self.buffer, dim=0, dtype=torch.int64, out=self.sink)
+        torch.amax(self.buffer, dim=0, out=self.sink)
 
 
 def time_iterations(
