@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
@@ -16,10 +15,11 @@ from typing import Any
 
 import torch
 
-from profiler_core.errors import SuiteError
 from profiler_core.measure.targets import build_workload
 from profiler_core.measure.timing import FLUSH_BYTES_CUDA, Holder, host_time_us
-from profiler_core.suite import load_suite, select_cases
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200_hold import cases_matching  # the sibling script
 
 BUFFER = torch.ones(FLUSH_BYTES_CUDA // 4, dtype=torch.int32, device="cuda")
 SINK64 = torch.zeros((), dtype=torch.int64, device="cuda")
@@ -52,26 +52,20 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     results: dict[str, Any] = {}
-    for path in args.suites:
-        suite = load_suite(path)
-        chosen: set[str] = set()
-        for pattern in args.case:
-            with contextlib.suppress(SuiteError):
-                chosen |= {c.id for c in select_cases(suite, [pattern])}
-        for spec in [c for c in suite.cases if c.id in chosen]:
-            w = build_workload(spec, "cuda")
-            with w.context():
-                for _ in range(10):
-                    w.zero_grads()
-                    w.step()
-                hold = Holder(host_time_us(w.step, w.zero_grads), 1980.0)
-                samples: dict[str, list[float]] = {k: [] for k in FLUSHES}
-                for b in range(30):
-                    names = list(FLUSHES) if b % 2 == 0 else list(reversed(FLUSHES))
-                    for name in names:
-                        samples[name] += _time(FLUSHES[name], w, hold, 10)
-            results[f"{suite.name}/{spec.id}"] = {k: statistics.median(v) for k, v in samples.items()}
-            print(spec.id, {k: round(v, 2) for k, v in results[f"{suite.name}/{spec.id}"].items()}, flush=True)
+    for suite, spec in cases_matching(args.suites, args.case):
+        w = build_workload(spec, "cuda")
+        with w.context():
+            for _ in range(10):
+                w.zero_grads()
+                w.step()
+            hold = Holder(host_time_us(w.step, w.zero_grads), 1980.0)
+            samples: dict[str, list[float]] = {k: [] for k in FLUSHES}
+            for b in range(30):
+                names = list(FLUSHES) if b % 2 == 0 else list(reversed(FLUSHES))
+                for name in names:
+                    samples[name] += _time(FLUSHES[name], w, hold, 10)
+        results[f"{suite.name}/{spec.id}"] = {k: statistics.median(v) for k, v in samples.items()}
+        print(spec.id, {k: round(v, 2) for k, v in results[f"{suite.name}/{spec.id}"].items()}, flush=True)
     args.out.write_text(json.dumps(results, indent=1))
     return 0
 

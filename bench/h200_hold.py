@@ -25,7 +25,7 @@ import torch
 from profiler_core.errors import SuiteError
 from profiler_core.measure.targets import build_workload
 from profiler_core.measure.timing import Flusher, Holder, host_time_us
-from profiler_core.suite import load_suite, select_cases
+from profiler_core.suite import CaseSpec, Suite, load_suite, select_cases
 
 ORDERS = ("flush-hold", "hold-flush", "no-hold")
 
@@ -49,6 +49,19 @@ def _time(order: str, step: Any, before: Any, flush: Flusher, hold: Holder, n: i
     return [s.elapsed_time(e) * 1000.0 for s, e in pairs]
 
 
+def cases_matching(paths: list[str], patterns: list[str]) -> list[tuple[Suite, CaseSpec]]:
+    """The cases of several suites that match any pattern (a pattern may name a case of another suite)."""
+    out = []
+    for path in paths:
+        suite = load_suite(path)
+        chosen: set[str] = set()
+        for pattern in patterns:
+            with contextlib.suppress(SuiteError):
+                chosen |= {c.id for c in select_cases(suite, [pattern])}
+        out += [(suite, c) for c in suite.cases if c.id in chosen]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("suites", nargs="+")
@@ -61,43 +74,36 @@ def main() -> int:
 
     flush = Flusher("cuda")
     results: dict[str, Any] = {}
-    for path in args.suites:
-        suite = load_suite(path)
-        chosen: set[str] = set()
-        for pattern in args.case:
-            with contextlib.suppress(SuiteError):  # the pattern names a case of another suite
-                chosen |= {c.id for c in select_cases(suite, [pattern])}
-        specs = [c for c in suite.cases if c.id in chosen]
-        for spec in specs:
-            w = build_workload(spec, "cuda")
-            with w.context():
-                for _ in range(10):
+    for suite, spec in cases_matching(args.suites, args.case):
+        w = build_workload(spec, "cuda")
+        with w.context():
+            for _ in range(10):
+                w.zero_grads()
+                w.step()
+            host = host_time_us(w.step, w.zero_grads)
+            hold = Holder(host, 1980.0)
+            samples: dict[str, list[float]] = {o: [] for o in ORDERS}
+            for b in range(args.blocks):
+                for o in ORDERS if b % 2 == 0 else reversed(ORDERS):
+                    samples[o] += _time(o, w.step, w.zero_grads, flush, hold, 10)
+            driver = triton.runtime.driver.active
+            original = driver.clear_cache
+            driver.clear_cache = lambda cache, flush=flush: flush()
+            try:
+
+                def step(w: Any = w) -> None:
                     w.zero_grads()
                     w.step()
-                host = host_time_us(w.step, w.zero_grads)
-                hold = Holder(host, 1980.0)
-                samples: dict[str, list[float]] = {o: [] for o in ORDERS}
-                for b in range(args.blocks):
-                    for o in ORDERS if b % 2 == 0 else reversed(ORDERS):
-                        samples[o] += _time(o, w.step, w.zero_grads, flush, hold, 10)
-                driver = triton.runtime.driver.active
-                original = driver.clear_cache
-                driver.clear_cache = lambda cache, flush=flush: flush()
-                try:
 
-                    def step(w: Any = w) -> None:
-                        w.zero_grads()
-                        w.step()
-
-                    dbc = do_bench(step, return_mode="median") * 1000.0
-                finally:
-                    driver.clear_cache = original
-            row = {o: statistics.median(v) for o, v in samples.items()}
-            row["do_bench_clean"] = dbc
-            row["host_us"] = host
-            results[f"{suite.name}/{spec.id}"] = row
-            print(spec.id, {k: round(v, 2) for k, v in row.items()}, flush=True)
-            torch.cuda.empty_cache()
+                dbc = do_bench(step, return_mode="median") * 1000.0
+            finally:
+                driver.clear_cache = original
+        row = {o: statistics.median(v) for o, v in samples.items()}
+        row["do_bench_clean"] = dbc
+        row["host_us"] = host
+        results[f"{suite.name}/{spec.id}"] = row
+        print(spec.id, {k: round(v, 2) for k, v in row.items()}, flush=True)
+        torch.cuda.empty_cache()
     args.out.write_text(json.dumps(results, indent=1))
     return 0
 

@@ -431,7 +431,7 @@ def _flush_section(d: Data, cases: list[CaseRow]) -> list[str]:
             )
     out += [
         "",
-        "Where a memory-bound kernel reads shorter here (the decode kernels), ncu's reading carries its fixed 2–4 µs "
+        "Where a memory-bound kernel reads shorter here (the decode kernels), ncu's reading carries its fixed ~1.6 µs "
         "per replayed launch (section 3). Where one reads > 3% longer here than under ncu, it follows a kernel that wrote the "
         "matrix it reads (the unfused path's passes over the score matrix): it starts with an L2 full of its "
         "predecessor's dirty lines, which ncu's replay flushes first. That is the kernel as the model runs it, not "
@@ -474,7 +474,7 @@ def _bound_section(d: Data) -> list[str]:
         "",
         "What the rule cannot see: CUDA-core kernels whose issue slots are busy while their bytes are not (Inductor's "
         "fused softmax at SM 84–86%, a cast at SM 62%), and kernels at ncu's edge (the softmax at SM 65% and memory "
-        "64%, or the causal cuDNN kernel whose useful FLOPs read 55% of the measured peak while its tensor pipe is 62% "
+        "64%, or the causal cuDNN kernel whose useful FLOPs read 53–55% of the measured peak while its tensor pipe is 62% "
         "busy). `--counters ncu` records both bounds.",
         "",
     ]
