@@ -12,6 +12,7 @@ from typing import Any
 from profiler_core.attribution import (
     DeclaredWork,
     KernelSummary,
+    ParsedTrace,
     aggregate,
     attribute,
     detect_backend,
@@ -112,6 +113,7 @@ def kernel_records(
     spec: CaseSpec,
     environment: Environment,
     declared_work: dict[str, dict[str, float | None]] | None = None,
+    parsed: ParsedTrace | None = None,
 ) -> tuple[list[Kernel], str | None]:
     """The case's kernels (per iteration, in launch order) and the backend that actually ran.
 
@@ -119,8 +121,9 @@ def kernel_records(
     ``launch_metadata`` (recorded in the trace), from the factory's ``declared_work``, from the op and
     attention models, and, for the kernel of a custom case that holds at least ``CASE_WORK_SHARE`` of its
     kernel time, from the case's attention formula (see ``_share_case_work``); ``work_source`` says which.
+    ``parsed`` is ``trace`` already parsed, where the caller has it.
     """
-    parsed = parse_trace(trace)
+    parsed = parsed or parse_trace(trace)
     attributed = attribute(parsed)
     summaries = aggregate(attributed, parsed.iterations)
     backend = detect_backend([k.name for k in parsed.kernels], [op.name for op in parsed.ops])

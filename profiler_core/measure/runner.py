@@ -201,9 +201,10 @@ def run_case(
         sm_clock_mhz_max=max(case_clocks) if case_clocks else None,
         **stats,
     )
-    kernels, backend_used = kernel_records(trace, spec, environment, workload.declared_work)
+    parsed = parse_trace(trace)
+    kernels, backend_used = kernel_records(trace, spec, environment, workload.declared_work, parsed)
     work, achieved = case_achieved(spec, backend_used, stats["median"], kernels, environment)
-    reconciliation = reconcile(kernels, stats["median"], parsed=parse_trace(trace), on_gpu=device == "cuda")
+    reconciliation = reconcile(kernels, stats["median"], parsed=parsed, on_gpu=device == "cuda")
     accuracy = None
     if reference is not None:
         try:
