@@ -635,12 +635,19 @@ def test_load_suite_errors_carry_the_path(tmp_path: Path) -> None:
 def test_example_llama7b() -> None:
     suite = load_suite(EXAMPLES / "llama7b.toml")
     assert suite.name == "llama7b"
-    assert len(suite.cases) == 4 * 2 + 2 + 2 + 2 + 1
-    for case in suite.cases:
+    prefill = [c for c in suite.cases if not c.name.startswith("decode")]
+    decode = [c for c in suite.cases if c.name.startswith("decode")]
+    assert len(prefill) == 4 * 2 + 2 + 2 + 2 + 1
+    for case in prefill:
         assert (case.batch, case.q_heads, case.kv_heads, case.seq_q, case.head_dim) == (1, 32, 32, 2048, 128)
         assert case.dtype == "bf16" and case.causal
-    assert {c.backend for c in suite.cases if c.target == "sdpa"} == {"cudnn", "flash", "efficient", "math"}
+    assert {c.backend for c in prefill if c.target == "sdpa"} == {"cudnn", "flash", "efficient", "math"}
     assert [c.pass_ for c in suite.cases if c.target == "block"] == ["fwd"]
+    # decode: one query against KV caches of 4k-32k, GQA 8:1 and MQA, batch 1 and 16, no mask needed
+    assert len(decode) == 2 * 2 * 2 + 2
+    assert {c.seq_q for c in decode} == {1} and {c.seq_kv for c in decode} == {4096, 16384, 32768}
+    assert {c.q_heads // c.kv_heads for c in decode} == {8, 32} and {c.batch for c in decode} == {1, 16}
+    assert not any(c.causal for c in decode) and {c.backend for c in decode} == {"cudnn", "flash"}
 
 
 def test_example_cpu_smoke() -> None:
