@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from profiler_core.documents import PHASES, Case, Kernel, ResultDocument, load_result  # noqa: E402
 from profiler_core.errors import DocumentError  # noqa: E402
 from profiler_core.model import dtype_peak_key, ridge_point  # noqa: E402
-from profiler_core.report import KERNEL_COLUMNS, case_headline, fmt_us, kernel_rows  # noqa: E402
+from profiler_core.report import KERNEL_COLUMNS, case_headline, kernel_rows  # noqa: E402
 
 SETS = ("set-a", "set-b")
 MIN_RUNS = 3
@@ -95,6 +95,13 @@ FILE_ROLES = {
     "nvidia-smi-start.csv": "`nvidia-smi` reading (clocks, power, temperature) before the runs",
     "nvidia-smi-end.csv": "`nvidia-smi` reading after the runs",
 }
+
+
+def fmt_us(x: float | None) -> str:
+    """A duration in µs as the committed reports print it, number only (the caller writes "µs" after it)."""
+    if x is None:
+        return "—"
+    return f"{x:,.1f}" if x >= 10 else f"{x:.2f}"
 
 
 class DataError(SystemExit):

@@ -30,7 +30,6 @@ sys.path.insert(0, str(ROOT))
 from profiler_core.documents import Case, Kernel, ResultDocument, parse_result  # noqa: E402
 from profiler_core.measure.counters import base_name, parse_ncu_csv  # noqa: E402
 from profiler_core.model.roofline import BUSY, LATENCY_US, counter_bound  # noqa: E402
-from profiler_core.report import fmt_us  # noqa: E402
 
 SUITES = {
     "llama7b": "example suite (`examples/llama7b.toml`)",
@@ -51,6 +50,13 @@ SM, MEM, TENSOR, DRAM, DUR = (
     "gpu__time_duration.sum",
 )
 CLASSES = ("compute", "memory", "latency")
+
+
+def fmt_us(x: float | None) -> str:
+    """A duration in µs as the committed reports print it, number only (the caller writes "µs" after it)."""
+    if x is None:
+        return "—"
+    return f"{x:,.1f}" if x >= 10 else f"{x:.2f}"
 
 
 def _json(path: Path) -> Any:

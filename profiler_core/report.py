@@ -8,38 +8,21 @@ from datetime import UTC
 
 from profiler_core.attribution.reconcile import case_reconciliation
 from profiler_core.documents import Case, Kernel, Peaks, ResultDocument
+from profiler_core.units import MISSING, fmt_duration_range_us, fmt_duration_us, fmt_gbps, fmt_percent, fmt_tflops
 
-KERNEL_COLUMNS = ("phase", "kernel", "launches", "latency µs", "share", "bound", "BW util", "compute util", "occupancy")
+KERNEL_COLUMNS = ("phase", "kernel", "launches", "latency", "share", "bound", "BW util", "compute util", "occupancy")
 COUNTER_COLUMNS = ("DRAM %", "SM %", "tensor %", "ncu bound")
 
 
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:.0f}%"
-
-
 def _num(x: float | None, digits: int = 1) -> str:
-    return "—" if x is None else f"{x:,.{digits}f}"
-
-
-def _figures(x: float) -> str:
-    """About three significant figures: 4,270 · 187 · 18.7 · 1.97 · 0.063."""
-    if x >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.2g}"
-
-
-def fmt_rate(tflops: float | None) -> str:
-    """A FLOP rate given in TFLOP/s, written in GFLOP/s below 1 TFLOP/s (a CPU's): ``187 GFLOP/s``, not ``0.2``."""
-    if tflops is None:
-        return "—"
-    return f"{_figures(tflops)} TFLOP/s" if tflops >= 1 else f"{_figures(tflops * 1000)} GFLOP/s"
+    return MISSING if x is None else f"{x:,.{digits}f}"
 
 
 def peaks_line(peaks: Peaks) -> str:
     """The peaks, and where they came from: the cache (with when they were measured), measured now, the datasheet."""
     dram = peaks.dram_gbps
-    line = f"peaks {dram.value:,.0f} GB/s ({dram.source})" + "".join(
-        f", {k} {fmt_rate(v.value)} ({v.source})" for k, v in peaks.tflops.items()
+    line = f"peaks {fmt_gbps(dram.value)} ({dram.source})" + "".join(
+        f", {k} {fmt_tflops(v.value)} ({v.source})" for k, v in peaks.tflops.items()
     )
     if peaks.origin == "cached":
         when = f", {peaks.measured_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if peaks.measured_at else ""
@@ -49,12 +32,6 @@ def peaks_line(peaks: Peaks) -> str:
     if peaks.note:
         line += f" · not cached: {peaks.note}"
     return line
-
-
-def fmt_us(x: float | None) -> str:
-    if x is None:
-        return "—"
-    return f"{x:,.1f}" if x >= 10 else f"{x:.2f}"
 
 
 def short_kernel(k: Kernel, width: int = 60) -> str:
@@ -74,14 +51,14 @@ def case_headline(case: Case) -> str:
     lat = case.latency_us
     if lat:
         parts.append(
-            f"{fmt_us(lat.median)} µs [{fmt_us(lat.p25)}–{fmt_us(lat.p75)}], n={len(lat.samples)}, "
-            f"cv {100 * lat.cv:.1f}%"
+            f"{fmt_duration_us(lat.median)} [{fmt_duration_range_us(lat.p25, lat.p75)}], n={len(lat.samples)}, "
+            f"cv {fmt_percent(lat.cv, digits=1)}"
         )
     a = case.achieved
     if a:
         parts.append(
-            f"{fmt_rate(a.tflops)} ({_pct(a.compute_util)}), {'—' if a.gbps is None else _figures(a.gbps)} GB/s "
-            f"({_pct(a.bandwidth_util)}), {a.bound or '—'}-bound"
+            f"{fmt_tflops(a.tflops)} ({fmt_percent(a.compute_util)}), {fmt_gbps(a.gbps)} "
+            f"({fmt_percent(a.bandwidth_util)}), {a.bound or MISSING}-bound"
         )
     if case.accuracy:
         acc = case.accuracy
@@ -100,12 +77,12 @@ def kernel_rows(case: Case) -> Iterator[list[str]]:
             k.phase,
             short_kernel(k),
             _num(k.launches_per_iter, 0 if k.launches_per_iter.is_integer() else 1),
-            fmt_us(k.duration_us.median),
-            _pct(k.share),
-            k.bound or "—",
-            _pct(k.bandwidth_util),
-            _pct(k.compute_util),
-            _pct(k.theoretical_occupancy),
+            fmt_duration_us(k.duration_us.median),
+            fmt_percent(k.share),
+            k.bound or MISSING,
+            fmt_percent(k.bandwidth_util),
+            fmt_percent(k.compute_util),
+            fmt_percent(k.theoretical_occupancy),
         ]
         if with_counters:
             c = k.counters or {}
@@ -113,7 +90,7 @@ def kernel_rows(case: Case) -> Iterator[list[str]]:
                 _num(c.get("dram__throughput.avg.pct_of_peak_sustained_elapsed"), 0),
                 _num(c.get("sm__throughput.avg.pct_of_peak_sustained_elapsed"), 0),
                 _num(c.get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"), 0),
-                k.counter_bound or "—",
+                k.counter_bound or MISSING,
             ]
         yield row
 
@@ -126,10 +103,10 @@ def reconciliation_line(case: Case, mode: str) -> str | None:
     r = case_reconciliation(case, mode)
     if r is None:
         return None
-    gap = f"gap {fmt_us(r.gap_us)} µs" if r.gap_us >= 0 else f"{fmt_us(-r.gap_us)} µs over"
+    gap = f"gap {fmt_duration_us(r.gap_us)}" if r.gap_us >= 0 else f"{fmt_duration_us(-r.gap_us)} over"
     return (
-        f"kernels {fmt_us(r.kernel_sum_us)} µs of {fmt_us(r.latency_us)} µs case latency "
-        f"({_pct(r.kernel_sum_us / r.latency_us)}); {gap}: {r.reason}"
+        f"kernels {fmt_duration_us(r.kernel_sum_us)} of {fmt_duration_us(r.latency_us)} case latency "
+        f"({fmt_percent(r.kernel_sum_us / r.latency_us)}); {gap}: {r.reason}"
     )
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "MISSING",
     "fmt_change",
     "fmt_duration_delta_us",
+    "fmt_duration_range_us",
     "fmt_duration_us",
     "fmt_gbps",
     "fmt_number",
@@ -111,6 +112,17 @@ def fmt_duration_delta_us(delta_us: float | None, *, ascii: bool = False) -> str
         return _missing(ascii)
     text = _duration_magnitude(abs(delta_us), ascii)
     return (_sign(delta_us, ascii) if float(text.split()[0].replace(",", "")) else "") + text
+
+
+def fmt_duration_range_us(low_us: float | None, high_us: float | None, *, ascii: bool = False) -> str:
+    """A range of durations given in microseconds (a p25–p75 spread), the unit once where both share it:
+    ``84.2–86.1 µs``, ``9,998 µs–10.1 ms``."""
+    low, high = fmt_duration_us(low_us, ascii=ascii), fmt_duration_us(high_us, ascii=ascii)
+    dash = "-" if ascii else "–"
+    low_parts, high_parts = low.split(" "), high.split(" ")
+    if len(low_parts) == 2 and len(high_parts) == 2 and low_parts[1] == high_parts[1]:
+        return f"{low_parts[0]}{dash}{high}"
+    return f"{low}{dash}{high}"
 
 
 def _figures(x: float) -> str:

@@ -20,6 +20,7 @@ from profiler_core.documents import Case, DurationStats, Kernel, load_result, pa
 from profiler_core.measure.runner import ProfileOptions, profile_suite
 from profiler_core.report import reconciliation_line, render_markdown, render_table
 from profiler_core.suite import parse_suite
+from profiler_core.units import fmt_duration_us
 from tests.profiling_support import suite_text
 
 DATA = Path(__file__).parent / "data"
@@ -183,7 +184,7 @@ def test_cpu_trace_overhead_is_named_when_the_ops_sum_to_more() -> None:
     assert r is not None and r.cause == "trace_overhead"
     assert r.gap_us == pytest.approx(-80.0)
     assert r.reason.startswith("trace-pass overhead")
-    assert f"traced iteration {span:,.1f} µs against 120.0 µs timed" in r.reason
+    assert f"traced iteration {fmt_duration_us(span)} against 120.0 µs timed" in r.reason
 
 
 def test_report_shows_the_sum_beside_the_latency(cpu_run: tuple[Case, Path]) -> None:
@@ -191,7 +192,11 @@ def test_report_shows_the_sum_beside_the_latency(cpu_run: tuple[Case, Path]) -> 
     r = case.reconciliation
     assert r is not None
     line = reconciliation_line(case, "cpu")
-    assert line is not None and line.startswith("kernels ") and "µs case latency (" in line
+    assert line is not None and line.startswith("kernels ") and "s case latency (" in line
+    # each figure in the unit the formatter picks (a CPU case often runs past 10 ms: ms, not 23,043.7 µs)
+    assert line.startswith(
+        f"kernels {fmt_duration_us(r.kernel_sum_us)} of {fmt_duration_us(r.latency_us)} case latency"
+    )
     assert line.endswith(r.reason)
     assert ("gap " in line) == (r.gap_us >= 0) and (" over: " in line) == (r.gap_us < 0)
 
@@ -203,7 +208,7 @@ def test_report_renderers_put_the_line_under_each_kernel_table() -> None:
     naive.reconciliation = reconcile(naive.kernels, naive.latency_us.median, parsed=load_trace(RUN / str(naive.trace)))
     line = reconciliation_line(naive, doc.run.mode)
     assert line is not None
-    assert line.startswith("kernels 1,585.6 µs of 1,709.2 µs case latency (93%); gap 123.6 µs: launch gaps")
+    assert line.startswith("kernels 1,586 µs of 1,709 µs case latency (93%); gap 123.6 µs: launch gaps")
     md = render_markdown(doc)
     assert line in md
     # Every case with a kernel table gets a line, older cases from their kernels and latency alone.

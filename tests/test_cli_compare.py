@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import jsonschema
 
+from profiler_core.documents import load_result
 from profiler_core.documents.comparison import comparison_json_schema
+from tests.test_analysis_fixtures import scaled
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "tests" / "data" / "results"
 H200 = REPO / "bench" / "reports" / "data" / "h200-2026-11-29"
+CPU_RUN = REPO / "tests" / "data" / "service" / "cpu-run-1.json"
 BASELINES = [str(RESULTS / f"synthetic-h200-baseline-{i}.json") for i in range(3)]
 
 
@@ -34,6 +38,20 @@ def test_a_slowdown_fails_with_exit_1_and_names_the_cases_and_kernels() -> None:
     assert proc.stdout.startswith("verdict: FAIL")
     assert "REGRESSED" in proc.stdout and "prefill[backend=cudnn]" in proc.stdout
     assert "kernel cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16" in proc.stdout
+
+
+def test_durations_past_10_ms_read_in_ms_and_the_table_stays_ascii(tmp_path: Path) -> None:
+    # a CPU run against itself twice as slow: cases and kernels of 10-440 ms (too noisy a run to fail on)
+    slower = tmp_path / "slower.json"
+    slower.write_text(scaled(load_result(CPU_RUN), 2.0, run_id="slower").to_json())
+    proc = attnprof("compare", str(CPU_RUN), str(slower))
+    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.stdout.isascii()
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("naive[pass=fwd_bwd] "))
+    assert row.split()[2:5] == ["219.9", "ms", "439.8"]
+    assert "kernel aten::bmm (backward): 62.9 ms -> 125.7 ms (+100%)" in proc.stdout
+    assert "545.8 us       1,092 us" in proc.stdout  # below 10 ms: us, thousands separated
+    assert not re.search(r"\de[+-]\d", proc.stdout)
 
 
 def test_json_output_is_a_valid_comparison_document() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,8 @@ from profiler_core.documents.comparison import comparison_json_schema
 from tests.profiling_support import DATA, REPO
 
 H200_RESULT = DATA / "h200" / "attnprof" / "result.json"
-KERNEL_COLUMNS = ("phase", "kernel", "launches", "latency µs", "share", "bound", "BW util", "compute util", "occupancy")
+CPU_RESULT = DATA / "service" / "cpu-run-1.json"
+KERNEL_COLUMNS = ("phase", "kernel", "launches", "latency", "share", "bound", "BW util", "compute util", "occupancy")
 CUDNN_FPROP = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16"
 
 
@@ -189,7 +191,7 @@ def test_report_table_has_the_kernel_columns_and_the_cudnn_kernel() -> None:
     start = lines.index(next(line for line in lines if line.startswith("sdpa[backend=cudnn,pass=fwd] ")))
     row = lines[start + 2].split()
     assert row[0] == "fused_attention" and row[1] == CUDNN_FPROP
-    assert row[4:] == ["100%", "compute", "19%", "53%", "19%"]
+    assert row[4] == "µs" and row[5:] == ["100%", "compute", "19%", "53%", "19%"]
 
 
 def test_report_markdown_is_a_table_per_case() -> None:
@@ -200,6 +202,17 @@ def test_report_markdown_is_a_table_per_case() -> None:
     assert proc.stdout.count(header) == len(doc.cases)
     assert all(f"## {c.id}" in proc.stdout for c in doc.cases)
     assert f"| fused_attention | {CUDNN_FPROP} | 1 |" in proc.stdout
+
+
+def test_report_writes_durations_past_10_ms_in_ms_with_their_unit() -> None:
+    # a CPU run: naive[pass=fwd_bwd] takes 219,928.7 µs; the mask kernel aten::tril of a math case 11,071 µs
+    proc = run(["report", str(CPU_RESULT), "--format", "markdown"])
+    assert proc.returncode == 0, proc.stderr
+    assert "## naive[pass=fwd_bwd]\n\nbackend eager; 219.9 ms [214.4–222.4 ms]" in proc.stdout
+    assert "| mask | aten::tril | 1 | 11.1 ms | 89% |" in proc.stdout
+    assert "545.9 µs [461.0 µs–20.0 ms]" in proc.stdout  # below 10 ms: µs; a spread across the two units
+    # no exponent notation, but in the accuracy's relative error, whose natural form it is
+    assert not re.search(r"\de[+-]\d", re.sub(r"accuracy [^;\n]*", "", proc.stdout))
 
 
 def test_report_json_is_the_document() -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from profiler_core.documents import Peaks, ResultDocument, load_result
-from profiler_core.report import case_headline, fmt_rate, header, render_markdown
+from profiler_core.report import case_headline, header, render_markdown
+from profiler_core.units import fmt_tflops
 
 CPU_RUN = Path(__file__).parent / "data" / "service" / "cpu-run-1.json"
 
@@ -44,14 +45,14 @@ def peaks_line(doc: ResultDocument) -> str:
     ],
 )
 def test_rates_below_one_tflops_are_written_in_gflops(tflops: float | None, text: str) -> None:
-    assert fmt_rate(tflops) == text
+    assert fmt_tflops(tflops) == text
 
 
 def test_the_header_of_a_cpu_run_shows_gflops_and_never_zero_tflops(cpu_doc: ResultDocument) -> None:
     line = peaks_line(cpu_doc)
     # the stored peaks: 16.2 GB/s, fp32 0.0536, fp16 0.00079, bf16 0.00085 TFLOP/s; an older document, no origin
     assert line == (
-        "peaks 16 GB/s (measured), fp32 53.6 GFLOP/s (measured), fp16 0.79 GFLOP/s (measured), "
+        "peaks 16.2 GB/s (measured), fp32 53.6 GFLOP/s (measured), fp16 0.79 GFLOP/s (measured), "
         "bf16 0.85 GFLOP/s (measured)"
     )
     assert "TFLOP/s" not in render_markdown(cpu_doc)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from profiler_core.units import (
     fmt_change,
     fmt_duration_delta_us,
+    fmt_duration_range_us,
     fmt_duration_us,
     fmt_gbps,
     fmt_number,
@@ -65,6 +66,13 @@ def test_ascii_durations_and_deltas_for_ci_logs() -> None:
     assert fmt_duration_us(None, ascii=True) == "-"
     assert fmt_duration_delta_us(208.0) == "+208.0 µs" and fmt_duration_delta_us(-1200.0) == "−1,200 µs"
     assert fmt_duration_delta_us(0.0) == "0.00 µs"
+
+
+def test_a_range_names_its_unit_once_where_both_ends_share_it() -> None:
+    assert fmt_duration_range_us(84.21, 86.14) == "84.2–86.1 µs"
+    assert fmt_duration_range_us(9998.0, 10100.0) == "9,998 µs–10.1 ms"
+    assert fmt_duration_range_us(None, 5.0) == "—–5.00 µs"
+    assert fmt_duration_range_us(84.21, 86.14, ascii=True) == "84.2-86.1 us"
 
 
 @pytest.mark.parametrize(

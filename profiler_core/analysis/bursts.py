@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from profiler_core.units import fmt_duration_us
+
 FAR_FACTOR = 3.0  # a far sample takes at least this many times the case's usual time
 MIN_FAR = 3  # fewer far samples than this are the odd outlier, whatever their order
 MIN_RUN = 3  # this many far samples in a row are a burst
@@ -42,8 +44,8 @@ class Burst:
         """The burst in words, for a case's ``suspect`` list (positions 1-based)."""
         return (
             f"a burst of {self.far} of {self.samples} samples at {self.median_factor:.0f}x the case's usual time "
-            f"(up to {self.max_factor:.0f}x its lower quartile, {self.usual_us:.4g} us) between samples "
-            f"{self.first + 1} and {self.last + 1}: something else took the machine while timing"
+            f"(up to {self.max_factor:.0f}x its lower quartile, {fmt_duration_us(self.usual_us, ascii=True)}) "
+            f"between samples {self.first + 1} and {self.last + 1}: something else took the machine while timing"
         )
 
 

@@ -5,6 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from profiler_core.documents.comparison import ComparisonDocument, Finding, KernelMove
+from profiler_core.units import (
+    fmt_change,
+    fmt_duration_us,
+    fmt_gbps,
+    fmt_number,
+    fmt_percent,
+    fmt_probability,
+    fmt_tflops,
+)
 
 if TYPE_CHECKING:
     from profiler_core.analysis.changepoints import ChangepointReport
@@ -14,21 +23,33 @@ _CASE_WIDTH = 44
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:+.1f}%"
+    return fmt_change(x, ascii=True)
+
+
+def _us(x: float | None) -> str:
+    return fmt_duration_us(x, ascii=True)
 
 
 def _value(v: float | str | None, unit: str | None) -> str:
+    """A finding's value in its unit; durations in the unit that reads best (ASCII: ``us``)."""
     if v is None:
         return "-"
     if isinstance(v, str):
         return v
+    if unit == "us":
+        return _us(v)
+    if unit == "GB/s":
+        return fmt_gbps(v, ascii=True)
+    if unit == "TFLOP/s":
+        return fmt_tflops(v, ascii=True)
     if unit == "fraction":
-        return f"{v * 100:.2f}%"
+        return fmt_percent(v, digits=2, ascii=True)
     if unit == "bytes":
-        return f"{v / 1e6:.4g} MB"
+        return f"{fmt_number(v / 1e6, ascii=True)} MB"
     if unit == "rel_l2_err":
+        # an error relative to the reference spans many decades: scientific notation is its natural form
         return f"{v:.3g}"
-    return f"{v:.4g} {unit or ''}".rstrip()
+    return f"{fmt_number(v, ascii=True)} {unit or ''}".rstrip()
 
 
 def _case(name: str) -> str:
@@ -38,18 +59,18 @@ def _case(name: str) -> str:
 def _kernel_line(m: KernelMove) -> str:
     label = f"{m.key} ({m.phase})" if m.phase else m.key
     if m.appeared:
-        what = f"appeared, {m.candidate_us:.4g} us" if m.candidate_us is not None else "appeared"
+        what = f"appeared, {_us(m.candidate_us)}" if m.candidate_us is not None else "appeared"
     elif m.vanished:
-        what = f"vanished, was {m.baseline_us:.4g} us" if m.baseline_us is not None else "vanished"
+        what = f"vanished, was {_us(m.baseline_us)}" if m.baseline_us is not None else "vanished"
     else:
-        what = f"{m.baseline_us:.4g} -> {m.candidate_us:.4g} us ({_pct(m.change)})"
+        what = f"{_us(m.baseline_us)} -> {_us(m.candidate_us)} ({_pct(m.change)})"
     launch = ", ".join(f"{c.field} {c.baseline}->{c.candidate}" for c in m.launch)
     return f"      kernel {label}: {what}" + (f"; {launch}" if launch else "")
 
 
 def _row(f: Finding) -> str:
     ci = f"[{_pct(f.ci.low)}, {_pct(f.ci.high)}]" if f.ci else "-"
-    q = "-" if f.q is None else f"{f.q:.2g}"
+    q = fmt_probability(f.q, ascii=True)
     return (
         f"{_case(f.case):<{_CASE_WIDTH}} {f.metric:<10} {_value(f.baseline, f.unit):>14} "
         f"{_value(f.candidate, f.unit):>14} {_pct(f.change):>8} {ci:>18} {q:>7}  {f.status.upper()}"
@@ -114,7 +135,7 @@ def render_changepoints(report: ChangepointReport) -> str:
         lines.append(f"{case.case}:")
         for p in case.points:
             lines.append(
-                f"  at #{p.index} (run {p.run_id}): {p.mean_before:.4g} -> {p.mean_after:.4g} {case.unit} "
-                f"({_pct(p.change)}), p {p.p:.3g}"
+                f"  at #{p.index} (run {p.run_id}): {_value(p.mean_before, case.unit)} -> "
+                f"{_value(p.mean_after, case.unit)} ({_pct(p.change)}), p {fmt_probability(p.p, ascii=True)}"
             )
     return "\n".join(lines)

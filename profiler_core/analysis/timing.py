@@ -22,6 +22,7 @@ from profiler_core.analysis.stats import (
 )
 from profiler_core.documents.comparison import Finding, FindingStatus, Interval, Verdict
 from profiler_core.documents.result import Case, Mode
+from profiler_core.units import fmt_duration_us
 
 CI_LEVEL = 0.95
 BOOTSTRAP_REPLICATES = 2000
@@ -108,7 +109,8 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
 def _timing_detail(k: int, test: TestResult, floor: float, base_us: float, cand_us: float) -> str:
     source = "the noise floor alone" if k < 2 else f"{k} runs pooled with the noise floor"
     return (
-        f"median {base_us:.4g} us -> {cand_us:.4g} us; {k} baseline run(s); run-to-run sd "
+        f"median {fmt_duration_us(base_us, ascii=True)} -> {fmt_duration_us(cand_us, ascii=True)}; "
+        f"{k} baseline run(s); run-to-run sd "
         f"{math.expm1(test.between_sd):.2%} from {source} ({floor:.1%} range); t-test on {test.df:g} df"
     )
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from profiler_core.attribution.cpu import cpu_kernels
 from profiler_core.attribution.kineto import ITER_PREFIX, KernelEvent, ParsedTrace
 from profiler_core.documents.result import Case, GapCause, Kernel, KernelReconciliation
+from profiler_core.units import fmt_duration_us, fmt_percent
 
 TOLERANCE = 0.02
 """A gap within this fraction of the latency reconciles: the two passes differ by that much run to run."""
@@ -101,12 +102,8 @@ def iteration_times(parsed: ParsedTrace) -> list[IterationTime]:
     return out
 
 
-def _pct(fraction: float) -> str:
-    return f"{100 * fraction:.0f}%"
-
-
-def _us(value: float) -> str:
-    return f"{value:,.1f} µs"
+_pct = fmt_percent
+_us = fmt_duration_us
 
 
 def _cause(gap_fraction: float, on_gpu: bool, overlap: bool) -> GapCause:
