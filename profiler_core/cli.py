@@ -122,13 +122,18 @@ def calibrate(
     device: Annotated[DeviceChoice, typer.Option(help="auto: the GPU if there is one")] = DeviceChoice.auto,
     cache_dir: Annotated[Path, typer.Option(help="peaks cache")] = Path.home() / ".cache" / "attnprof",
 ) -> None:
-    """Measure this host's peaks (a large copy, a matmul per dtype) into the peaks cache, or find them there."""
+    """Measure this host's peaks (a large copy, a matmul per dtype) into the peaks cache, or find them there.
+
+    Prints the cache file. When no calibration could be confirmed (the host was busy), the file is not written:
+    the reason goes to standard error and the exit status stays 0, since each profile run then measures its own."""
     from profiler_core.measure.runner import calibrate as measure
 
     try:
-        path = measure(device.value, cache_dir)
+        path, not_cached = measure(device.value, cache_dir)
     except AttnprofError as exc:
         raise fail(str(exc)) from None
+    if not_cached:
+        typer.echo(f"warning: {not_cached}; each profile run will measure its own", err=True)
     typer.echo(str(path))
 
 

@@ -236,6 +236,8 @@ def _jail_and_peaks(settings: GpuWorkerSettings) -> GpuWorkerSettings:
     if done.returncode != 0:
         raise _die(f"measuring the peaks failed: {(done.stderr or done.stdout).strip()[-500:]}")
     typer.echo(f"peaks: {done.stdout.strip()}", err=True)
+    if done.stderr.strip():  # not cached (a busy host): the worker starts, and each job measures its own peaks
+        typer.echo(done.stderr.strip()[-500:], err=True)
     return chosen
 
 

@@ -261,13 +261,16 @@ def collect_environment(device: str, nvml: env.Nvml | None, cache_dir: Path | No
     )
 
 
-def calibrate(device: str, cache_dir: Path, *, tries: int = 3, pause_s: float = 2.0) -> Path:
+def calibrate(device: str, cache_dir: Path, *, tries: int = 3, pause_s: float = 2.0) -> tuple[Path, str | None]:
     """Measure this host's peaks into ``cache_dir`` (or find them there) under the testbed key a profile run would
-    use, with no user code loaded; returns the cache file. A worker runs this before it takes jobs, so a job's
-    sandbox can read the peaks without being able to write them.
+    use, with no user code loaded; returns the cache file and None. A worker runs this before it takes jobs, so a
+    job's sandbox can read the peaks without being able to write them.
 
     A calibration that is not confirmed (unstable, or taken under load: see ``peaks``) is not cached; it is tried
-    again up to ``tries`` times, ``pause_s`` seconds apart, and then refused with the reason."""
+    again up to ``tries`` times, ``pause_s`` seconds apart. If none is confirmed, the file does not exist and the
+    reason comes back instead of None: the worker starts all the same, and each job measures its own peaks, which
+    its document marks as not cached (a loaded host must not keep a GPU worker from starting). Peaks that cannot
+    be measured at all raise :class:`DeviceError`."""
     device = resolve_device(device)
     nvml = env.Nvml.open() if device == "cuda" else None
     for attempt in range(max(1, tries)):
@@ -279,10 +282,10 @@ def calibrate(device: str, cache_dir: Path, *, tries: int = 3, pause_s: float = 
             break
     path = cache_path(cache_dir, environment.testbed_key)
     if peaks.status != "stable":
-        raise DeviceError(f"the peaks for {path} were not cached: {peaks.note or 'they could not be measured'}")
+        return path, f"the peaks for {path} were not cached: {peaks.note or 'they could not be confirmed'}"
     if not path.exists():
         raise DeviceError(f"the peaks could not be written to {path}")
-    return path
+    return path, None
 
 
 def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | None = None) -> ResultDocument:
