@@ -29,6 +29,7 @@ __all__ = [
     "fmt_duration_range_us",
     "fmt_duration_us",
     "fmt_gbps",
+    "fmt_in_unit",
     "fmt_number",
     "fmt_percent",
     "fmt_probability",
@@ -205,3 +206,21 @@ def fmt_probability(p: float | None, *, ascii: bool = False) -> str:
         return f"{p:.2g}"
     decimals = 1 - math.floor(math.log10(p))
     return f"{p:.{decimals}f}".rstrip("0").rstrip(".")
+
+
+def fmt_in_unit(value: float | None, unit: str | None, *, ascii: bool = False) -> str:
+    """A metric's value in the unit a comparison finding or a trend names: ``us`` (a duration in µs), ``GB/s``,
+    ``TFLOP/s``, ``fraction`` (a percentage), ``bytes`` (MB), anything else as a plain number with that unit."""
+    if value is None or not math.isfinite(value):
+        return _missing(ascii)
+    if unit == "us":
+        return fmt_duration_us(value, ascii=ascii)
+    if unit == "GB/s":
+        return fmt_gbps(value, ascii=ascii)
+    if unit == "TFLOP/s":
+        return fmt_tflops(value, ascii=ascii)
+    if unit == "fraction":
+        return fmt_percent(value, digits=2, ascii=ascii)
+    if unit == "bytes":
+        return f"{fmt_number(value / 1e6, ascii=ascii)} MB"
+    return f"{fmt_number(value, ascii=ascii)} {unit or ''}".rstrip()

@@ -5,15 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from profiler_core.documents.comparison import ComparisonDocument, Finding, KernelMove
-from profiler_core.units import (
-    fmt_change,
-    fmt_duration_us,
-    fmt_gbps,
-    fmt_number,
-    fmt_percent,
-    fmt_probability,
-    fmt_tflops,
-)
+from profiler_core.units import fmt_change, fmt_duration_us, fmt_in_unit, fmt_probability
 
 if TYPE_CHECKING:
     from profiler_core.analysis.changepoints import ChangepointReport
@@ -32,24 +24,12 @@ def _us(x: float | None) -> str:
 
 def _value(v: float | str | None, unit: str | None) -> str:
     """A finding's value in its unit; durations in the unit that reads best (ASCII: ``us``)."""
-    if v is None:
-        return "-"
     if isinstance(v, str):
         return v
-    if unit == "us":
-        return _us(v)
-    if unit == "GB/s":
-        return fmt_gbps(v, ascii=True)
-    if unit == "TFLOP/s":
-        return fmt_tflops(v, ascii=True)
-    if unit == "fraction":
-        return fmt_percent(v, digits=2, ascii=True)
-    if unit == "bytes":
-        return f"{fmt_number(v / 1e6, ascii=True)} MB"
-    if unit == "rel_l2_err":
+    if unit == "rel_l2_err" and v is not None:
         # an error relative to the reference spans many decades: scientific notation is its natural form
         return f"{v:.3g}"
-    return f"{fmt_number(v, ascii=True)} {unit or ''}".rstrip()
+    return fmt_in_unit(v, unit, ascii=True)
 
 
 def _case(name: str) -> str:

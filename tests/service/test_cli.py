@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -89,6 +90,9 @@ def test_admin_and_upload(server) -> None:
     bad = _run(cenv, "upload", str(slow), "--branch", "pr", "--commit", "b1", "--base-commit", "a1", "--pr", "3")
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "verdict: fail" in bad.stdout
+    # each failing finding with its change and both values in their units, never a raw float
+    assert re.search(r"\n  fail \S+ \w+ \+\d+\.\d% \([\d.,]+ [\w/]+ -> [\d.,]+ [\w/]+\): ", bad.stdout), bad.stdout
+    assert not re.search(r"\d\.\d{5,}", bad.stdout)
     missing = _run(cenv, "upload", str(tmp / "nope.json"), "--branch", "main", "--commit", "x")
     assert missing.returncode == 2 and "cannot read" in missing.stderr
     refused = _run({**cenv, "ATTNPROF_TOKEN": "ap_wrong"}, "upload", str(first), "--branch", "m", "--commit", "x")
@@ -196,3 +200,14 @@ def test_expiry_rotation_and_the_audit_log_from_the_command_line(server) -> None
     ]
     shown = _run(env, "admin", "rotate-token", str(new["token_id"]), "--grace", "30m")
     assert shown.returncode == 0 and "(shown once): ap_" in shown.stdout and "works until" in shown.stdout
+
+
+def test_an_uploads_findings_print_durations_past_10_ms_in_ms() -> None:
+    from attnprof.client.cli import _finding_change
+
+    finding = {"change": 0.0662, "unit": "us", "baseline": 10412.0, "candidate": 11101.3}
+    assert _finding_change(finding) == " +6.6% (10.4 ms -> 11.1 ms)"
+    assert _finding_change({"change": -0.003, "unit": "GB/s", "baseline": 3350.0, "candidate": 3340.0}) == (
+        " -0.3% (3,350 GB/s -> 3,340 GB/s)"
+    )
+    assert _finding_change({"change": None, "unit": "us"}) == ""
