@@ -336,7 +336,10 @@ def test_a_worker_starts_with_the_jail_and_measures_the_peaks_first(
     chosen = cli._jail_and_peaks(worker_settings)
     err = capsys.readouterr().err
     assert "self-test passed" in err
-    assert list(peaks_cache.glob("peaks-*.json")), "the trusted step measured no peaks"
+    # the trusted step measured the peaks: cached, or, on a host too busy to confirm them, not cached with the
+    # reason said (the worker starts all the same; each job then measures its own)
+    cached = list(peaks_cache.glob("peaks-*.json"))
+    assert cached or "were not cached: other processes used" in err, f"the trusted step measured no peaks: {err}"
     assert chosen.worker.jail in ("privileged", "userns") and f"bubblewrap ({chosen.worker.jail})" in err
     cfg = ProfileConfig.from_settings(chosen)
     assert cfg.jail is not None and cfg.jail.strategy == chosen.worker.jail
