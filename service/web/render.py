@@ -14,6 +14,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from attnprof.contract.links import PATHS
+from profiler_core import units
+from profiler_core.analysis.changepoints import METRICS as CHANGEPOINT_UNITS
 
 # Okabe and Ito's palette, which stays distinct under the common colour-vision deficiencies.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -21,27 +23,30 @@ VERDICT_COLOURS = {"pass": "#009E73", "warn": "#E69F00", "fail": "#D55E00"}
 
 
 def fmt_us(value: float | None) -> str:
-    """A duration given in microseconds, in the unit that reads best."""
-    if value is None or not math.isfinite(value):
-        return "–"
-    if value >= 1e6:
-        return f"{value / 1e6:.3g} s"
-    if value >= 1e3:
-        return f"{value / 1e3:.4g} ms"
-    return f"{value:.4g} µs"
+    """A duration given in microseconds: µs below 10 ms, ms from there, s from 1 s (``profiler_core.units``)."""
+    return units.fmt_duration_us(value)
 
 
-def fmt_num(value: float | None, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "–"
-    return f"{value:.{digits}g}"
+def fmt_num(value: float | None) -> str:
+    """A plain number to about three significant figures (``2.33``), thousands separated, never in exponent form."""
+    return units.fmt_number(value)
 
 
 def fmt_pct(value: float | None, digits: int = 1, signed: bool = False) -> str:
-    """A fraction as a percentage (0.123 → 12.3 %)."""
+    """A fraction as a percentage (0.123 → 12.3%); ``signed``: a relative change (+6.6%, −0.3%)."""
+    return units.fmt_change(value, digits=digits) if signed else units.fmt_percent(value, digits=digits)
+
+
+def fmt_error(value: float | None) -> str:
+    """An accuracy error (absolute or relative to the reference): it spans decades, so in scientific form (2.1e-07)."""
     if value is None or not math.isfinite(value):
-        return "–"
-    return f"{value * 100:{'+' if signed else ''}.{digits}f} %"
+        return units.MISSING
+    return f"{value:.2g}"
+
+
+def fmt_metric(value: float | None, metric: str) -> str:
+    """A value of a change-point metric (``latency``, ``bandwidth``...) in that metric's unit: ``10.4 ms``."""
+    return units.fmt_in_unit(value, CHANGEPOINT_UNITS.get(metric))
 
 
 def fmt_time(value: datetime | str | None) -> str:
@@ -75,7 +80,22 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(us=fmt_us, num=fmt_num, pct=fmt_pct, when=fmt_time, short=short, tojson_script=to_json)
+    env.filters.update(
+        us=fmt_us,
+        us_range=units.fmt_duration_range_us,
+        us_delta=units.fmt_duration_delta_us,
+        num=fmt_num,
+        pct=fmt_pct,
+        gbps=units.fmt_gbps,
+        tflops=units.fmt_tflops,
+        p=units.fmt_probability,
+        in_unit=units.fmt_in_unit,
+        metric=fmt_metric,
+        error=fmt_error,
+        when=fmt_time,
+        short=short,
+        tojson_script=to_json,
+    )
     env.globals.update(verdict_colours=VERDICT_COLOURS, palette=PALETTE, plotly_version=plotly_version(), links=PATHS)
     return env
 

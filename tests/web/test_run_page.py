@@ -5,6 +5,7 @@ hand-over to Perfetto, the baseline actions with the keyboard, and what a reader
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def test_the_run_page_draws_its_cases_kernels_and_rooflines(page: Any, site: Sit
     text = page.inner_text("main")
     for expected in ("NVIDIA H200", "580.159.04", "torch 2.11.0+cu130", "CUDA 13.0", "cuDNN 91900", "Triton 3.6.0"):
         assert expected in text, expected
-    assert "605db806abde3bc2" in text and "PR #7" in text and "SM 1965 MHz of 1980 MHz max" in text
+    assert "605db806abde3bc2" in text and "PR #7" in text and "SM 1,965 MHz of 1,980 MHz max" in text
     assert "throttled: sw_power_cap" in text
     # The case table: one row per case, the regressed case with its backend.
     table = page.locator("section:has(#h-cases) tbody tr")
@@ -287,7 +288,7 @@ def test_counters_and_a_failed_case_show_as_they_are(site: Site, own: Project) -
     dram = (counters["dram__bytes_read.sum"] + counters["dram__bytes_write.sum"]) * first["launches_per_iter"]
     assert f'<td class="num">{dram:,.0f}</td>' in html
     achieved = counters["sm__warps_active.avg.pct_of_peak_sustained_active"]
-    assert f"{achieved:.1f} % / {100 * first['theoretical_occupancy']:.1f} %" in html
+    assert f"{achieved:.1f}% / {100 * first['theoretical_occupancy']:.1f}%" in html
     assert f"{first['bound']} (ncu: {first['counter_bound']})" in html
     assert "failed: OutOfMemoryError: CUDA out of memory" in html
 
@@ -338,7 +339,21 @@ def test_each_kernel_table_has_its_sum_beside_the_latency(site: Site, own: Proje
         login(client, own.tokens.read)
         html = client.get(f"/ui/p/{own.name}/runs/{run_id}").text
     assert (
-        "Kernels 1.586 ms of 1.709 ms case latency (93 %); gap 123.6 µs: launch gaps / host time between kernels "
-        "(traced iteration: kernels busy 1,585.9 µs of its 1,726.5 µs span)</p>"
+        "Kernels 1,586 µs of 1,709 µs case latency (93%); gap 123.6 µs: launch gaps / host time between kernels "
+        "(traced iteration: kernels busy 1,586 µs of its 1,726 µs span)</p>"
     ) in html
     assert html.count('<p class="sub reconciliation">') == sum(1 for c in doc["cases"] if c["kernels"])
+
+
+def test_durations_past_10_ms_read_in_ms_with_rates_in_their_units(site: Site, own: Project) -> None:
+    """A CPU run's cases take 13-220 ms: each duration in ms, never ``1.041e+04``; µs below 10 ms; rates named."""
+    run_id = upload(site, own, docs.cpu(), branch="cpu-units", commit="c" * 40)["run_id"]
+    with httpx.Client(base_url=site.url) as client:
+        login(client, own.tokens.read)
+        html = client.get(f"/ui/p/{own.name}/runs/{run_id}").text
+    # naive[pass=fwd_bwd]: median 219,928.7 µs, p25-p75 214.4-222.4 ms; its kernel aten::bmm (backward) 62,869.5 µs
+    assert '<td class="num">219.9 ms (214.4–222.4 ms)</td>' in html
+    assert '<td class="num">62.9 ms (' in html
+    assert "545.9 µs (461.0 µs–20.0 ms)" in html  # below 10 ms: µs; a spread across both units names both
+    assert '<td class="num">0.13 GFLOP/s</td><td class="num">0.019 GB/s</td>' in html
+    assert not re.search(r"\de[+-]\d", html.split("<script")[0])  # the page's text, before its chart data

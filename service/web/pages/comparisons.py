@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
 from attnprof.contract.links import PATHS
+from profiler_core import units
 from profiler_core.documents import Kernel
 from profiler_core.documents.comparison import Finding, KernelMove
 from service.comparisons import documents as comparison_documents
@@ -22,7 +23,7 @@ from service.web import repository
 from service.web.dependencies import AdminFormDep, Viewer, ViewerDep, not_found
 from service.web.pages import figures
 from service.web.pages.runs import DONE, RULE_WORDS, RunId, apply_rule, dram_bytes_per_iter, run_href
-from service.web.render import fmt_num, fmt_pct, fmt_us, page
+from service.web.render import fmt_error, fmt_num, fmt_pct, page
 
 router = APIRouter(prefix="/ui/p/{project}", include_in_schema=False)
 
@@ -47,15 +48,11 @@ def finding_order(f: Finding) -> tuple[int, int, float]:
 
 
 def _fmt_value(value: Any, unit: str | None) -> str:
-    if value is None:
-        return "–"
     if isinstance(value, str):
         return value
-    if unit == "us":
-        return fmt_us(float(value))
-    if unit == "fraction":
-        return fmt_num(float(value), 3)
-    return f"{fmt_num(float(value), 4)} {unit or ''}".strip()
+    if unit == "rel_l2_err" and value is not None:
+        return fmt_error(float(value))
+    return units.fmt_in_unit(None if value is None else float(value), unit)
 
 
 def _fmt_field(field: str, value: Any) -> str:
@@ -70,7 +67,7 @@ def _fmt_field(field: str, value: Any) -> str:
     if field == "dram_bytes":
         return f"{float(value):,.0f} B"
     if isinstance(value, float):
-        return fmt_num(value, 4)
+        return fmt_num(value)
     return str(value)
 
 

@@ -10,9 +10,10 @@ import math
 import re
 from typing import Any
 
+from profiler_core import units
 from profiler_core.documents.comparison import Finding
 from profiler_core.documents.result import PHASES, Case, Kernel, LatencyStats, Peaks
-from service.web.render import PALETTE, fmt_pct, fmt_us
+from service.web.render import PALETTE, fmt_num, fmt_pct, fmt_us
 
 Spec = dict[str, Any]
 # Yellow is left out of the markers: it hardly shows on white.
@@ -99,7 +100,7 @@ def roofline(case: Case, peaks: Peaks) -> Spec | None:
         {
             "type": "scatter",
             "mode": "lines",
-            "name": f"DRAM bandwidth ceiling {bw_gbps:,.0f} GB/s ({peaks.dram_gbps.source})",
+            "name": f"DRAM bandwidth ceiling {units.fmt_gbps(bw_gbps)} ({peaks.dram_gbps.source})",
             "x": [lo, ridges[top]],
             "y": [lo * bw_gbps / 1000.0, tflops_peaks[top].value],
             "line": {"color": GREY, "width": 2},
@@ -112,7 +113,7 @@ def roofline(case: Case, peaks: Peaks) -> Spec | None:
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": f"{d} compute ceiling {peak.value:,.0f} TFLOP/s ({peak.source})",
+                "name": f"{d} compute ceiling {units.fmt_tflops(peak.value)} ({peak.source})",
                 "x": [ridges[d], hi],
                 "y": [peak.value] * 2,
                 "line": {"color": GREY, "width": 2, "dash": "solid" if i == 0 else "dash"},
@@ -168,10 +169,15 @@ def _kernel_hover(k: Kernel) -> str:
             f"{_plain(k.name)[:120]}",
             f"phase {k.phase} · {fmt_us(k.duration_us.median)} per iteration"
             + (f" ({fmt_pct(share)} of the case)" if share is not None else ""),
-            f"{kernel_intensity(k) or 0:.3g} FLOP/byte · {k.tflops or 0:.3g} TFLOP/s" + f" · {k.gbps or 0:,.0f} GB/s",
+            f"{fmt_num(kernel_intensity(k))} FLOP/byte · {units.fmt_tflops(k.tflops)} · {units.fmt_gbps(k.gbps)}",
             f"bound: {k.bound or 'undecided'}",
         ]
     )
+
+
+def _latency_hover(lat: LatencyStats) -> str:
+    """``median 10.4 ms (p25–p75 10.3–10.6 ms)``: a bar's hover, in the unit the tables use."""
+    return f"median {fmt_us(lat.median)} (p25–p75 {units.fmt_duration_range_us(lat.p25, lat.p75)})"
 
 
 def _timed(cases: list[Case]) -> list[tuple[Case, LatencyStats]]:
@@ -203,7 +209,8 @@ def case_latency(cases: list[Case], link_base: str) -> Spec | None:
                 },
                 "marker": {"color": _MARKER_COLOURS[i], "pattern": {"shape": _PATTERNS[i]}},
                 "customdata": [f"{link_base}#{case_anchor(c.id)}" for c, _ in group],
-                "hovertemplate": "%{x}<br>median %{y:.4g} µs<extra>%{fullData.name}</extra>",
+                "hovertext": [_latency_hover(lat) for _, lat in group],
+                "hovertemplate": "%{x}<br>%{hovertext}<extra>%{fullData.name}</extra>",
             }
         )
     medians = [lat.median for _, lat in timed if lat.median > 0]
@@ -270,12 +277,14 @@ def backend_comparison(cases: list[Case]) -> Spec | None:
         ys: list[float] = []
         hi: list[float] = []
         lo: list[float] = []
+        hover: list[str] = []
         for label, members in groups.items():
             for b, c in members:
                 lat = c.latency_us
                 if b == backend and lat is not None:
                     xs.append(label)
                     ys.append(lat.median)
+                    hover.append(_latency_hover(lat))
                     hi.append(lat.p75 - lat.median)
                     lo.append(lat.median - lat.p25)
         data.append(
@@ -291,7 +300,8 @@ def backend_comparison(cases: list[Case]) -> Spec | None:
                 },
                 "text": [backend] * len(xs),
                 "textposition": "outside",
-                "hovertemplate": "%{x}<br>" + backend + ": median %{y:.4g} µs<extra></extra>",
+                "hovertext": hover,
+                "hovertemplate": "%{x}<br>" + backend + ": %{hovertext}<extra></extra>",
             }
         )
     medians = [y for t in data for y in t["y"] if y > 0]
@@ -389,9 +399,9 @@ def comparison_changes(findings: list[Finding], thresholds: dict[str, float], li
 
 
 def _finding_hover(f: Finding) -> str:
-    parts = [f"<b>{_plain(f.case)}</b> · {f.metric} {f.status}", f"change {fmt_pct(f.change, 2, True)}"]
+    parts = [f"<b>{_plain(f.case)}</b> · {f.metric} {f.status}", f"change {fmt_pct(f.change, 1, True)}"]
     if f.ci:
-        parts.append(f"{100 * f.ci.level:.0f}% CI {fmt_pct(f.ci.low, 2, True)} … {fmt_pct(f.ci.high, 2, True)}")
+        parts.append(f"{100 * f.ci.level:.0f}% CI {fmt_pct(f.ci.low, 1, True)} … {fmt_pct(f.ci.high, 1, True)}")
     if f.threshold is not None:
         parts.append(f"minimum effect ±{fmt_pct(f.threshold)}")
     if f.q is not None:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from attnprof.contract.links import PATHS
-from service.web.render import PALETTE, fmt_pct, fmt_time, fmt_us
+from service.web.render import PALETTE, fmt_num, fmt_pct, fmt_time, fmt_us
 
 # metric -> (label, unit shown, kind of value). Utilisations and occupancy are fractions, shown as %.
 METRICS: dict[str, tuple[str, str, str]] = {
@@ -61,13 +61,12 @@ def downsample(values: Sequence[float | None], keep: Collection[int], budget: in
 
 
 def fmt_value(kind: str, value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "–"
+    """A trend's value: a duration in its unit, a fraction as a percentage, a rate as a number (its unit beside)."""
     if kind == "us":
         return fmt_us(value)
     if kind == "fraction":
         return fmt_pct(value)
-    return f"{value:.4g}"
+    return fmt_num(value)
 
 
 @dataclass(slots=True)
