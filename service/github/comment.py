@@ -1,7 +1,10 @@
 """The pull-request comment, in GitHub markdown, rendered from a job's comparison and its run documents.
 
 Pure: no database, no network. ``render`` takes everything it shows; ``service.github.service`` gathers it.
-Changes are fractions in the documents and percentages here; durations are microseconds.
+Changes are fractions in the documents and percentages here; durations are microseconds. The comment always fits
+in one GitHub comment (``service.github.budget``): it leads with a line per regressed case
+(``service.github.regressions``), then as many tables (``service.github.tables``) as the budget holds, then says
+what it left out and links the comparison page that has it all.
 """
 
 from __future__ import annotations
@@ -9,14 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnprof.contract.links import Links
-from profiler_core.documents.comparison import ComparisonDocument, Finding, KernelMove
-from profiler_core.documents.result import Kernel, ResultDocument
+from profiler_core.documents.comparison import ComparisonDocument, Finding
+from profiler_core.documents.result import ResultDocument
+from service.github import regressions as ranked
+from service.github import tables
+from service.github.budget import COMMENT_BUDGET_CHARS, GITHUB_COMMENT_MAX_CHARS, Budget, github_chars
+from service.github.regressions import Regression, clip
 
 MARKER_PREFIX = "<!-- attnprof:"
 _ICONS = {"pass": "✅", "warn": "⚠️", "fail": "❌"}
 _MOVED = ("regressed", "improved")
 _ENDED = {"failed": "failed", "timed_out": "timed out", "cancelled": "was cancelled"}
-_KERNELS_MAX = 20  # rows of a backend switch's kernel table
+_DETAIL_MAX = 1000  # characters of a finding's detail, of the suspect reasons, of the software line
+_NOTES_MAX = 10  # notes shown (the comparison writes one per suspect case)
+_NOTE_MAX = 500  # characters of one note
+_TRACES_MAX = 5  # trace links, of the largest regressions
+_LEFT_OUT_CHARS = 1000  # kept for the lines that say what was left out
 _REASON_MAX = 4000  # characters of the reason shown (a worker's output tail can be long)
 _NEXT = {
     "failed": "If the cause is in the code, fix it and push; if it was the worker or the infrastructure, comment "
@@ -54,142 +65,6 @@ class CommentInput:
     candidate: ResultDocument | None = None
     baseline: ResultDocument | None = None
     traces: frozenset[str] | None = None
-
-
-def _num(value: float | str | None, unit: str | None = None) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, str):
-        return f"`{value}`"
-    text = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"
-    return f"{text} {unit}" if unit and unit != "fraction" else text
-
-
-def _pct(change: float | None) -> str:
-    # + 0.0 turns a negative zero into zero: a stored document has none (Postgres JSON keeps no -0), and an
-    # upload's answer, rendered before its comparison is read back, must read the same as its retry's.
-    return "–" if change is None else f"{change * 100 + 0.0:+.1f}%"
-
-
-def _interval(f: Finding) -> str:
-    if f.ci is None:
-        return "–"
-    return f"[{_pct(f.ci.low)}, {_pct(f.ci.high)}] ({f.ci.level:.0%})"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _table(findings: list[Finding]) -> list[str]:
-    lines = [
-        "| | Case | Metric | Baseline | Candidate | Δ | Interval |",
-        "|---|---|---|---:|---:|---:|---|",
-    ]
-    for f in findings:
-        icon = {"regressed": "🔴", "improved": "🟢", "inconclusive": "❔"}.get(f.status, "")
-        lines.append(
-            f"| {icon} | `{_cell(f.case)}` | {f.metric} | {_num(f.baseline, f.unit)} | {_num(f.candidate, f.unit)} "
-            f"| {_pct(f.change)} | {_interval(f)} |"
-        )
-    return lines
-
-
-def _kernel(doc: ResultDocument | None, case: str, move: KernelMove) -> Kernel | None:
-    found = doc.case(case) if doc is not None else None
-    if found is None:
-        return None
-    for k in found.kernels:
-        if k.key == move.key and (move.phase is None or k.phase == move.phase):
-            return k
-    return None
-
-
-def _attr(kernel: Kernel | None, name: str) -> float | int | str | None:
-    value = getattr(kernel, name, None) if kernel is not None else None
-    return value if isinstance(value, (int, float, str)) else None
-
-
-def _pair(baseline: float | int | str | None, candidate: float | int | str | None, fmt: str = "{}") -> str:
-    def one(v: float | int | str | None) -> str:
-        return "–" if v is None else fmt.format(v)
-
-    if baseline == candidate:
-        return one(candidate)
-    return f"{one(baseline)} → {one(candidate)}"
-
-
-def _kernel_lines(inp: CommentInput, f: Finding) -> list[str]:
-    lines = [
-        "| Kernel | Phase | Baseline | Candidate | Δ | Occupancy | Registers/thread | DRAM BW util "
-        "| Compute util | Bound |",
-        "|---|---|---:|---:|---:|---|---|---|---|---|",
-    ]
-    why: list[str] = []
-    for m in f.kernels:
-        b, c = _kernel(inp.baseline, f.case, m), _kernel(inp.candidate, f.case, m)
-        state = " (new)" if m.appeared else " (gone)" if m.vanished else ""
-        lines.append(
-            f"| `{_cell(m.key)}`{state} | {m.phase or '–'} "
-            f"| {_num(m.baseline_us, 'us')} | {_num(m.candidate_us, 'us')} "
-            f"| {_pct(m.change)} "
-            f"| {_pair(_attr(b, 'theoretical_occupancy'), _attr(c, 'theoretical_occupancy'), '{:.0%}')} "
-            f"| {_pair(_attr(b, 'registers_per_thread'), _attr(c, 'registers_per_thread'))} "
-            f"| {_pair(_attr(b, 'bandwidth_util'), _attr(c, 'bandwidth_util'), '{:.0%}')} "
-            f"| {_pair(_attr(b, 'compute_util'), _attr(c, 'compute_util'), '{:.0%}')} "
-            f"| {_pair(_attr(b, 'bound'), _attr(c, 'bound'))} |"
-        )
-        for fc in [*m.launch, *m.rates]:
-            change = f" ({_pct(fc.change)})" if fc.change is not None else ""
-            why.append(f"- `{_cell(m.key)}`: {fc.field} {fc.baseline} → {fc.candidate}{change}")
-        if c is not None and c.occupancy_limiter and b is not None and b.occupancy_limiter != c.occupancy_limiter:
-            why.append(f"- `{_cell(m.key)}`: occupancy now limited by {c.occupancy_limiter}")
-    if not f.kernels:
-        return ["No kernel moved beyond its noise: the change is outside the kernels (launch overhead, host time)."]
-    return lines + (["", *why] if why else [])
-
-
-def _kernel_sets(inp: CommentInput, case: str) -> list[str]:
-    """The kernels of ``case`` on both sides, by key, when the backend changed: which vanished, which appeared,
-    and what each costs per iteration (median, microseconds)."""
-    b = inp.baseline.case(case) if inp.baseline is not None else None
-    c = inp.candidate.case(case) if inp.candidate is not None else None
-    before = {k.key: k for k in (b.kernels if b is not None else [])}
-    after = {k.key: k for k in (c.kernels if c is not None else [])}
-    if not before and not after:
-        return []
-    lines = ["", "| Kernel | Phase | Baseline | Candidate | Bound |", "|---|---|---:|---:|---|"]
-    for key in list(dict.fromkeys([*before, *after]))[:_KERNELS_MAX]:
-        bk, ck = before.get(key), after.get(key)
-        state = " (new)" if bk is None and b is not None else " (gone)" if ck is None and c is not None else ""
-        either = ck or bk
-        phase = either.phase if either is not None else "–"
-        was = _num(bk.duration_us.median if bk else None, "us")
-        now = _num(ck.duration_us.median if ck else None, "us")
-        bound = _pair(_attr(bk, "bound"), _attr(ck, "bound"))
-        lines.append(f"| `{_cell(key)}`{state} | {phase} | {was} | {now} | {bound} |")
-    return lines
-
-
-def _achieved(inp: CommentInput, case: str) -> list[str]:
-    """The case's achieved rates and bound, baseline → candidate, when the documents carry them."""
-    b = inp.baseline.case(case) if inp.baseline is not None else None
-    c = inp.candidate.case(case) if inp.candidate is not None else None
-    if c is None or c.achieved is None:
-        return []
-    ba = b.achieved if b is not None else None
-    parts = []
-    for name, label, fmt in (
-        ("bandwidth_util", "DRAM bandwidth util", "{:.0%}"),
-        ("compute_util", "compute util", "{:.0%}"),
-        ("gbps", "GB/s", "{:.4g}"),
-        ("tflops", "TFLOP/s", "{:.4g}"),
-        ("bound", "bound", "{}"),
-    ):
-        now = getattr(c.achieved, name)
-        if now is not None:
-            parts.append(f"{label} {_pair(getattr(ba, name, None) if ba else None, now, fmt)}")
-    return ["Whole case: " + "; ".join(parts) + ".", ""] if parts else []
 
 
 def _links(inp: CommentInput, cases: list[str]) -> list[str]:
@@ -276,56 +151,163 @@ def _no_verdict(inp: CommentInput) -> list[str]:
     return out
 
 
-def render(inp: CommentInput) -> str:
-    """The comment's markdown; its first line is the project's hidden marker."""
-    out = [marker(inp.project), _headline(inp), ""]
-    out.append(f"Suite `{inp.suite_name}`, commit `{inp.commit[:12]}` on `{inp.branch}`.")
-    doc = inp.comparison
-    if doc is None:
-        return "\n".join(out + _no_verdict(inp))
+def _head(inp: CommentInput, doc: ComparisonDocument) -> tuple[list[str], int]:
+    """What the comment says before the regressions: the counts, the testbed, doubts, notes (at most
+    ``_NOTES_MAX``), software that differs; and how many notes were left out."""
     s = doc.summary
     baselines = len(doc.baseline or [])
-    out.append(
+    out = [
         f"{s.compared} of {s.cases} cases compared against {baselines} baseline run(s) "
         f"(testbed `{doc.testbed_candidate}`): {s.regressed} regressed, {s.improved} improved, "
         f"{s.inconclusive} inconclusive, {s.unchanged} unchanged."
-    )
+    ]
     if doc.testbed_mismatch:
-        out.append(f"\n⚠️ The baselines ran on other testbeds: {', '.join(doc.testbed_baseline)}.")
+        out.append(f"\n⚠️ The baselines ran on other testbeds: {clip(', '.join(doc.testbed_baseline), _DETAIL_MAX)}.")
     if doc.suspect:
-        out.append("\n⚠️ The candidate's numbers are doubtful: " + "; ".join(doc.suspect))
-    out += [f"\n> {n}" for n in doc.notes]
+        out.append("\n⚠️ The candidate's numbers are doubtful: " + clip("; ".join(doc.suspect), _DETAIL_MAX))
+    out += [f"\n> {clip(n, _NOTE_MAX)}" for n in doc.notes[:_NOTES_MAX]]
+    if doc.software:
+        software = ", ".join(f"{sw.name} {sw.baseline or '–'} → {sw.candidate or '–'}" for sw in doc.software)
+        out += ["", "**Software that differs:** " + clip(software, _DETAIL_MAX)]
+    return out, max(0, len(doc.notes) - _NOTES_MAX)
+
+
+def _section(inp: CommentInput, f: Finding) -> list[str]:
+    """What one regressed finding says beyond its case's line: its kernels, its detail, the case's rates."""
+    detail = [clip(f.detail, _DETAIL_MAX)] if f.detail else []
+    if f.metric == "backend":
+        head = f"#### ⚠️ `{tables.cell(f.case)}`: backend switch {tables.num(f.baseline)} → {tables.num(f.candidate)}"
+        return ["", head, *detail, *tables.kernel_sets(inp.baseline, inp.candidate, f.case)]
+    if f.metric == "variance":
+        return ["", f"#### `{tables.cell(f.case)}`: run-to-run variance {ranked.pct(f.change)}", *detail]
+    if f.metric == "accuracy":
+        return [
+            "",
+            f"#### ❌ `{tables.cell(f.case)}`: accuracy {tables.num(f.baseline)} → {tables.num(f.candidate)}",
+            *detail,
+        ]
+    if f.metric in ranked.TIMING:
+        out = ["", f"#### `{tables.cell(f.case)}`: {f.metric} {ranked.pct(f.change)}", *detail, ""]
+        return (
+            out
+            + tables.achieved(inp.baseline, inp.candidate, f.case)
+            + tables.kernel_lines(inp.baseline, inp.candidate, f)
+        )
+    return []
+
+
+def _page(inp: CommentInput) -> str:
+    """The dashboard page that has everything the comment leaves out: the comparison's (else the run's, the job's)."""
+    ui = Links(inp.public_url)
+    if inp.comparison_id:
+        return f"[the comparison page]({ui.ui_comparison(inp.project, inp.comparison_id)})"
+    if inp.run_id:
+        return f"[the run's page]({ui.ui_run(inp.project, inp.run_id)})"
+    return f"[the job's page]({ui.ui_job(inp.project, inp.job_id)})"
+
+
+def _left_out(inp: CommentInput, parts: list[str]) -> list[str]:
+    if not parts:
+        return []
+    return [
+        "",
+        f"**Left out** to keep this comment under GitHub's limit of {GITHUB_COMMENT_MAX_CHARS:,} characters: "
+        + "; ".join(parts)
+        + f". {_page(inp)} has all of it.",
+    ]
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def render(inp: CommentInput, *, budget_chars: int = COMMENT_BUDGET_CHARS, kernel_tables: bool = True) -> str:
+    """The comment's markdown, at most ``budget_chars`` characters as GitHub counts them (``budget.github_chars``);
+    its first line is the project's hidden marker.
+
+    With a verdict it leads with one line per regressed case, by impact (``service.github.regressions``), then as
+    many of their kernel tables as fit, in the same order, then the table of the findings that moved and the list of
+    all findings if they fit (``kernel_tables`` False: none of these tables, the compact form), then what was left
+    out, with a link to the comparison page that has it all; the links and how to reproduce it come last. Every part
+    is bounded, so the lines that lead are cut (the top ones kept, the rest counted) only when thousands of cases
+    regressed.
+    """
+    out = [marker(inp.project), _headline(inp), ""]
+    out.append(f"Suite `{clip(inp.suite_name)}`, commit `{inp.commit[:12]}` on `{clip(inp.branch)}`.")
+    doc = inp.comparison
+    if doc is None:
+        return _fit("\n".join(out + _no_verdict(inp)), inp, budget_chars)
+    head, notes_left = _head(inp, doc)
+    out += head
+    order = ranked.by_impact(doc, inp.baseline, inp.candidate)
+    cases = [r.case for r in order]
+    tail = ["", *_links(inp, cases[:_TRACES_MAX]), "", *_reproduce(inp, cases), ""]
+    budget = Budget(budget_chars - _LEFT_OUT_CHARS)
+    budget.take(out)
+    budget.take(tail)
+    left: list[str] = [_plural(notes_left, "note", "notes")] if notes_left else []
+
+    shown = _lines(inp, order, budget)
+    if order:
+        out += ["", f"### Regressed cases, largest first ({len(order)})", "", *shown]
+    if len(shown) < len(order):
+        left.append(f"the lines of {_plural(len(order) - len(shown), 'more regressed case', 'more regressed cases')}")
+        out.append(f"- … and {len(order) - len(shown)} more")
+    tabled = 0
+    for reg in order[: len(shown)] if kernel_tables else []:
+        section = [line for f in reg.findings for line in _section(inp, f)]
+        if not budget.take(section):
+            break
+        out += section
+        tabled += 1
+    if len(order) > tabled:
+        left.append(f"the kernel tables of {_plural(len(order) - tabled, 'case', 'cases')}")
 
     moved = [f for f in doc.findings if f.status in _MOVED]
     moved.sort(key=lambda f: (f.status != "regressed", f.case, f.metric))
-    if moved:
-        out += ["", "### Regressions and improvements", "", *_table(moved)]
-    regressions = [f for f in moved if f.status == "regressed"]
-    for f in regressions:
-        if f.metric == "backend":
-            out += ["", f"#### ⚠️ `{f.case}`: backend switch {_num(f.baseline)} → {_num(f.candidate)}"]
-            out += [f.detail] if f.detail else []
-            out += _kernel_sets(inp, f.case)
-        elif f.metric == "variance":
-            out += ["", f"#### `{f.case}`: run-to-run variance {_pct(f.change)}"]
-            out += [f.detail] if f.detail else []
-        elif f.metric == "accuracy":
-            out += ["", f"#### ❌ `{f.case}`: accuracy {_num(f.baseline)} → {_num(f.candidate)}"]
-            out += [f.detail] if f.detail else []
-        elif f.metric in ("latency", "bandwidth", "throughput", "dram_bytes"):
-            out += ["", f"#### `{f.case}`: {f.metric} {_pct(f.change)}"]
-            out += [f.detail, ""] if f.detail else [""]
-            out += _achieved(inp, f.case)
-            out += _kernel_lines(inp, f)
-    if doc.software:
-        out += [
-            "",
-            "**Software that differs:** "
-            + ", ".join(f"{sw.name} {sw.baseline or '–'} → {sw.candidate or '–'}" for sw in doc.software),
-        ]
-    if doc.findings:
-        out += ["", f"<details><summary>All {len(doc.findings)} findings</summary>", "", *_table(doc.findings)]
-        out += ["", "</details>"]
-    cases = list(dict.fromkeys(f.case for f in regressions))
-    out += ["", *_links(inp, cases), "", *_reproduce(inp, cases), ""]
-    return "\n".join(out)
+    table = ["", "### Regressions and improvements", "", *tables.findings_table(moved)] if moved else []
+    if table and kernel_tables and budget.take(table):
+        out += table
+    elif table:
+        left.append(f"the table of {_plural(len(moved), 'finding that moved', 'findings that moved')}")
+    every = [
+        "",
+        f"<details><summary>All {len(doc.findings)} findings</summary>",
+        "",
+        *tables.findings_table(doc.findings),
+    ]
+    every += ["", "</details>"]
+    if doc.findings and kernel_tables and budget.take(every):
+        out += every
+    elif doc.findings:
+        left.append(f"the list of all {len(doc.findings)} findings")
+    out += _left_out(inp, left)
+    return _fit("\n".join(out + tail), inp, budget_chars)
+
+
+def _lines(inp: CommentInput, order: list[Regression], budget: Budget) -> list[str]:
+    """The regressed cases' lines, top first, as many as ``budget`` holds."""
+    shown = []
+    budget.take(["", "### Regressed cases, largest first (0000000)", ""])
+    for reg in order:
+        text = ranked.line(reg, inp.baseline, inp.candidate)
+        if not budget.take([text]):
+            break
+        shown.append(text)
+    return shown
+
+
+def _fit(body: str, inp: CommentInput, budget_chars: int) -> str:
+    """``body``, or, should it still be over ``budget_chars`` (it is not, with the bounds above), its first lines
+    and a line that says the rest is on the dashboard."""
+    if github_chars(body) <= budget_chars:
+        return body
+    cut = f"\n\n**Cut** to stay under GitHub's limit of {GITHUB_COMMENT_MAX_CHARS:,} characters: {_page(inp)} has all."
+    room = budget_chars - github_chars(cut)
+    kept: list[str] = []
+    for text in body.split("\n"):
+        room -= github_chars(text) + 1
+        if room < 0:
+            break
+        kept.append(text)
+    return "\n".join(kept) + cut

@@ -54,7 +54,15 @@ def test_regression_comment_shows_verdict_table_kernels_links_and_reproduction()
     assert "[run](https://perf.example/ui/p/flash/runs/r-1)" in text
     assert "[comparison](https://perf.example/ui/p/flash/comparisons/c-1)" in text
     assert "/api/v1/" not in text
-    assert "attnprof profile llama7b.toml --case 'prefill[backend=cudnn]' --case 'prefill[backend=efficient]'" in text
+    # The regressed cases lead, one line each, the largest (in µs added to the case's median) first; the
+    # reproduction profiles them in that order.
+    lines = text.split("### Regressed cases, largest first (3)\n\n", 1)[1].splitlines()[:3]
+    assert lines[0] == (
+        "- `prefill[backend=efficient]` +5.3% (268 → 282 µs): "
+        "`fmha_cutlassF_bf16_aligned_64x128_rf_sm80` +14.1 µs (+5.4%)"
+    )
+    assert [line.split("`")[1] for line in lines[1:]] == ["prefill[backend=flash]", "prefill[backend=cudnn]"]
+    assert "attnprof profile llama7b.toml --case 'prefill[backend=efficient]' --case 'prefill[backend=flash]'" in text
     assert "attnprof compare baseline.json candidate.json" in text
 
 

@@ -1,0 +1,206 @@
+"""The regressed cases of a comparison, largest first, one line each: what the PR comment leads with.
+
+Pure: no database, no network. Durations are microseconds; changes are fractions in the documents and
+percentages in the lines.
+
+**Impact** (the order): what a regression costs, in three tiers, then the microseconds it added:
+
+1. a case that broke: its status (it ran in the baseline and failed now) or its accuracy regressed. A wrong or
+   missing result outranks any slowdown, and it has no duration to compare;
+2. a regression that fails the verdict (timing beyond its minimum effect, a backend switch), by the absolute change
+   of the case's median latency (candidate − baseline, µs);
+3. a regression that only warns (variance, a suspect run, a changed kernel set), by the same change.
+
+Absolute microseconds, not the relative change, because they are what the model that calls the kernel loses per
+call: a 2 µs decode step that became 30% slower costs less than a 3.4 ms prefill that became 6.6% slower, and the
+kernel lines under each case are ordered the same way (``KernelMove`` by the change of its duration, µs). A case
+whose medians are unknown (no latency on one side) comes after those whose are, within its tier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from profiler_core.documents.comparison import ComparisonDocument, Finding, KernelMove
+from profiler_core.documents.result import Kernel, ResultDocument
+
+TIMING = ("latency", "bandwidth", "throughput", "dram_bytes")
+_BROKEN = ("status", "accuracy")
+NAME_MAX = 120
+"""Characters of a case id or kernel key shown in a line; a longer one is cut with "…" (ids come from users)."""
+LINE_MAX = 600
+"""Characters of one regression's line at most, whatever its case has."""
+
+
+@dataclass(frozen=True)
+class Regression:
+    """One regressed case: its regressed findings (timing first) and its medians, µs (None when a side has none)."""
+
+    case: str
+    findings: tuple[Finding, ...]
+    tier: int
+    baseline_us: float | None
+    candidate_us: float | None
+
+    @property
+    def delta_us(self) -> float | None:
+        """What the case's median gained, µs (candidate − baseline)."""
+        if self.baseline_us is None or self.candidate_us is None:
+            return None
+        return self.candidate_us - self.baseline_us
+
+    @property
+    def moves(self) -> list[KernelMove]:
+        """The kernels that moved, from the case's first timing finding that names any (largest change first)."""
+        for f in self.findings:
+            if f.metric in TIMING and f.kernels:
+                return list(f.kernels)
+        return []
+
+
+def clip(text: str, limit: int = NAME_MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def us(value: float) -> str:
+    """A duration for a line: microseconds below 10 ms (grouped thousands), milliseconds above."""
+    if abs(value) >= 10_000:
+        return f"{value / 1000:,.1f} ms"
+    if abs(value) >= 100:
+        return f"{value:,.0f} µs"
+    return f"{value:.3g} µs"
+
+
+def _span(baseline_us: float, candidate_us: float) -> str:
+    """``3,428 → 3,654 µs``: the unit once when both sides have the same."""
+    was, now = us(baseline_us), us(candidate_us)
+    if was.rsplit(" ", 1)[1] == now.rsplit(" ", 1)[1]:
+        was = was.rsplit(" ", 1)[0]
+    return f"{was} → {now}"
+
+
+def pct(change: float | None) -> str:
+    """A relative change as a signed percentage."""
+    # + 0.0 turns a negative zero into zero: a stored document has none (Postgres JSON keeps no -0), and an
+    # upload's answer, rendered before its comparison is read back, must read the same as its retry's.
+    return "–" if change is None else f"{change * 100 + 0.0:+.1f}%"
+
+
+def _medians(
+    case: str, findings: list[Finding], baseline: ResultDocument | None, candidate: ResultDocument | None
+) -> tuple[float | None, float | None]:
+    """The case's medians, µs: the latency finding's (the pooled baselines'), else the documents' own."""
+    for f in findings:
+        if f.metric == "latency" and isinstance(f.baseline, float | int) and isinstance(f.candidate, float | int):
+            return float(f.baseline), float(f.candidate)
+
+    def median(doc: ResultDocument | None) -> float | None:
+        found = doc.case(case) if doc is not None else None
+        lat = found.latency_us if found is not None and found.status == "ok" else None
+        return float(lat.median) if lat is not None else None
+
+    return median(baseline), median(candidate)
+
+
+def _tier(findings: list[Finding]) -> int:
+    if any(f.metric in _BROKEN for f in findings):
+        return 0
+    return 1 if any(f.verdict == "fail" for f in findings) else 2
+
+
+def by_impact(
+    doc: ComparisonDocument, baseline: ResultDocument | None, candidate: ResultDocument | None
+) -> list[Regression]:
+    """The regressed cases of ``doc``, largest impact first (the module's docstring says what impact is); ties by
+    case id, so the order is the same on every delivery."""
+    grouped: dict[str, list[Finding]] = {}
+    for f in doc.findings:
+        if f.status == "regressed":
+            grouped.setdefault(f.case, []).append(f)
+    out = []
+    for case, found in grouped.items():
+        found.sort(key=lambda f: (f.metric not in TIMING, f.metric))
+        b_us, c_us = _medians(case, found, baseline, candidate)
+        out.append(Regression(case, tuple(found), _tier(found), b_us, c_us))
+    out.sort(key=lambda r: (r.tier, r.delta_us is None, -(r.delta_us or 0.0), r.case))
+    return out
+
+
+def kernel_of(doc: ResultDocument | None, case: str, move: KernelMove) -> Kernel | None:
+    """The kernel of ``case`` that ``move`` stands for: the same key and phase. A key launched more than once in a
+    phase (the comparison sums them) gives its longest launch, whose bound and utilisations weigh most."""
+    found = doc.case(case) if doc is not None else None
+    if found is None:
+        return None
+    same = [k for k in found.kernels if k.key == move.key and (move.phase is None or k.phase == move.phase)]
+    return max(same, key=lambda k: k.duration_us.median) if same else None
+
+
+def _util(b: Kernel | None, c: Kernel | None) -> str:
+    """The utilisation that moved most, baseline → candidate ("bandwidth use 75% → 46%"), or the candidate's."""
+    pairs = []
+    for field, label in (("bandwidth_util", "bandwidth use"), ("compute_util", "compute use")):
+        was, now = getattr(b, field, None), getattr(c, field, None)
+        if now is not None:
+            moved = abs(now - was) if was is not None else -1.0
+            pairs.append((moved, label, was, now))
+    if not pairs:
+        return ""
+    _, label, was, now = max(pairs, key=lambda p: p[0])
+    return f"{label} {was:.0%} → {now:.0%}" if was is not None else f"{label} {now:.0%}"
+
+
+def _kernel_part(reg: Regression, baseline: ResultDocument | None, candidate: ResultDocument | None) -> str:
+    moves = reg.moves
+    if not moves:
+        return ""
+    m = moves[0]
+    name = f"`{clip(m.key)}`"
+    if m.appeared:
+        head = f"{name} new, +{us(m.candidate_us or 0.0)}"
+    elif m.vanished:
+        head = f"{name} gone, −{us(m.baseline_us or 0.0)}"
+    else:
+        delta = m.delta_us or 0.0
+        head = f"{name} {'+' if delta >= 0 else '−'}{us(abs(delta))} ({pct(m.change)})"
+    b, c = kernel_of(baseline, reg.case, m), kernel_of(candidate, reg.case, m)
+    parts = [head]
+    if c is not None and c.bound:
+        was = b.bound if b is not None else None
+        parts.append(f"{c.bound}-bound" if was in (None, c.bound) else f"{was}-bound → {c.bound}-bound")
+    util = _util(b, c)
+    if util:
+        parts.append(util)
+    more = f" (and {len(moves) - 1} more kernel{'s' if len(moves) > 2 else ''})" if len(moves) > 1 else ""
+    return ", ".join(parts) + more
+
+
+def _value(value: float | str | None) -> str:
+    if value is None:
+        return "–"
+    return f"`{clip(value, 60)}`" if isinstance(value, str) else f"{value:.3g}"
+
+
+def line(reg: Regression, baseline: ResultDocument | None, candidate: ResultDocument | None) -> str:
+    """One markdown list item: the case, its change and medians, then what moved: the kernel that moved most (its
+    change in µs and %, its bound, the utilisation that moved), or what else regressed (backend, accuracy, status,
+    variance). At most ``LINE_MAX`` characters."""
+    text = f"- `{clip(reg.case)}`"
+    if reg.baseline_us is not None and reg.candidate_us is not None and reg.baseline_us > 0:
+        change = reg.candidate_us / reg.baseline_us - 1.0
+        text += f" {pct(change)} ({_span(reg.baseline_us, reg.candidate_us)})"
+    what: list[str] = []
+    timing_done = False
+    for f in reg.findings:
+        if f.metric in TIMING:
+            if timing_done:
+                continue
+            timing_done = True
+            what.append(_kernel_part(reg, baseline, candidate) or f"{f.metric} {pct(f.change)}, no kernel moved")
+        elif f.metric == "variance":
+            what.append(f"run-to-run variance {pct(f.change)}")
+        else:
+            what.append(f"{f.metric} {_value(f.baseline)} → {_value(f.candidate)}")
+    if what:
+        text += ": " + "; ".join(what)
+    return clip(text, LINE_MAX)

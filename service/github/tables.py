@@ -1,0 +1,162 @@
+"""The markdown tables of the PR comment: findings, and the kernels of a regressed case on both sides.
+
+Pure: no database, no network. Durations are microseconds; changes are fractions in the documents and percentages
+here. Every table is bounded: at most ``KERNELS_MAX`` kernel rows, ``WHY_MAX`` changes listed under them, names cut at
+``regressions.NAME_MAX`` characters.
+"""
+
+from __future__ import annotations
+
+from profiler_core.documents.comparison import Finding
+from profiler_core.documents.result import Kernel, ResultDocument
+from service.github.regressions import clip, kernel_of, pct
+
+KERNELS_MAX = 20  # rows of a kernel table
+WHY_MAX = 10  # launch and rate changes listed under a kernel table
+
+
+def num(value: float | str | None, unit: str | None = None) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        return f"`{clip(value)}`"
+    text = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"
+    return f"{text} {unit}" if unit and unit != "fraction" else text
+
+
+def _interval(f: Finding) -> str:
+    if f.ci is None:
+        return "–"
+    return f"[{pct(f.ci.low)}, {pct(f.ci.high)}] ({f.ci.level:.0%})"
+
+
+def cell(text: str) -> str:
+    """A case id or kernel key for a table cell: one line, its pipes escaped, at most ``regressions.NAME_MAX``."""
+    return clip(text).replace("|", "\\|").replace("\n", " ")
+
+
+def findings_table(findings: list[Finding]) -> list[str]:
+    lines = [
+        "| | Case | Metric | Baseline | Candidate | Δ | Interval |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for f in findings:
+        icon = {"regressed": "🔴", "improved": "🟢", "inconclusive": "❔"}.get(f.status, "")
+        lines.append(
+            f"| {icon} | `{cell(f.case)}` | {f.metric} | {num(f.baseline, f.unit)} | {num(f.candidate, f.unit)} "
+            f"| {pct(f.change)} | {_interval(f)} |"
+        )
+    return lines
+
+
+def _attr(kernel: Kernel | None, name: str) -> float | int | str | None:
+    value = getattr(kernel, name, None) if kernel is not None else None
+    return value if isinstance(value, (int, float, str)) else None
+
+
+def _pair(baseline: float | int | str | None, candidate: float | int | str | None, fmt: str = "{}") -> str:
+    def one(v: float | int | str | None) -> str:
+        return "–" if v is None else fmt.format(v)
+
+    if baseline == candidate:
+        return one(candidate)
+    return f"{one(baseline)} → {one(candidate)}"
+
+
+def kernel_lines(baseline: ResultDocument | None, candidate: ResultDocument | None, f: Finding) -> list[str]:
+    """The table of the kernels that moved in finding ``f`` (at most ``KERNELS_MAX`` rows, largest change first),
+    then what changed in their launch and rates."""
+    if not f.kernels:
+        return ["No kernel moved beyond its noise: the change is outside the kernels (launch overhead, host time)."]
+    lines = [
+        "| Kernel | Phase | Baseline | Candidate | Δ | Occupancy | Registers/thread | DRAM BW util "
+        "| Compute util | Bound |",
+        "|---|---|---:|---:|---:|---|---|---|---|---|",
+    ]
+    why: list[str] = []
+    for m in f.kernels[:KERNELS_MAX]:
+        b, c = kernel_of(baseline, f.case, m), kernel_of(candidate, f.case, m)
+        state = " (new)" if m.appeared else " (gone)" if m.vanished else ""
+        lines.append(
+            f"| `{cell(m.key)}`{state} | {m.phase or '–'} "
+            f"| {num(m.baseline_us, 'us')} | {num(m.candidate_us, 'us')} "
+            f"| {pct(m.change)} "
+            f"| {_pair(_attr(b, 'theoretical_occupancy'), _attr(c, 'theoretical_occupancy'), '{:.0%}')} "
+            f"| {_pair(_attr(b, 'registers_per_thread'), _attr(c, 'registers_per_thread'))} "
+            f"| {_pair(_attr(b, 'bandwidth_util'), _attr(c, 'bandwidth_util'), '{:.0%}')} "
+            f"| {_pair(_attr(b, 'compute_util'), _attr(c, 'compute_util'), '{:.0%}')} "
+            f"| {_pair(_attr(b, 'bound'), _attr(c, 'bound'))} |"
+        )
+        for fc in [*m.launch, *m.rates]:
+            change = f" ({pct(fc.change)})" if fc.change is not None else ""
+            why.append(f"- `{cell(m.key)}`: {fc.field} {_field(fc.baseline)} → {_field(fc.candidate)}{change}")
+        if c is not None and c.occupancy_limiter and b is not None and b.occupancy_limiter != c.occupancy_limiter:
+            why.append(f"- `{cell(m.key)}`: occupancy now limited by {c.occupancy_limiter}")
+    if len(f.kernels) > KERNELS_MAX:
+        lines.append(f"| … {len(f.kernels) - KERNELS_MAX} more kernels moved less | | | | | | | | | |")
+    if len(why) > WHY_MAX:
+        why = [*why[:WHY_MAX], f"- … and {len(why) - WHY_MAX} more changes"]
+    return lines + (["", *why] if why else [])
+
+
+def _field(value: object) -> str:
+    """A launch or rate field's value: four significant digits for a float, else as it is (cut at a cell's length)."""
+    return f"{value:.4g}" if isinstance(value, float) else clip(str(value))
+
+
+def _occurrences(kernels: list[Kernel]) -> dict[tuple[str, str, int], Kernel]:
+    """The kernels by key, phase and occurrence: two launches with one key in one phase (the two ``aten::bmm`` of an
+    unfused attention on CPU, the two GEMMs of a block) are two entries, never one."""
+    seen: dict[tuple[str, str], int] = {}
+    out: dict[tuple[str, str, int], Kernel] = {}
+    for k in kernels:
+        n = seen.get((k.key, k.phase), 0)
+        seen[(k.key, k.phase)] = n + 1
+        out[(k.key, k.phase, n)] = k
+    return out
+
+
+def kernel_sets(baseline: ResultDocument | None, candidate: ResultDocument | None, case: str) -> list[str]:
+    """The kernels of ``case`` on both sides (by key, phase and occurrence), when the backend changed: which vanished,
+    which appeared, and what each costs per iteration (median, microseconds). At most ``KERNELS_MAX`` rows."""
+    b = baseline.case(case) if baseline is not None else None
+    c = candidate.case(case) if candidate is not None else None
+    before = _occurrences(b.kernels if b is not None else [])
+    after = _occurrences(c.kernels if c is not None else [])
+    if not before and not after:
+        return []
+    lines = ["", "| Kernel | Phase | Baseline | Candidate | Bound |", "|---|---|---:|---:|---|"]
+    idents = list(dict.fromkeys([*before, *after]))
+    for ident in idents[:KERNELS_MAX]:
+        bk, ck = before.get(ident), after.get(ident)
+        state = " (new)" if bk is None and b is not None else " (gone)" if ck is None and c is not None else ""
+        key, phase, n = ident
+        nth = f" (#{n + 1})" if n else ""
+        was = num(bk.duration_us.median if bk else None, "us")
+        now = num(ck.duration_us.median if ck else None, "us")
+        bound = _pair(_attr(bk, "bound"), _attr(ck, "bound"))
+        lines.append(f"| `{cell(key)}`{nth}{state} | {phase} | {was} | {now} | {bound} |")
+    if len(idents) > KERNELS_MAX:
+        lines.append(f"| … {len(idents) - KERNELS_MAX} more kernels | | | | |")
+    return lines
+
+
+def achieved(baseline: ResultDocument | None, candidate: ResultDocument | None, case: str) -> list[str]:
+    """The case's achieved rates and bound, baseline → candidate, when the documents carry them."""
+    b = baseline.case(case) if baseline is not None else None
+    c = candidate.case(case) if candidate is not None else None
+    if c is None or c.achieved is None:
+        return []
+    ba = b.achieved if b is not None else None
+    parts = []
+    for name, label, fmt in (
+        ("bandwidth_util", "DRAM bandwidth util", "{:.0%}"),
+        ("compute_util", "compute util", "{:.0%}"),
+        ("gbps", "GB/s", "{:.4g}"),
+        ("tflops", "TFLOP/s", "{:.4g}"),
+        ("bound", "bound", "{}"),
+    ):
+        now = getattr(c.achieved, name)
+        if now is not None:
+            parts.append(f"{label} {_pair(getattr(ba, name, None) if ba else None, now, fmt)}")
+    return ["Whole case: " + "; ".join(parts) + ".", ""] if parts else []
