@@ -2,7 +2,9 @@
 
 GitHub answers a rate limit with 403 or 429 and either ``Retry-After`` (seconds) or ``x-ratelimit-remaining: 0``
 with ``x-ratelimit-reset`` (epoch seconds); 5xx and transport errors are retried with exponential backoff.
-At most ``attempts`` requests are sent per call; the last failure raises ``GitHubError``.
+At most ``attempts`` requests are sent per call; the last failure raises ``GitHubError``. Any other 4xx (a plain
+403, 404, 422 Validation Failed) is not retried: the same request would get the same answer. Its ``GitHubError`` says
+so (``retryable`` False), so that the outbox does not send it again either.
 """
 
 from __future__ import annotations
@@ -17,11 +19,40 @@ RETRY_STATUS = frozenset({403, 429, 500, 502, 503, 504})
 
 
 class GitHubError(Exception):
-    """A GitHub call that failed for good (after its retries); ``status`` is None for a transport error."""
+    """A GitHub call that failed for good (after its retries); ``status`` is None for a transport error.
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    ``retryable``: whether the same request may succeed later (a transport error, a rate limit, a 5xx); False for
+    an answer that would be the same again (a 4xx other than a rate limit). ``errors``: the messages of a 422's
+    ``errors`` (GitHub's validation failures, e.g. "Body is too long (maximum is 65536 characters)").
+    """
+
+    def __init__(
+        self, message: str, status: int | None = None, *, retryable: bool = True, errors: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.retryable = retryable
+        self.errors = errors
+
+    @property
+    def too_long(self) -> bool:
+        """Whether GitHub refused a body for its size (422, "... is too long ...")."""
+        return self.status == 422 and any("too long" in e.lower() for e in self.errors)
+
+
+def _errors(response: httpx.Response) -> tuple[str, ...]:
+    """The messages of a validation failure's ``errors`` (GitHub: objects with a ``message``, or strings)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ()
+    found = body.get("errors") if isinstance(body, dict) else None
+    out = []
+    for e in found if isinstance(found, list) else []:
+        text = e.get("message") if isinstance(e, dict) else e
+        if isinstance(text, str):
+            out.append(text)
+    return tuple(out)
 
 
 def _wait_s(response: httpx.Response, attempt: int, backoff_s: float, now: float) -> float | None:
@@ -89,7 +120,7 @@ class GitHubClient:
                 last = f"{method} {url}: HTTP {status} {response.text[:200]}"
                 found = _wait_s(response, attempt, self.backoff_s, time.time())
                 if found is None:
-                    raise GitHubError(last, status)
+                    raise GitHubError(last, status, retryable=False, errors=_errors(response))
                 wait = found
             if attempt + 1 < self.attempts:
                 self.retries += 1

@@ -25,7 +25,8 @@ from service.comparisons import documents as comparison_documents
 from service.comparisons import repository as comparisons
 from service.config import Settings, Sweep
 from service.errors import NotFound
-from service.github.client import GitHubClient
+from service.github.budget import COMPACT_BUDGET_CHARS
+from service.github.client import GitHubClient, GitHubError
 from service.github.comment import CommentInput, marker, render
 from service.jobs.models import FINAL, Job
 from service.projects import repository as projects
@@ -147,6 +148,9 @@ class Feedback:
     marker: str
     comment: str | None
     """The pull-request comment's body: for a pull request, once the job has ended (None: no comment)."""
+    compact: str | None = None
+    """A smaller body of the same comment (the regressed cases' lines, no tables), sent when GitHub refuses
+    ``comment`` as too long."""
 
 
 def feedback_of(session: Session, settings: Settings, job: Job) -> Feedback:
@@ -155,7 +159,11 @@ def feedback_of(session: Session, settings: Settings, job: Job) -> Feedback:
     assert job.repo, "a job that names no repository owes nothing"
     project = _project(session, job)
     state, description = status_of(job)
-    comment = comment_markdown(session, job, settings) if job.pr is not None and state != "pending" else None
+    comment = compact = None
+    if job.pr is not None and state != "pending":
+        inp = comment_input(session, job, settings)
+        comment = render(inp)
+        compact = render(inp, budget_chars=COMPACT_BUDGET_CHARS, kernel_tables=False)
     return Feedback(
         job_status=job.status,
         repo=job.repo,
@@ -167,12 +175,16 @@ def feedback_of(session: Session, settings: Settings, job: Job) -> Feedback:
         pr=job.pr,
         marker=marker(project),
         comment=comment,
+        compact=compact,
     )
 
 
 def post(client: GitHubClient, feedback: Feedback) -> None:
     """Send ``feedback``: the commit status, then the pull-request comment (the project's one, edited in place once
-    it exists). ``GitHubError`` when GitHub refuses after the client's retries. Called with no transaction open."""
+    it exists). ``GitHubError`` when GitHub refuses after the client's retries. Called with no transaction open.
+
+    A comment that GitHub refuses as too long (422) is not sent again as it is: its compact body (``Feedback.compact``)
+    is sent in its place at once, and if that is refused too, the error is GitHub's answer to the compact one."""
     client.create_status(
         feedback.repo,
         feedback.commit,
@@ -182,7 +194,22 @@ def post(client: GitHubClient, feedback: Feedback) -> None:
         target_url=feedback.target_url,
     )
     if feedback.comment is not None and feedback.pr is not None:
-        client.upsert_comment(feedback.repo, feedback.pr, marker=feedback.marker, body=feedback.comment)
+        try:
+            client.upsert_comment(feedback.repo, feedback.pr, marker=feedback.marker, body=feedback.comment)
+        except GitHubError as exc:
+            smaller = feedback.compact
+            if not exc.too_long or smaller is None or len(smaller) >= len(feedback.comment):
+                raise
+            log.warning(
+                "%s#%d: GitHub refused the comment of %d characters as too long (%s); sending its %d-character "
+                "compact form",
+                feedback.repo,
+                feedback.pr,
+                len(feedback.comment),
+                "; ".join(exc.errors),
+                len(smaller),
+            )
+            client.upsert_comment(feedback.repo, feedback.pr, marker=feedback.marker, body=smaller)
 
 
 @dataclass(frozen=True)
@@ -201,6 +228,9 @@ def settled(job: Job, *, sent_status: str | None, error: Exception | None, cfg: 
     - GitHub refused (``error``): the failure is noted in the reason, and the feedback owed again after the backoff
       (``retry_after_s``), or given up after ``cfg.feedback_attempts`` failed deliveries (an admin's resend sends
       it then);
+    - GitHub refused it for good (a ``GitHubError`` that is not ``retryable``: a 4xx other than a rate limit, such
+      as 422 Validation Failed): the same request would get the same answer, so it is noted and given up at once,
+      never sent again as it is. A new state of the job owes new feedback; an admin's resend sends it again;
     - delivered: nothing is owed and the note goes; but a job that ended while an older state was being sent owes
       its end at once, so that the end is sent after the older state, never before it.
     """
@@ -210,7 +240,9 @@ def settled(job: Job, *, sent_status: str | None, error: Exception | None, cfg: 
         return Settled(due_at=now if ended_since else None, attempts=0, reason=kept)
     attempts = (job.feedback_attempts or 0) + 1
     due_at: datetime | None
-    if attempts >= cfg.feedback_attempts:
+    if isinstance(error, GitHubError) and not error.retryable:
+        due_at, then = None, f"refused for good, not sent again; POST {PATHS.api_github_resend(job.id)}"
+    elif attempts >= cfg.feedback_attempts:
         due_at, then = None, f"given up after {attempts} deliveries; POST {PATHS.api_github_resend(job.id)}"
     else:
         wait_s = retry_after_s(cfg, attempts)

@@ -1,8 +1,10 @@
 """A local GitHub REST server for the endpoints attnprof uses, following GitHub's documented behaviour:
 201 for creates, 200 for updates and lists, ``Link`` pagination (``per_page``/``page``, rel next/last),
 ``x-ratelimit-*`` headers on every answer, 404 for unknown things. It records every request and can be told
-to fail the next requests (403 rate limit with ``x-ratelimit-reset``, 429 with ``Retry-After``, 500), or to hold
-every request until told to answer (``hold``, ``answer``: a GitHub that is slow to answer).
+to fail the next requests (403 rate limit with ``x-ratelimit-reset``, 429 with ``Retry-After``, 500, ``422``
+Validation Failed), or to hold every request until told to answer (``hold``, ``answer``: a GitHub that is slow to
+answer). An issue comment's body over ``COMMENT_MAX_CHARS`` characters is refused as GitHub refuses it, on create
+and on update: 422 Validation Failed, "Body is too long (maximum is 65536 characters)".
 """
 
 from __future__ import annotations
@@ -15,6 +17,26 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+COMMENT_MAX_CHARS = 65_536
+"""GitHub's limit on an issue comment's body, in characters (Ruby's: code points)."""
+
+
+def _too_long(action: str) -> dict[str, Any]:
+    """GitHub's answer to a comment body over the limit (422), as its REST API writes it."""
+    return {
+        "message": "Validation Failed",
+        "errors": [
+            {
+                "resource": "IssueComment",
+                "code": "unprocessable",
+                "field": "data",
+                "message": f"Body is too long (maximum is {COMMENT_MAX_CHARS} characters)",
+            }
+        ],
+        "documentation_url": f"https://docs.github.com/rest/issues/comments#{action}",
+        "status": "422",
+    }
 
 
 @dataclass
@@ -32,7 +54,8 @@ class State:
     comments: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "owner/repo#pr" -> oldest first
     permissions: dict[str, str] = field(default_factory=dict)  # "owner/repo:user" -> admin|write|read|none
     requests: list[Request] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)  # "rate403", "rate429", "403", "500", consumed one per request
+    # "rate403", "rate429", "403", "500", "422", "too_long": each answers one request, in order ("pass": as usual)
+    failures: list[str] = field(default_factory=list)
     next_id: int = 1000
 
 
@@ -138,6 +161,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(403, {"message": "Resource not accessible by integration"})
         if failure == "500":
             return self._send(500, {"message": "Server Error"})
+        if failure == "422":
+            return self._send(422, {"message": "Validation Failed", "errors": [], "status": "422"})
+        if failure == "too_long":  # as GitHub answers a body over its limit, whatever this one's length
+            return self._send(422, _too_long("create-an-issue-comment"))
         if not (self.headers.get("Authorization") or "").startswith("Bearer "):
             return self._send(401, {"message": "Requires authentication"})
         self._route(method, split.path, query, body)
@@ -159,6 +186,8 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "POST":
                 if not isinstance(body, dict) or not body.get("body"):
                     return self._send(422, {"message": "Validation Failed"})
+                if len(body["body"]) > COMMENT_MAX_CHARS:
+                    return self._send(422, _too_long("create-an-issue-comment"))
                 cid = self.fake.add_comment(m[1], int(m[2]), body["body"], "attnprof[bot]")
                 return self._send(201, next(c for c in self.fake.comments(m[1], int(m[2])) if c["id"] == cid))
             if method == "GET":
@@ -175,6 +204,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(200, chunk, {"Link": ", ".join(links)} if links else None)
         if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/comments/(\d+)", path):
             if method == "PATCH":
+                if isinstance(body, dict) and len(str(body.get("body") or "")) > COMMENT_MAX_CHARS:
+                    return self._send(422, _too_long("update-an-issue-comment"))
                 for comments in st.comments.values():
                     for c in comments:
                         if c["id"] == int(m[2]):

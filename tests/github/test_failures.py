@@ -193,8 +193,8 @@ def test_backoff_doubles_and_gives_up_after_the_maximum(db, pg_url, github, tena
     db.commit()
     waits = []
     for _ in range(SWEEP.feedback_attempts):
-        github.fail_next("403")  # a plain 403 (no access): not retried within a delivery
-        gh = GitHubClient(github.url, "test-token-1", backoff_s=0.0)
+        github.fail_next("500")  # a server error, with one try per delivery: owed again after the backoff
+        gh = GitHubClient(github.url, "test-token-1", attempts=1, backoff_s=0.0)
         assert outbox.deliver(s.sessions, s.settings, job_id, client=gh, now=now) is False
         if job.feedback_due_at is not None:
             waits.append((job.feedback_due_at - now).total_seconds())
@@ -269,7 +269,7 @@ def test_a_job_that_ends_while_its_pending_status_is_sent_gets_its_end_after_it(
     end but keeps the delivery's claim (its own send after the commit skips the job), and the delivery, finding the
     job cancelled when it records the pending status, sends the end next. Never the pending status after the end."""
     s = _stack(db, pg_url, github, tenant, worker_token)
-    github.fail_next("403")  # the creation's pending status
+    github.fail_next("500", "500")  # both tries of the creation's pending status (a plain 403 is never sent again)
     job_id = _create(s, "p1", pr=None)
     owed = _job(db, job_id).feedback_due_at
     assert owed is not None and _states(github, "p1") == []
@@ -296,7 +296,7 @@ def test_a_job_that_ended_before_its_refused_pending_status_was_sent_again_gets_
     """What is sent is the job's state when it is sent: a pending status still owed (GitHub refused it) is never sent
     once the job has ended. The end waits out the backoff GitHub's refusal started, then goes alone."""
     s = _stack(db, pg_url, github, tenant, worker_token)
-    github.fail_next("403")
+    github.fail_next("500", "500")  # both tries of the creation's pending status
     job_id = _create(s, "p2", pr=None)
     owed = _job(db, job_id).feedback_due_at
     assert owed is not None

@@ -93,6 +93,8 @@ def test_a_plain_403_is_not_retried(db, pg_url, github, tenant, worker_token) ->
     db.expire_all()
     job = db.get(Job, job_id)
     assert job is not None and job.reason is not None and "HTTP 403" in job.reason
+    # Refused for good (no access): owed no more, never sent again by the sweep.
+    assert job.feedback_due_at is None and "refused for good, not sent again" in job.reason
 
 
 def test_job_creation_succeeds_with_github_unreachable(db, pg_url, github, tenant, worker_token, monkeypatch) -> None:
