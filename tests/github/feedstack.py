@@ -58,14 +58,16 @@ class Stack:
         self.tokens[job_id] = token
         return token
 
-    def baseline(self, commit: str = "a1") -> dict:
-        doc = docs.h200()
+    def baseline(self, commit: str = "a1", doc: dict | None = None) -> dict:
+        """Upload ``doc`` (the committed H200 run when None) as the default branch's run of ``commit``."""
+        doc = doc or docs.h200()
         url = f"/api/v1/projects/{self.tenant.name}/results"
         r = self.client.post(url, json=docs.upload_body(doc, commit=commit), headers=self.tenant.h("submit"))
         assert r.status_code == 201, r.text
         return doc
 
-    def job(self, commit: str, *, pr: int | None = 7, slower: float = 1.10) -> str:
+    def job(self, commit: str, *, pr: int | None = 7, slower: float = 1.10, result: dict | None = None) -> str:
+        """A job for ``commit`` whose worker posts ``result`` (None: the committed H200 run, ``CASE`` ``slower``)."""
         files = {"spec": ("attnprof.toml", SPEC.encode())}
         data = {"testbed": self.testbed, "branch": "feature", "commit": commit, "base_commit": "a1", "repo": REPO}
         if pr is not None:
@@ -77,7 +79,7 @@ class Stack:
         job_id = r.json()["id"]
         self.offered(job_id)
         w = bearer(self.claim(job_id))
-        doc = docs.variant(docs.h200(), slower=slower, cases=[CASE])
+        doc = result or docs.variant(docs.h200(), slower=slower, cases=[CASE])
         r = self.client.post(f"/internal/jobs/{job_id}/result", json={"attempt": 1, "result": doc}, headers=w)
         assert r.status_code == 200, r.text
         _drain("analysis")
