@@ -179,7 +179,7 @@ def _section(inp: CommentInput, f: Finding) -> list[str]:
         head = f"#### ⚠️ `{tables.cell(f.case)}`: backend switch {tables.num(f.baseline)} → {tables.num(f.candidate)}"
         return ["", head, *detail, *tables.kernel_sets(inp.baseline, inp.candidate, f.case)]
     if f.metric == "variance":
-        return ["", f"#### `{tables.cell(f.case)}`: run-to-run variance {ranked.pct(f.change)}", *detail]
+        return ["", f"#### `{tables.cell(f.case)}`: run-to-run variance {tables.pct(f.change)}", *detail]
     if f.metric == "accuracy":
         return [
             "",
@@ -187,7 +187,7 @@ def _section(inp: CommentInput, f: Finding) -> list[str]:
             *detail,
         ]
     if f.metric in ranked.TIMING:
-        out = ["", f"#### `{tables.cell(f.case)}`: {f.metric} {ranked.pct(f.change)}", *detail, ""]
+        out = ["", f"#### `{tables.cell(f.case)}`: {f.metric} {tables.pct(f.change)}", *detail, ""]
         return (
             out
             + tables.achieved(inp.baseline, inp.candidate, f.case)

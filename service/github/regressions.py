@@ -1,7 +1,7 @@
 """The regressed cases of a comparison, largest first, one line each: what the PR comment leads with.
 
 Pure: no database, no network. Durations are microseconds; changes are fractions in the documents and
-percentages in the lines.
+percentages in the lines, written by ``profiler_core.units`` as everywhere else.
 
 **Impact** (the order): what a regression costs, in three tiers, then the microseconds it added:
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from profiler_core.documents.comparison import ComparisonDocument, Finding, KernelMove
 from profiler_core.documents.result import Kernel, ResultDocument
+from profiler_core.units import fmt_change, fmt_duration_delta_us, fmt_duration_us, fmt_number, fmt_percent
 
 TIMING = ("latency", "bandwidth", "throughput", "dram_bytes")
 _BROKEN = ("status", "accuracy")
@@ -62,28 +63,12 @@ def clip(text: str, limit: int = NAME_MAX) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def us(value: float) -> str:
-    """A duration for a line: microseconds below 10 ms (grouped thousands), milliseconds above."""
-    if abs(value) >= 10_000:
-        return f"{value / 1000:,.1f} ms"
-    if abs(value) >= 100:
-        return f"{value:,.0f} µs"
-    return f"{value:.3g} µs"
-
-
 def _span(baseline_us: float, candidate_us: float) -> str:
     """``3,428 → 3,654 µs``: the unit once when both sides have the same."""
-    was, now = us(baseline_us), us(candidate_us)
+    was, now = fmt_duration_us(baseline_us), fmt_duration_us(candidate_us)
     if was.rsplit(" ", 1)[1] == now.rsplit(" ", 1)[1]:
         was = was.rsplit(" ", 1)[0]
     return f"{was} → {now}"
-
-
-def pct(change: float | None) -> str:
-    """A relative change as a signed percentage."""
-    # + 0.0 turns a negative zero into zero: a stored document has none (Postgres JSON keeps no -0), and an
-    # upload's answer, rendered before its comparison is read back, must read the same as its retry's.
-    return "–" if change is None else f"{change * 100 + 0.0:+.1f}%"
 
 
 def _medians(
@@ -147,7 +132,7 @@ def _util(b: Kernel | None, c: Kernel | None) -> str:
     if not pairs:
         return ""
     _, label, was, now = max(pairs, key=lambda p: p[0])
-    return f"{label} {was:.0%} → {now:.0%}" if was is not None else f"{label} {now:.0%}"
+    return f"{label} {fmt_percent(was)} → {fmt_percent(now)}" if was is not None else f"{label} {fmt_percent(now)}"
 
 
 def _kernel_part(reg: Regression, baseline: ResultDocument | None, candidate: ResultDocument | None) -> str:
@@ -157,12 +142,11 @@ def _kernel_part(reg: Regression, baseline: ResultDocument | None, candidate: Re
     m = moves[0]
     name = f"`{clip(m.key)}`"
     if m.appeared:
-        head = f"{name} new, +{us(m.candidate_us or 0.0)}"
+        head = f"{name} new, {fmt_duration_delta_us(m.candidate_us or 0.0)}"
     elif m.vanished:
-        head = f"{name} gone, −{us(m.baseline_us or 0.0)}"
+        head = f"{name} gone, {fmt_duration_delta_us(-(m.baseline_us or 0.0))}"
     else:
-        delta = m.delta_us or 0.0
-        head = f"{name} {'+' if delta >= 0 else '−'}{us(abs(delta))} ({pct(m.change)})"
+        head = f"{name} {fmt_duration_delta_us(m.delta_us or 0.0)} ({fmt_change(m.change)})"
     b, c = kernel_of(baseline, reg.case, m), kernel_of(candidate, reg.case, m)
     parts = [head]
     if c is not None and c.bound:
@@ -178,7 +162,7 @@ def _kernel_part(reg: Regression, baseline: ResultDocument | None, candidate: Re
 def _value(value: float | str | None) -> str:
     if value is None:
         return "–"
-    return f"`{clip(value, 60)}`" if isinstance(value, str) else f"{value:.3g}"
+    return f"`{clip(value, 60)}`" if isinstance(value, str) else fmt_number(value)
 
 
 def line(reg: Regression, baseline: ResultDocument | None, candidate: ResultDocument | None) -> str:
@@ -188,7 +172,7 @@ def line(reg: Regression, baseline: ResultDocument | None, candidate: ResultDocu
     text = f"- `{clip(reg.case)}`"
     if reg.baseline_us is not None and reg.candidate_us is not None and reg.baseline_us > 0:
         change = reg.candidate_us / reg.baseline_us - 1.0
-        text += f" {pct(change)} ({_span(reg.baseline_us, reg.candidate_us)})"
+        text += f" {fmt_change(change)} ({_span(reg.baseline_us, reg.candidate_us)})"
     what: list[str] = []
     timing_done = False
     for f in reg.findings:
@@ -196,9 +180,10 @@ def line(reg: Regression, baseline: ResultDocument | None, candidate: ResultDocu
             if timing_done:
                 continue
             timing_done = True
-            what.append(_kernel_part(reg, baseline, candidate) or f"{f.metric} {pct(f.change)}, no kernel moved")
+            fallback = f"{f.metric} {fmt_change(f.change)}, no kernel moved"
+            what.append(_kernel_part(reg, baseline, candidate) or fallback)
         elif f.metric == "variance":
-            what.append(f"run-to-run variance {pct(f.change)}")
+            what.append(f"run-to-run variance {fmt_change(f.change)}")
         else:
             what.append(f"{f.metric} {_value(f.baseline)} → {_value(f.candidate)}")
     if what:

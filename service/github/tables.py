@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from profiler_core.documents.comparison import Finding
 from profiler_core.documents.result import Kernel, ResultDocument
-from service.github.regressions import clip, kernel_of, pct
+from service.github.regressions import clip, kernel_of
 
 KERNELS_MAX = 20  # rows of a kernel table
 WHY_MAX = 10  # launch and rate changes listed under a kernel table
@@ -22,6 +22,13 @@ def num(value: float | str | None, unit: str | None = None) -> str:
         return f"`{clip(value)}`"
     text = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"
     return f"{text} {unit}" if unit and unit != "fraction" else text
+
+
+def pct(change: float | None) -> str:
+    """A relative change as a signed percentage."""
+    # + 0.0 turns a negative zero into zero: a stored document has none (Postgres JSON keeps no -0), and an
+    # upload's answer, rendered before its comparison is read back, must read the same as its retry's.
+    return "–" if change is None else f"{change * 100 + 0.0:+.1f}%"
 
 
 def _interval(f: Finding) -> str:
