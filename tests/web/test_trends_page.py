@@ -141,7 +141,7 @@ def test_change_point_pin_and_exclusion_are_marked(page: Any, ts: TrendSite) -> 
     shapes = page.evaluate("document.getElementById('trend').layout.shapes")
     notes = page.evaluate("document.getElementById('trend').layout.annotations.map((a) => a.text)")
     assert len(shapes) == 1 and shapes[0]["x0"] == by_run[f"/ui/p/{ts.project}/runs/{ts.alert_run}"]
-    assert notes == [f"{ts.alert_change * 100:+.1f} % regression"]
+    assert notes == [f"{ts.alert_change * 100:+.1f}% regression"]
     assert 0.25 < ts.alert_change < 0.35
     # The same marks in the numbers table, with the exclusion's reason.
     table = page.locator("section:has(#h-numbers) tbody")
