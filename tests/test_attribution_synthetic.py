@@ -13,6 +13,7 @@ from profiler_core.attribution import (
     aggregate,
     attribute,
     classify_phase,
+    cpu_kernels,
     parse_trace,
     quantile,
 )
@@ -321,3 +322,19 @@ def test_quantile() -> None:
     assert quantile([3.0], 0.25) == 3.0
     assert quantile([4.0, 1.0, 3.0, 2.0], 0.5) == 2.5
     assert quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.25) == 2.0
+
+
+def test_sdpas_dispatching_wrappers_are_never_cpu_kernels() -> None:
+    """A tiny math-path case on a busy host: the wrappers' own time (the dispatcher's) outweighs their children's,
+    yet only the ops that compute play kernels, so no 'fused attention' kernel appears on the math backend."""
+    events = [
+        ann("attnprof/iter/0", 0, 1000),
+        op("aten::scaled_dot_product_attention", 10, 900, 1, dims=QKV),
+        op("aten::_scaled_dot_product_attention_math", 20, 850, 2, dims=QKV),
+        op("aten::mul", 30, 3, 3, dims=[[1, 4, 256, 64], []]),
+        op("aten::bmm", 40, 4, 4, dims=[[4, 256, 64], [4, 64, 256]]),
+        op("aten::_softmax", 50, 3, 5, dims=[[4, 256, 256]]),
+        op("aten::bmm", 60, 4, 6, dims=[[4, 256, 256], [4, 256, 64]]),
+    ]
+    names = [k.name for k in cpu_kernels(parse_trace(trace(*events)))]
+    assert names == ["aten::mul", "aten::bmm", "aten::_softmax", "aten::bmm"]

@@ -16,7 +16,11 @@ _METADATA_OP_NAMES = (
 )
 # Ops that only allocate or reinterpret metadata: they do no work of their own.
 METADATA_OPS = frozenset("aten::" + n for n in _METADATA_OP_NAMES.split())
-_NO_WORK = METADATA_OPS | {"aten::resolve_conj", "aten::resolve_neg", "aten::_conj", "aten::_neg_view"}
+# SDPA's entry point and its math path only dispatch to the ops that compute (mul, bmm, softmax, ...): their own
+# time is the dispatcher's. Counted as work, a tiny case's wrapper can outweigh its children on a busy host and
+# turn up as a "fused attention" kernel of the math backend.
+_DISPATCH_ONLY = frozenset({"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math"})
+_NO_WORK = METADATA_OPS | _DISPATCH_ONLY | {"aten::resolve_conj", "aten::resolve_neg", "aten::_conj", "aten::_neg_view"}
 # Output initialisation inside an op that does the work (``aten::all`` fills its result first).
 _INIT_OPS = frozenset({"aten::fill_", "aten::zero_"})
 _NON_TENSOR_TYPES = frozenset({"", "Scalar", "ScalarList", "TensorList", "GenericList", "String", "Device"})
