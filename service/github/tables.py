@@ -7,6 +7,7 @@ here. Every table is bounded: at most ``KERNELS_MAX`` kernel rows, ``WHY_MAX`` c
 
 from __future__ import annotations
 
+from profiler_core import units
 from profiler_core.documents.comparison import Finding
 from profiler_core.documents.result import Kernel, ResultDocument
 from service.github.regressions import clip, kernel_of
@@ -20,8 +21,10 @@ def num(value: float | str | None, unit: str | None = None) -> str:
         return "–"
     if isinstance(value, str):
         return f"`{clip(value)}`"
-    text = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"
-    return f"{text} {unit}" if unit and unit != "fraction" else text
+    if unit:  # a duration, rate or fraction: the one formatter (µs below 10 ms, ms above, with the unit)
+        return units.fmt_in_unit(value, unit)
+    # unitless (an accuracy's relative error): it spans orders of magnitude, so four significant digits
+    return f"{value:.4g}"
 
 
 def pct(change: float | None) -> str:

@@ -44,7 +44,7 @@ def test_regression_comment_shows_verdict_table_kernels_links_and_reproduction()
     text = render(_input())
     assert text.splitlines()[0] == marker("flash") == "<!-- attnprof:flash -->"
     assert "**fail** on `h200`" in text
-    assert "| 🔴 | `prefill[backend=cudnn]` | latency | 87.01 us | 91.66 us | +5.3% | [+3.8%, +7.1%] (95%) |" in text
+    assert "| 🔴 | `prefill[backend=cudnn]` | latency | 87.0 µs | 91.7 µs | +5.3% | [+3.8%, +7.1%] (95%) |" in text
     assert "#### `prefill[backend=flash]`: latency +5.1%" in text
     assert "`cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16`" in text
     assert "Whole case: GB/s 583.7 → 552; TFLOP/s 792.8 → 749.7; bound latency." in text
