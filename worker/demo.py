@@ -274,11 +274,14 @@ def run_demo(*, workdir: Path, port: int, once: bool) -> int:
             else:
                 _say(f"\nthe planted regression was NOT named (exit code {second_code}): see the logs")
             ok = ok and named is not None and second_code in (0, 1)
+            if once:
+                # the service stops as this returns: a link to it would lead nowhere
+                _say("\n--once: the service and the workers stop now, so the links above will not open;")
+                _say("  `attnprof demo` without --once (what `make demo` runs) keeps serving them until Ctrl-C.")
+                return 0 if ok else 1
             if job_id:
                 page = Links(demo.url).ui_job(PROJECT, job_id)
                 _say(f"  in the dashboard: {page} (sign in with the submit token)")
-            if once:
-                return 0 if ok else 1
             _say(f"\nserving at {demo.url} (docs: {demo.url}/docs); Ctrl-C stops the service and the workers.")
             _say(f"  dashboard: {Links(demo.url).ui_home()} (sign in with the submit token)")
             _say(f"  submit token: {demo.submit_token}")

@@ -25,6 +25,8 @@ def test_the_demo_names_its_regression(tmp_path: Path) -> None:
     named = "the planted regression, as the comparison names it: my-attention: the backend that ran changed"
     assert f"{named}: cpu_flash -> eager" in out
     assert "verdict: fail" in out or "the run was marked suspect" in out
+    # with --once the service stops as the demo ends: it offers no link of its own to open afterwards, and says so
+    assert "in the dashboard:" not in out and "--once: the service and the workers stop now" in out
     assert (tmp_path / "attnprof.db").is_file() and (tmp_path / "queue").is_dir()
     # everything it started is stopped: no process is left running in the demo's directory
     assert [pid for pid in _pids() if _cwd(pid) == tmp_path] == []
