@@ -151,15 +151,34 @@ def _no_verdict(inp: CommentInput) -> list[str]:
     return out
 
 
+# A case's outcome is its worst finding's: one regressed metric makes the case regressed.
+_CASE_ORDER = ("regressed", "improved", "inconclusive", "unchanged")
+
+
+def case_outcomes(doc: ComparisonDocument) -> dict[str, str]:
+    """Each compared case's outcome over its findings (latency, bandwidth, variance, ...): the first of
+    regressed, improved, inconclusive, unchanged that any of them has. The summary counts cases, not findings."""
+    out: dict[str, str] = {}
+    for f in doc.findings:
+        now = out.get(f.case)
+        rank = _CASE_ORDER.index(f.status) if f.status in _CASE_ORDER else len(_CASE_ORDER) - 1
+        if now is None or rank < _CASE_ORDER.index(now):
+            out[f.case] = _CASE_ORDER[rank]
+    return out
+
+
 def _head(inp: CommentInput, doc: ComparisonDocument) -> tuple[list[str], int]:
     """What the comment says before the regressions: the counts, the testbed, doubts, notes (at most
     ``_NOTES_MAX``), software that differs; and how many notes were left out."""
     s = doc.summary
     baselines = len(doc.baseline or [])
+    by_case = case_outcomes(doc)
+    counts = {status: sum(1 for v in by_case.values() if v == status) for status in _CASE_ORDER}
     out = [
         f"{s.compared} of {s.cases} cases compared against {baselines} baseline run(s) "
-        f"(testbed `{doc.testbed_candidate}`): {s.regressed} regressed, {s.improved} improved, "
-        f"{s.inconclusive} inconclusive, {s.unchanged} unchanged."
+        f"(testbed `{doc.testbed_candidate}`): {counts['regressed']} regressed, {counts['improved']} improved, "
+        f"{counts['inconclusive']} inconclusive, {counts['unchanged']} unchanged "
+        f"({len(doc.findings)} finding(s) over their metrics)."
     ]
     if doc.testbed_mismatch:
         out.append(f"\n⚠️ The baselines ran on other testbeds: {clip(', '.join(doc.testbed_baseline), _DETAIL_MAX)}.")

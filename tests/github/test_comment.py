@@ -8,7 +8,7 @@ from profiler_core.analysis import compare
 from profiler_core.documents import load_result
 from profiler_core.documents.comparison import FieldChange, Finding
 from profiler_core.documents.result import ResultDocument
-from service.github.comment import CommentInput, marker, render
+from service.github.comment import CommentInput, case_outcomes, marker, render
 
 RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
 
@@ -151,3 +151,24 @@ def test_trace_links_open_the_dashboard_and_only_for_stored_traces() -> None:
     some = render(_input(candidate=candidate, traces=frozenset({stored})))
     assert link in some and "[trace of `prefill[backend=flash]`]" not in some
     assert "[trace of" not in render(_input(candidate=candidate, traces=frozenset()))
+
+
+def test_the_summary_counts_cases_not_findings() -> None:
+    inp = _input()
+    doc = inp.comparison
+    assert doc is not None
+    outcomes = case_outcomes(doc)
+    # every compared case once, whatever number of metrics it has findings for
+    assert set(outcomes) == {f.case for f in doc.findings} and len(doc.findings) > len(outcomes)
+    for case, outcome in outcomes.items():
+        statuses = {f.status for f in doc.findings if f.case == case}
+        assert outcome == next(s for s in ("regressed", "improved", "inconclusive", "unchanged") if s in statuses)
+    counts = {
+        s: sum(1 for v in outcomes.values() if v == s) for s in ("regressed", "improved", "inconclusive", "unchanged")
+    }
+    assert sum(counts.values()) == len(outcomes) <= doc.summary.compared
+    line = (
+        f"{counts['regressed']} regressed, {counts['improved']} improved, {counts['inconclusive']} inconclusive, "
+        f"{counts['unchanged']} unchanged ({len(doc.findings)} finding(s) over their metrics)."
+    )
+    assert line in render(inp)
