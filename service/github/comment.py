@@ -26,6 +26,7 @@ _ENDED = {"failed": "failed", "timed_out": "timed out", "cancelled": "was cancel
 _DETAIL_MAX = 1000  # characters of a finding's detail, of the suspect reasons, of the software line
 _NOTES_MAX = 10  # notes shown (the comparison writes one per suspect case)
 _NOTE_MAX = 500  # characters of one note
+_ERROR_MAX = 1500  # characters of a failed case's stored error
 _TRACES_MAX = 5  # trace links, of the largest regressions
 _LEFT_OUT_CHARS = 1000  # kept for the lines that say what was left out
 _REASON_MAX = 4000  # characters of the reason shown (a worker's output tail can be long)
@@ -205,6 +206,16 @@ def _section(inp: CommentInput, f: Finding) -> list[str]:
             f"#### ❌ `{tables.cell(f.case)}`: accuracy {tables.num(f.baseline)} → {tables.num(f.candidate)}",
             *detail,
         ]
+    if f.metric == "status":
+        # a case that ran in the baseline and failed here: its stored error is the first thing to read
+        head = f"#### ❌ `{tables.cell(f.case)}`: {tables.num(f.baseline)} → {tables.num(f.candidate)}"
+        case = inp.candidate.case(f.case) if inp.candidate else None
+        error = case.error if case is not None else None
+        if error is None:
+            return ["", head, *detail]
+        # a fence inside the message would end the code block early
+        text = clip(f"{error.type}: {error.message}", _ERROR_MAX).replace("```", "` ` `")
+        return ["", head, *detail, "", "```", text, "```"]
     if f.metric in ranked.TIMING:
         out = ["", f"#### `{tables.cell(f.case)}`: {f.metric} {tables.pct(f.change)}", *detail, ""]
         return (

@@ -7,7 +7,7 @@ from pathlib import Path
 from profiler_core.analysis import compare
 from profiler_core.documents import load_result
 from profiler_core.documents.comparison import FieldChange, Finding
-from profiler_core.documents.result import ResultDocument
+from profiler_core.documents.result import CaseError, ResultDocument
 from service.github.comment import CommentInput, case_outcomes, marker, render
 
 RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
@@ -172,3 +172,21 @@ def test_the_summary_counts_cases_not_findings() -> None:
         f"{counts['unchanged']} unchanged ({len(doc.findings)} finding(s) over their metrics)."
     )
     assert line in render(inp)
+
+
+def test_a_case_that_stopped_running_shows_its_stored_error() -> None:
+    inp = _input()
+    assert inp.comparison is not None and inp.candidate is not None
+    candidate = inp.candidate.model_copy(deep=True)
+    case = candidate.cases[0]
+    case.status = "failed"
+    message = "CUDA out of memory. Tried to allocate 2.00 GiB\n```oops```"
+    case.error = CaseError(type="OutOfMemoryError", message=message)
+    doc = inp.comparison.model_copy(deep=True)
+    doc.findings.append(
+        Finding(case=case.id, metric="status", status="regressed", verdict="fail", baseline="ok", candidate="failed")
+    )
+    text = render(_input(comparison=doc, candidate=candidate))
+    assert f"`{case.id}`: `ok` → `failed`" in text
+    block = text.split(f"`{case.id}`: `ok` → `failed`", 1)[1]
+    assert "```\nOutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n` ` `oops` ` `\n```" in block
