@@ -4,7 +4,7 @@ from service.artifacts.models import Artifact
 from service.audit.models import AuditEvent
 from service.auth.models import Token
 from service.baselines.models import BaselineRule
-from service.comparisons.models import Alert, Comparison
+from service.comparisons.models import Alert, AlertWebhook, Comparison
 from service.db import Base
 from service.jobs.models import Job
 from service.projects.models import Project
@@ -13,6 +13,7 @@ from service.testbeds.models import Testbed, Worker
 
 __all__ = [
     "Alert",
+    "AlertWebhook",
     "Artifact",
     "AuditEvent",
     "Base",

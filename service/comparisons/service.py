@@ -3,28 +3,21 @@ endpoint calls it inline and the worker's ``analysis.run`` task calls the same f
 
 from __future__ import annotations
 
-import math
 import uuid
 
 from sqlalchemy.orm import Session
 
-from profiler_core.analysis import AnalysisError, compare, e_divisive
-from service.baselines import repository as baseline_rules
+from profiler_core.analysis import AnalysisError, compare
 from service.baselines import service as baselines
 from service.baselines import suites
+from service.comparisons import alert_outbox, alerts, repository
 from service.comparisons import documents as comparison_documents
-from service.comparisons import repository
-from service.comparisons.models import Alert, Comparison
+from service.comparisons.models import Comparison
 from service.config import Analysis
 from service.errors import InvalidPayload, NotFound
 from service.projects import repository as projects
 from service.runs import documents
 from service.runs import repository as runs
-from service.runs.models import Run
-
-ALERT_METRIC = "latency"
-ALERT_ALPHA = 0.01
-ALERT_MIN_SIZE = 5
 
 
 def analyze(session: Session, *, run_id: str, cfg: Analysis, seed: int = 0) -> Comparison:
@@ -73,68 +66,6 @@ def analyze(session: Session, *, run_id: str, cfg: Analysis, seed: int = 0) -> C
     )
     comparison_documents.remember(comparison.id, doc)
     if run.branch == branch and not run.suspect:
-        detect_alerts(session, run=run, cfg=cfg, seed=seed)
+        added = alerts.detect(session, run=run, document=candidate, cfg=cfg, seed=seed)
+        alert_outbox.after_commit(session, [a.id for a in added if a.notify_due_at is not None])
     return comparison
-
-
-def detect_alerts(session: Session, *, run: Run, cfg: Analysis, seed: int = 0) -> list[Alert]:
-    """E-divisive change points of each case's median latency over the default branch's recent history of the
-    run's suite (another suite's runs of the same case ids are not its history).
-
-    Works on the normalised medians (not the documents), the same series that ``changepoints`` builds.
-    A change point already recorded is not recorded twice.
-    """
-    excluded = [r.run_id for r in baseline_rules.rules(session, project_id=run.project_id) if r.kind == "exclude"]
-    history = suites.first_of_suite(
-        session,
-        suites.name_of(session, run.id),
-        lambda n: repository.history(
-            session,
-            project_id=run.project_id,
-            testbed_key=run.testbed_key,
-            branch=run.branch,
-            exclude=excluded,
-            limit=n,
-            cases_of=run.id,
-        ),
-        cfg.alert_history_runs,
-    )
-    history.reverse()  # oldest first
-    if len(history) < 2 * ALERT_MIN_SIZE:
-        return []
-    order = {r.id: i for i, r in enumerate(history)}
-    series: dict[str, list[tuple[int, str, float]]] = {}
-    for run_id, case_id, median in repository.medians(session, list(order)):
-        series.setdefault(case_id, []).append((order[run_id], run_id, median))
-    found: list[Alert] = []
-    for case_id, points in series.items():
-        points.sort()
-        values = [m for _, _, m in points if math.isfinite(m)]
-        if len(values) < 2 * ALERT_MIN_SIZE:
-            continue
-        for cp in e_divisive(values, alpha=ALERT_ALPHA, min_size=ALERT_MIN_SIZE, seed=seed):
-            at_run = points[cp.index][1]
-            if repository.alert_exists(
-                session,
-                project_id=run.project_id,
-                testbed_id=run.testbed_id,
-                case_id=case_id,
-                metric=ALERT_METRIC,
-                run_id=at_run,
-            ):
-                continue
-            alert = Alert(
-                metric=ALERT_METRIC,
-                run_id=at_run,
-                before=cp.mean_before,
-                after=cp.mean_after,
-                change=cp.change,
-                p=cp.p,
-                regression=cp.mean_after > cp.mean_before,
-                project_id=run.project_id,
-                testbed_id=run.testbed_id,
-                case_id=case_id,
-            )
-            repository.add_alert(session, alert)
-            found.append(alert)
-    return found
