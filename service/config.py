@@ -125,6 +125,14 @@ class Dashboard(BaseModel):
         return value
 
 
+class AlertWebhooks(BaseModel):
+    """Delivery of new alerts to a project's webhook (``ATTNPROF_ALERT_WEBHOOKS__*``). Durations in seconds."""
+
+    timeout_s: float = Field(10.0, gt=0, le=120, description="one POST to a receiver waits at most this long")
+    retry_s: float = Field(30.0, gt=0, description="a refused delivery is retried after this, doubling up to 1 h")
+    attempts: int = Field(8, ge=1, description="deliveries of one alert tried before giving up")
+
+
 class Settings(BaseSettings):
     """Everything the service (and the analysis worker beside it) reads from its environment (DESIGN 3.4). A profile
     worker reads its own (``worker.gpu.settings``)."""
@@ -150,6 +158,7 @@ class Settings(BaseSettings):
     sweep: Sweep = Field(default_factory=Sweep)
     fairness: Fairness = Field(default_factory=Fairness)
     dashboard: Dashboard = Field(default_factory=Dashboard)
+    alert_webhooks: AlertWebhooks = Field(default_factory=AlertWebhooks)
 
     @field_validator("github_token", "github_webhook_secret")
     @classmethod
