@@ -1,13 +1,15 @@
 """The plain code behind ``jobs.sweep``: decide in one transaction, commit, then send (enqueue after commit), then
 dispatch every testbed with jobs waiting (the catch-all behind the dispatch that follows each change of a slot),
 then deliver the GitHub feedback that is owed and due (``service.github.outbox``: each job claimed, sent with no
-transaction open, and recorded, in short transactions of its own)."""
+transaction open, and recorded, in short transactions of its own), and the new alerts owed to projects' webhooks
+(``service.comparisons.alert_outbox``, the same way)."""
 
 from __future__ import annotations
 
 import logging
 
 from service import queue
+from service.comparisons import alert_outbox
 from service.config import Settings
 from service.db import utcnow
 from service.github import outbox
@@ -38,4 +40,7 @@ def run(settings: Settings) -> dict[str, int]:
             log.warning("job %s: failed: out of attempts", job_id)
         offered = dispatch.after_commit(session, settings, report.dispatch)
     counts = outbox.deliver_owed(sessions(settings.database_url), settings, report.feedback, budget_s=FEEDBACK_BUDGET_S)
-    return {"resent": len(report.sends), "failed": len(report.failed), "offered": offered, **counts}
+    alerts = alert_outbox.deliver_owed(
+        sessions(settings.database_url), settings.alert_webhooks, settings.public_url, budget_s=FEEDBACK_BUDGET_S
+    )
+    return {"resent": len(report.sends), "failed": len(report.failed), "offered": offered, **counts, **alerts}
