@@ -140,8 +140,12 @@ class TimingConfig:
 
     The timed loop stops at ``max_samples``, or once it holds at least ``min_samples`` and either
     ``budget_s`` of wall time is spent or the 95% confidence interval of the median is narrower
-    than ``target_rel_ci`` of the median on each side. Values out of range raise
-    :class:`SuiteError` with ``key`` ``suite.timing.<field>``.
+    than ``target_rel_ci`` of the median on each side. Those samples are taken in ``rounds`` passes
+    over the suite (each case built again in each pass, with its share of the samples and budget):
+    a GPU's speed drifts by 0.5-1.5% over seconds, so the medians of samples taken in one stretch
+    of time differ by that much from process to process while each looks precise
+    (``bench/reports/h200-truth.md``). Values out of range raise :class:`SuiteError` with ``key``
+    ``suite.timing.<field>``.
     """
 
     warmup: int = 10
@@ -150,12 +154,13 @@ class TimingConfig:
     budget_s: float = 2.0
     target_rel_ci: float = 0.005
     trace_iters: int = 3
+    rounds: int = 3
 
     def __post_init__(self) -> None:
         def bad(name: str, message: str) -> SuiteError:
             return SuiteError(message, key=f"suite.timing.{name}")
 
-        for name in ("warmup", "min_samples", "max_samples", "trace_iters"):
+        for name in ("warmup", "min_samples", "max_samples", "trace_iters", "rounds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise bad(name, f"{name} must be an integer, got {_show(value)}")
@@ -179,6 +184,28 @@ class TimingConfig:
             raise bad("target_rel_ci", f"target_rel_ci must be in (0, 1), e.g. 0.005, got {self.target_rel_ci}")
         if not 1 <= self.trace_iters <= 50:
             raise bad("trace_iters", f"trace_iters must be in 1..50, got {self.trace_iters}")
+        if not 1 <= self.rounds <= 20:
+            raise bad("rounds", f"rounds must be in 1..20 passes over the suite, got {self.rounds}")
+
+    @property
+    def effective_rounds(self) -> int:
+        """``rounds``, or fewer where ``min_samples`` cannot give each round at least 3 samples."""
+        return max(1, min(self.rounds, self.min_samples // 3))
+
+    def round_config(self) -> TimingConfig:
+        """The share of one round: samples and budget divided among the rounds; the precision asked of a round's own
+        median is ``target_rel_ci`` times the square root of the rounds, so the pooled median's is about the target."""
+        rounds = self.effective_rounds
+        if rounds == 1:
+            return dataclasses.replace(self, rounds=1)
+        return dataclasses.replace(
+            self,
+            min_samples=math.ceil(self.min_samples / rounds),
+            max_samples=math.ceil(self.max_samples / rounds),
+            budget_s=self.budget_s / rounds,
+            target_rel_ci=min(0.5, self.target_rel_ci * math.sqrt(rounds)),
+            rounds=1,
+        )
 
 
 @dataclass(frozen=True)

@@ -205,7 +205,13 @@ class LatencyStats(_Model):
     cv: NonNegative = Field(description="coefficient of variation: stdev / mean")
     warmup: int = Field(0, ge=0, description="untimed iterations before the samples")
     stopped_by: Literal["precision", "budget", "max_samples"] | None = Field(
-        None, description="what ended the adaptive sampling"
+        None, description="what ended the adaptive sampling (of the round that ended it, when there were several)"
+    )
+    rounds: int | None = Field(
+        None,
+        ge=1,
+        description="passes over the suite the samples were taken in, the case built again in each: a device's speed "
+        "drifts over seconds, so samples spread over the run's length do not inherit one stretch's level",
     )
     host_us: NonNegative | None = Field(None, description="host time to queue one iteration (CUDA)")
     sm_clock_mhz_min: NonNegative | None = Field(None, description="lowest SM clock read while timing")

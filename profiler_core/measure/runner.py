@@ -14,7 +14,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -23,7 +23,7 @@ import torch
 
 from profiler_core import __version__
 from profiler_core.analysis.bursts import find_burst
-from profiler_core.attribution import parse_trace
+from profiler_core.attribution import ParsedTrace, parse_trace
 from profiler_core.attribution.reconcile import reconcile
 from profiler_core.documents import (
     Case,
@@ -39,10 +39,10 @@ from profiler_core.measure import environment as env
 from profiler_core.measure.accuracy import check_accuracy
 from profiler_core.measure.kernels import case_achieved, kernel_records
 from profiler_core.measure.peaks import cache_path, load_or_measure
-from profiler_core.measure.targets import SkipCase, WorkloadError, build_workload, capture_warnings
-from profiler_core.measure.timing import Flusher, summarize, time_iterations
+from profiler_core.measure.targets import SkipCase, Workload, WorkloadError, build_workload, capture_warnings
+from profiler_core.measure.timing import Flusher, TimingResult, summarize, time_iterations
 from profiler_core.measure.trace import trace_iterations
-from profiler_core.suite import CaseSpec, Suite
+from profiler_core.suite import CaseSpec, Suite, TimingConfig
 
 # progress(event, done, total, case_id): event is "case" before each case and "done" at the end.
 Progress = Callable[[str, int, int, str], None]
@@ -140,6 +140,90 @@ def disturbance_reasons(
     return reasons
 
 
+@dataclass
+class _Timing:
+    """A case's samples over the rounds (in time order) and what each round left, pooled by :func:`_pool`."""
+
+    samples: list[float] = field(default_factory=list)
+    stopped_by: list[str] = field(default_factory=list)
+    clocks: list[float] = field(default_factory=list)
+    running_ns: int = 0
+    waiting_ns: int = 0
+    waits_known: bool = True
+    rounds: int = 0
+
+    def add(self, timing: TimingResult, before: env.ThreadTimes | None, after: env.ThreadTimes | None) -> None:
+        self.samples.extend(timing.samples_us)
+        self.stopped_by.append(timing.stopped_by)
+        self.clocks.extend(timing.clocks_mhz or [])
+        self.rounds += 1
+        if before is None or after is None:
+            self.waits_known = False
+        else:
+            self.running_ns += after.running_ns - before.running_ns
+            self.waiting_ns += after.waiting_ns - before.waiting_ns
+
+    def waits(self) -> tuple[env.ThreadTimes | None, env.ThreadTimes | None]:
+        if not self.waits_known:
+            return None, None
+        return env.ThreadTimes(0, 0), env.ThreadTimes(self.running_ns, self.waiting_ns)
+
+
+@dataclass
+class _Pending:
+    """A case timed in its first round, kept for the later rounds and for pooling: what its rates and the
+    reconciliation are recomputed from once all its samples are in."""
+
+    spec: CaseSpec
+    case: Case
+    timing: _Timing
+    parsed: ParsedTrace
+    warmup: int
+    host_us: float | None
+
+
+# What ended a case's sampling, pooled over rounds: the one that says least about precision wins.
+_STOP_ORDER = ("budget", "max_samples", "precision")
+
+
+def _time_round(
+    workload: Workload,
+    config: TimingConfig,
+    *,
+    device: str,
+    flusher: Flusher,
+    nvml: env.Nvml | None,
+    timing: _Timing,
+) -> TimingResult:
+    waits_before = env.thread_times() if device == "cpu" else None
+    result = time_iterations(
+        workload.step,
+        device=device,
+        config=config,
+        before_each=workload.zero_grads,
+        flusher=flusher,
+        clock=nvml.sm_clock if nvml is not None else None,
+    )
+    timing.add(result, waits_before, env.thread_times() if device == "cpu" else None)
+    return result
+
+
+def _case_failure(spec: CaseSpec, exc: BaseException, warns: list[str], device: str) -> Case:
+    """The case's record for an exception its workload raised (anywhere: build, timing, tracing, a later round)."""
+    if isinstance(exc, SkipCase):
+        return _failed(spec, "Skipped", str(exc), status="skipped")
+    if isinstance(exc, WorkloadError):
+        return _failed(spec, exc.type, str(exc))
+    if isinstance(exc, torch.OutOfMemoryError):
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        return _failed(spec, "OutOfMemoryError", str(exc).split("\n")[0])
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return _failed(spec, type(exc).__name__, _with_reasons(exc, warns))
+
+
 def run_case(
     spec: CaseSpec,
     suite: Suite,
@@ -149,62 +233,33 @@ def run_case(
     flusher: Flusher,
     trace_dir: Path | None,
     seed: int,
-    clocks: list[float],
     nvml: env.Nvml | None,
-) -> Case:
-    """Profile one case; never raises for a problem of the case itself."""
+) -> Case | _Pending:
+    """Profile one case's first round: build it, time its share of the samples, trace it, check its accuracy.
+    Returns the failed case's record, or what the later rounds and :func:`_pool` finish. Never raises for a problem
+    of the case itself."""
     started = time.perf_counter()
     trace_path = trace_dir / f"{safe_name(spec.id)}.trace.json.gz" if trace_dir else None
     warns: list[str] = []
+    timing = _Timing()
     try:
         with capture_warnings() as warns:
             workload = build_workload(spec, device, seed=seed)
             with workload.context():
-                waits_before = env.thread_times() if device == "cpu" else None
-                timing = time_iterations(
-                    workload.step,
-                    device=device,
-                    config=suite.timing,
-                    before_each=workload.zero_grads,
-                    flusher=flusher,
-                    clock=nvml.sm_clock if nvml is not None else None,
+                first = _time_round(
+                    workload, suite.timing.round_config(), device=device, flusher=flusher, nvml=nvml, timing=timing
                 )
-                waits_after = env.thread_times() if device == "cpu" else None
-                clocks.extend(timing.clocks_mhz or [])
                 trace = trace_iterations(
                     workload, device=device, iterations=suite.timing.trace_iters, flusher=flusher, out_path=trace_path
                 )
                 outputs = workload.outputs()
             reference = workload.reference() if workload.reference else None
-    except SkipCase as exc:
-        return _failed(spec, "Skipped", str(exc), status="skipped")
-    except WorkloadError as exc:
-        return _failed(spec, exc.type, str(exc))
-    except torch.OutOfMemoryError as exc:
-        if device == "cuda":
-            torch.cuda.empty_cache()
-        return _failed(spec, "OutOfMemoryError", str(exc).split("\n")[0])
     except Exception as exc:  # the workload is arbitrary code: every failure is the case's, not the run's
-        if device == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-        return _failed(spec, type(exc).__name__, _with_reasons(exc, warns))
+        return _case_failure(spec, exc, warns, device)
 
-    stats = summarize(timing.samples_us)
-    case_clocks = timing.clocks_mhz or []
-    latency = LatencyStats(
-        samples=[round(s, 4) for s in timing.samples_us],
-        warmup=timing.warmup,
-        stopped_by=timing.stopped_by,
-        host_us=round(timing.host_us, 2) if timing.host_us is not None else None,
-        sm_clock_mhz_min=min(case_clocks) if case_clocks else None,
-        sm_clock_mhz_max=max(case_clocks) if case_clocks else None,
-        **stats,
-    )
+    median = summarize(timing.samples)["median"]
     parsed = parse_trace(trace)
     kernels, backend_used = kernel_records(trace, spec, environment, workload.declared_work, parsed)
-    work, achieved = case_achieved(spec, backend_used, stats["median"], kernels, environment)
-    reconciliation = reconcile(kernels, stats["median"], parsed=parsed, on_gpu=device == "cuda")
     accuracy = None
     if reference is not None:
         try:
@@ -217,24 +272,89 @@ def run_case(
             )
         except (TypeError, ValueError) as exc:  # a custom factory's reference that does not match its output
             return _failed(spec, type(exc).__name__, f"the accuracy check cannot compare the output: {exc}")
-    return Case(
+    work, achieved = case_achieved(spec, backend_used, median, kernels, environment)
+    case = Case(
         id=spec.id,
         name=spec.name,
         target=spec.target,
         params=spec.params,
         thresholds=spec.thresholds,
         status="ok",
-        suspect=disturbance_reasons(timing.samples_us, waits_before=waits_before, waits_after=waits_after) or None,
         backend_requested=spec.backend,
         backend_used=backend_used,
-        latency_us=latency,
         work=work,
         achieved=achieved,
         accuracy=accuracy,
         kernels=kernels,
         trace=trace_path.name if trace_path else None,
-        reconciliation=reconciliation,
         wall_s=round(time.perf_counter() - started, 3),
+    )
+    return _Pending(spec, case, timing, parsed, first.warmup, first.host_us)
+
+
+def run_round(
+    pending: _Pending,
+    suite: Suite,
+    *,
+    device: str,
+    flusher: Flusher,
+    seed: int,
+    nvml: env.Nvml | None,
+) -> Case | None:
+    """One more round of a case timed before: built again (its tensors land elsewhere), warmed up, its share of the
+    samples added. Returns the failed case's record if this round failed, else None."""
+    started = time.perf_counter()
+    warns: list[str] = []
+    try:
+        with capture_warnings() as warns:
+            workload = build_workload(pending.spec, device, seed=seed)
+            with workload.context():
+                _time_round(
+                    workload,
+                    suite.timing.round_config(),
+                    device=device,
+                    flusher=flusher,
+                    nvml=nvml,
+                    timing=pending.timing,
+                )
+    except Exception as exc:  # as in run_case: the case's failure
+        failed = _case_failure(pending.spec, exc, warns, device)
+        if failed.error is not None:
+            failed.error.message = f"in timing round {pending.timing.rounds + 1}: {failed.error.message}"[:4000]
+        return failed
+    finally:
+        pending.case.wall_s = round((pending.case.wall_s or 0.0) + time.perf_counter() - started, 3)
+    return None
+
+
+def _pool(pending: _Pending, environment: Environment, *, device: str) -> Case:
+    """The case's record from all its rounds' samples: latency, rates, reconciliation and disturbances."""
+    timing = pending.timing
+    stats = summarize(timing.samples)
+    latency = LatencyStats(
+        samples=[round(s, 4) for s in timing.samples],
+        warmup=pending.warmup,
+        stopped_by=min(timing.stopped_by, key=_STOP_ORDER.index),
+        rounds=timing.rounds,
+        host_us=round(pending.host_us, 2) if pending.host_us is not None else None,
+        sm_clock_mhz_min=min(timing.clocks) if timing.clocks else None,
+        sm_clock_mhz_max=max(timing.clocks) if timing.clocks else None,
+        **stats,
+    )
+    case = pending.case
+    kernels = case.kernels
+    work, achieved = case_achieved(pending.spec, case.backend_used, stats["median"], kernels, environment)
+    reconciliation = reconcile(kernels, stats["median"], parsed=pending.parsed, on_gpu=device == "cuda")
+    waits_before, waits_after = timing.waits()
+    suspect = disturbance_reasons(timing.samples, waits_before=waits_before, waits_after=waits_after) or None
+    return case.model_copy(
+        update={
+            "latency_us": latency,
+            "work": work,
+            "achieved": achieved,
+            "reconciliation": reconciliation,
+            "suspect": suspect,
+        }
     )
 
 
@@ -306,12 +426,14 @@ def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | No
     environment.health_start = nvml.health() if nvml else None
     flusher = Flusher(device)
     specs = options.cases if options.cases is not None else suite.cases
+    rounds = suite.timing.effective_rounds
+    steps = len(specs) * rounds
     clocks: list[float] = []
-    cases = []
+    records: list[Case | _Pending] = []
     for i, spec in enumerate(specs):
         if progress:
-            progress("case", i, len(specs), spec.id)
-        cases.append(
+            progress("case", i, steps, spec.id)
+        records.append(
             run_case(
                 spec,
                 suite,
@@ -320,10 +442,25 @@ def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | No
                 flusher=flusher,
                 trace_dir=options.trace_dir,
                 seed=options.seed,
-                clocks=clocks,
                 nvml=nvml,
             )
         )
+    # The later rounds: every case again, in suite order, so each case's samples span the whole run.
+    for r in range(1, rounds):
+        for i, record in enumerate(records):
+            if progress:
+                progress("case", r * len(specs) + i, steps, specs[i].id)
+            if isinstance(record, _Pending):
+                failed = run_round(record, suite, device=device, flusher=flusher, seed=options.seed, nvml=nvml)
+                if failed is not None:
+                    records[i] = failed
+    cases = []
+    for record in records:
+        if isinstance(record, _Pending):
+            clocks.extend(record.timing.clocks)
+            cases.append(_pool(record, environment, device=device))
+        else:
+            cases.append(record)
     environment.health_end = nvml.health() if nvml else None
     # Counted before the clock check adds its own marks: this is the run's verdict on disturbances alone.
     timed = [c for c in cases if c.latency_us is not None and c.latency_us.samples]
@@ -340,7 +477,7 @@ def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | No
         reasons = env.cpu_suspect_reasons()
     reasons += env.disturbed_run_reasons(disturbed, len(timed))
     if progress:
-        progress("done", len(specs), len(specs), "")
+        progress("done", steps, steps, "")
     return ResultDocument(
         run=RunInfo(
             id=str(uuid.uuid4()),

@@ -1,0 +1,157 @@
+"""Timing in rounds: each case's samples are taken in several passes over the suite, the case built again in each.
+
+The factories below record when each of their workloads is called, so the tests can see the order in which
+the runner timed the cases; the runner works on the CPU here, as in CI.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from profiler_core.documents import Case, ResultDocument
+from profiler_core.errors import SuiteError
+from profiler_core.measure.runner import ProfileOptions, profile_suite
+from profiler_core.suite import TimingConfig, parse_suite
+
+MODULE = "attnprof_test_round_factories"
+
+FACTORIES = """
+import time
+
+import torch
+
+CALLS = []  # (case name, build number, time) per call of a workload's step
+BUILDS = {}
+
+
+def _factory(name, fail_on_build=None):
+    def factory(params, device):
+        BUILDS[name] = BUILDS.get(name, 0) + 1
+        build = BUILDS[name]
+        if build == fail_on_build:
+            raise RuntimeError(f"{name} cannot be built a {build}th time")
+        x = torch.randn(64, 64, device=device)
+
+        def step(x):
+            CALLS.append((name, build, time.perf_counter()))
+            return x @ x
+
+        return {"fn": step, "args": [x]}
+
+    return factory
+
+
+first = _factory("first")
+second = _factory("second")
+flaky = _factory("flaky", fail_on_build=2)
+"""
+
+TIMING = """\
+[suite.timing]
+warmup = 1
+min_samples = 9
+max_samples = 30
+budget_s = 0.2
+trace_iters = 1
+rounds = 3
+"""
+
+
+def suite(names: list[str], timing: str = TIMING) -> str:
+    cases = "".join(f'[[cases]]\nname = "{n}"\ntarget = "{MODULE}:{n}"\n\n' for n in names)
+    return f'[suite]\nname = "rounds"\n\n{timing}\n{cases}'
+
+
+@pytest.fixture(scope="module")
+def factories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    src = tmp_path_factory.mktemp("user-src")
+    (src / f"{MODULE}.py").write_text(textwrap.dedent(FACTORIES))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(src))
+        module = __import__(MODULE)
+        yield module
+    sys.modules.pop(MODULE, None)
+
+
+def profile(factories: object, text: str, peaks_cache: Path) -> ResultDocument:
+    factories.CALLS.clear()  # type: ignore[attr-defined]
+    factories.BUILDS.clear()  # type: ignore[attr-defined]
+    return profile_suite(parse_suite(text, source="rounds.toml"), ProfileOptions(device="cpu", cache_dir=peaks_cache))
+
+
+def case(doc: ResultDocument, case_id: str) -> Case:
+    found = doc.case(case_id)
+    assert found is not None
+    return found
+
+
+def test_each_case_is_built_and_timed_once_per_round_its_rounds_interleaved(
+    factories: object, peaks_cache: Path
+) -> None:
+    doc = profile(factories, suite(["first", "second"]), peaks_cache)
+    calls = factories.CALLS  # type: ignore[attr-defined]
+    assert factories.BUILDS == {"first": 3, "second": 3}  # type: ignore[attr-defined]
+    # In time order the builds go first 1, second 1, first 2, second 2, first 3, second 3.
+    order = [(name, build) for name, build, _ in calls]
+    runs = [key for i, key in enumerate(order) if i == 0 or order[i - 1] != key]
+    assert runs == [("first", 1), ("second", 1), ("first", 2), ("second", 2), ("first", 3), ("second", 3)]
+    for name in ("first", "second"):
+        c = case(doc, name)
+        assert c.status == "ok", c.error
+        assert c.latency_us is not None and c.latency_us.rounds == 3
+        # each round times at least its share of min_samples (9 / 3); the samples of all rounds are pooled
+        assert len(c.latency_us.samples) >= 9
+        assert c.latency_us.median == pytest.approx(statistics.median(c.latency_us.samples), abs=1e-3)
+        assert c.latency_us.min == pytest.approx(min(c.latency_us.samples), abs=1e-3)
+
+
+def test_one_round_times_each_case_in_one_stretch(factories: object, peaks_cache: Path) -> None:
+    doc = profile(factories, suite(["first", "second"], TIMING.replace("rounds = 3", "rounds = 1")), peaks_cache)
+    assert factories.BUILDS == {"first": 1, "second": 1}  # type: ignore[attr-defined]
+    latency = case(doc, "first").latency_us
+    assert latency is not None and latency.rounds == 1
+
+
+def test_a_case_that_fails_in_a_later_round_is_failed_with_the_round_named(
+    factories: object, peaks_cache: Path
+) -> None:
+    doc = profile(factories, suite(["first", "flaky"]), peaks_cache)
+    flaky = case(doc, "flaky")
+    assert flaky.status == "failed" and flaky.error is not None
+    assert flaky.error.type == "RuntimeError"
+    assert flaky.error.message.startswith("in timing round 2: ")
+    assert flaky.error.message.endswith("flaky cannot be built a 2th time")
+    assert case(doc, "first").status == "ok"
+    # the failed case is not built again in round 3; the other case still gets all three
+    assert factories.BUILDS == {"first": 3, "flaky": 2}  # type: ignore[attr-defined]
+
+
+def test_rounds_share_the_samples_budget_and_precision() -> None:
+    config = TimingConfig(min_samples=50, max_samples=2000, budget_s=1.2, target_rel_ci=0.002, rounds=3)
+    one = config.round_config()
+    assert (one.min_samples, one.max_samples, one.rounds) == (17, 667, 1)
+    assert one.budget_s == pytest.approx(0.4)
+    assert one.target_rel_ci == pytest.approx(0.002 * 3**0.5)
+
+
+def test_rounds_never_leave_a_round_fewer_than_three_samples() -> None:
+    assert TimingConfig(min_samples=3, max_samples=5).effective_rounds == 1
+    assert TimingConfig(min_samples=7, max_samples=9, rounds=5).effective_rounds == 2
+    assert TimingConfig(min_samples=7, max_samples=9, rounds=5).round_config().min_samples == 4
+
+
+@pytest.mark.parametrize("value", [0, 21, 2.5, "3", True])
+def test_rounds_out_of_range_is_a_suite_error_naming_the_key(value: object) -> None:
+    text = suite(
+        ["first"], TIMING.replace("rounds = 3", f"rounds = {value!r}".replace("'", '"').replace("True", "true"))
+    )
+    with pytest.raises(SuiteError) as err:
+        parse_suite(text, source="rounds.toml")
+    assert err.value.key == "suite.timing.rounds"
+    assert "rounds" in str(err.value)
