@@ -154,7 +154,7 @@ class TimingConfig:
     budget_s: float = 2.0
     target_rel_ci: float = 0.005
     trace_iters: int = 3
-    rounds: int = 3
+    rounds: int = 5
 
     def __post_init__(self) -> None:
         def bad(name: str, message: str) -> SuiteError:
