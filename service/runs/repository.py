@@ -6,9 +6,9 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Row, func, insert, select
+from sqlalchemy import Row, func, insert, select, update
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from service.runs.models import CaseSamples, Run, RunCase, RunKernel, RunTrace
 
@@ -192,3 +192,42 @@ def add_trace(session: Session, *, run_id: str, name: str, artifact_sha256: str)
 
 def list_traces(session: Session, run_id: str) -> list[str]:
     return list(session.scalars(select(RunTrace.name).where(RunTrace.run_id == run_id).order_by(RunTrace.name)))
+
+
+# --- an upload's GitHub feedback (``feedback_due_at``) ----------------------------------------------------------
+# A run uploaded from a self-hosted runner that names its repository owes its commit status and pull-request
+# comment from the transaction that stores it; a sender delivers them afterwards from the stored rows
+# (``service.github.outbox``), as it does a job's. These statements lock nothing beyond themselves.
+
+
+def get_fresh(session: Session, run_id: str) -> Run | None:
+    """The run row as committed now, its document left unread (not locked)."""
+    q = select(Run).options(defer(Run.document)).where(Run.id == run_id).execution_options(populate_existing=True)
+    return session.scalars(q).one_or_none()
+
+
+def feedback_due(session: Session, *, now: datetime, limit: int) -> list[str]:
+    """Ids of the runs whose owed GitHub feedback is due at ``now``, longest owed first (``ix_runs_feedback_due_at``;
+    a claimed one is due later: it is not listed)."""
+    q = select(Run.id).where(Run.feedback_due_at <= now).order_by(Run.feedback_due_at, Run.id).limit(limit)
+    return list(session.scalars(q))
+
+
+def claim_feedback(session: Session, *, run_id: str, now: datetime, until: datetime) -> bool:
+    """Claim the delivery of run ``run_id``'s feedback if it is owed and due at ``now``: ``feedback_due_at`` moves to
+    ``until`` in one conditional statement (of two senders only one claims it). False when nothing is due."""
+    q = update(Run).where(Run.id == run_id, Run.feedback_due_at <= now).values(feedback_due_at=until)
+    return bool(session.execute(q.execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]
+
+
+def settle_feedback(
+    session: Session, *, seen: Run, claim: datetime, due_at: datetime | None, attempts: int, note: str | None
+) -> bool:
+    """Record what a delivery did, if the row is still as the sender read it under its claim (the same claim and
+    failure count). False when it is not: read it again and decide again."""
+    q = (
+        update(Run)
+        .where(Run.id == seen.id, Run.feedback_due_at == claim, Run.feedback_attempts == seen.feedback_attempts)
+        .values(feedback_due_at=due_at, feedback_attempts=attempts, feedback_note=note)
+    )
+    return bool(session.execute(q.execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]

@@ -51,29 +51,35 @@ def test_the_comparison_page_leads_with_the_verdict_and_the_regression(page: Any
     # The run's latest comparison is one redirect away.
     page.goto(f"{site.url}/ui/p/{site.project}/runs/{site.pr_run}/comparison")
     assert page.url == _url(site, site.pr_comparison)
+    slow = docs.h200()["cases"][0]["id"]
+    # The answer: the verdict, then the regressed case in the PR comment's words, its kernel named.
     verdict = page.locator("#verdict").inner_text()
-    assert verdict.startswith("FAIL") and "regressed beyond its minimum effect" in verdict
+    assert verdict.startswith(f"FAIL {slow} +25.0% (88.1 → 110.2 µs): cudnn_generated_fort_native_sdpa_sm90"), verdict
+    assert "+21.0 µs (+25.0%), compute-bound, compute use 53% → 42%" in verdict
+    assert "regressed beyond its minimum effect" in page.locator("#answer").inner_text()
     assert "Testbed key 605db806abde3bc2" in page.inner_text("main")
     page.wait_for_selector("#changes[data-drawn=true] .main-svg")
-    slow = docs.h200()["cases"][0]["id"]
     # The chart: one marker per case (one timing finding each), the regression a legend entry in words.
     cases = docs.h200()["cases"]
-    assert page.locator("#changes .scatterlayer .trace .points path.point").count() == len(cases)
+    traces = page.evaluate("document.getElementById('changes').data.map(t => [t.name, t.x.length])")
+    assert sum(n for name, n in traces if name in ("regressed", "improved", "unchanged", "inconclusive")) == len(cases)
     legend = page.locator("#changes .legend .traces").all_text_contents()
     assert "regressed" in legend and "unchanged" in legend
     assert page.locator("#changes .shapelayer path").count() >= 1  # the minimum-effect band
-    # The findings: the regression first, with its numbers.
+    # The findings: the regression first, with its numbers; the unchanged ones folded, counted in their summary.
     first = page.locator("#findings tbody tr").first
     cells = first.locator("td").all_inner_texts()
     assert cells[0] == slow and cells[1] == "throughput" and cells[2].startswith("regressed")
     assert cells[5] == "−20.0%" and "…" in cells[6] and cells[9] == "±2.0%"
-    assert page.locator("#findings tbody tr").count() == 2 * len(cases)
+    shown, folded = page.locator("#findings tbody tr").count(), page.locator("#findings-unchanged tbody tr").count()
+    assert shown + folded == 2 * len(cases) and folded > shown
+    assert not page.locator("#findings-unchanged").is_visible()
+    assert page.locator("details#unchanged > summary").inner_text() == f"{folded} unchanged findings"
     # Its kernel, side by side: 83.8 µs in the baseline, 104.8 µs in the candidate.
-    moved = page.locator("section:has(#h-kernels) h3").first
-    assert slow in moved.inner_text()
-    row = page.locator("table.moved tbody tr").first.locator("td").all_inner_texts()
+    row = page.locator("#kernel-diff table.moved tbody tr").first.locator("td").all_inner_texts()
     assert row[0].startswith("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16")
-    assert row[2] == "83.8 µs" and row[3] == "104.8 µs" and row[4].startswith("+21.0 µs (+25.0%)")
+    assert row[1].startswith(slow) and row[3].startswith("+21.0 µs (+25.0%)")
+    assert row[4] == "83.8 µs" and row[5] == "104.8 µs"
     assert "132×1×1" in row and "384×1×1" in row and "168" in row
     assert any(cell.startswith("52.6% → 42.2%") for cell in row)  # compute utilisation fell
     # The baseline runs, each a link to its page.
@@ -93,8 +99,10 @@ def test_findings_read_without_javascript(browser: Any, site: Site) -> None:
         tab = context.new_page()
         sign_in(tab, site, site.tokens.read)
         tab.goto(_url(site, site.pr_comparison))
-        assert tab.locator("#findings tbody tr").count() == 2 * len(docs.h200()["cases"])
-        assert tab.locator("table.moved tbody tr").count() >= 1
+        # Without JavaScript the folded findings are still in the page, a click on their summary away.
+        rows = tab.locator("#findings tbody tr").count() + tab.locator("#findings-unchanged tbody tr").count()
+        assert rows == 2 * len(docs.h200()["cases"])
+        assert tab.locator("#kernel-diff table.moved tbody tr").count() >= 1
     finally:
         context.close()
 

@@ -1,23 +1,30 @@
-"""The comparison page: the verdict and why, the change of every case with its interval, the findings
-(regressions first), the kernels that moved side by side, the software that differs, the baseline runs; and, for
-a project admin, accepting the candidate as an intended change."""
+"""The comparison page, in the order a person asks: the verdict and the regressions that make it, one line per
+regressed case by impact (the PR comment's lines, ``service.github.regressions``), a failed case's stored error;
+the kernels that moved, largest slowdown (µs) first; the change of every case's time with its interval; the
+findings that moved, those unchanged folded; the software that differs, the baseline runs; and, for a project
+admin, accepting the candidate as an intended change."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Form, Path, Query
 from fastapi.responses import HTMLResponse, RedirectResponse
+from markupsafe import Markup, escape
 from sqlalchemy.orm import Session
 
 from attnprof.contract.links import PATHS
 from profiler_core import units
 from profiler_core.documents import Kernel
-from profiler_core.documents.comparison import Finding, KernelMove
+from profiler_core.documents.comparison import ComparisonDocument, Finding, KernelMove
+from profiler_core.documents.result import ResultDocument
 from service.comparisons import documents as comparison_documents
 from service.db import SessionDep
+from service.errors import NotFound
+from service.github import regressions as ranked
 from service.runs import documents
 from service.web import repository
 from service.web.dependencies import AdminFormDep, Viewer, ViewerDep, not_found
@@ -114,15 +121,24 @@ def _side_by_side(move: KernelMove, candidate: Kernel | None, base_share: float 
     }
 
 
-def _kernel_moves(
-    session: Session, findings: list[Finding], candidate_run: str, baseline_run: str | None
-) -> list[dict[str, Any]]:
-    """For each finding that names kernels: the case, the metric and its kernels side by side."""
+def _move_delta_us(move: KernelMove) -> float:
+    """What a kernel added to the iteration, µs: a kernel that appeared adds all of its time, one that vanished
+    takes all of its baseline's off."""
+    if move.delta_us is not None:
+        return move.delta_us
+    return (move.candidate_us or 0.0) - (move.baseline_us or 0.0)
+
+
+def kernel_diff(
+    session: Session, findings: list[Finding], candidate: ResultDocument | None, baseline_run: str | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every kernel that moved, side by side, in one list sorted by what it added to its case's iteration (µs,
+    the largest slowdown first): those of the findings that moved or are inconclusive, and apart those of unchanged
+    findings (moves under the case's noise). A kernel of a case is listed once."""
     with_kernels = [f for f in findings if f.kernels]
     if not with_kernels:
-        return []
+        return [], []
     case_ids = list(dict.fromkeys(f.case for f in with_kernels))
-    doc_cases = documents.cases_of(session, candidate_run, case_ids)
     shares: dict[tuple[str, str, str], float] = {}
     if baseline_run is not None:
         totals: dict[str, float] = {}
@@ -131,22 +147,89 @@ def _kernel_moves(
             ident = (row.case_id, row.key, row.phase)
             shares[ident] = shares.get(ident, 0.0) + row.duration_median_us
         shares = {k: v / totals[k[0]] for k, v in shares.items() if totals.get(k[0])}
-    out = []
+    moved: list[tuple[float, dict[str, Any]]] = []
+    quiet: list[tuple[float, dict[str, Any]]] = []
+    seen: set[tuple[str, str, str | None]] = set()
     for f in with_kernels:
-        case = f.case
-        kernels: dict[tuple[str, str | None], Kernel] = {
-            (k.key, k.phase): k for k in (doc_cases[case].kernels if case in doc_cases else [])
-        }
-        rows = [
-            _side_by_side(
+        case = candidate.case(f.case) if candidate is not None else None
+        kernels: dict[tuple[str, str | None], Kernel] = {(k.key, k.phase): k for k in (case.kernels if case else [])}
+        for m in f.kernels:
+            if (f.case, m.key, m.phase) in seen:
+                continue
+            seen.add((f.case, m.key, m.phase))
+            side = _side_by_side(
                 m,
                 None if m.vanished else kernels.get((m.key, m.phase)),
-                None if m.appeared else shares.get((case, m.key, str(m.phase))),
+                None if m.appeared else shares.get((f.case, m.key, str(m.phase))),
             )
-            for m in f.kernels
-        ]
-        out.append({"case": case, "anchor": figures.case_anchor(case), "metric": f.metric, "rows": rows})
+            side.update(case=f.case, anchor=figures.case_anchor(f.case), metric=f.metric, status=f.status)
+            (quiet if f.status == "unchanged" else moved).append((_move_delta_us(m), side))
+    return [r for _, r in sorted(moved, key=lambda p: -p[0])], [r for _, r in sorted(quiet, key=lambda p: -p[0])]
+
+
+ANSWER_LINES_OPEN = 10
+"""Regressed cases whose line the answer shows open; the rest are a click away (a suite of hundreds can regress
+as a whole, and the kernels that moved must stay near the top)."""
+ERROR_MAX_CHARS = 2000
+"""Characters of a failed case's stored error shown on the page (it scrolls in its own box)."""
+DETAIL_MAX_CHARS = 300
+"""Characters of a finding's detail in the findings table (a failed case's detail holds its whole error, which the
+answer shows in its box)."""
+
+
+@dataclass(frozen=True)
+class AnswerLine:
+    """One regressed case as the PR comment's line says it (HTML), with the stored error of a case that failed."""
+
+    case: str
+    anchor: str
+    html: Markup
+    broken: bool
+    error: str | None = None
+    error_chars: int = 0
+
+
+def comment_line_html(line: str) -> Markup:
+    """A line of the PR comment as HTML: the list item's dash dropped, the names in backticks as ``<code>``."""
+    body = line[2:] if line.startswith("- ") else line
+    parts = body.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: no code spans rather than a wrong one
+        return escape(body)
+    return Markup("").join(Markup("<code>{}</code>").format(p) if i % 2 else escape(p) for i, p in enumerate(parts))
+
+
+def answer_lines(
+    doc: ComparisonDocument, baseline: ResultDocument | None, candidate: ResultDocument | None
+) -> list[AnswerLine]:
+    """The regressed cases, largest impact first, each in the words of the PR comment's line
+    (``service.github.regressions``: a broken case first, then by the µs the case's median gained)."""
+    out = []
+    for reg in ranked.by_impact(doc, baseline, candidate):
+        error = None
+        if any(f.metric == "status" for f in reg.findings):
+            case = candidate.case(reg.case) if candidate is not None else None
+            if case is not None and case.error is not None:
+                error = f"{case.error.type}: {case.error.message}"
+        out.append(
+            AnswerLine(
+                case=reg.case,
+                anchor=figures.case_anchor(reg.case),
+                html=comment_line_html(ranked.line(reg, baseline, candidate)),
+                broken=reg.tier == 0,
+                error=None if error is None else error[:ERROR_MAX_CHARS],
+                error_chars=0 if error is None else len(error),
+            )
+        )
     return out
+
+
+def _document(session: Session, run_id: str | None) -> ResultDocument | None:
+    if run_id is None:
+        return None
+    try:
+        return documents.result_of(session, run_id)
+    except NotFound:  # a baseline run deleted since
+        return None
 
 
 @router.get("/comparisons/{comparison_id}", response_class=HTMLResponse)
@@ -168,6 +251,10 @@ def comparison_page(
     findings = sorted(doc.findings, key=finding_order)
     candidate_href = run_href(viewer, found.candidate_run_id)
     rules = repository.rules_of_runs(session, viewer.project.id, [found.candidate_run_id])
+    candidate_doc = _document(session, found.candidate_run_id)
+    # The PR comment reads its lines against the first baseline run: the page says them in the same words.
+    lines = answer_lines(doc, _document(session, baseline_ids[0] if baseline_ids else None), candidate_doc)
+    moved, quiet = kernel_diff(session, findings, candidate_doc, newest_baseline)
     return page(
         "comparison.html",
         viewer=viewer,
@@ -177,10 +264,14 @@ def comparison_page(
         candidate=brief.get(found.candidate_run_id),
         candidate_href=candidate_href,
         baselines=baselines,
-        findings=findings,
+        answer=lines[:ANSWER_LINES_OPEN],
+        answer_more=lines[ANSWER_LINES_OPEN:],
+        findings=[f for f in findings if f.status != "unchanged"],
+        unchanged=[f for f in findings if f.status == "unchanged"],
         chart_spec=figures.comparison_changes(findings, doc.settings.thresholds, candidate_href),
         charted_metrics=figures.CHARTED_METRICS,
-        moves=_kernel_moves(session, findings, found.candidate_run_id, newest_baseline),
+        moves=moved,
+        quiet_moves=quiet,
         kernel_fields=[heading for heading, _, _ in KERNEL_FIELDS],
         settings=doc.settings,
         href=comparison_href(viewer, found.id),
@@ -188,6 +279,7 @@ def comparison_page(
         rule_words=RULE_WORDS,
         rule_action=partial(PATHS.ui_comparison_rule, viewer.project.name, found.id),
         fmt_value=_fmt_value,
+        detail_chars=DETAIL_MAX_CHARS,
         anchor=figures.case_anchor,
         done=DONE.get(done or ""),
     )

@@ -35,9 +35,10 @@ _PATTERNS = ["", "/", "\\", "x", "-", "|", "+", "."]
 _BOUND_ORDER = ["compute", "memory", "balanced", "latency", None]
 VERMILLION, BLUE, GREY, ORANGE = "#D55E00", "#0072B2", "#595959", "#E69F00"
 _LEGEND_BELOW = {"orientation": "h", "y": -0.25, "x": 0}
-# The findings that the comparison chart draws: relative changes of the timing and DRAM metrics (variance
-# changes run to hundreds of percent and would flatten them; they stay in the table).
-CHARTED_METRICS = ("latency", "bandwidth", "throughput", "dram_bytes")
+# The findings that the comparison chart draws: the timing metrics, each as the change of the case's time per
+# iteration (``time_change``), so that one quantity is plotted and up is worse. DRAM bytes and variance are other
+# quantities (variance changes run to hundreds of percent); they stay in the findings table.
+CHARTED_METRICS = ("latency", "bandwidth", "throughput")
 
 
 def case_anchor(case_id: str) -> str:
@@ -326,19 +327,90 @@ _STATUS_STYLE = {
     "inconclusive": (ORANGE, "square-open"),
     "unchanged": (GREY, "circle-open"),
 }
+# Findings with no duration to plot, drawn as flags along the top of the comparison chart when they regressed.
+_FLAG_STYLE = {
+    "status": ("case failed", "x"),
+    "backend": ("backend switched", "star"),
+    "accuracy": ("accuracy regressed", "hourglass"),
+}
+_FLAG_HOVER_CHARS = 300
+# An interval may widen the chart's range by at most this fraction of the points' own span on each side; beyond
+# it the interval is cut at the edge and the cut end marked, so that one wide interval does not flatten the rest.
+_INTERVAL_ROOM = 0.5
+
+
+def time_change(change: float | None, higher_is_better: bool) -> float | None:
+    """A timing finding's relative change as the change of the case's time per iteration (fraction, positive =
+    slower). A rate (bandwidth, throughput) is work over time, so a rate times ``1 + change`` is the time divided
+    by it: bandwidth −5.7% is time +6.1%, the case's slowdown. None when the rate fell to nothing."""
+    if change is None:
+        return None
+    if not higher_is_better:
+        return change
+    return 1.0 / (1.0 + change) - 1.0 if change > -1.0 else None
+
+
+def _rate_metric(f: Finding) -> bool:
+    return f.higher_is_better if f.higher_is_better is not None else f.metric in ("bandwidth", "throughput")
+
+
+def worse_percent(f: Finding) -> tuple[float, tuple[float, float] | None] | None:
+    """What the comparison chart plots for a timing finding: its change of time per iteration and the interval,
+    in percent, positive = worse; None when it has no change."""
+    rate = _rate_metric(f)
+    y = time_change(f.change, rate)
+    if y is None:
+        return None
+    interval = None
+    if f.ci is not None:
+        # A rate's interval turns over: its low end is the time's high end.
+        ends = (time_change(f.ci.high, rate), time_change(f.ci.low, rate)) if rate else (f.ci.low, f.ci.high)
+        if ends[0] is not None and ends[1] is not None:
+            interval = (100.0 * ends[0], 100.0 * ends[1])
+    return 100.0 * y, interval
+
+
+def _chart_range(points: list[tuple[float, tuple[float, float] | None]], band: float) -> tuple[float, float]:
+    """The y range (%): every point, zero and the band, and the intervals as far as ``_INTERVAL_ROOM`` allows."""
+    ys = [y for y, _ in points]
+    lo, hi = min([*ys, 0.0, -band]), max([*ys, 0.0, band])
+    room = _INTERVAL_ROOM * max(hi - lo, 1.0)
+    ends = [e for _, ci in points if ci is not None for e in ci]
+    lo = min([lo, *(max(e, lo - room) for e in ends)])
+    hi = max([hi, *(min(e, hi + room) for e in ends)])
+    pad = 0.06 * (hi - lo)
+    return lo - pad, hi + pad
+
+
+def _band_percent(thresholds: dict[str, float]) -> float:
+    """The largest minimum effect of the timing metrics as a change of time (%): a rate falling by t is the time
+    rising by t / (1 − t)."""
+    out = 0.0
+    for metric in CHARTED_METRICS:
+        t = float(thresholds.get(metric) or 0.0)
+        if 0.0 < t < 1.0:
+            out = max(out, t if metric == "latency" else t / (1.0 - t))
+    return 100.0 * out
 
 
 def comparison_changes(findings: list[Finding], thresholds: dict[str, float], link_base: str) -> Spec | None:
-    """Relative change (%) of each case's timing and DRAM findings with its confidence interval as error bars;
-    regressions vermillion diamonds, improvements blue discs, the rest grey or orange open markers, each
-    status a legend entry in words; the minimum effect of the timing metrics drawn as a band around zero."""
-    charted = [(f, f.change) for f in findings if f.metric in CHARTED_METRICS and f.change is not None]
-    if not charted:
+    """One quantity for every case: the change of its time per iteration (%), positive = worse whatever the
+    finding's metric (latency up, bandwidth or throughput down), with its confidence interval as error bars cut at
+    the chart's edge (a cut end marked by a triangle); regressions vermillion diamonds, improvements blue discs, the
+    rest grey or orange open markers, each status a legend entry in words. A case that failed, switched backend
+    or lost accuracy is a flag along the top, its own legend entry. The minimum effect is a band around zero."""
+    charted = [(f, w) for f in findings if f.metric in CHARTED_METRICS and (w := worse_percent(f)) is not None]
+    flags = [f for f in findings if f.metric in _FLAG_STYLE and f.status == "regressed"]
+    if not charted and not flags:
         return None
-    order = list(dict.fromkeys(f.case for f, _ in charted))
-    data = []
+    band = _band_percent(thresholds)
+    lo, top = _chart_range([w for _, w in charted], band)
+    # The flags get a row of their own above the range of the values; intervals are cut at that range.
+    hi = top + 0.12 * (top - lo) if flags else top
+    order = list(dict.fromkeys([*(f.case for f in flags), *(f.case for f, _ in charted)]))
+    data: list[dict[str, Any]] = []
     for status, (colour, symbol) in _STATUS_STYLE.items():
-        group = [(f, 100.0 * change) for f, change in charted if f.status == status]
+        group = [(f, y, ci) for f, (y, ci) in charted if f.status == status]
         if not group:
             continue
         data.append(
@@ -346,22 +418,63 @@ def comparison_changes(findings: list[Finding], thresholds: dict[str, float], li
                 "type": "scatter",
                 "mode": "markers",
                 "name": status,
-                "x": [f.case for f, _ in group],
-                "y": [y for _, y in group],
+                "x": [f.case for f, _, _ in group],
+                "y": [y for _, y, _ in group],
                 "error_y": {
                     "type": "data",
                     "symmetric": False,
-                    "array": [100.0 * f.ci.high - y if f.ci else 0 for f, y in group],
-                    "arrayminus": [y - 100.0 * f.ci.low if f.ci else 0 for f, y in group],
+                    "array": [max(0.0, min(ci[1], top) - y) if ci else 0 for _, y, ci in group],
+                    "arrayminus": [max(0.0, y - max(ci[0], lo)) if ci else 0 for _, y, ci in group],
                     "color": colour,
                 },
                 "marker": {"color": colour, "symbol": symbol, "size": 12, "line": {"color": colour, "width": 2}},
-                "text": [_finding_hover(f) for f, _ in group],
+                "text": [_finding_hover(f, y, ci) for f, y, ci in group],
                 "hovertemplate": "%{text}<extra></extra>",
-                "customdata": [f"{link_base}#{case_anchor(f.case)}" for f, _ in group],
+                "customdata": [f"{link_base}#{case_anchor(f.case)}" for f, _, _ in group],
             }
         )
-    band = max((float(thresholds.get(m, 0.0)) for m in ("latency", "bandwidth", "throughput")), default=0.0)
+    with_ci = [(f.case, ci) for f, (_, ci) in charted if ci is not None]
+    cut = [(case, lo, ci) for case, ci in with_ci if ci[0] < lo] + [
+        (case, top, ci) for case, ci in with_ci if ci[1] > top
+    ]
+    if cut:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "interval runs past the chart",
+                "x": [case for case, _, _ in cut],
+                "y": [end for _, end, _ in cut],
+                "cliponaxis": False,
+                "marker": {
+                    "color": GREY,
+                    "symbol": ["triangle-down" if end == lo else "triangle-up" for _, end, _ in cut],
+                    "size": 9,
+                },
+                "text": [
+                    f"<b>{_plain(case)}</b><br>interval {_pct(ci[0])} … {_pct(ci[1])} runs past the chart"
+                    for case, _, ci in cut
+                ],
+                "hovertemplate": "%{text}<extra></extra>",
+            }
+        )
+    for metric, (name, symbol) in _FLAG_STYLE.items():
+        flagged = [f for f in flags if f.metric == metric]
+        if not flagged:
+            continue
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": name,
+                "x": [f.case for f in flagged],
+                "y": [(top + hi) / 2] * len(flagged),
+                "marker": {"color": VERMILLION, "symbol": symbol, "size": 14, "line": {"color": "#000", "width": 1}},
+                "text": [_flag_hover(f) for f in flagged],
+                "hovertemplate": "%{text}<extra></extra>",
+                "customdata": [f"{link_base}#{case_anchor(f.case)}" for f in flagged],
+            }
+        )
     shapes = []
     if band > 0:
         shapes.append(
@@ -371,8 +484,8 @@ def comparison_changes(findings: list[Finding], thresholds: dict[str, float], li
                 "x0": 0,
                 "x1": 1,
                 "yref": "y",
-                "y0": -100.0 * band,
-                "y1": 100.0 * band,
+                "y0": -band,
+                "y1": band,
                 "fillcolor": "rgba(89,89,89,0.12)",
                 "line": {"width": 0},
                 "layer": "below",
@@ -381,7 +494,7 @@ def comparison_changes(findings: list[Finding], thresholds: dict[str, float], li
     return {
         "data": data,
         "layout": {
-            "height": 380,
+            "height": 400,
             "xaxis": {
                 "type": "category",
                 "tickangle": -35,
@@ -389,21 +502,43 @@ def comparison_changes(findings: list[Finding], thresholds: dict[str, float], li
                 "categoryorder": "array",
                 "categoryarray": order,
             },
-            "yaxis": {"title": {"text": "change, candidate vs baseline (%)"}, "zeroline": True},
+            "yaxis": {
+                "title": {"text": "↑ worse: change of time (%)"},
+                "zeroline": True,
+                "range": [lo, hi],
+                "autorange": False,
+                "ticksuffix": "%",
+            },
             "shapes": shapes,
-            "legend": {"orientation": "h", "y": 1.12, "x": 0},
-            "margin": {"l": 70, "r": 20, "t": 30, "b": 120},
+            "legend": {"orientation": "h", "y": 1.14, "x": 0},
+            "margin": {"l": 70, "r": 20, "t": 40, "b": 120},
         },
         "links": True,
     }
 
 
-def _finding_hover(f: Finding) -> str:
-    parts = [f"<b>{_plain(f.case)}</b> · {f.metric} {f.status}", f"change {fmt_pct(f.change, 1, True)}"]
-    if f.ci:
-        parts.append(f"{100 * f.ci.level:.0f}% CI {fmt_pct(f.ci.low, 1, True)} … {fmt_pct(f.ci.high, 1, True)}")
+def _pct(percent: float) -> str:
+    return fmt_pct(percent / 100.0, 1, True)
+
+
+def _finding_hover(f: Finding, y: float, ci: tuple[float, float] | None) -> str:
+    parts = [f"<b>{_plain(f.case)}</b> · {f.metric} {f.status}", f"time per iteration {_pct(y)}"]
+    if f.metric != "latency":
+        parts.append(f"{f.metric} {fmt_pct(f.change, 1, True)}")
+    if ci is not None and f.ci is not None:
+        parts.append(f"{100 * f.ci.level:.0f}% CI {_pct(ci[0])} … {_pct(ci[1])}")
     if f.threshold is not None:
         parts.append(f"minimum effect ±{fmt_pct(f.threshold)}")
     if f.q is not None:
-        parts.append(f"q = {f.q:.3g}")
+        parts.append(f"q = {units.fmt_probability(f.q)}")
     return "<br>".join(parts)
+
+
+def _flag_hover(f: Finding) -> str:
+    was = "–" if f.baseline is None else str(f.baseline)
+    now = "–" if f.candidate is None else str(f.candidate)
+    detail = f.detail or ""
+    if len(detail) > _FLAG_HOVER_CHARS:
+        detail = detail[: _FLAG_HOVER_CHARS - 1] + "…"
+    lines = [f"<b>{_plain(f.case)}</b> · {f.metric} {_plain(was)} → {_plain(now)}", _plain(detail)]
+    return "<br>".join(line for line in lines if line)
