@@ -64,11 +64,13 @@ def verify(
 
 
 def size(alert: Alert) -> str:
-    """The step in the alert's unit: ``+30.0% (85.6 → 111.3 µs)``."""
-    return (
-        f"{units.fmt_change(alert.change)} ({units.fmt_in_unit(alert.before, alert.unit)} → "
-        f"{units.fmt_in_unit(alert.after, alert.unit)})"
-    )
+    """The step in the alert's unit, the unit once where both levels share it: ``+30.0% (87.8 → 114.1 µs)``,
+    ``+12.0% (9,120 µs → 10.2 ms)``."""
+    before, after = units.fmt_in_unit(alert.before, alert.unit), units.fmt_in_unit(alert.after, alert.unit)
+    b_num, _, b_unit = before.partition(" ")
+    if b_unit and after.endswith(f" {b_unit}"):
+        before = b_num
+    return f"{units.fmt_change(alert.change)} ({before} → {after})"
 
 
 def interval(alert: Alert) -> str:

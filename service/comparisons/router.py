@@ -102,8 +102,8 @@ class WebhookIn(BaseModel):
     @field_validator("secret")
     @classmethod
     def _real_secret(cls, value: str) -> str:
-        if is_placeholder(value):
-            raise ValueError("must be a real secret, not a placeholder")
+        if is_placeholder(value) or len(set(value)) < 8:
+            raise ValueError("looks like a placeholder: use a random secret (e.g. `openssl rand -hex 32`)")
         return value
 
 
