@@ -27,6 +27,44 @@ def get_in_project(session: Session, project_id: int, run_id: str) -> Run | None
     return session.scalars(select(Run).where(Run.id == run_id, Run.project_id == project_id)).one_or_none()
 
 
+RUN_ID_PREFIX_MIN = 6
+"""Characters a run id's prefix needs before it is looked up (``fd1a4247``, as comparisons abbreviate)."""
+
+
+class AmbiguousRunId(Exception):
+    """A run id's prefix that more than one run of the project starts with; ``run_ids`` are some of them."""
+
+    def __init__(self, ref: str, run_ids: Sequence[str]) -> None:
+        super().__init__(ref)
+        self.ref = ref
+        self.run_ids = tuple(run_ids)
+
+
+def resolve_run_id(session: Session, project_id: int, ref: str) -> str | None:
+    """The service's id of the run of the project that ``ref`` names, or None: no such run in the project.
+
+    A run has two ids: the service's (``runs.id``) and its result document's (``run.id``, which comparisons, their
+    notes and ``attnprof compare`` print). ``ref`` may be either, whole, or a unique prefix of at least
+    ``RUN_ID_PREFIX_MIN`` characters of either. A prefix that several runs share raises ``AmbiguousRunId``.
+
+    Both whole ids are found through indexes (the primary key, the project's unique document ids); only a miss
+    on both scans the project's runs for a prefix.
+    """
+    whole = select(Run.id).where(Run.project_id == project_id, (Run.id == ref) | (Run.document_run_id == ref))
+    found = list(session.scalars(whole.limit(2)))
+    if ref in found:  # the service's own id wins over another run's document id
+        return ref
+    if found:
+        return found[0]
+    if len(ref) < RUN_ID_PREFIX_MIN:
+        return None
+    prefix = Run.id.startswith(ref, autoescape=True) | Run.document_run_id.startswith(ref, autoescape=True)
+    matches = list(session.scalars(select(Run.id).where(Run.project_id == project_id, prefix).limit(5)))
+    if len(matches) > 1:
+        raise AmbiguousRunId(ref, matches)
+    return matches[0] if matches else None
+
+
 def get_by_document_id(session: Session, project_id: int, document_run_id: str) -> Run | None:
     q = select(Run).where(Run.project_id == project_id, Run.document_run_id == document_run_id)
     return session.scalars(q).one_or_none()

@@ -8,7 +8,7 @@ from service import paging
 from service.auth.dependencies import ReadProject, SubmitProject
 from service.db import SessionDep
 from service.dependencies import SettingsDep
-from service.errors import NotFound
+from service.errors import Conflict, NotFound
 from service.runs import documents, repository, service
 from service.runs.models import Run
 from service.runs.schemas import RunOut, RunPage
@@ -16,6 +16,27 @@ from service.testbeds import repository as testbeds
 
 router = APIRouter(prefix="/api/v1/projects/{project}/runs", tags=["runs"])
 TraceName = Annotated[str, Path(min_length=1, max_length=500)]
+RunRef = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=100,
+        description="the service's run id or the result document's run id, whole or a unique prefix of at least "
+        f"{repository.RUN_ID_PREFIX_MIN} characters",
+    ),
+]
+
+
+def _run(session: SessionDep, project_id: int, ref: str) -> Run:
+    """The project's run that ``ref`` names (either of its ids, or a unique prefix of one)."""
+    try:
+        run_id = repository.resolve_run_id(session, project_id, ref)
+    except repository.AmbiguousRunId as exc:
+        raise Conflict(
+            f"run id {ref!r} is ambiguous: {len(exc.run_ids)}+ runs start with it ({', '.join(exc.run_ids[:3])}); "
+            "give more characters or the whole id"
+        ) from None
+    return service.get(session, project_id=project_id, run_id=run_id if run_id is not None else ref)
 
 
 def _out(session: SessionDep, run: Run, *, document: bool = False) -> RunOut:
@@ -69,8 +90,9 @@ def list_runs(
 
 
 @router.get("/{run_id}", response_model=RunOut)
-def get_run(run_id: str, access: ReadProject, session: SessionDep) -> RunOut:
-    return _out(session, service.get(session, project_id=access.project_id, run_id=run_id), document=True)
+def get_run(run_id: RunRef, access: ReadProject, session: SessionDep) -> RunOut:
+    """A run with its result document; ``run_id`` is either of its ids (the service's or the document's)."""
+    return _out(session, _run(session, access.project_id, run_id), document=True)
 
 
 # The body is read raw (a gzip file, not JSON), so FastAPI cannot describe it: say what it is.
@@ -84,19 +106,24 @@ _TRACE_BODY = {"required": True, "content": {"application/gzip": {"schema": {"ty
     openapi_extra={"requestBody": _TRACE_BODY},
 )
 async def put_trace(
-    run_id: str, name: TraceName, request: Request, access: SubmitProject, session: SessionDep, settings: SettingsDep
+    run_id: RunRef,
+    name: TraceName,
+    request: Request,
+    access: SubmitProject,
+    session: SessionDep,
+    settings: SettingsDep,
 ) -> Response:
     """Attach a trace file (gzip Chrome trace) that the run's document names."""
     data = await request.body()
-    run = service.get(session, project_id=access.project_id, run_id=run_id)
+    run = _run(session, access.project_id, run_id)
     service.put_trace(session, run=run, name=name, data=data, limit_bytes=settings.limits.trace_bytes)
     return Response(status_code=204)
 
 
 @router.get("/{run_id}/traces/{name}", response_class=Response, responses={200: {"content": {"application/gzip": {}}}})
-def get_trace(run_id: str, name: TraceName, access: ReadProject, session: SessionDep) -> Response:
+def get_trace(run_id: RunRef, name: TraceName, access: ReadProject, session: SessionDep) -> Response:
     """Download a trace. Traces reveal model architecture: only the run's project can read them."""
-    run = service.get(session, project_id=access.project_id, run_id=run_id)
+    run = _run(session, access.project_id, run_id)
     data = service.get_trace(session, run=run, name=name)
     return Response(
         data,
