@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from ipaddress import ip_network
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from attnprof.contract import bundle
+from attnprof.contract.provenance import REPO_CHARS, REPO_PATTERN
 from attnprof.contract.secrets import is_placeholder, no_placeholder
 from attnprof.contract.worker_api import WORKER_ALIVE_S
 
@@ -116,6 +118,32 @@ class Dashboard(BaseModel):
     session_ttl_s: int = Field(8 * 3600, ge=60, le=30 * 24 * 3600, description="a sign-in lasts this long")
     cookie_secure: bool = Field(False, description="send the cookie over HTTPS only (set it behind TLS)")
     series_points: int = Field(600, ge=50, le=10_000, description="points a trend chart draws at most")
+    github_repositories: dict[str, str] = Field(
+        default_factory=dict,
+        description="project name -> GitHub repository (owner/name), as JSON: a person signed in with GitHub may "
+        "read a project whose repository they can read; a project not named here is never opened by GitHub sign-in",
+    )
+    github_scope: Literal["repo", ""] = Field(
+        "repo",
+        description="the OAuth scope GitHub sign-in asks for: 'repo' (GitHub's only scope that lets the app see "
+        "which private repositories a person can read; it also grants write access, which attnprof never uses "
+        "and never keeps), or '' (no scope: public repositories only)",
+    )
+    github_check_s: int = Field(
+        900,
+        ge=60,
+        le=24 * 3600,
+        description="a GitHub sign-in's repository access is read again this often (a silent round trip through "
+        "GitHub for a person still signed in there)",
+    )
+
+    @field_validator("github_repositories")
+    @classmethod
+    def _repositories(cls, value: dict[str, str]) -> dict[str, str]:
+        for project, repo in value.items():
+            if len(repo) > REPO_CHARS or not re.fullmatch(REPO_PATTERN, repo):
+                raise ValueError(f"project {project!r}: {repo!r} is not a GitHub repository (owner/name)")
+        return value
 
     @field_validator("session_secret")
     @classmethod
@@ -146,6 +174,13 @@ class Settings(BaseSettings):
     github_api_url: str = "https://api.github.com"
     github_token: SecretStr | None = None
     github_webhook_secret: SecretStr | None = None
+    github_web_url: str = Field(
+        "https://github.com", description="GitHub's web address, where its OAuth sign-in pages are"
+    )
+    github_client_id: str | None = Field(
+        None, max_length=100, description="the GitHub OAuth app's client id: set, the dashboard offers GitHub sign-in"
+    )
+    github_client_secret: SecretStr | None = Field(None, description="the GitHub OAuth app's client secret")
     max_attempts: int = Field(3, ge=1)
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -160,7 +195,15 @@ class Settings(BaseSettings):
     dashboard: Dashboard = Field(default_factory=Dashboard)
     alert_webhooks: AlertWebhooks = Field(default_factory=AlertWebhooks)
 
-    @field_validator("github_token", "github_webhook_secret")
+    @model_validator(mode="after")
+    def _oauth_app_whole(self) -> Settings:
+        if (self.github_client_id is None) != (self.github_client_secret is None):
+            raise ValueError(
+                "github_client_id and github_client_secret go together: set both (GitHub sign-in) or neither"
+            )
+        return self
+
+    @field_validator("github_token", "github_webhook_secret", "github_client_secret")
     @classmethod
     def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
         return no_placeholder(value)

@@ -37,6 +37,8 @@ API_ROUTES = {
 PAGE_ROUTES = {
     "home": "/ui",
     "login": "/ui/login",
+    "login_github": "/ui/login/github",
+    "login_github_callback": "/ui/login/github/callback",
     "logout": "/ui/logout",
     "static": "/ui/static/{name}",
     "project": "/ui/p/{project}",
@@ -117,6 +119,15 @@ class Links:
         """The sign-in form, which comes back to ``next_path`` (a path on this site) once signed in."""
         login = self._url(PAGE_ROUTES["login"])
         return f"{login}?next={quote(next_path, safe='/')}" if next_path else login
+
+    def ui_login_github(self, next_path: str | None = None) -> str:
+        """Sign-in with GitHub, which comes back to ``next_path`` (a path on this site) once signed in."""
+        login = self._url(PAGE_ROUTES["login_github"])
+        return f"{login}?next={quote(next_path, safe='/')}" if next_path else login
+
+    def ui_login_github_callback(self) -> str:
+        """Where GitHub sends the browser back (the OAuth app's callback URL: ``Links(public_url)``'s)."""
+        return self._url(PAGE_ROUTES["login_github_callback"])
 
     def ui_logout(self) -> str:
         return self._url(PAGE_ROUTES["logout"])

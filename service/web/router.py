@@ -10,32 +10,52 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, FastAPI, Form, Request
+import httpx
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from attnprof.contract.links import PATHS
+from attnprof.contract.links import PATHS, Links
+from service.auth import github_oauth
 from service.auth import service as auth
+from service.auth.github_oauth import GitHubUser, OAuthApp
 from service.auth.models import WORKER
 from service.config import Settings
 from service.db import SessionDep
 from service.errors import ServiceError, Unauthorized, validation_detail
 from service.projects import repository as projects
-from service.web.dependencies import PageError, SignInRequired, get_signed_in_project, login_url, signer
+from service.web.dependencies import (
+    MovedTo,
+    PageError,
+    SignInRequired,
+    canonical_run,
+    github_sign_in,
+    login_url,
+    signed_in,
+    signer,
+)
 from service.web.pages import PAGE_ROUTERS
 from service.web.render import page, plotly_version
-from service.web.session import COOKIE, LOGIN_CSRF_COOKIE, SessionSigner
+from service.web.session import COOKIE, LOGIN_CSRF_COOKIE, OAUTH_STATE_COOKIE, SessionSigner
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 _STATIC = Path(__file__).parent / "static"
 _STATIC_FILES = {"app.css": "text/css", "app.js": "text/javascript"}
 _IMMUTABLE = "public, max-age=31536000, immutable"
+OAUTH_STATE_TTL_S = 600
+"""A GitHub sign-in must come back within this many seconds (GitHub's codes last 10 minutes too)."""
+
+
+NEXT_MAX_CHARS = 2000
 
 
 def _safe_next(value: str | None) -> str | None:
-    """Only a path on this site: an absolute URL or ``//host`` would make sign-in an open redirect."""
-    if not value or not value.startswith("/ui/") or value.startswith("//"):
+    """Only a path on this site: an absolute URL or ``//host`` would make sign-in an open redirect, and a control
+    character could split the redirect's header."""
+    if not value or len(value) > NEXT_MAX_CHARS or not value.startswith("/ui/") or value.startswith("//"):
+        return None
+    if any(ord(ch) <= 0x20 or ord(ch) == 0x7F for ch in value):
         return None
     parts = urlsplit(value)
     return None if parts.scheme or parts.netloc else value
@@ -46,22 +66,165 @@ def _secure(request: Request) -> bool:
     return settings.dashboard.cookie_secure or request.url.scheme == "https"
 
 
-@router.get("")
-def index(request: Request, session: SessionDep) -> Response:
-    try:
-        project = get_signed_in_project(request, session)
-    except SignInRequired:
-        return RedirectResponse(PATHS.ui_login(), status_code=303)
-    return RedirectResponse(PATHS.ui_project(project.name), status_code=303)
-
-
-@router.get("/login")
-def login_form(request: Request, next: str | None = None, error: str | None = None) -> HTMLResponse:
+def _login_page(
+    request: Request, *, next_path: str | None, error: str | None = None, status_code: int = 200
+) -> Response:
     csrf = secrets.token_urlsafe(16)
-    response = page("login.html", next=_safe_next(next) or "", error=error, csrf=csrf)
+    nxt = _safe_next(next_path) or ""
+    response = page(
+        "login.html",
+        status_code=status_code,
+        next=nxt,
+        error=error,
+        csrf=csrf,
+        github_href=PATHS.ui_login_github(nxt or None) if github_sign_in(request) else None,
+    )
     response.set_cookie(
         LOGIN_CSRF_COOKIE, csrf, max_age=600, httponly=True, samesite="strict", secure=_secure(request), path="/ui"
     )
+    return response
+
+
+@router.get("")
+def index(request: Request, session: SessionDep) -> Response:
+    try:
+        web, readable = signed_in(request, session)
+    except SignInRequired:
+        return RedirectResponse(PATHS.ui_login(), status_code=303)
+    if len(readable) == 1:
+        return RedirectResponse(PATHS.ui_project(readable[0].name), status_code=303)
+    # A GitHub sign-in may open several projects, or none: say which, and as whom.
+    return page(
+        "login.html",
+        github_user=web.github_login,
+        projects=[p.name for p in readable],
+        signout_csrf=signer(request).csrf_token(web),
+        next="",
+        error=None,
+        csrf="",
+        github_href=None,
+    )
+
+
+@router.get("/login")
+def login_form(
+    request: Request,
+    next: Annotated[str | None, Query(max_length=10_000)] = None,
+    error: Annotated[str | None, Query(max_length=200)] = None,
+) -> Response:
+    return _login_page(request, next_path=next, error=error)
+
+
+def _oauth_app(request: Request) -> OAuthApp:
+    settings: Settings = request.app.state.settings
+    if settings.github_client_id is None or settings.github_client_secret is None:
+        raise PageError(
+            404,
+            "GitHub sign-in is not set up",
+            "this service has no GitHub OAuth app (ATTNPROF_GITHUB_CLIENT_ID and ATTNPROF_GITHUB_CLIENT_SECRET): "
+            "sign in with a project token",
+        )
+    return OAuthApp(
+        client_id=settings.github_client_id,
+        client_secret=settings.github_client_secret.get_secret_value(),
+        web_url=settings.github_web_url,
+        api_url=settings.github_api_url,
+        scope=settings.dashboard.github_scope,
+    )
+
+
+@router.get("/login/github")
+def login_github(request: Request, next: Annotated[str | None, Query(max_length=10_000)] = None) -> Response:
+    """Off to GitHub's sign-in, with a random ``state`` bound to this browser by a signed cookie."""
+    app = _oauth_app(request)
+    settings: Settings = request.app.state.settings
+    value, started = signer(request).issue_state(_safe_next(next) or "", OAUTH_STATE_TTL_S)
+    redirect_uri = Links(settings.public_url).ui_login_github_callback()
+    response = RedirectResponse(app.authorize_url(redirect_uri=redirect_uri, state=started.state), status_code=302)
+    # Lax: the cookie must come back with GitHub's top-level redirect to the callback.
+    response.set_cookie(
+        OAUTH_STATE_COOKIE,
+        value,
+        max_age=OAUTH_STATE_TTL_S,
+        httponly=True,
+        samesite="lax",
+        secure=_secure(request),
+        path=PATHS.ui_login_github_callback(),
+    )
+    return response
+
+
+def _signed_in_with_github(
+    request: Request, session: SessionDep, app: OAuthApp, code: str
+) -> tuple[GitHubUser, list[int]]:
+    """Who the code's person is and the ids of the projects they may read. Every GitHub call is made before the
+    database is read; the access token is dropped when this returns."""
+    settings: Settings = request.app.state.settings
+    repositories = settings.dashboard.github_repositories
+    redirect_uri = Links(settings.public_url).ui_login_github_callback()
+    with httpx.Client(timeout=github_oauth.TIMEOUT_S) as client:
+        token = github_oauth.exchange_code(client, app, code=code, redirect_uri=redirect_uri)
+        person = github_oauth.user(client, app, token)
+        names = github_oauth.readable_projects(client, app, token, repositories, sorted(repositories))
+    found = (projects.get_by_name(session, name) for name in names)
+    return person, [p.id for p in found if p is not None]
+
+
+@router.get("/login/github/callback")
+def login_github_callback(
+    request: Request,
+    session: SessionDep,
+    code: Annotated[str | None, Query(max_length=200)] = None,
+    state: Annotated[str | None, Query(max_length=200)] = None,
+    error: Annotated[str | None, Query(max_length=200)] = None,
+    error_description: Annotated[str | None, Query(max_length=1000)] = None,
+) -> Response:
+    """Where GitHub sends the browser back: the state checked (once: its cookie is cleared whatever happens), the
+    code exchanged, the person and their readable projects recorded in a session cookie."""
+    app = _oauth_app(request)
+    settings: Settings = request.app.state.settings
+    started = signer(request).read_state(request.cookies.get(OAUTH_STATE_COOKIE))
+    next_path = started.next_path if started is not None else None
+
+    def refused(status: int, message: str) -> Response:
+        answer = _login_page(request, next_path=next_path, error=message, status_code=status)
+        answer.delete_cookie(OAUTH_STATE_COOKIE, path=PATHS.ui_login_github_callback())
+        return answer
+
+    if started is None or not state or not hmac.compare_digest(state.encode(), started.state.encode()):
+        return refused(
+            400,
+            "The GitHub sign-in could not be checked: its state is missing, expired or not this browser's (a link "
+            "from elsewhere, a sign-in started in another browser, or more than 10 minutes ago). Sign in again.",
+        )
+    if error is not None:
+        if error == "access_denied":
+            return refused(403, "GitHub sign-in was cancelled on GitHub: nothing was changed. Sign in again to go on.")
+        return refused(403, f"GitHub refused the sign-in ({error}: {error_description or 'no description'}).")
+    if not code:
+        return refused(400, "GitHub came back without a sign-in code (the code query parameter). Sign in again.")
+    try:
+        person, project_ids = _signed_in_with_github(request, session, app, code)
+    except github_oauth.SignInFailed as exc:
+        return refused(exc.status, f"{exc.title}: {exc.detail}")
+    value, _ = signer(request).issue_github(
+        login=person.login,
+        github_id=person.id,
+        project_ids=tuple(project_ids),
+        ttl_s=settings.dashboard.github_check_s,
+    )
+    response = RedirectResponse(_safe_next(next_path) or PATHS.ui_home(), status_code=303)
+    # The cookie outlives its signed expiry so that a session past its check can go back through GitHub silently.
+    response.set_cookie(
+        COOKIE,
+        value,
+        max_age=settings.dashboard.session_ttl_s,
+        httponly=True,
+        samesite="lax",
+        secure=_secure(request),
+        path="/ui",
+    )
+    response.delete_cookie(OAUTH_STATE_COOKIE, path=PATHS.ui_login_github_callback())
     return response
 
 
@@ -81,14 +244,9 @@ def login(
     except Unauthorized:
         principal = None
     if principal is None or principal.role == WORKER or principal.project_id is None:
-        again = page(
-            "login.html",
-            status_code=401,
-            next=_safe_next(next) or "",
-            error="That token is unknown, revoked, or not a project token.",
-            csrf=expected,
+        return _login_page(
+            request, next_path=next, error="That token is unknown, revoked, or not a project token.", status_code=401
         )
-        return again
     project = projects.get(session, principal.project_id)
     assert project is not None
     settings: Settings = request.app.state.settings
@@ -157,15 +315,22 @@ def install(app: FastAPI, settings: Settings) -> None:
         SessionSigner(secret.get_secret_value().encode()) if secret is not None else SessionSigner.random()
     )
 
-    async def sign_in(_: Request, exc: Exception) -> Response:
+    async def sign_in(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, SignInRequired)
-        return RedirectResponse(login_url(exc.next_path), status_code=303)
+        return RedirectResponse(
+            login_url(_safe_next(exc.next_path), github=exc.github and github_sign_in(request)), status_code=303
+        )
+
+    async def moved(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, MovedTo)
+        return RedirectResponse(exc.location, status_code=307)
 
     async def page_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, PageError)
         return page("error.html", status_code=exc.status, title=exc.title, detail=exc.detail)
 
     app.add_exception_handler(SignInRequired, sign_in)
+    app.add_exception_handler(MovedTo, moved)
     app.add_exception_handler(PageError, page_error)
     # The API's errors (a service's NotFound, a form field FastAPI refused, an unknown path) read as JSON under
     # /api; under /ui they read as a page.
@@ -174,4 +339,5 @@ def install(app: FastAPI, settings: Settings) -> None:
         app.add_exception_handler(exc_class, _page_or(api_handler))
     app.include_router(router)
     for page_router in PAGE_ROUTERS:
-        app.include_router(page_router)
+        # A page of a run answers to either of the run's ids: the document's is sent on to the service's.
+        app.include_router(page_router, dependencies=[Depends(canonical_run)])

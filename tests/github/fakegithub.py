@@ -5,18 +5,31 @@ to fail the next requests (403 rate limit with ``x-ratelimit-reset``, 429 with `
 Validation Failed), or to hold every request until told to answer (``hold``, ``answer``: a GitHub that is slow to
 answer). An issue comment's body over ``COMMENT_MAX_CHARS`` characters is refused as GitHub refuses it, on create
 and on update: 422 Validation Failed, "Body is too long (maximum is 65536 characters)".
+
+It also plays GitHub's OAuth web flow for an OAuth app ("Authorizing OAuth apps" in GitHub's docs), on the same
+address standing for both github.com and api.github.com: ``GET /login/oauth/authorize`` shows the consent page to the
+browser's GitHub user (``sign_in_browser``) and sends the browser back to the app's callback with ``code`` and
+``state`` (at once when that user already authorised the app for the scope; ``error=access_denied`` when they cancel;
+``error=redirect_uri_mismatch`` for a callback outside the registered one); ``POST /login/oauth/access_token``
+exchanges a code (single use, 10 minutes) for a token and answers GitHub's documented error bodies with HTTP 200
+(``bad_verification_code``, ``incorrect_client_credentials``, ``redirect_uri_mismatch``), as JSON when asked with
+``Accept: application/json`` and form-encoded otherwise; ``GET /user`` names the token's user (401 Bad credentials
+for an unknown token); ``GET /repos/{owner}/{repo}`` answers 200 for a repository the token's user can read (a public
+one, or a private one they were given when the token has the ``repo`` scope) and 404 otherwise.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 COMMENT_MAX_CHARS = 65_536
 """GitHub's limit on an issue comment's body, in characters (Ruby's: code points)."""
@@ -39,6 +52,32 @@ def _too_long(action: str) -> dict[str, Any]:
     }
 
 
+OAUTH_CODE_TTL_S = 600
+"""GitHub's codes expire after 10 minutes."""
+_TROUBLESHOOT = "https://docs.github.com/apps/managing-oauth-apps/troubleshooting-oauth-app-access-token-request-errors"
+_AUTHORIZE_ERRORS = "https://docs.github.com/apps/managing-oauth-apps/troubleshooting-authorization-request-errors"
+# The bodies GitHub documents for a refused code exchange (HTTP 200).
+TOKEN_ERRORS = {
+    "incorrect_client_credentials": "The client_id and/or client_secret passed are incorrect.",
+    "redirect_uri_mismatch": "The redirect_uri MUST match the registered callback URL for this application.",
+    "bad_verification_code": "The code passed is incorrect or expired.",
+}
+
+
+@dataclass
+class OAuthApp:
+    client_id: str
+    client_secret: str
+    callback_url: str
+
+
+@dataclass
+class OAuthUser:
+    login: str
+    id: int
+    repos: set[str] = field(default_factory=set)  # private repositories the user can read, "owner/repo"
+
+
 @dataclass
 class Request:
     method: str
@@ -57,6 +96,13 @@ class State:
     # "rate403", "rate429", "403", "500", "422", "too_long": each answers one request, in order ("pass": as usual)
     failures: list[str] = field(default_factory=list)
     next_id: int = 1000
+    oauth_apps: dict[str, OAuthApp] = field(default_factory=dict)  # by client id
+    users: dict[str, OAuthUser] = field(default_factory=dict)  # by login
+    public_repos: set[str] = field(default_factory=set)
+    browser_user: str | None = None  # who the browser is signed in to GitHub as
+    grants: set[tuple[str, str, str]] = field(default_factory=set)  # (login, client id, scope) authorised
+    codes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tokens: dict[str, dict[str, Any]] = field(default_factory=dict)  # user tokens: login, scope, client id
 
 
 class FakeGitHub:
@@ -107,6 +153,31 @@ class FakeGitHub:
             )
             return cid
 
+    def add_oauth_app(self, client_id: str, client_secret: str, callback_url: str) -> None:
+        with self.lock:
+            self.state.oauth_apps[client_id] = OAuthApp(client_id, client_secret, callback_url)
+
+    def add_user(self, login: str, repos: tuple[str, ...] = ()) -> OAuthUser:
+        """A GitHub user who can read the private repositories ``repos``."""
+        with self.lock:
+            self.state.next_id += 1
+            user = OAuthUser(login=login, id=self.state.next_id, repos=set(repos))
+            self.state.users[login] = user
+            return user
+
+    def add_public_repo(self, repo: str) -> None:
+        with self.lock:
+            self.state.public_repos.add(repo)
+
+    def sign_in_browser(self, login: str | None) -> None:
+        """The browser is signed in to GitHub as ``login`` from now on (None: signed out)."""
+        with self.lock:
+            self.state.browser_user = login
+
+    def revoke_access(self, login: str, repo: str) -> None:
+        with self.lock:
+            self.state.users[login].repos.discard(repo)
+
     def comments(self, repo: str, pr: int) -> list[dict[str, Any]]:
         return self.state.comments.get(f"{repo}#{pr}", [])
 
@@ -144,7 +215,10 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(split.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        body = json.loads(raw) if raw else None
+        if raw and self.headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded"):
+            body: Any = {k: v[-1] for k, v in parse_qs(raw.decode()).items()}
+        else:
+            body = json.loads(raw) if raw else None
         if not self.fake.answering.is_set():
             with self.fake.lock:
                 self.fake.held += 1
@@ -165,6 +239,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(422, {"message": "Validation Failed", "errors": [], "status": "422"})
         if failure == "too_long":  # as GitHub answers a body over its limit, whatever this one's length
             return self._send(422, _too_long("create-an-issue-comment"))
+        if split.path.startswith("/login/oauth/"):
+            return self._oauth_web(method, split.path, query, body)
+        if (split.path == "/user" or re.fullmatch(r"/repos/[^/]+/[^/]+", split.path)) and method == "GET":
+            return self._oauth_api(split.path)
         if not (self.headers.get("Authorization") or "").startswith("Bearer "):
             return self._send(401, {"message": "Requires authentication"})
         self._route(method, split.path, query, body)
@@ -219,6 +297,168 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(404, {"message": "Not Found"})
             return self._send(200, {"permission": perm, "user": {"login": m[2]}})
         return self._send(404, {"message": "Not Found"})
+
+    # GitHub's OAuth web flow (github.com) and the two API calls a signed-in user's token makes (api.github.com).
+
+    def _send_raw(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _page(self, status: int, title: str, inner: str) -> None:
+        doc = f"<!doctype html><html><head><title>{html.escape(title)}</title></head><body>{inner}</body></html>"
+        self._send_raw(status, doc.encode(), "text/html; charset=utf-8")
+
+    def _back(self, redirect_uri: str, **query: str) -> None:
+        sep = "&" if "?" in redirect_uri else "?"
+        self._send_raw(302, b"", "text/html", {"Location": f"{redirect_uri}{sep}{urlencode(query)}"})
+
+    @staticmethod
+    def _under(redirect_uri: str, callback_url: str) -> bool:
+        """GitHub's rule: the same scheme, host and port as the callback URL, its path the callback's or below."""
+        given, registered = urlsplit(redirect_uri), urlsplit(callback_url)
+        base = registered.path.rstrip("/")
+        return (given.scheme, given.netloc) == (registered.scheme, registered.netloc) and (
+            given.path == registered.path or given.path.startswith(base + "/")
+        )
+
+    def _oauth_web(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
+        st, lock = self.fake.state, self.fake.lock
+        params = {**query, **(body if isinstance(body, dict) else {})}
+        if path == "/login/oauth/authorize":
+            app = st.oauth_apps.get(params.get("client_id", ""))
+            if app is None:
+                return self._page(404, "Not Found", "<h1>404</h1><p>This OAuth application does not exist.</p>")
+            redirect_uri = params.get("redirect_uri") or app.callback_url
+            state, scope = params.get("state", ""), params.get("scope", "")
+            if not self._under(redirect_uri, app.callback_url):
+                return self._back(
+                    app.callback_url,
+                    error="redirect_uri_mismatch",
+                    error_description="The redirect_uri MUST match the registered callback URL for this application.",
+                    error_uri=f"{_AUTHORIZE_ERRORS}#redirect-uri-mismatch",
+                    state=state,
+                )
+            login = st.browser_user
+            if login is None:
+                return self._page(200, "Sign in to GitHub", "<h1>Sign in to GitHub</h1><p>Not signed in.</p>")
+            decision = params.get("authorize") if method == "POST" else None
+            if decision is None and (login, app.client_id, scope) not in st.grants:
+                fields = "".join(
+                    f'<input type="hidden" name="{k}" value="{html.escape(v)}">'
+                    for k, v in {
+                        "client_id": app.client_id,
+                        "redirect_uri": redirect_uri,
+                        "scope": scope,
+                        "state": state,
+                    }.items()
+                )
+                return self._page(
+                    200,
+                    "Authorize application",
+                    f"<h1>Authorize {html.escape(app.client_id)}</h1><p>Signed in as {html.escape(login)}; "
+                    f"scope: {html.escape(scope or '(none)')}</p>"
+                    f'<form method="post" action="/login/oauth/authorize">{fields}'
+                    '<button name="authorize" value="1" id="js-oauth-authorize-btn">Authorize</button>'
+                    '<button name="authorize" value="0" id="js-oauth-cancel-btn">Cancel</button></form>',
+                )
+            if decision == "0":
+                return self._back(
+                    redirect_uri,
+                    error="access_denied",
+                    error_description="The user has denied your application access.",
+                    error_uri=f"{_AUTHORIZE_ERRORS}#access-denied",
+                    state=state,
+                )
+            code = secrets.token_hex(10)
+            with lock:
+                st.grants.add((login, app.client_id, scope))
+                st.codes[code] = {
+                    "login": login,
+                    "client_id": app.client_id,
+                    "redirect_uri": redirect_uri,
+                    "scope": scope,
+                    "expires": time.time() + OAUTH_CODE_TTL_S,
+                }
+            return self._back(redirect_uri, code=code, state=state)
+        if path == "/login/oauth/access_token" and method == "POST":
+            return self._exchange(params)
+        return self._page(404, "Not Found", "<h1>404</h1>")
+
+    def _token_answer(self, fields: dict[str, str]) -> None:
+        if "application/json" in (self.headers.get("Accept") or ""):
+            return self._send_raw(200, json.dumps(fields).encode(), "application/json; charset=utf-8")
+        self._send_raw(200, urlencode(fields).encode(), "application/x-www-form-urlencoded; charset=utf-8")
+
+    def _exchange(self, params: dict[str, str]) -> None:
+        st, lock = self.fake.state, self.fake.lock
+
+        def refuse(error: str) -> None:
+            anchor = error.replace("_", "-")
+            self._token_answer(
+                {"error": error, "error_description": TOKEN_ERRORS[error], "error_uri": f"{_TROUBLESHOOT}#{anchor}"}
+            )
+
+        app = st.oauth_apps.get(params.get("client_id", ""))
+        if app is None or not secrets.compare_digest(app.client_secret, params.get("client_secret", "")):
+            return refuse("incorrect_client_credentials")
+        with lock:
+            grant = st.codes.pop(params.get("code", ""), None)  # a code answers once, right or wrong
+        if grant is None or grant["client_id"] != app.client_id or grant["expires"] < time.time():
+            return refuse("bad_verification_code")
+        if params.get("redirect_uri") and params["redirect_uri"] != grant["redirect_uri"]:
+            return refuse("redirect_uri_mismatch")
+        token = "gho_" + secrets.token_hex(18)
+        with lock:
+            st.tokens[token] = {"login": grant["login"], "scope": grant["scope"], "client_id": app.client_id}
+        self._token_answer({"access_token": token, "scope": grant["scope"], "token_type": "bearer"})
+
+    def _oauth_api(self, path: str) -> None:
+        st = self.fake.state
+        auth = self.headers.get("Authorization") or ""
+        scheme, _, token = auth.partition(" ")
+        grant = st.tokens.get(token) if scheme.lower() in ("bearer", "token") else None
+        if grant is None:
+            if path.startswith("/repos/"):  # not a user's token: the app's own calls find no such route here
+                return self._send(404, {"message": "Not Found"})
+            return self._send(
+                401,
+                {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest", "status": "401"},
+            )
+        user = st.users[grant["login"]]
+        if path == "/user":
+            return self._send(
+                200,
+                {"login": user.login, "id": user.id, "type": "User", "name": user.login.title(), "site_admin": False},
+            )
+        repo = path.removeprefix("/repos/")
+        public = repo in st.public_repos
+        private_visible = repo in user.repos and "repo" in grant["scope"].split(",")
+        if not (public or private_visible):
+            return self._send(
+                404,
+                {
+                    "message": "Not Found",
+                    "documentation_url": "https://docs.github.com/rest/repos/repos#get-a-repository",
+                    "status": "404",
+                },
+            )
+        owner, name = repo.split("/", 1)
+        return self._send(
+            200,
+            {
+                "id": abs(hash(repo)) % 10**9,
+                "name": name,
+                "full_name": repo,
+                "private": not public,
+                "owner": {"login": owner},
+                "permissions": {"admin": False, "maintain": False, "push": False, "triage": False, "pull": True},
+            },
+        )
 
     def do_GET(self) -> None:
         self._handle("GET")
