@@ -19,6 +19,7 @@ import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ import pytest
 from profiler_core.documents import parse_result
 from profiler_core.documents.comparison import ComparisonDocument
 from service.github import regressions as ranked
-from tests.web.pagehelp import Project, fresh_project, upload, watch_errors
+from service.web.pages.comparisons import ANSWER_LINES_OPEN
+from tests.web.pagehelp import Project, fresh_project, http, upload, watch_errors
 from tests.web.webstack import Site, docs, sign_in
 
 SOFTMAX_CASE = "sdpa[backend=math,pass=fwd]"
@@ -97,6 +99,7 @@ class Scenario:
     project: Project
     softmax: str = ""
     broken: str = ""
+    everything: str = ""
     documents: dict[str, dict[str, Any]] = field(default_factory=dict)  # by the service's run id
 
 
@@ -123,6 +126,10 @@ def scenario(site: Site) -> Iterator[Scenario]:
         )
         found.documents[project.runs[-1]] = doc
         setattr(found, name, project.comparisons[-1])
+    doc = docs.h200(slower=1.25)  # every case: more lines than the answer shows open
+    upload(site, project, doc, branch="all", commit=f"{13:040x}", base_commit=commits[-1], ancestors=commits[::-1])
+    found.documents[project.runs[-1]] = doc
+    found.everything = project.comparisons[-1]
     yield found
 
 
@@ -232,6 +239,37 @@ def test_every_other_regression_is_a_line_and_a_failed_case_shows_its_error(
         assert errors == []
     finally:
         context.close()
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", "", html))).strip()
+
+
+def test_a_suite_that_regressed_as_a_whole_keeps_the_first_lines_open_and_the_kernels_by_microseconds(
+    site: Site, scenario: Scenario
+) -> None:
+    expected = _comment_lines(site, scenario, scenario.everything)
+    assert len(expected) == len(docs.h200()["cases"]) > ANSWER_LINES_OPEN
+    with http(site, scenario.project.tokens.read) as client:
+        html = client.get(f"/ui/p/{scenario.project.name}/comparisons/{scenario.everything}").text
+    lead = re.search(r'<span id="answer-lead" class="cmp-lead">(.*?)</span></p>', html, re.S)
+    assert lead is not None
+    lists = re.findall(r'<ol class="cmp-lines"[^>]*>(.*?)</ol>', html, re.S)
+    items = [[_text(li) for li in re.findall(r"<li[^>]*>(.*?)</li>", ol, re.S)] for ol in lists]
+    # The lead and the next lines open, in the comment's order; the rest behind a summary that counts them.
+    assert [_text(lead.group(1)), *items[0]] == expected[:ANSWER_LINES_OPEN]
+    assert items[1] == expected[ANSWER_LINES_OPEN:]
+    more = len(expected) - ANSWER_LINES_OPEN
+    assert f'<details class="cmp-more"><summary>{more} more regressed cases, by impact</summary>' in html
+    # The kernel diff: every row's change (µs) no larger than the one above it.
+    diff = html.split('id="kernel-diff"', 1)[1].split("</section>", 1)[0]
+    deltas = [_text(d) for d in re.findall(r'<td class="num"><strong>(.*?)</strong>', diff)]
+    assert len(deltas) > len(expected)
+    values = [
+        float(d.replace("+", "").replace("−", "-").replace(",", "").split()[0]) * (1000 if " ms" in d else 1)
+        for d in deltas
+    ]
+    assert values == sorted(values, reverse=True) and values[0] > 0
 
 
 def _png_size(path: Path) -> tuple[int, int]:
