@@ -106,6 +106,13 @@ def submit(
     base_commit: Annotated[str | None, typer.Option(help="merge base with the default branch (default: git)")] = None,
     default_branch: Annotated[str, typer.Option(help="the branch the base commit is found on")] = "main",
     pr: Annotated[int | None, typer.Option(help="pull request number")] = None,
+    suite_path: Annotated[
+        str | None,
+        typer.Option(
+            help="the suite file's path relative to the repository's root, which the job's page prints to reproduce "
+            "it (default: from git, GITHUB_WORKSPACE or --source)"
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="wait for the verdict and exit by it")] = False,
     timeout: Annotated[
         float,
@@ -150,6 +157,7 @@ def submit(
         ancestors=tuple(git.ancestors),
         pr=pr,
     )
+    sent_path = _suite_path(console, suite, source, suite_path, quiet=as_json)
     bundle = None
     if source is not None:
         try:
@@ -172,6 +180,7 @@ def submit(
                 bundle=bundle,
                 idempotency_key=str(uuid.uuid4()),
                 deadline=deadline,
+                suite_path=sent_path,
             )
             job_id = str(created["id"])
             page = Links(server).ui_job(project, job_id)  # for people: the dashboard's page of the job
@@ -204,6 +213,29 @@ def submit(
         typer.echo(f"job {job_id}: {line}\n  dashboard: {page}")
     sys.stdout.flush()
     raise typer.Exit(code)
+
+
+def _suite_path(console: Any, suite: Path, source: Path | None, given: str | None, *, quiet: bool) -> str | None:
+    """The suite's path in its repository that the job carries: ``given`` (``--suite-path``, exit 2 when it breaks
+    the contract's rule), else the one found from git, the runner's workspace or ``source`` (left out, with a
+    note, when it breaks the rule; an older service ignores it either way)."""
+    from attnprof.client import source as client_source
+    from attnprof.contract.suite_path import SuitePathError, check_suite_path
+
+    if given is not None:
+        try:
+            return check_suite_path(given)
+        except SuitePathError as exc:
+            raise _die(f"--suite-path: {exc}") from None
+    found = client_source.suite_path(suite, source)
+    if found is None:
+        return None
+    try:
+        return check_suite_path(found)
+    except SuitePathError as exc:
+        if not quiet:
+            console.print(f"the suite's path is not sent ({exc})")
+        return None
 
 
 def _done(as_json: bool, data: dict[str, Any], text: str) -> None:

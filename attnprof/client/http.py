@@ -205,8 +205,10 @@ def submit_job(
     bundle: bytes | None = None,
     idempotency_key: str,
     deadline: float | None = None,
+    suite_path: str | None = None,
 ) -> dict[str, Any]:
-    """POST a job (multipart: the suite, the bundle, where the code came from); returns ``{id, status}``.
+    """POST a job (multipart: the suite, the bundle, where the code came from, the suite's path in the repository
+    when known); returns ``{id, status}``.
 
     Sent again while the service is unreachable (until ``deadline``, then ``Unreachable``) with the same
     ``idempotency_key``, so a retry never makes a second job; a refusal (4xx) is a ``SubmitError``.
@@ -217,6 +219,8 @@ def submit_job(
             data[name] = str(value)
     if provenance.ancestors:
         data["ancestors"] = json.dumps(list(provenance.ancestors))
+    if suite_path is not None:
+        data["suite_path"] = suite_path
     files: dict[str, tuple[str, bytes, str]] = {"spec": ("attnprof.toml", spec.encode(), "application/toml")}
     if bundle is not None:
         files["bundle"] = ("source.tar.gz", bundle, "application/gzip")

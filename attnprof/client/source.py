@@ -201,3 +201,25 @@ def git_info(root: Path, *, default_branch: str = "main", base_commit: str | Non
         listed = _git(root, "rev-list", "--first-parent", f"--max-count={ANCESTORS_MAX}", base)
         ancestors = [ln.strip() for ln in (listed or "").splitlines() if ln.strip()]
     return GitInfo(commit=commit, branch=branch, repo=repo, base_commit=base, ancestors=ancestors)
+
+
+def suite_path(suite: Path, source: Path | None = None) -> str | None:
+    """The suite file's path relative to its repository's root, with ``/`` between its parts, as a job carries it
+    (``attnprof.contract.suite_path``): relative to git's top level when the suite lies in a git work tree; else to
+    ``GITHUB_WORKSPACE`` (a GitHub runner's checkout) or to ``source`` (the bundled folder) when it lies in one of
+    them. None when none of them holds it: the job is then sent without it."""
+    resolved = suite.resolve()
+    roots: list[Path] = []
+    top = _first_line(_git(resolved.parent, "rev-parse", "--show-toplevel"))
+    if top:
+        roots.append(Path(top))
+    if workspace := os.environ.get("GITHUB_WORKSPACE"):
+        roots.append(Path(workspace))
+    if source is not None:
+        roots.append(source)
+    for root in roots:
+        try:
+            return resolved.relative_to(root.resolve()).as_posix()
+        except (ValueError, OSError):
+            continue
+    return None

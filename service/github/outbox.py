@@ -1,5 +1,6 @@
-"""Delivering the GitHub feedback that jobs owe (DESIGN 6): after the commit that made it owed, from the stored
-rows, never inside a transaction or under a row lock.
+"""Delivering the GitHub feedback that jobs and uploaded runs owe (DESIGN 6): after the commit that made it owed,
+from the stored rows, never inside a transaction or under a row lock. An uploaded run that names its repository owes
+its feedback from its own ``feedback_due_at`` (``deliver_run``: the same three steps, recorded on the run).
 
 A job owes feedback while its ``feedback_due_at`` is set (``service.jobs.service.owe_feedback`` sets it, in the
 transaction that changes the job's state). One delivery of it (``deliver``) is three steps:
@@ -37,6 +38,7 @@ from service.db import utcnow
 from service.github import service as github
 from service.github.client import GitHubClient, GitHubError
 from service.jobs import repository as jobs
+from service.runs import repository as runs
 
 log = logging.getLogger(__name__)
 
@@ -130,32 +132,82 @@ def _record(
     return error is None, False
 
 
+def deliver_run(
+    sessions: Sessions, settings: Settings, run_id: str, *, client: GitHubClient | None, now: datetime | None = None
+) -> bool | None:
+    """Deliver the feedback the uploaded run ``run_id`` owes, as ``deliver`` does a job's: claimed in a short
+    transaction, read from the stored rows, sent with no transaction open, recorded in another. True when delivered,
+    False when GitHub refused (noted on the run, owed again after the backoff, or never again for a final 4xx), None
+    when nothing was due. With no ``client`` nothing is sent and what the run owed is cleared."""
+    now = now or utcnow()
+    claim = now + timedelta(seconds=CLAIM_S)
+    feedback: github.Feedback | None = None
+    error: Exception | None = None
+    with sessions() as session:
+        if not runs.claim_feedback(session, run_id=run_id, now=now, until=claim):
+            session.commit()
+            return None
+        run = runs.get_fresh(session, run_id)
+        if run is not None and run.repo and client is not None:
+            try:
+                feedback = github.run_feedback_of(session, settings, run)
+            except ValueError as exc:
+                error = exc
+        session.commit()
+    if feedback is not None and client is not None:
+        try:
+            github.post(client, feedback)
+        except (GitHubError, ValueError) as exc:
+            error = exc
+    for _ in range(_RECORD_TRIES):
+        with sessions() as session:
+            run = runs.get_fresh(session, run_id)
+            if run is None or run.feedback_due_at != claim:
+                session.commit()  # no longer this sender's: its claim ran out and another sender took it
+                return error is None
+            after = github.run_settled(run, error=error, cfg=settings.sweep, now=now)
+            recorded = runs.settle_feedback(
+                session, seen=run, claim=claim, due_at=after.due_at, attempts=after.attempts, note=after.note
+            )
+            session.commit()
+        if recorded:
+            return error is None
+    log.warning("run %s: its GitHub feedback was sent but not recorded: the sweep sends it again", run_id)
+    return error is None
+
+
 def deliver_owed(
     sessions: Sessions,
     settings: Settings,
     job_ids: Sequence[str],
     *,
+    run_ids: Sequence[str] = (),
     client: GitHubClient | None = None,
     budget_s: float | None = None,
 ) -> dict[str, int]:
-    """Deliver what each of ``job_ids`` owes (``deliver``), one after the other, with one client (``client``, else
-    a delivery client of ``settings``'s token, or none without one). Never raises: what it could not deliver stays
-    owed for the sweep. Past ``budget_s`` seconds the rest waits for the next sweep. Returns how many were
-    delivered, and how many GitHub refused (owed again)."""
+    """Deliver what each of ``job_ids`` owes (``deliver``), then what each uploaded run of ``run_ids`` owes
+    (``deliver_run``), one after the other, with one client (``client``, else a delivery client of ``settings``'s
+    token, or none without one). Never raises: what it could not deliver stays owed for the sweep. Past ``budget_s``
+    seconds the rest waits for the next sweep. Returns how many were delivered, and how many GitHub refused (owed
+    again)."""
     counts = {"delivered": 0, "undelivered": 0}
-    if not job_ids:
+    if not job_ids and not run_ids:
         return counts
     own = client is None and settings.github_token is not None
     gh = github.delivery_client(settings) if own else client
     started = time.monotonic()
+    owed = [("job", job_id) for job_id in job_ids] + [("run", run_id) for run_id in run_ids]
     try:
-        for job_id in job_ids:
+        for kind, owed_id in owed:
             if budget_s is not None and time.monotonic() - started > budget_s:
                 break
             try:
-                done = deliver(sessions, settings, job_id, client=gh)
+                if kind == "job":
+                    done = deliver(sessions, settings, owed_id, client=gh)
+                else:
+                    done = deliver_run(sessions, settings, owed_id, client=gh)
             except Exception:
-                log.exception("job %s: delivering its GitHub feedback raised; it stays owed", job_id)
+                log.exception("%s %s: delivering its GitHub feedback raised; it stays owed", kind, owed_id)
                 continue
             if done is True:
                 counts["delivered"] += 1
@@ -188,10 +240,21 @@ class Sender:
         self._slots = threading.BoundedSemaphore(at_once)
 
     def __call__(self, job_ids: Sequence[str]) -> None:
+        self._send(job_ids, ())
+
+    def runs(self, run_ids: Sequence[str]) -> None:
+        """The same for uploaded runs that owe feedback (a result upload's, once it has answered)."""
+        self._send((), run_ids)
+
+    def _send(self, job_ids: Sequence[str], run_ids: Sequence[str]) -> None:
         if not self._slots.acquire(blocking=False):
-            log.info("GitHub feedback of %d job(s) left to the sweep: deliveries under way already", len(job_ids))
+            log.info(
+                "GitHub feedback of %d job(s) and %d run(s) left to the sweep: deliveries under way already",
+                len(job_ids),
+                len(run_ids),
+            )
             return
         try:
-            deliver_owed(self._sessions, self._settings, job_ids)
+            deliver_owed(self._sessions, self._settings, job_ids, run_ids=run_ids)
         finally:
             self._slots.release()

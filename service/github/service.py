@@ -1,4 +1,6 @@
-"""GitHub feedback for a job: the commit status ``attnprof/<project>`` and the one PR comment per project.
+"""GitHub feedback for a job or an uploaded run: the commit status ``attnprof/<project>`` and the one PR comment per
+project, which a job's and an upload's feedback edit alike (feedback belongs to a run's comparison: an upload that
+names its repository owes it as a job does, from its run's ``feedback_due_at``; ``run_feedback_of``, ``run_settled``).
 
 What is sent is always the job's current state, read from the database (the job row, its comparison and run
 documents), so a delivery can be made again at any time from what is stored. A job owes feedback while its
@@ -32,6 +34,7 @@ from service.jobs.models import FINAL, Job
 from service.projects import repository as projects
 from service.runs import documents
 from service.runs import repository as run_rows
+from service.runs.models import Run
 from service.testbeds import repository as testbeds
 
 log = logging.getLogger(__name__)
@@ -212,6 +215,65 @@ def post(client: GitHubClient, feedback: Feedback) -> None:
             client.upsert_comment(feedback.repo, feedback.pr, marker=feedback.marker, body=smaller)
 
 
+def run_comment_input(session: Session, run: Run, settings: Settings, *, project: str) -> CommentInput:
+    """Everything the comment of an uploaded ``run`` shows, read from the database: its latest comparison, as a
+    job's comment shows its run's (no job to link; the traces stored so far are linked)."""
+    found = comparisons.latest_for_run(session, run.id)
+    testbed = testbeds.get(session, run.testbed_id)
+    baseline_ids = [str(b) for b in found.baseline_run_ids] if found else []
+    candidate = _document(session, run.id)
+    return CommentInput(
+        project=project,
+        job_id="",
+        status="done",
+        suite_name=candidate.suite.name if candidate is not None else "",
+        testbed=testbed.name if testbed else "",
+        branch=run.branch,
+        commit=run.commit,
+        public_url=settings.public_url,
+        pr=run.pr,
+        run_id=run.id,
+        comparison_id=found.id if found else None,
+        comparison=comparison_documents.comparison_of(found) if found else None,
+        candidate=candidate if found else None,
+        baseline=_document(session, baseline_ids[0]) if baseline_ids else None,
+        traces=frozenset(run_rows.list_traces(session, run.id)),
+    )
+
+
+def run_feedback_of(session: Session, settings: Settings, run: Run) -> Feedback:
+    """What GitHub is told of an uploaded ``run`` (one that names a repository), read from the database: the commit
+    status of its latest comparison's verdict and, for a pull request, the project's comment, the same one a job's
+    feedback edits. ``ValueError`` when a stored document does not load, or when the run has no comparison (an
+    upload is compared in the transaction that stores it)."""
+    assert run.repo, "a run that names no repository owes nothing"
+    project_row = projects.get(session, run.project_id)
+    project = project_row.name if project_row else str(run.project_id)
+    found = comparisons.latest_for_run(session, run.id)
+    if found is None:
+        raise ValueError(f"run {run.id} has no comparison stored")
+    state = "failure" if found.verdict == "fail" else "success"
+    description = f"verdict {found.verdict}" + (" (warnings)" if found.verdict == "warn" else "") + ", uploaded run"
+    comment = compact = None
+    if run.pr is not None:
+        inp = run_comment_input(session, run, settings, project=project)
+        comment = render(inp)
+        compact = render(inp, budget_chars=COMPACT_BUDGET_CHARS, kernel_tables=False)
+    return Feedback(
+        job_status="done",
+        repo=run.repo,
+        commit=run.commit,
+        context=f"attnprof/{project}",
+        state=state,
+        description=description,
+        target_url=Links(settings.public_url).ui_run(project, run.id),
+        pr=run.pr,
+        marker=marker(project),
+        comment=comment,
+        compact=compact,
+    )
+
+
 @dataclass(frozen=True)
 class Settled:
     """A job's outbox columns after a delivery of its feedback."""
@@ -251,3 +313,33 @@ def settled(job: Job, *, sent_status: str | None, error: Exception | None, cfg: 
     log.warning("job %s: %s%s (%s)", job.id, FEEDBACK_FAILED, error, then)
     note = f"{FEEDBACK_FAILED}{error} ({then})"
     return Settled(due_at=due_at, attempts=attempts, reason=f"{kept}; {note}" if kept else note)
+
+
+@dataclass(frozen=True)
+class RunSettled:
+    """An uploaded run's outbox columns after a delivery of its feedback."""
+
+    due_at: datetime | None
+    attempts: int
+    note: str | None
+
+
+def run_settled(run: Run, *, error: Exception | None, cfg: Sweep, now: datetime) -> RunSettled:
+    """What a delivery leaves on an uploaded ``run``, by the rules of a job's (``settled``): delivered, nothing owed
+    and no note; refused for good (a 4xx other than a rate limit, such as 422), noted and never sent again as it is;
+    refused otherwise, owed again after the backoff until ``cfg.feedback_attempts`` deliveries failed. A run's state
+    never changes after its upload, so no newer state can be owed at once."""
+    if error is None:
+        return RunSettled(due_at=None, attempts=0, note=None)
+    attempts = (run.feedback_attempts or 0) + 1
+    due_at: datetime | None
+    if isinstance(error, GitHubError) and not error.retryable:
+        due_at, then = None, "refused for good, not sent again"
+    elif attempts >= cfg.feedback_attempts:
+        due_at, then = None, f"given up after {attempts} deliveries"
+    else:
+        wait_s = retry_after_s(cfg, attempts)
+        due_at = now + timedelta(seconds=wait_s)
+        then = f"delivery {attempts} of {cfg.feedback_attempts}, retried in {wait_s:.0f} s"
+    log.warning("run %s: %s%s (%s)", run.id, FEEDBACK_FAILED, error, then)
+    return RunSettled(due_at=due_at, attempts=attempts, note=f"{FEEDBACK_FAILED}{error} ({then})")

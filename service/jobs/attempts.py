@@ -87,11 +87,12 @@ def offer_next_attempt(job: Job, testbed: str, *, now: datetime | None = None) -
 
 
 def end_attempt(job: Job) -> None:
-    """The attempt that held ``job`` is over: its token opens nothing more, and nobody holds a lease."""
+    """The attempt that held ``job`` is over: its token opens nothing more, and nobody holds a lease. The worker
+    that ran it stays in ``claimed_by`` (the next claim replaces it): a failed job's page names the host whose log
+    it shows."""
     job.job_token_sha256 = None
     job.job_token_expires_at = None
     job.lease_expires_at = None
-    job.claimed_by = None
 
 
 def wait_again(job: Job) -> None:

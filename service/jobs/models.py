@@ -7,6 +7,7 @@ from sqlalchemy import ForeignKey, Index, Integer, String, Text, UniqueConstrain
 from sqlalchemy.orm import Mapped, mapped_column
 
 from attnprof.contract.provenance import BRANCH_CHARS, COMMIT_CHARS, REPO_CHARS
+from attnprof.contract.suite_path import SUITE_PATH_CHARS
 from service.db import Base, utcnow
 
 STATES = ("queued", "running", "analyzing", "done", "failed", "timed_out", "cancelled")
@@ -39,6 +40,8 @@ PARTIAL_INDEXES = (
     _partial("ix_jobs_queued_project", "project_id", where=QUEUED_SQL),
     # a submission to a pull request: the open jobs of its earlier commits
     _partial("ix_jobs_open_pr", "project_id", "pr", where=OPEN_PR_SQL),
+    # a pull request's jobs, newest first (its page)
+    _partial("ix_jobs_pr", "project_id", "pr", "created_at", where="pr IS NOT NULL"),
 )
 
 
@@ -61,6 +64,10 @@ class Job(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     spec: Mapped[str] = mapped_column(Text, comment="the suite TOML as submitted")
     suite_name: Mapped[str] = mapped_column(String(200))
+    suite_path: Mapped[str | None] = mapped_column(
+        String(SUITE_PATH_CHARS),
+        comment="the suite file's path relative to the repository's root, as submitted (null: not sent)",
+    )
     bundle_sha256: Mapped[str | None] = mapped_column(ForeignKey("artifacts.sha256"))
     repo: Mapped[str | None] = mapped_column(String(REPO_CHARS))
     branch: Mapped[str] = mapped_column(String(BRANCH_CHARS))

@@ -80,6 +80,7 @@ def read_submission(form: FormData, limits: Limits, idempotency_key: str | None)
         provenance=provenance,
         bundle=_read(bundle, limits.bundle_bytes, "bundle") if isinstance(bundle, UploadFile) else None,
         idempotency_key=idempotency_key or None,
+        suite_path=fields.suite_path,
     )
 
 

@@ -6,6 +6,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnprof.contract.provenance import Branch, Commit, Provenance, PullRequest, Repo
+from attnprof.contract.suite_path import SuitePath
 
 
 class JobFields(BaseModel):
@@ -20,6 +21,7 @@ class JobFields(BaseModel):
     base_commit: Commit | None = None
     ancestors: str | None = Field(default=None, description="first-parent ancestors, newest first: JSON list or CSV")
     pr: PullRequest | None = None
+    suite_path: SuitePath | None = None
 
     def provenance(self, ancestors: tuple[str, ...]) -> Provenance:
         """The job's provenance, with ``ancestors`` as read from the field (a ``ValidationError`` names a commit
@@ -69,6 +71,7 @@ class JobOut(BaseModel):
     project: str
     testbed: str
     suite_name: str
+    suite_path: str | None = Field(description="the suite file's path in the repository (null: not sent)")
     repo: str | None
     branch: str
     commit: str

@@ -52,6 +52,8 @@ class NewJob:
     provenance: Provenance
     bundle: bytes | None = None
     idempotency_key: str | None = None
+    suite_path: str | None = None
+    """The suite file's path relative to the repository's root (checked by the contract's rule), None: not sent."""
 
 
 def parse_ancestors(raw: str | None, limit: int) -> tuple[str, ...]:
@@ -134,6 +136,7 @@ def create(
             "idempotency_key": new.idempotency_key,
             "spec": new.spec,
             "suite_name": name,
+            "suite_path": new.suite_path,
             "bundle_sha256": bundle_sha,
             "repo": prov.repo,
             "branch": prov.branch,
@@ -178,6 +181,7 @@ def to_out(session: Session, job: Job, fairness: Fairness | None = None, now: da
         project=project.name if project else "",
         testbed=testbed,
         suite_name=job.suite_name,
+        suite_path=job.suite_path,
         repo=job.repo,
         branch=job.branch,
         commit=job.commit,

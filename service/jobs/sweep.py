@@ -21,7 +21,8 @@ Three ways a job gets stuck, and what the sweep does about each:
   backlog) holds the resend back.
 
 And GitHub feedback that is owed and due (a job that the sweep fails here, a delivery that failed before and
-waited out its backoff, one whose sender died) is listed in ``SweepReport.feedback``, to be delivered after the
+waited out its backoff, one whose sender died) is listed in ``SweepReport.feedback`` (an uploaded run's in
+``SweepReport.run_feedback``), to be delivered after the
 commit (``service.github.outbox``); the sweep itself only marks what it fails as owed.
 
 Where the broker cannot be read (``pending`` answers ``None``) a queued job is resent once per stale period: a
@@ -46,6 +47,7 @@ from service.config import Sweep
 from service.jobs import attempts, repository
 from service.jobs import service as jobs
 from service.jobs.models import Job
+from service.runs import repository as run_rows
 from service.testbeds import repository as testbed_rows
 from service.testbeds import service as testbeds
 
@@ -71,6 +73,8 @@ class SweepReport:
     failed: list[str] = field(default_factory=list)
     feedback: list[str] = field(default_factory=list)
     """Jobs whose owed GitHub feedback is due: deliver each (``service.github.outbox``) once this is committed."""
+    run_feedback: list[str] = field(default_factory=list)
+    """Uploaded runs whose owed GitHub feedback is due (``outbox.deliver_run``), likewise."""
     dispatch: list[int] = field(default_factory=list)
     """Testbeds with jobs waiting for the dispatcher: dispatch each (``dispatch.after_commit``) once committed."""
     forgotten_workers: int = 0
@@ -141,6 +145,7 @@ def sweep(session: Session, *, cfg: Sweep, now: datetime, pending: PendingLookup
     report.forgotten_workers = testbeds.forget_workers(session, now=now)
     session.flush()
     report.feedback = repository.feedback_due(session, now=now, limit=cfg.batch)
+    report.run_feedback = run_rows.feedback_due(session, now=now, limit=cfg.batch)
     report.dispatch = repository.testbeds_waiting(session)
     return report
 

@@ -1,18 +1,31 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from collections.abc import Callable, Sequence
+from typing import Annotated
+
+from fastapi import APIRouter, BackgroundTasks, Depends, Request, Response
 from sqlalchemy.exc import IntegrityError
 
 from attnprof.contract.links import Links
 from service.auth.dependencies import ProjectName, SubmitProject
 from service.db import SessionDep
 from service.dependencies import SettingsDep
+from service.github import outbox
 from service.openapi import errors
 from service.results import service
 from service.results.schemas import ResultUpload, UploadAnswer
 from service.testbeds import repository as testbeds
 
 router = APIRouter(prefix="/api/v1/projects/{project}", tags=["results"])
+
+
+def run_feedback_sender(request: Request) -> Callable[[Sequence[str]], None]:
+    """Delivers the GitHub feedback that uploaded runs owe (the app's ``service.github.outbox.Sender``, its runs)."""
+    sender: outbox.Sender = request.app.state.send_feedback
+    return sender.runs
+
+
+RunFeedbackDep = Annotated[Callable[[Sequence[str]], None], Depends(run_feedback_sender)]
 
 
 @router.post(
@@ -31,11 +44,15 @@ def upload_result(
     session: SessionDep,
     settings: SettingsDep,
     response: Response,
+    background: BackgroundTasks,
+    send_feedback: RunFeedbackDep,
 ) -> UploadAnswer:
     """Store a result document profiled elsewhere, compare it with its baseline, answer with the verdict.
 
     Sending the same upload again (the same document and provenance) stores nothing and answers 200 with what the
     first one got: a client whose answer was lost can retry. The same document with other provenance is a 409.
+    An upload that names its repository gets the commit status (and, with a pull request, the project's PR comment)
+    that a job gets, sent once this has answered; GitHub's answer never changes this one.
     """
 
     def store() -> service.Uploaded:
@@ -59,7 +76,7 @@ def upload_result(
     testbed = testbeds.get(session, done.run.testbed_id)
     testbed_name = testbed.name if testbed else ""
     links = Links(settings.public_url)
-    return UploadAnswer(
+    answer = UploadAnswer(
         run_id=done.run.id,
         comparison_id=done.comparison.id,
         verdict=done.comparison.verdict,
@@ -70,3 +87,7 @@ def upload_result(
         comparison=done.comparison.document,
         summary=service.summary(session, done, project=project, testbed=testbed_name, public_url=settings.public_url),
     )
+    if done.created and done.run.feedback_due_at is not None:
+        session.commit()  # GitHub hears of the run only once it is stored: the sender reads the committed rows
+        background.add_task(send_feedback, [done.run.id])  # its commit status and PR comment, once answered
+    return answer

@@ -29,7 +29,8 @@ class Uploaded:
 
 
 def upload(session: Session, *, project_id: int, body: ResultUpload, cfg: Analysis, ancestors_max: int) -> Uploaded:
-    """Store an uploaded run and compare it, in the caller's transaction.
+    """Store an uploaded run and compare it, in the caller's transaction; an upload that names its repository owes
+    GitHub its commit status and pull-request comment (``runs.owe_feedback``), which the caller sends once committed.
 
     Idempotent: the same upload again (the same document and provenance, as a client sends it once more when the
     answer to the first was lost) stores nothing and answers with the stored run and its comparison. The same
@@ -44,6 +45,8 @@ def upload(session: Session, *, project_id: int, body: ResultUpload, cfg: Analys
     # The upload is a provenance (the contract's model) with the document and the testbed beside it.
     run = runs.store_run(session, project_id=project_id, document=document, provenance=body, testbed=body.testbed)
     compared = analysis.analyze(session, run_id=run.id, cfg=cfg)
+    # Its verdict is owed to GitHub like a job's (the run names its repository), sent once this is committed.
+    runs.owe_feedback(run)
     return Uploaded(run=run, comparison=compared, document=document)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -24,6 +24,16 @@ class Run(Base):
         Index("ix_runs_history", "project_id", "testbed_id", "branch", "created_at"),
         # The default-branch history of a testbed key: baseline fallback, noise floor, change points.
         Index("ix_runs_key_history", "project_id", "testbed_key", "branch", "created_at"),
+        Index("ix_runs_feedback_due_at", "feedback_due_at"),
+        # a pull request's runs, newest first (its page)
+        Index(
+            "ix_runs_pr",
+            "project_id",
+            "pr",
+            "created_at",
+            postgresql_where=text("pr IS NOT NULL"),
+            sqlite_where=text("pr IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -43,6 +53,15 @@ class Run(Base):
     attempt: Mapped[int | None] = mapped_column(Integer, comment="the job attempt that produced it")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     document: Mapped[dict[str, Any]] = mapped_column()
+    # The GitHub feedback of an upload (a run no job made) that names its repository: its commit status and
+    # pull-request comment, owed from ``feedback_due_at`` (``service.github.outbox``), as a job's are.
+    feedback_due_at: Mapped[datetime | None] = mapped_column(
+        comment="an upload's GitHub feedback is owed from this time (null: nothing owed)"
+    )
+    feedback_attempts: Mapped[int] = mapped_column(
+        Integer, default=0, server_default="0", comment="failed deliveries of the feedback now owed"
+    )
+    feedback_note: Mapped[str | None] = mapped_column(Text, comment="why the last delivery of its feedback failed")
 
 
 class RunCase(Base):

@@ -4,6 +4,7 @@ kernels, and each case's samples (their one copy)."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -126,6 +127,19 @@ def _store_normalised(session: Session, run: Run, document: ResultDocument) -> N
             samples_us[case_row_id] = case.latency_us.samples
     repository.add_kernels(session, kernels)
     repository.add_samples(session, samples_us)
+
+
+def owe_feedback(run: Run, now: datetime | None = None) -> bool:
+    """Say, in the transaction that stores an uploaded ``run``, that GitHub is owed its verdict (the commit status
+    and, for a pull request, the project's comment), as a job owes its own (``service.jobs.service.owe_feedback``):
+    ``service.github.outbox`` sends it from the stored rows once the transaction is committed, and the sweep retries
+    what is still owed. A run that names no repository owes nothing (False). Not committed."""
+    if not run.repo:
+        return False
+    run.feedback_due_at = now or utcnow()
+    run.feedback_attempts = 0
+    run.feedback_note = None
+    return True
 
 
 def get(session: Session, *, project_id: int, run_id: str) -> Run:

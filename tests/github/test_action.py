@@ -197,6 +197,7 @@ def test_action_script_in_a_pull_request(tmp_path: Path, served, pg_url: str) ->
         GITHUB_REPOSITORY=REPO,
         GITHUB_STEP_SUMMARY=str(summary),
         GITHUB_OUTPUT=str(output),
+        GITHUB_WORKSPACE=str(tmp_path),
     )
     errors: list[BaseException] = []
     worker = threading.Thread(target=_play_worker, args=(url, project, submit, wtok, settings, errors))
@@ -213,6 +214,9 @@ def test_action_script_in_a_pull_request(tmp_path: Path, served, pg_url: str) ->
     assert "**fail**" in text and f"`{CASE}`" in text and not text.startswith("<!--")
     assert [s["state"] for s in github.statuses(REPO, "h1")] == ["pending", "failure"]
     assert len(github.comments(REPO, 7)) == 1
+    # The submit mode sent the suite's path in the checkout, which the job's page prints to reproduce it.
+    job = httpx.get(f"{url}/api/v1/jobs/{outputs['job-id']}", headers={"Authorization": f"Bearer {submit}"})
+    assert job.json()["suite_path"] == "suite.toml"
 
 
 def _local_suite(backend: str) -> str:
@@ -312,7 +316,15 @@ def test_local_mode_profiles_on_the_runner_and_uploads(tmp_path: Path, served) -
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {submit}"}) as http:
         second = http.get(f"/api/v1/projects/{project}/runs/{outputs['run-id']}").json()
     assert (second["branch"], second["commit"], second["pr"], second["base_commit"]) == ("slow", "l2", 9, "l1")
-    assert github.requests() == []  # an upload is answered inline; nothing is posted to GitHub for it
+    # An upload that names its repository gets a job's feedback, sent once it has answered: the push's commit
+    # status, then the pull request's status and the project's comment.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (github.statuses(REPO, "l2") and github.comments(REPO, 9)):
+        time.sleep(0.1)
+    assert [s["state"] for s in github.statuses(REPO, "l1")] == ["success"]
+    assert [s["state"] for s in github.statuses(REPO, "l2")] == ["failure" if verdict == "fail" else "success"]
+    (comment,) = github.comments(REPO, 9)
+    assert f"**{verdict}** on `gpu-runner`" in comment["body"]
 
     env["ATTNPROF_FAIL_ON"] = "fail"
     suite.write_text(_local_suite("math").replace("head_dim", "hed_dim"))

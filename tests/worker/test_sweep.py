@@ -70,7 +70,8 @@ def test_a_dead_workers_job_is_queued_for_the_next_attempt_then_failed(db: Sessi
     report = sweep.sweep(db, cfg=CFG, now=now, pending=_nothing_pending)
     # Queued again, it waits for the dispatcher like a new job: no message yet, and none of the old one claims it.
     assert not report.sends and job.testbed_id in report.dispatch
-    assert job.status == "queued" and job.claimed_by is None
+    # The worker that ran the lost attempt stays named (the next claim replaces it).
+    assert job.status == "queued" and job.claimed_by == "gpu-host/pid7"
     assert job.offered_at is None and job.claim_secret_sha256 is None
     (message,) = dispatch.offer(db, testbed_id=job.testbed_id, cfg=Fairness(), now=now)
     assert (message.job_id, message.attempt, message.testbed) == (job.id, 2, tb)
@@ -84,11 +85,15 @@ def test_a_dead_workers_job_is_queued_for_the_next_attempt_then_failed(db: Sessi
     # attempt 2 dies too: that was the last one
     job.status, job.attempts, job.heartbeat_at = "running", 2, now - timedelta(seconds=100)
     job.lease_expires_at, job.job_token_sha256 = now - timedelta(seconds=70), _sha("apj_dead_too")
+    job.claimed_by = "other-host/pid9"  # as attempt 2's claim names its worker
     db.flush()
     report = sweep.sweep(db, cfg=CFG, now=now, pending=_nothing_pending)
     assert report.failed == [job.id] and not report.sends
     assert job.status == "failed" and job.finished_at == now and job.job_token_sha256 is None
-    assert job.reason == "attempt 2 lost its worker: no heartbeat for 100 s, and it was the last of 2 attempts"
+    assert job.reason == (
+        "attempt 2 lost its worker (other-host/pid9): no heartbeat for 100 s, and it was the last of 2 attempts"
+    )
+    assert job.claimed_by == "other-host/pid9"  # a failed job keeps the worker that ran it
 
 
 def test_a_lost_message_is_sent_again_with_a_new_secret_and_a_waiting_one_is_left_alone(db: Session) -> None:

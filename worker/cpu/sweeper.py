@@ -39,7 +39,13 @@ def run(settings: Settings) -> dict[str, int]:
         for job_id in report.failed:
             log.warning("job %s: failed: out of attempts", job_id)
         offered = dispatch.after_commit(session, settings, report.dispatch)
-    counts = outbox.deliver_owed(sessions(settings.database_url), settings, report.feedback, budget_s=FEEDBACK_BUDGET_S)
+    counts = outbox.deliver_owed(
+        sessions(settings.database_url),
+        settings,
+        report.feedback,
+        run_ids=report.run_feedback,
+        budget_s=FEEDBACK_BUDGET_S,
+    )
     alerts = alert_outbox.deliver_owed(
         sessions(settings.database_url), settings.alert_webhooks, settings.public_url, budget_s=FEEDBACK_BUDGET_S
     )
