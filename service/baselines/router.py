@@ -8,6 +8,8 @@ from service.auth.dependencies import AdminProject, ReadProject
 from service.baselines import service
 from service.baselines.schemas import RuleIn, RuleOut, Rules
 from service.db import SessionDep
+from service.errors import Conflict
+from service.runs import repository as run_rows
 
 router = APIRouter(prefix="/api/v1/projects/{project}/baselines", tags=["baselines"])
 Kind = Literal["pin", "exclude", "accept"]
@@ -20,8 +22,17 @@ def list_rules(access: ReadProject, session: SessionDep) -> Rules:
     return Rules(rules=[RuleOut.model_validate(r) for r in rules])
 
 
+def _run_id(session: SessionDep, project_id: int, ref: str) -> str:
+    """The service's id of the run ``ref`` names: either of its ids, or a unique prefix of one."""
+    try:
+        return run_rows.resolve_run_id(session, project_id, ref) or ref
+    except run_rows.AmbiguousRunId as exc:
+        raise Conflict(str(exc)) from None
+
+
 def _add(kind: str, body: RuleIn, access: AdminProject, session: SessionDep) -> RuleOut:
-    rule = service.add_rule(session, project_id=access.project_id, kind=kind, run_id=body.run_id, reason=body.reason)
+    run_id = _run_id(session, access.project_id, body.run_id)
+    rule = service.add_rule(session, project_id=access.project_id, kind=kind, run_id=run_id, reason=body.reason)
     return RuleOut.model_validate(rule)
 
 
@@ -46,10 +57,11 @@ def accept(body: RuleIn, access: AdminProject, session: SessionDep) -> RuleOut:
 @router.delete("/{kind}/{run_id}", status_code=204, response_class=Response)
 def remove(
     kind: Annotated[Kind, Path()],
-    run_id: Annotated[str, Path(max_length=36)],
+    run_id: Annotated[str, Path(max_length=100)],
     access: AdminProject,
     session: SessionDep,
 ) -> Response:
-    """Unpin, un-exclude or un-accept a run."""
-    service.remove_rule(session, project_id=access.project_id, kind=kind, run_id=run_id)
+    """Unpin, un-exclude or un-accept a run (named by either of its ids)."""
+    resolved = _run_id(session, access.project_id, run_id)
+    service.remove_rule(session, project_id=access.project_id, kind=kind, run_id=resolved)
     return Response(status_code=204)

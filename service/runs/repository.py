@@ -35,7 +35,10 @@ class AmbiguousRunId(Exception):
     """A run id's prefix that more than one run of the project starts with; ``run_ids`` are some of them."""
 
     def __init__(self, ref: str, run_ids: Sequence[str]) -> None:
-        super().__init__(ref)
+        super().__init__(
+            f"run id {ref!r} is ambiguous: {len(run_ids)} or more runs of the project have an id starting with it "
+            f"({', '.join(run_ids[:3])}); give more characters or the whole id"
+        )
         self.ref = ref
         self.run_ids = tuple(run_ids)
 

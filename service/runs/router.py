@@ -32,10 +32,7 @@ def _run(session: SessionDep, project_id: int, ref: str) -> Run:
     try:
         run_id = repository.resolve_run_id(session, project_id, ref)
     except repository.AmbiguousRunId as exc:
-        raise Conflict(
-            f"run id {ref!r} is ambiguous: {len(exc.run_ids)}+ runs start with it ({', '.join(exc.run_ids[:3])}); "
-            "give more characters or the whole id"
-        ) from None
+        raise Conflict(str(exc)) from None
     return service.get(session, project_id=project_id, run_id=run_id if run_id is not None else ref)
 
 

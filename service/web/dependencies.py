@@ -181,12 +181,7 @@ def canonical_run(request: Request, session: SessionDep) -> None:
     try:
         run_id = run_rows.resolve_run_id(session, viewer.project.id, ref)
     except run_rows.AmbiguousRunId as exc:
-        raise PageError(
-            409,
-            "Ambiguous run id",
-            f"{len(exc.run_ids)} or more runs of {project} have an id starting with {ref!r} "
-            f"({', '.join(exc.run_ids[:3])}): give more characters or the whole id",
-        ) from None
+        raise PageError(409, "Ambiguous run id", str(exc)) from None
     if run_id is None or run_id == ref:
         return
     target = request_target(request)

@@ -147,3 +147,14 @@ def test_a_signed_out_visit_by_the_documents_id_signs_in_and_lands_on_the_run(si
         assert signed.headers["location"] == PATHS.ui_run(project.name, document_id)
         moved = client.get(signed.headers["location"])
         assert moved.status_code == 307 and moved.headers["location"] == PATHS.ui_run(project.name, service_id)
+
+
+def test_a_baseline_rule_takes_either_id_and_is_kept_on_the_service_id(site: Site) -> None:
+    project, service_id, document_id = _project_with_a_run(site)
+    with site.api(project.tokens.admin) as api:
+        pinned = api.post(f"/api/v1/projects/{project.name}/baselines/pins", json={"run_id": document_id})
+        assert pinned.status_code == 201, pinned.text
+        assert pinned.json()["run_id"] == service_id
+        assert api.delete(f"/api/v1/projects/{project.name}/baselines/pin/{document_id[:8]}").status_code == 204
+        rules = api.get(f"/api/v1/projects/{project.name}/baselines").json()["rules"]
+        assert rules == []
