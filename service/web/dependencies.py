@@ -154,14 +154,6 @@ def signed_in(request: Request, session: SessionDep) -> tuple[WebSession, list[P
     return web, [_by_token(request, session, web)[2]]
 
 
-def get_signed_in_project(request: Request, session: SessionDep) -> Project:
-    """The project of the current token session (a GitHub session may have several: see ``signed_in``)."""
-    web = _web_session(request)
-    if web.by_github:
-        raise SignInRequired(_come_back_to(request))
-    return _by_token(request, session, web)[2]
-
-
 class MovedTo(Exception):
     """The page is at another address (a run named by its other id): answered with a redirect there."""
 

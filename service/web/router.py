@@ -37,7 +37,7 @@ from service.web.dependencies import (
 )
 from service.web.pages import PAGE_ROUTERS
 from service.web.render import page, plotly_version
-from service.web.session import COOKIE, LOGIN_CSRF_COOKIE, OAUTH_STATE_COOKIE, SessionSigner
+from service.web.session import COOKIE, COOKIE_MAX_CHARS, LOGIN_CSRF_COOKIE, OAUTH_STATE_COOKIE, SessionSigner
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 _STATIC = Path(__file__).parent / "static"
@@ -107,12 +107,9 @@ def index(request: Request, session: SessionDep) -> Response:
 
 
 @router.get("/login")
-def login_form(
-    request: Request,
-    next: Annotated[str | None, Query(max_length=10_000)] = None,
-    error: Annotated[str | None, Query(max_length=200)] = None,
-) -> Response:
-    return _login_page(request, next_path=next, error=error)
+def login_form(request: Request, next: Annotated[str | None, Query(max_length=10_000)] = None) -> Response:
+    # No message comes from the query: a link could otherwise put any sentence on this page.
+    return _login_page(request, next_path=next)
 
 
 def _oauth_app(request: Request) -> OAuthApp:
@@ -213,6 +210,12 @@ def login_github_callback(
         project_ids=tuple(project_ids),
         ttl_s=settings.dashboard.github_check_s,
     )
+    if len(value) > COOKIE_MAX_CHARS:
+        return refused(
+            400,
+            f"{person.login} can read {len(project_ids)} projects here, more than one session cookie holds: ask for "
+            "a project token.",
+        )
     response = RedirectResponse(_safe_next(next_path) or PATHS.ui_home(), status_code=303)
     # The cookie outlives its signed expiry so that a session past its check can go back through GitHub silently.
     response.set_cookie(

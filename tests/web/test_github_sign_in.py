@@ -227,6 +227,13 @@ def test_the_flow_over_http_grants_read_on_the_readable_projects_only(oauth: OAu
         assert client.get(f"/ui/p/{oauth.other_project}").status_code == 200
         home = client.get("/ui")
         assert home.status_code == 200 and oauth.project in home.text and oauth.other_project in home.text
+        assert "Signed in as <strong>both-repos</strong> (GitHub)" in home.text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', home.text)
+        assert csrf is not None
+        assert client.post("/ui/logout", data={"csrf": "forged"}).status_code == 403
+        out = client.post("/ui/logout", data={"csrf": csrf.group(1)})
+        assert out.status_code == 303 and COOKIE not in client.cookies
+        assert client.get(f"/ui/p/{oauth.project}").headers["location"].startswith("/ui/login?next=")
 
 
 def test_the_state_answers_once_and_only_in_the_browser_that_started(oauth: OAuthSite) -> None:
