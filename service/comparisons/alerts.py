@@ -92,10 +92,27 @@ def change_interval(before: Sequence[float], after: Sequence[float], level: floa
     return (diff - t * se) / mean_a, (diff + t * se) / mean_a
 
 
+def _settled_split(segment: np.ndarray) -> int | None:
+    """Where the mean of ``segment`` (two levels, as e-divisive cut them) changes: the split with the least squared
+    error, allowed anywhere. None when it leaves fewer than ``MIN_SIZE`` runs on a side: a new level with fewer
+    runs than that is not settled yet (e-divisive, held to ``MIN_SIZE`` runs a side, cuts such a series early,
+    with the first runs of the new level in the old one), and the next runs place the step."""
+    m = segment.size
+    centred = segment - segment.mean()  # keeps the sums of squares accurate for values of any size
+    total = np.cumsum(centred)
+    squares = np.cumsum(centred**2)
+    t = np.arange(1, m)
+    left_sse = squares[t - 1] - total[t - 1] ** 2 / t
+    right_sse = (squares[-1] - squares[t - 1]) - (total[-1] - total[t - 1]) ** 2 / (m - t)
+    best = int(t[np.argmin(left_sse + right_sse)])
+    return best if MIN_SIZE <= best <= m - MIN_SIZE else None
+
+
 def steps_of(case_id: str, points: Sequence[tuple[str, float]], *, min_effect: float, seed: int = 0) -> list[Step]:
     """The steps of one case's series (``points``: (run id, value), oldest first) at least ``min_effect`` big.
 
-    Each change point's levels are the means of the segments on either side of it, as e-divisive cut them."""
+    Each change point's place is settled within the two segments around it (``_settled_split``), and its levels are
+    the means of the runs on either side, up to the neighbouring change points."""
     values = np.array([v for _, v in points], dtype=float)
     if values.size < 2 * MIN_SIZE:
         return []
@@ -105,7 +122,14 @@ def steps_of(case_id: str, points: Sequence[tuple[str, float]], *, min_effect: f
     out = []
     for cp in found:
         k = edges.index(cp.index)
-        left, right = values[edges[k - 1] : cp.index], values[cp.index : edges[k + 1]]
+        lo, hi = edges[k - 1], edges[k + 1]
+        at = _settled_split(values[lo:hi])
+        if at is None:
+            continue
+        index = lo + at
+        if any(step.index == index for step in out):
+            continue
+        left, right = values[lo:index], values[index:hi]
         before, after = float(left.mean()), float(right.mean())
         if before <= 0:
             continue
@@ -116,9 +140,9 @@ def steps_of(case_id: str, points: Sequence[tuple[str, float]], *, min_effect: f
         out.append(
             Step(
                 case_id=case_id,
-                index=cp.index,
-                before_run_id=points[cp.index - 1][0],
-                run_id=points[cp.index][0],
+                index=index,
+                before_run_id=points[index - 1][0],
+                run_id=points[index][0],
                 before=before,
                 after=after,
                 before_sd=float(left.std(ddof=1)),
