@@ -217,6 +217,11 @@ def test_every_other_regression_is_a_line_and_a_failed_case_shows_its_error(
         assert [s.split("\n")[0] for s in shown] == expected
         assert any(line.startswith(f"{SWITCHED_CASE}") and "backend" in line for line in expected)
         assert any(SOFTMAX_KERNEL in line for line in expected)
+        cases = len(docs.h200()["cases"])
+        assert (
+            f"Cases by their worst finding: 3 regressed · 0 improved · 0 inconclusive · {cases - 3} unchanged; "
+            f"{cases} of the {cases} cases had a baseline" in tab.locator("#answer").inner_text()
+        )
         # The stored error: in a code block under its line, clipped, scrolling in its own box.
         error = tab.locator("#answer pre.cmp-error").first
         assert error.is_visible()

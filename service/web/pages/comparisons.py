@@ -25,6 +25,7 @@ from service.comparisons import documents as comparison_documents
 from service.db import SessionDep
 from service.errors import NotFound
 from service.github import regressions as ranked
+from service.github.comment import case_outcomes
 from service.runs import documents
 from service.web import repository
 from service.web.dependencies import AdminFormDep, Viewer, ViewerDep, not_found
@@ -255,6 +256,7 @@ def comparison_page(
     # The PR comment reads its lines against the first baseline run: the page says them in the same words.
     lines = answer_lines(doc, _document(session, baseline_ids[0] if baseline_ids else None), candidate_doc)
     moved, quiet = kernel_diff(session, findings, candidate_doc, newest_baseline)
+    outcomes = list(case_outcomes(doc).values())  # the comment's count: a case is its worst finding
     return page(
         "comparison.html",
         viewer=viewer,
@@ -264,6 +266,7 @@ def comparison_page(
         candidate=brief.get(found.candidate_run_id),
         candidate_href=candidate_href,
         baselines=baselines,
+        case_counts={k: outcomes.count(k) for k in _STATUS_RANK},
         answer=lines[:ANSWER_LINES_OPEN],
         answer_more=lines[ANSWER_LINES_OPEN:],
         findings=[f for f in findings if f.status != "unchanged"],
