@@ -2,8 +2,9 @@
 
 A second server over the test site's database, with a GitHub OAuth app whose GitHub is the stand-in of
 ``tests/github/fakegithub.py`` (GitHub's documented OAuth endpoints: authorize, access_token, /user,
-/repos/{owner}/{repo}). The site's project names the repository ``acme/attn``, the other project ``acme/other``.
-The whole flow runs in Chromium; its failures (a tampered state, a refused code, GitHub down, a cancelled
+/repos/{owner}/{repo}), which also receives the service's pull-request comments. The site's project names the
+repository ``acme/attn``, the other project ``acme/other``. The whole flow runs in Chromium, from the link of a
+comment the service posted; its failures (a tampered state, a refused code, GitHub down, a cancelled
 authorisation) over HTTP, each answered by a page that says what happened, never a 500.
 """
 
@@ -27,7 +28,7 @@ from service.config import Dashboard, Settings
 from service.web.session import COOKIE, OAUTH_STATE_COOKIE, SessionSigner
 from tests.github.fakegithub import FakeGitHub
 from tests.service.stack import make_settings
-from tests.web.webstack import Site, _free_port
+from tests.web.webstack import Site, _free_port, docs
 
 CLIENT_ID = "Iv1.attnproftest"
 CLIENT_SECRET = "oauth-app-secret-0123456789abcdef"
@@ -43,6 +44,8 @@ class OAuthSite:
     other_project: str
     comparison: str
     run: str
+    submit_token: str
+    base_commit: str
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +60,7 @@ def oauth(site: Site) -> Iterator[OAuthSite]:
             github_web_url=github.url,
             github_client_id=CLIENT_ID,
             github_client_secret=CLIENT_SECRET,
+            github_token="ghs_attnprofservicetoken0123456789",  # the service's own: commit statuses and comments
             dashboard=Dashboard(github_repositories={site.project: REPO, site.other_project: OTHER_REPO}),
         )
         app = create_app(settings)
@@ -80,6 +84,8 @@ def oauth(site: Site) -> Iterator[OAuthSite]:
                 other_project=site.other_project,
                 comparison=site.pr_comparison,
                 run=site.pr_run,
+                submit_token=site.tokens.submit,
+                base_commit=f"{5:040x}",  # the newest of the site's default-branch commits
             )
         finally:
             server.should_exit = True
@@ -93,6 +99,31 @@ def _comment_link(oauth: OAuthSite) -> str:
     return Links(oauth.url).ui_comparison(oauth.project, oauth.comparison) + "?view=all&case=a%5Bb%3Dc%5D"
 
 
+def _posted_comment_link(oauth: OAuthSite, pr: int) -> str:
+    """Upload a slower pull-request run naming the repository; the comparison link of the comment the service
+    then posts on the pull request (to the GitHub stand-in)."""
+    body = docs.upload_body(
+        docs.h200(slower=1.25),
+        branch="review",
+        commit="d" * 40,
+        base_commit=oauth.base_commit,
+        repo=REPO,
+        pr=pr,
+    )
+    headers = {"Authorization": f"Bearer {oauth.submit_token}"}
+    answer = httpx.post(Links(oauth.url).api_results(oauth.project), json=body, headers=headers, timeout=60)
+    assert answer.status_code == 201, answer.text
+    deadline = time.monotonic() + 30
+    while not oauth.github.comments(REPO, pr):
+        assert time.monotonic() < deadline, "the service posted no comment on the pull request"
+        time.sleep(0.1)
+    comment = oauth.github.comments(REPO, pr)[0]["body"]
+    found = re.search(r"\]\((http://[^)\s]+/comparisons/[^)\s]+)\)", comment)
+    assert found is not None, comment[:800]
+    assert found.group(1) == Links(oauth.url).ui_comparison(oauth.project, answer.json()["comparison_id"])
+    return found.group(1)
+
+
 # In the browser.
 
 
@@ -101,7 +132,7 @@ def test_a_reviewer_opens_a_comment_link_signs_in_with_github_and_lands_on_that_
 ) -> None:
     tab = page
     oauth.github.sign_in_browser("reviewer")
-    link = _comment_link(oauth)
+    link = _posted_comment_link(oauth, pr=11)
     tab.goto(link)
     assert urlsplit(tab.url).path == "/ui/login"
     with tab.expect_navigation():
