@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 import uvicorn
+from fastapi.testclient import TestClient
 
 from attnprof.contract.links import Links
 from service.app import create_app
@@ -361,3 +362,51 @@ def test_settings_name_what_is_wrong() -> None:
         Dashboard(github_repositories={"p": "not a repo"})
     with pytest.raises(ValueError, match="github_scope"):
         Dashboard(github_scope="admin:org")  # type: ignore[arg-type]
+
+
+def _in_process(site: Site, github_url: str, **dashboard: Any) -> TestClient:
+    """The app over the site's database, answering in this process at http://testserver."""
+    settings = make_settings(
+        site.db_url,
+        public_url="http://testserver",
+        github_api_url=github_url,
+        github_web_url=github_url,
+        github_client_id="Iv1.inprocess",
+        github_client_secret=CLIENT_SECRET,
+        dashboard=Dashboard(github_repositories={site.project: REPO}, **dashboard),
+    )
+    return TestClient(create_app(settings), follow_redirects=False)
+
+
+def test_github_unreachable_is_a_502_page(site: Site) -> None:
+    with _in_process(site, f"http://127.0.0.1:{_free_port()}") as client:  # nothing listens there
+        started = client.get("/ui/login/github")
+        state = parse_qs(urlsplit(started.headers["location"]).query)["state"][0]
+        down = client.get("/ui/login/github/callback", params={"code": "c0de", "state": state})
+        assert down.status_code == 502
+        assert "GitHub did not answer" in down.text and "ConnectError" in down.text
+        assert COOKIE not in client.cookies
+
+
+def test_without_the_repo_scope_a_private_repository_opens_nothing(oauth: OAuthSite, site: Site) -> None:
+    oauth.github.add_oauth_app("Iv1.inprocess", CLIENT_SECRET, "http://testserver/ui/login/github/callback")
+    oauth.github.add_user("private-reader", repos=(REPO,))
+    oauth.github.sign_in_browser("private-reader")
+    with _in_process(site, oauth.github.url, github_scope="") as client:
+        started = client.get("/ui/login/github")
+        asked = {k: v[-1] for k, v in parse_qs(urlsplit(started.headers["location"]).query).items()}
+        assert "scope" not in asked
+        back = client.get(_callback_path(_authorize(oauth, asked)))
+        assert back.status_code == 303
+        assert client.get(f"/ui/p/{site.project}").status_code == 404
+        home = client.get("/ui")
+        assert "Signed in as <strong>private-reader</strong>" in home.text and "None of this service" in home.text
+    oauth.github.add_public_repo(REPO)
+    try:
+        with _in_process(site, oauth.github.url, github_scope="") as client:
+            started = client.get("/ui/login/github")
+            asked = {k: v[-1] for k, v in parse_qs(urlsplit(started.headers["location"]).query).items()}
+            assert client.get(_callback_path(_authorize(oauth, asked))).status_code == 303
+            assert client.get(f"/ui/p/{site.project}").status_code == 200  # public: anyone signed in reads it
+    finally:
+        oauth.github.state.public_repos.discard(REPO)
