@@ -510,8 +510,10 @@ def comparison_changes(findings: list[Finding], thresholds: dict[str, float], li
                 "ticksuffix": "%",
             },
             "shapes": shapes,
-            "legend": {"orientation": "h", "y": 1.14, "x": 0},
-            "margin": {"l": 70, "r": 20, "t": 40, "b": 120},
+            # Above the plot, bottom-anchored: Plotly widens the top margin for it, so on a phone the entries wrap
+            # onto rows of their own instead of over the points.
+            "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+            "margin": {"l": 70, "r": 20, "t": 10, "b": 120},
         },
         "links": True,
     }
