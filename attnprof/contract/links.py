@@ -45,6 +45,8 @@ PAGE_ROUTES = {
     "jobs": "/ui/p/{project}/jobs",
     "job": "/ui/p/{project}/jobs/{job_id}",
     "job_states": "/ui/p/{project}/jobs/state",
+    "runs": "/ui/p/{project}/runs",
+    "pull": "/ui/p/{project}/pulls/{number}",
     "run": "/ui/p/{project}/runs/{run_id}",
     "run_comparison": "/ui/p/{project}/runs/{run_id}/comparison",
     "trace": "/ui/p/{project}/runs/{run_id}/traces/{name}",
@@ -148,6 +150,14 @@ class Links:
     def ui_job_states(self, project: str, job_ids: Iterable[str]) -> str:
         """What the pages with jobs in progress poll (JSON)."""
         return self._url(PAGE_ROUTES["job_states"], {"ids": ",".join(job_ids)}, project=project)
+
+    def ui_runs(self, project: str, **query: Query) -> str:
+        """The project's runs, jobs' and uploads alike; ``branch``, ``pr``, ``testbed`` and ``before`` as the query."""
+        return self._url(PAGE_ROUTES["runs"], query, project=project)
+
+    def ui_pull(self, project: str, number: int) -> str:
+        """A pull request's page: its jobs and uploads, the latest verdict first."""
+        return self._url(PAGE_ROUTES["pull"], project=project, number=str(number))
 
     def ui_run(self, project: str, run_id: str) -> str:
         return self._url(PAGE_ROUTES["run"], project=project, run_id=run_id)

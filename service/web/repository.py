@@ -186,6 +186,7 @@ def job_in_project(session: Session, project_id: int, job_id: str) -> Row[*tuple
         select(
             Job.id,
             Job.suite_name,
+            Job.suite_path,
             Job.spec,
             Job.repo,
             Job.branch,

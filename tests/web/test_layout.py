@@ -19,6 +19,8 @@ PAGES: dict[str, Callable[[Site], str]] = {
     "jobs": lambda s: f"/ui/p/{s.project}/jobs",
     "job": lambda s: f"/ui/p/{s.project}/jobs/{s.job_id}",
     "trends": lambda s: f"/ui/p/{s.project}/trends",
+    "runs": lambda s: f"/ui/p/{s.project}/runs",
+    "pull": lambda s: f"/ui/p/{s.project}/pulls/7",
 }
 
 # Every table: the box that scrolls it sideways (overflow-x auto or scroll), if any, and how it sits in the window.

@@ -5,8 +5,18 @@ from fastapi import APIRouter
 from service.web.pages.comparisons import router as comparisons_page
 from service.web.pages.jobs import router as jobs_pages
 from service.web.pages.overview import router as overview
+from service.web.pages.pulls import router as pulls_page
 from service.web.pages.runs import router as runs_page
+from service.web.pages.runs_list import router as runs_list_page
 from service.web.pages.trends import router as trends_page
 
 # The overview comes first: its ``/jobs/state`` must match before the jobs page's ``/jobs/{job_id}``.
-PAGE_ROUTERS: list[APIRouter] = [overview, trends_page, jobs_pages, runs_page, comparisons_page]
+PAGE_ROUTERS: list[APIRouter] = [
+    overview,
+    trends_page,
+    jobs_pages,
+    runs_list_page,
+    runs_page,
+    pulls_page,
+    comparisons_page,
+]

@@ -3,6 +3,7 @@ overview's ``jobs/state`` endpoint is polled; no page reload)."""
 
 from __future__ import annotations
 
+import shlex
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -14,7 +15,7 @@ from service import paging
 from service.db import SessionDep
 from service.errors import BadRequest
 from service.jobs.models import FINAL, STATES
-from service.web import repository
+from service.web import pull_repository, repository
 from service.web.dependencies import PageError, ViewerDep, not_found
 from service.web.render import page
 
@@ -144,6 +145,9 @@ def jobs_page(
         newest=filters,
         live_ids=",".join(j["id"] for j in jobs if j["status"] not in FINAL),
         chart=durations_chart(viewer.project.name, jobs, datetime.now(UTC)) if jobs else None,
+        # A pull request profiled on a self-hosted runner has uploads and no job: counted beside its jobs.
+        pull=pull_repository.pr_counts(session, viewer.project.id, pr_number) if pr_number is not None else None,
+        number=pr_number,
     )
 
 
@@ -160,4 +164,13 @@ def job_page(viewer: ViewerDep, session: SessionDep, job_id: Annotated[str, Path
         ending=ENDINGS.get(job.status),
         waited=duration(_seconds(job.created_at, job.started_at)),
         ran=duration(_seconds(job.started_at, job.finished_at)),
+        reproduce=reproduce(job.commit, job.suite_path),
     )
+
+
+def reproduce(commit: str, suite_path: str | None) -> str | None:
+    """The commands that profile a job's suite in a checkout of its repository, from its root (None: the job has no
+    suite path, sent by an older client). The path is quoted for a POSIX shell."""
+    if not suite_path:
+        return None
+    return f"git checkout {shlex.quote(commit)}\nattnprof profile {shlex.quote(suite_path)} --out result.json"

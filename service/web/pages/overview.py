@@ -1,4 +1,5 @@
-"""The project overview: testbeds, the default branch's latest runs and verdicts, alerts, jobs with live state."""
+"""The project overview: testbeds, the default branch's latest runs and verdicts, alerts, the latest pull requests
+(their jobs and uploads counted alike), jobs with live state."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from attnprof.contract.links import PATHS
 from service.db import SessionDep
 from service.jobs.models import FINAL
-from service.web import repository
+from service.web import pull_repository, repository
 from service.web.dependencies import ViewerDep
 from service.web.render import fmt_time, page
 
 router = APIRouter(prefix="/ui/p/{project}", include_in_schema=False)
-_RUNS, _ALERTS, _JOBS = 20, 20, 20
+_RUNS, _ALERTS, _JOBS, _PULLS = 20, 20, 20, 10
 
 
 def _verdict_chart(project: str, runs: list[dict[str, object]]) -> dict[str, object]:
@@ -56,6 +57,7 @@ def overview(viewer: ViewerDep, session: SessionDep) -> HTMLResponse:
         runs=runs,
         alerts=repository.recent_alerts(session, project.id, _ALERTS),
         jobs=jobs,
+        pulls=pull_repository.recent_pulls(session, project.id, _PULLS),
         live_ids=",".join(j["id"] for j in jobs if j["status"] not in FINAL),
         verdict_chart=_verdict_chart(project.name, runs) if runs else None,
     )

@@ -1,0 +1,171 @@
+"""Queries of the runs page and the pull-request page: every run of a project however it came (a job's worker
+stored it, or a self-hosted runner uploaded it), and a pull request's runs and jobs. Narrow column selects, never a
+run's whole document."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, func, select
+from sqlalchemy.orm import Session
+
+from service.comparisons.models import Comparison
+from service.jobs.models import Job
+from service.runs.models import Run
+from service.testbeds.models import Testbed
+
+
+def _latest_comparison() -> tuple[Any, Any]:
+    """The id and verdict of a run's newest comparison, as correlated scalar subqueries (None: not compared); both
+    pick the same row (the newest, then the greatest id)."""
+
+    def newest(column: Any) -> Any:
+        return (
+            select(column)
+            .where(Comparison.candidate_run_id == Run.id)
+            .order_by(Comparison.created_at.desc(), Comparison.id.desc())
+            .limit(1)
+            .correlate(Run)
+            .scalar_subquery()
+        )
+
+    return newest(Comparison.id).label("comparison_id"), newest(Comparison.verdict).label("verdict")
+
+
+def _run_columns() -> tuple[Any, ...]:
+    comparison_id, verdict = _latest_comparison()
+    return (
+        Run.id,
+        Run.branch,
+        Run.commit,
+        Run.repo,
+        Run.pr,
+        Run.created_at,
+        Run.suspect,
+        Run.job_id,
+        Testbed.name.label("testbed"),
+        comparison_id,
+        verdict,
+    )
+
+
+def list_runs(
+    session: Session,
+    project_id: int,
+    *,
+    branch: str | None,
+    pr: int | None,
+    testbed_id: int | None,
+    before: tuple[datetime, str] | None,
+    limit: int,
+) -> list[Row[tuple[Any, ...]]]:
+    """One page of the project's runs, newest first, each with its testbed's name, whether a job made it
+    (``job_id``) and its newest comparison's id and verdict. ``before``: the keyset cursor (created_at, id)."""
+    q = select(*_run_columns()).join(Testbed, Testbed.id == Run.testbed_id).where(Run.project_id == project_id)
+    if branch is not None:
+        q = q.where(Run.branch == branch)
+    if pr is not None:
+        q = q.where(Run.pr == pr)
+    if testbed_id is not None:
+        q = q.where(Run.testbed_id == testbed_id)
+    if before is not None:
+        q = q.where((Run.created_at < before[0]) | ((Run.created_at == before[0]) & (Run.id < before[1])))
+    return list(session.execute(q.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)))
+
+
+def testbed_named(session: Session, project_id: int, name: str) -> int | None:
+    """The id of the testbed ``name`` if the project has runs on it (None: no such testbed, or none of its runs)."""
+    q = select(Testbed.id).where(Testbed.name == name)
+    found = session.scalar(q)
+    if found is None:
+        return None
+    ran = select(Run.id).where(Run.project_id == project_id, Run.testbed_id == found).limit(1)
+    return found if session.scalar(ran) is not None else None
+
+
+def runs_of_pr(session: Session, project_id: int, pr: int, limit: int) -> list[Row[tuple[Any, ...]]]:
+    """The runs of pull request ``pr`` of the project, newest first (``ix_runs_pr``)."""
+    q = (
+        select(*_run_columns())
+        .join(Testbed, Testbed.id == Run.testbed_id)
+        .where(Run.project_id == project_id, Run.pr == pr)
+        .order_by(Run.created_at.desc(), Run.id.desc())
+        .limit(limit)
+    )
+    return list(session.execute(q))
+
+
+def jobs_of_pr(session: Session, project_id: int, pr: int, limit: int) -> list[Row[tuple[Any, ...]]]:
+    """The jobs of pull request ``pr`` of the project in any state, newest first (``ix_jobs_pr``), without their
+    specs."""
+    q = (
+        select(
+            Job.id,
+            Job.suite_name,
+            Job.branch,
+            Job.commit,
+            Job.repo,
+            Job.pr,
+            Job.status,
+            Job.verdict,
+            Job.reason,
+            Job.run_id,
+            Job.created_at,
+            Job.finished_at,
+            Testbed.name.label("testbed"),
+        )
+        .join(Testbed, Testbed.id == Job.testbed_id)
+        .where(Job.project_id == project_id, Job.pr == pr)
+        .order_by(Job.created_at.desc(), Job.id.desc())
+        .limit(limit)
+    )
+    return list(session.execute(q))
+
+
+def recent_pulls(session: Session, project_id: int, limit: int) -> list[Row[tuple[Any, ...]]]:
+    """The project's pull requests with the latest activity (a job submitted or a run stored), newest first: each
+    with its number of jobs, of uploaded runs (no job made them), and when it last saw either."""
+    jobs = (
+        select(Job.pr.label("pr"), func.count().label("jobs"), func.max(Job.created_at).label("latest"))
+        .where(Job.project_id == project_id, Job.pr.is_not(None))
+        .group_by(Job.pr)
+        .subquery()
+    )
+    uploads = (
+        select(Run.pr.label("pr"), func.count().label("uploads"), func.max(Run.created_at).label("latest"))
+        .where(Run.project_id == project_id, Run.pr.is_not(None), Run.job_id.is_(None))
+        .group_by(Run.pr)
+        .subquery()
+    )
+    numbers = select(jobs.c.pr).union(select(uploads.c.pr)).subquery()
+    latest = func.coalesce(
+        func.greatest(jobs.c.latest, uploads.c.latest)
+        if session.get_bind().dialect.name == "postgresql"
+        else func.max(jobs.c.latest, uploads.c.latest),
+        jobs.c.latest,
+        uploads.c.latest,
+    )
+    q = (
+        select(
+            numbers.c.pr,
+            func.coalesce(jobs.c.jobs, 0).label("jobs"),
+            func.coalesce(uploads.c.uploads, 0).label("uploads"),
+            latest.label("latest"),
+        )
+        .select_from(numbers)
+        .outerjoin(jobs, jobs.c.pr == numbers.c.pr)
+        .outerjoin(uploads, uploads.c.pr == numbers.c.pr)
+        .order_by(latest.desc(), numbers.c.pr.desc())
+        .limit(limit)
+    )
+    return list(session.execute(q))
+
+
+def pr_counts(session: Session, project_id: int, pr: int) -> tuple[int, int]:
+    """(jobs, uploaded runs) of pull request ``pr`` of the project."""
+    jobs = select(func.count()).select_from(Job).where(Job.project_id == project_id, Job.pr == pr)
+    uploads = (
+        select(func.count()).select_from(Run).where(Run.project_id == project_id, Run.pr == pr, Run.job_id.is_(None))
+    )
+    return int(session.scalar(jobs) or 0), int(session.scalar(uploads) or 0)
