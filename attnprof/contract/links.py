@@ -56,6 +56,7 @@ PAGE_ROUTES = {
     "comparison_rule": "/ui/p/{project}/comparisons/{comparison_id}/baselines/{kind}",
     "comparison_rule_remove": "/ui/p/{project}/comparisons/{comparison_id}/baselines/{kind}/remove",
     "trends": "/ui/p/{project}/trends",
+    "alert_ack": "/ui/p/{project}/alerts/{alert_id}/acknowledgement",
 }
 Query = str | int | None
 
@@ -186,6 +187,10 @@ class Links:
     def ui_trends(self, project: str, **query: Query) -> str:
         """The trends page; ``case``, ``metric`` and the page's other parameters as the query."""
         return self._url(PAGE_ROUTES["trends"], query, project=project)
+
+    def ui_alert_ack(self, project: str, alert_id: int) -> str:
+        """Where an admin's form acknowledges alert ``alert_id`` (from the trends page)."""
+        return self._url(PAGE_ROUTES["alert_ack"], project=project, alert_id=str(alert_id))
 
 
 PATHS = Links()

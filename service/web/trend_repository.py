@@ -1,5 +1,6 @@
 """Queries of the trends page: the choices its form offers, the series of a case or a kernel in a window, and
-what marks its points (change points, baseline rules). Narrow column selects, never a run's whole document."""
+what marks its points (alerts, failed comparisons, baseline rules), the baseline levels and the pull-request runs
+drawn over it, and what orders runs by commit. Narrow column selects, never a run's whole document."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from service.baselines.models import BaselineRule
-from service.comparisons.models import Alert
+from service.comparisons.models import Alert, Comparison
 from service.runs.models import Run, RunCase, RunKernel
 from service.trends import repository as trends
 from service.trends.repository import TrendQuery
@@ -135,21 +136,136 @@ def run_details(session: Session, run_ids: Sequence[str]) -> dict[str, Row[*tupl
     return {r.id: r for r in session.execute(q)}
 
 
-def trend_alerts(
-    session: Session, project_id: int, testbed_id: int, case_id: str, metric: str
-) -> list[Row[tuple[Any, ...]]]:
-    """The change points found on the case's metric on ``testbed_id``, oldest first."""
-    q = (
-        select(Alert.run_id, Alert.before, Alert.after, Alert.change, Alert.p, Alert.regression)
-        .where(
-            Alert.project_id == project_id,
-            Alert.testbed_id == testbed_id,
-            Alert.case_id == case_id,
-            Alert.metric == metric,
-        )
-        .order_by(Alert.created_at)
+def trend_alerts(session: Session, project_id: int, testbed_id: int, case_id: str, metric: str) -> list[Alert]:
+    """The alerts (steps) found on the case's metric on ``testbed_id``, oldest first."""
+    q = select(Alert).where(
+        Alert.project_id == project_id,
+        Alert.testbed_id == testbed_id,
+        Alert.case_id == case_id,
+        Alert.metric == metric,
     )
+    return list(session.scalars(q.order_by(Alert.created_at, Alert.id)))
+
+
+def _among(session: Session, column: Any, ids: Sequence[str]) -> Any:
+    """``column`` is one of ``ids``: one array parameter on Postgres (thousands of ids cost no long IN list)."""
+    if session.get_bind().dialect.name == "postgresql":
+        return column == any_(bindparam("ids", list(ids), type_=ARRAY(String(36))))
+    return column.in_(list(ids))
+
+
+def comparisons_of(session: Session, run_ids: Sequence[str]) -> dict[str, Row[*tuple[Any, ...]]]:
+    """The newest comparison of each of ``run_ids`` (id, verdict, baseline run ids), by run id; no documents."""
+    if not run_ids:
+        return {}
+    q = select(Comparison.candidate_run_id, Comparison.id, Comparison.verdict, Comparison.baseline_run_ids).where(
+        _among(session, Comparison.candidate_run_id, run_ids)
+    )
+    found: dict[str, Row[*tuple[Any, ...]]] = {}
+    for row in session.execute(q.order_by(Comparison.created_at)):
+        found[row.candidate_run_id] = row  # the newest last
+    return found
+
+
+def comparisons_by_id(session: Session, comparison_ids: Sequence[str]) -> list[Comparison]:
+    """Comparisons with their documents (the failed ones a trend marks: few)."""
+    if not comparison_ids:
+        return []
+    return list(session.scalars(select(Comparison).where(Comparison.id.in_(list(comparison_ids)))))
+
+
+def values_of(session: Session, case_id: str, metric: str, run_ids: Sequence[str]) -> dict[str, float]:
+    """The case's ``metric`` in each of ``run_ids`` that measured it, by run id."""
+    if not run_ids:
+        return {}
+    med = trends.CASE_METRICS[metric][0]
+    q = select(RunCase.run_id, med).where(
+        RunCase.case_id == case_id, _among(session, RunCase.run_id, run_ids), med.is_not(None)
+    )
+    return {r[0]: float(r[1]) for r in session.execute(q) if r[1] is not None}
+
+
+def commits_of(session: Session, run_ids: Sequence[str]) -> list[Row[*tuple[Any, ...]]]:
+    """(run id, commit, first-parent ancestors) of each of ``run_ids``: what orders a branch's runs by commit."""
+    if not run_ids:
+        return []
+    q = select(Run.id, Run.commit, Run.ancestors).where(_among(session, Run.id, run_ids))
     return list(session.execute(q))
+
+
+def pr_series(
+    session: Session, tq: TrendQuery, metric: str, default_branch: str, limit: int
+) -> list[Row[*tuple[Any, ...]]]:
+    """The case's ``metric`` in the runs of other branches (pull requests) on the testbed in the window, oldest
+    first, at most ``limit`` (the newest): (run_id, created_at, median, p25, p75, commit, pr, branch, base_commit,
+    ancestors)."""
+    med, p25, p75 = trends.CASE_METRICS[metric]
+    q = (
+        select(
+            RunCase.run_id,
+            RunCase.created_at,
+            med,
+            p25 or med,
+            p75 or med,
+            Run.commit,
+            Run.pr,
+            Run.branch,
+            Run.base_commit,
+            Run.ancestors,
+        )
+        .join(Run, Run.id == RunCase.run_id)
+        .where(
+            RunCase.project_id == tq.project_id,
+            RunCase.case_id == tq.case_id,
+            RunCase.branch != default_branch,
+            med.is_not(None),
+        )
+    )
+    if tq.testbed_id is not None:
+        q = q.where(RunCase.testbed_id == tq.testbed_id)
+    if tq.since is not None:
+        q = q.where(RunCase.created_at >= tq.since)
+    if tq.until is not None:
+        q = q.where(RunCase.created_at < tq.until)
+    rows = list(session.execute(q.order_by(RunCase.created_at.desc(), RunCase.run_id).limit(limit)))
+    rows.reverse()
+    return rows
+
+
+def latest_failed(session: Session, project_id: int, testbed_id: int, branch: str, limit: int) -> list[Comparison]:
+    """The newest failed comparisons of runs on ``branch`` and ``testbed_id``, newest first (with documents)."""
+    q = (
+        select(Comparison)
+        .join(Run, Run.id == Comparison.candidate_run_id)
+        .where(
+            Comparison.project_id == project_id,
+            Comparison.verdict == "fail",
+            Run.testbed_id == testbed_id,
+            Run.branch == branch,
+        )
+        .order_by(Run.created_at.desc())
+        .limit(limit)
+    )
+    return list(session.scalars(q))
+
+
+def latest_regression_alert(session: Session, project_id: int, testbed_id: int) -> Row[*tuple[Any, ...]] | None:
+    """The case and first bad run's time of the newest regression alert on ``testbed_id``."""
+    q = (
+        select(Alert.case_id, Run.created_at)
+        .join(Run, Run.id == Alert.run_id)
+        .where(Alert.project_id == project_id, Alert.testbed_id == testbed_id, Alert.regression.is_(True))
+        .order_by(Run.created_at.desc())
+        .limit(1)
+    )
+    return session.execute(q).first()
+
+
+def run_times(session: Session, run_ids: Sequence[str]) -> dict[str, Any]:
+    if not run_ids:
+        return {}
+    q = select(Run.id, Run.created_at).where(Run.id.in_(list(run_ids)))
+    return {r.id: r.created_at for r in session.execute(q)}
 
 
 def baseline_marks(session: Session, project_id: int) -> list[Row[tuple[Any, ...]]]:

@@ -1,5 +1,7 @@
 """The trend chart: which points of a long series are drawn, and the Plotly figure of the drawn ones (median
-line, p25-p75 band, change points, baseline pins and excluded runs marked, each kind with its own symbol)."""
+line, p25-p75 band, the baseline and its minimum-effect band, alerts, failed comparisons, baseline pins and
+excluded runs marked, each kind with its own symbol, and pull-request runs over the branch), on a commit or a time
+axis."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from attnprof.contract.links import PATHS
+from profiler_core import units
 from service.web.render import PALETTE, fmt_num, fmt_pct, fmt_time, fmt_us
 
 # metric -> (label, unit shown, kind of value). Utilisations and occupancy are fractions, shown as %.
@@ -26,12 +29,23 @@ METRICS: dict[str, tuple[str, str, str]] = {
 # Marks on the chart: rule or alert kind -> (legend name, Plotly marker symbol, colour). Symbols differ, so no
 # mark is told by its colour alone.
 MARKS = {
-    "change": ("change point", "diamond", PALETTE[3]),
+    "change": ("alert (step)", "diamond", PALETTE[3]),
+    "fail": ("comparison failed", "square-x-open", PALETTE[7]),
     "pin": ("baseline pin", "star", PALETTE[2]),
     "exclude": ("excluded from baselines", "x-thin-open", PALETTE[7]),
     "accept": ("accepted change", "triangle-up", PALETTE[4]),
 }
 _BAND = "rgba(0, 114, 178, 0.18)"
+_EFFECT_BAND = "rgba(0, 158, 115, 0.14)"
+# metric -> the unit ``profiler_core.units.fmt_in_unit`` writes it in.
+UNITS = {
+    "latency": "us",
+    "throughput": "TFLOP/s",
+    "bandwidth": "GB/s",
+    "compute_util": "fraction",
+    "bandwidth_util": "fraction",
+    "occupancy": "fraction",
+}
 
 
 def downsample(values: Sequence[float | None], keep: Collection[int], budget: int) -> list[int]:
@@ -71,7 +85,8 @@ def fmt_value(kind: str, value: float | None) -> str:
 
 @dataclass(slots=True)
 class ChartPoint:
-    """A drawn or tabled run of the series (its commit and PR filled in after the window is read)."""
+    """A drawn or tabled run of the series (its commit, PR, baseline and marks filled in after the window is read).
+    ``x``: its place on the commit axis (None on the time axis, or a run the commit order does not place)."""
 
     run_id: str
     created_at: datetime
@@ -81,19 +96,31 @@ class ChartPoint:
     marks: tuple[str, ...] = ()
     commit: str = ""
     pr: int | None = None
+    branch: str = ""
+    x: float | None = None
+    baseline: float | None = None
+    notes: tuple[str, ...] = ()
 
 
-def _hover(p: ChartPoint, unit_kind: str, unit: str, banded: bool) -> str:
+def fmt_in(metric: str, value: float | None) -> str:
+    """A value of ``metric`` with its unit, as ``profiler_core.units`` writes it: ``87.8 µs``, ``3,350 GB/s``."""
+    return units.fmt_in_unit(value, UNITS[metric])
+
+
+def _hover(p: ChartPoint, metric: str, banded: bool) -> str:
     where = f"PR #{p.pr}" if p.pr is not None else "no PR"
-    value = fmt_value(unit_kind, p.median)
-    if unit_kind == "rate" and p.median is not None:
-        value += f" {unit}"
-    lines = [f"commit {p.commit[:10]} · {where}", fmt_time(p.created_at), f"median {value}"]
+    if p.branch:
+        where += f" · {p.branch}"
+    lines = [f"commit {p.commit[:10]} · {where}", fmt_time(p.created_at), f"median {fmt_in(metric, p.median)}"]
     if banded:
-        lines.append(f"p25–p75 {fmt_value(unit_kind, p.p25)} – {fmt_value(unit_kind, p.p75)}")
+        lines.append(f"p25–p75 {fmt_in(metric, p.p25)} – {fmt_in(metric, p.p75)}")
+    if p.baseline is not None and p.median is not None and p.baseline:
+        change = units.fmt_change(p.median / p.baseline - 1)
+        lines.append(f"baseline {fmt_in(metric, p.baseline)} ({change} against it)")
     names = [MARKS[m][0] for m in p.marks if m in MARKS]
     if names:
         lines.append(", ".join(names))
+    lines.extend(p.notes)
     return "<br>".join(lines)
 
 
@@ -107,125 +134,150 @@ def _x(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
+@dataclass(frozen=True)
+class Axis:
+    """The chart's x axis: ``commit`` (the branch's commits in first-parent order, ``ticks`` labelling some) or
+    ``time`` (when each run was stored)."""
+
+    kind: str
+    ticks: tuple[list[float], list[str]] = ([], [])
+
+    def of(self, p: ChartPoint) -> float | str | None:
+        return p.x if self.kind == "commit" else _x(p.created_at)
+
+
+def _scatter(name: str, points: Sequence[ChartPoint], axis: Axis, y: list[float | None], **more: Any) -> dict[str, Any]:
+    return {"type": "scatter", "name": name, "x": [axis.of(p) for p in points], "y": y, **more}
+
+
 def chart_spec(
     shown: Sequence[ChartPoint],
     *,
     project: str,
     metric: str,
     banded: bool,
-    alerts: dict[str, Any],
+    axis: Axis,
+    min_effect: float | None = None,
+    prs: Sequence[ChartPoint] = (),
 ) -> dict[str, Any]:
-    """The Plotly figure: band, median line with markers, then one trace per kind of mark (so each has a legend
-    entry and its own marker symbol), change points also as dashed vertical lines annotated with their change."""
+    """The Plotly figure, back to front: the baseline the comparisons used with the minimum-effect band around it,
+    the p25-p75 band, the median line with a marker per run, one trace per kind of mark (each its own legend entry
+    and symbol: alerts at their step, failed comparisons, baseline rules), and the pull-request runs over it in
+    another style. No text is written on the plot: what a mark means is in its hover and in the lists under it."""
     label, unit, kind = METRICS[metric]
-    x = [_x(p.created_at) for p in shown]
+    if axis.kind == "commit":
+        shown = sorted((p for p in shown if p.x is not None), key=lambda p: (p.x, p.created_at))
+        prs = sorted((p for p in prs if p.x is not None), key=lambda p: (p.x, p.created_at))
     links = [PATHS.ui_run(project, p.run_id) for p in shown]
     data: list[dict[str, Any]] = []
-    if banded:
+    if any(p.baseline is not None for p in shown):
+        base = [_value(p.baseline) for p in shown]
+        if min_effect:
+            share = units.fmt_percent(min_effect, digits=1)
+            low = [None if b is None else _value(b * (1 - min_effect)) for b in base]
+            high = [None if b is None else _value(b * (1 + min_effect)) for b in base]
+            common = {"mode": "lines", "line": {"width": 0, "shape": "hv"}, "hoverinfo": "skip"}
+            data.append(_scatter(f"baseline −{share}", shown, axis, low, showlegend=False, **common))
+            data.append(
+                _scatter(
+                    f"minimum-effect band (±{share})",
+                    shown,
+                    axis,
+                    high,
+                    fill="tonexty",
+                    fillcolor=_EFFECT_BAND,
+                    **common,
+                )
+            )
         data.append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "name": "p25",
-                "x": x,
-                "y": [_value(p.p25) for p in shown],
-                "line": {"width": 0},
-                "hoverinfo": "skip",
-                "showlegend": False,
-            }
+            _scatter(
+                "baseline",
+                shown,
+                axis,
+                base,
+                mode="lines",
+                line={"color": PALETTE[2], "width": 1.5, "dash": "dash", "shape": "hv"},
+                hoverinfo="skip",
+            )
         )
+    if banded:
+        skip = {"mode": "lines", "line": {"width": 0}, "hoverinfo": "skip"}
+        data.append(_scatter("p25", shown, axis, [_value(p.p25) for p in shown], showlegend=False, **skip))
         data.append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "name": "p25–p75 band",
-                "x": x,
-                "y": [_value(p.p75) for p in shown],
-                "line": {"width": 0},
-                "fill": "tonexty",
-                "fillcolor": _BAND,
-                "hoverinfo": "skip",
-            }
+            _scatter(
+                "p25–p75 band", shown, axis, [_value(p.p75) for p in shown], fill="tonexty", fillcolor=_BAND, **skip
+            )
         )
     data.append(
-        {
-            "type": "scatter",
-            "mode": "lines+markers",
-            "name": "median",
-            "x": x,
-            "y": [_value(p.median) for p in shown],
-            "line": {"color": PALETTE[0], "width": 1.5},
-            "marker": {"color": PALETTE[0], "size": 5, "symbol": "circle"},
-            "customdata": links,
-            "text": [_hover(p, kind, unit, banded) for p in shown],
-            "hovertemplate": "%{text}<extra></extra>",
-        }
+        _scatter(
+            "median",
+            shown,
+            axis,
+            [_value(p.median) for p in shown],
+            mode="lines+markers",
+            line={"color": PALETTE[0], "width": 1.5},
+            marker={"color": PALETTE[0], "size": 5, "symbol": "circle"},
+            customdata=links,
+            text=[_hover(p, metric, banded) for p in shown],
+            hovertemplate="%{text}<extra></extra>",
+        )
     )
     for mark, (name, symbol, colour) in MARKS.items():
         marked = [p for p in shown if mark in p.marks]
         if not marked:
             continue
         data.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "name": name,
-                "x": [_x(p.created_at) for p in marked],
-                "y": [_value(p.median) for p in marked],
-                "marker": {"symbol": symbol, "size": 14, "color": colour, "line": {"width": 2, "color": colour}},
-                "customdata": [PATHS.ui_run(project, p.run_id) for p in marked],
-                "text": [_hover(p, kind, unit, banded) for p in marked],
-                "hovertemplate": "%{text}<extra></extra>",
-            }
+            _scatter(
+                name,
+                marked,
+                axis,
+                [_value(p.median) for p in marked],
+                mode="markers",
+                marker={"symbol": symbol, "size": 14, "color": colour, "line": {"width": 2, "color": colour}},
+                customdata=[PATHS.ui_run(project, p.run_id) for p in marked],
+                text=[_hover(p, metric, banded) for p in marked],
+                hovertemplate="%{text}<extra></extra>",
+            )
         )
-    shapes: list[dict[str, Any]] = []
-    notes: list[dict[str, Any]] = []
-    for p in shown:
-        alert = alerts.get(p.run_id)
-        if alert is None:
-            continue
-        colour = PALETTE[3] if alert.regression else PALETTE[0]
-        when = _x(p.created_at)
-        shapes.append(
-            {
-                "type": "line",
-                "xref": "x",
-                "yref": "paper",
-                "x0": when,
-                "x1": when,
-                "y0": 0,
-                "y1": 1,
-                "line": {"color": colour, "width": 1.5, "dash": "dash"},
-            }
+    if prs:
+        data.append(
+            _scatter(
+                "pull-request runs",
+                prs,
+                axis,
+                [_value(p.median) for p in prs],
+                mode="markers",
+                marker={"symbol": "circle-open", "size": 9, "color": PALETTE[4], "line": {"width": 2}},
+                customdata=[PATHS.ui_run(project, p.run_id) for p in prs],
+                text=[_hover(p, metric, banded) for p in prs],
+                hovertemplate="%{text}<extra></extra>",
+            )
         )
-        what = "regression" if alert.regression else "improvement"
-        notes.append(
-            {
-                "x": when,
-                "xref": "x",
-                "yref": "paper",
-                "y": 1.0,
-                "yanchor": "bottom",
-                "text": f"{fmt_pct(alert.change, 1, True)} {what}",
-                "showarrow": False,
-                # Neighbouring change points take turns on two rows, so their labels do not overlap.
-                "yshift": 14 * (len(notes) % 2),
-                "font": {"color": colour, "size": 11},
-            }
-        )
-    axis: dict[str, Any] = {"title": {"text": f"{label} ({unit})"}, "rangemode": "tozero" if kind != "us" else "normal"}
+    yaxis: dict[str, Any] = {
+        "title": {"text": f"{label} ({unit})"},
+        "rangemode": "tozero" if kind != "us" else "normal",
+    }
     if kind == "fraction":
-        axis["tickformat"] = ".0%"
+        yaxis["tickformat"] = ".0%"
+    if axis.kind == "commit":
+        xaxis: dict[str, Any] = {
+            "type": "linear",
+            "title": {"text": "commit, in first-parent order (pull requests just after their merge base)"},
+            "tickmode": "array",
+            "tickvals": axis.ticks[0],
+            "ticktext": axis.ticks[1],
+            "zeroline": False,
+        }
+    else:
+        xaxis = {"type": "date", "title": {"text": "run time (UTC)"}}
     return {
         "data": data,
         "layout": {
-            "height": 420,
-            "margin": {"l": 70, "r": 20, "t": 40, "b": 50},
-            "xaxis": {"type": "date", "title": {"text": "run time (UTC)"}},
-            "yaxis": axis,
-            "legend": {"orientation": "h", "y": -0.18},
-            "shapes": shapes,
-            "annotations": notes,
+            "height": 440,
+            "margin": {"l": 70, "r": 20, "t": 20, "b": 60},
+            "xaxis": xaxis,
+            "yaxis": yaxis,
+            "legend": {"orientation": "h", "y": -0.2},
         },
         "links": True,
     }
