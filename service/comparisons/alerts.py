@@ -119,7 +119,7 @@ def steps_of(case_id: str, points: Sequence[tuple[str, float]], *, min_effect: f
     found = e_divisive(values, alpha=ALPHA, min_size=MIN_SIZE, seed=seed)
     cuts = sorted(cp.index for cp in found)
     edges = [0, *cuts, values.size]
-    out = []
+    out: list[Step] = []
     for cp in found:
         k = edges.index(cp.index)
         lo, hi = edges[k - 1], edges[k + 1]
