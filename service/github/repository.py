@@ -1,9 +1,12 @@
 from __future__ import annotations
 
-from sqlalchemy import select
+from datetime import datetime
+
+from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from service.jobs.models import Job
+from service.runs.models import Run
 
 
 def last_jobs_of_pr(session: Session, *, repo: str, pr: int) -> list[Job]:
@@ -13,3 +16,14 @@ def last_jobs_of_pr(session: Session, *, repo: str, pr: int) -> list[Job]:
     for job in session.scalars(q):
         newest.setdefault(job.project_id, job)
     return list(newest.values())
+
+
+def newer_on_pr(session: Session, *, project_id: int, repo: str, pr: int, than: datetime) -> bool:
+    """Whether the project has a job or an uploaded run (one no job made) of pull request ``pr`` of ``repo`` created
+    after ``than``: then the pull request's one comment belongs to that newer one, and an older one's feedback (a
+    retry that comes late) leaves the comment alone."""
+    job = select(Job.id).where(Job.project_id == project_id, Job.repo == repo, Job.pr == pr, Job.created_at > than)
+    upload = select(Run.id).where(
+        Run.project_id == project_id, Run.repo == repo, Run.pr == pr, Run.job_id.is_(None), Run.created_at > than
+    )
+    return session.scalar(select(exists(job) | exists(upload))) is True

@@ -27,6 +27,7 @@ from service.comparisons import documents as comparison_documents
 from service.comparisons import repository as comparisons
 from service.config import Settings, Sweep
 from service.errors import NotFound
+from service.github import repository as feedback_rows
 from service.github.budget import COMPACT_BUDGET_CHARS
 from service.github.client import GitHubClient, GitHubError
 from service.github.comment import CommentInput, marker, render
@@ -163,7 +164,7 @@ def feedback_of(session: Session, settings: Settings, job: Job) -> Feedback:
     project = _project(session, job)
     state, description = status_of(job)
     comment = compact = None
-    if job.pr is not None and state != "pending":
+    if job.pr is not None and state != "pending" and not _superseded(session, job.project_id, job.pr, job.repo, job):
         inp = comment_input(session, job, settings)
         comment = render(inp)
         compact = render(inp, budget_chars=COMPACT_BUDGET_CHARS, kernel_tables=False)
@@ -180,6 +181,13 @@ def feedback_of(session: Session, settings: Settings, job: Job) -> Feedback:
         comment=comment,
         compact=compact,
     )
+
+
+def _superseded(session: Session, project_id: int, pr: int, repo: str, subject: Job | Run) -> bool:
+    """Whether a newer job or upload of the same pull request owns the project's comment now: the feedback of an
+    older one (its end, or a retry that comes late) then sends its commit status only, and never puts an older
+    commit's verdict back over the newer one's."""
+    return feedback_rows.newer_on_pr(session, project_id=project_id, repo=repo, pr=pr, than=subject.created_at)
 
 
 def post(client: GitHubClient, feedback: Feedback) -> None:
@@ -255,7 +263,7 @@ def run_feedback_of(session: Session, settings: Settings, run: Run) -> Feedback:
     state = "failure" if found.verdict == "fail" else "success"
     description = f"verdict {found.verdict}" + (" (warnings)" if found.verdict == "warn" else "") + ", uploaded run"
     comment = compact = None
-    if run.pr is not None:
+    if run.pr is not None and not _superseded(session, run.project_id, run.pr, run.repo, run):
         inp = run_comment_input(session, run, settings, project=project)
         comment = render(inp)
         compact = render(inp, budget_chars=COMPACT_BUDGET_CHARS, kernel_tables=False)

@@ -142,3 +142,23 @@ def test_an_uploads_comment_too_long_goes_out_compact(db, pg_url, github, tenant
     assert comment["body"].startswith(marker(tenant.name)) and "| Kernel |" not in comment["body"]
     run = _run(s, answer["run_id"])
     assert run.feedback_due_at is None and run.feedback_note is None
+
+
+def test_a_late_retry_of_an_older_uploads_feedback_sends_its_status_but_leaves_the_newer_comment(
+    db, pg_url, github, tenant, worker_token
+) -> None:
+    s = _stack(db, pg_url, github, tenant, worker_token)
+    s.baseline()
+    github.fail_next(*["500"] * 2)  # the older push's feedback fails: owed again after the backoff
+    older = _upload(s, commit="o1", repo=REPO, pr=7)
+    assert _run(s, older["run_id"]).feedback_due_at is not None
+    newer = _upload(s, commit="o2", repo=REPO, pr=7, slower=1.0)  # the next push, delivered at once
+    (comment,) = github.comments(REPO, 7)
+    assert "**pass**" in comment["body"] and newer["comparison_id"] in comment["body"]
+
+    later = _run(s, older["run_id"]).feedback_due_at + timedelta(seconds=1)
+    gh = GitHubClient(github.url, "test-token-1", backoff_s=0.0)
+    assert outbox.deliver_run(s.sessions, s.settings, older["run_id"], client=gh, now=later) is True
+    assert [st["state"] for st in github.statuses(REPO, "o1")] == ["failure"]  # its own commit's status
+    (comment,) = github.comments(REPO, 7)  # the comment still shows the newer push's verdict
+    assert "**pass**" in comment["body"] and older["comparison_id"] not in comment["body"]
