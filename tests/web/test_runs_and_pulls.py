@@ -5,13 +5,16 @@ suite's path to reproduce it and a failed job's log as it was written, with the 
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import literal_column, update
 
 from service.db import make_engine
 from service.jobs.models import Job
@@ -52,7 +55,7 @@ def _set(site: Site, job_id: str, **values: Any) -> None:
 @pytest.fixture(scope="module")
 def ps(site: Site) -> PullSite:
     project = fresh_project(site, "pulls")
-    commits = [f"{i + 0xA0:040x}" for i in range(3)]
+    commits = [hashlib.sha1(f"main {i}".encode()).hexdigest() for i in range(3)]
     main = []
     for i, commit in enumerate(commits):
         main.append(upload(site, project, docs.h200(jitter=0.001 * i), commit=commit, ancestors=commits[:i][::-1]))
@@ -81,8 +84,8 @@ def ps(site: Site) -> PullSite:
         reason=LOG,
         attempts=1,
         claimed_by="gpu-host-7/pid42",
-        started_at=now - timedelta(minutes=2),
-        finished_at=now - timedelta(minutes=1),
+        started_at=Job.created_at + literal_column("interval '20 seconds'"),
+        finished_at=Job.created_at + literal_column("interval '95 seconds'"),
     )
     # A job on main whose worker stored the first main run, as the worker's result call writes it.
     with site.api(project.tokens.submit) as client:
@@ -120,6 +123,9 @@ def test_the_runs_page_lists_jobs_runs_and_uploads_newest_first_with_how_each_ca
     sign_in(page, ps.site, ps.project.tokens.read)
     page.goto(ps.site.url + _ui(ps, "/runs"))
     assert page.locator('nav[aria-label="Project"] a[aria-current="page"]').inner_text() == "Runs"
+    page.wait_for_selector("#run-verdicts[data-drawn=true] .main-svg")
+    bars = page.evaluate("document.getElementById('run-verdicts').data[0].customdata")
+    assert bars[-1] == _ui(ps, f"/runs/{ps.upload_12['run_id']}")  # the newest on the right
     rows = page.locator("section:has(#h-runs) tbody tr")
     texts = rows.all_inner_texts()
     assert len(texts) == 5 and all(t.endswith("upload") for t in texts[:4])
@@ -271,3 +277,31 @@ def test_a_failed_jobs_page_shows_its_log_as_written_with_its_worker_and_how_to_
     assert "gpu-host-7/pid42 (attempt 1)" in page.locator("dl.facts").inner_text()
     reproduce = page.locator("section:has(#h-reproduce) pre").inner_text()
     assert reproduce == f"git checkout {'c' * 40}\nattnprof profile 'benches/cpu suite.toml' --out result.json"
+
+
+# --- the pictures of docs/dashboard.md ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        ("dashboard-runs.png", lambda ps: "/runs"),
+        ("dashboard-pull.png", lambda ps: "/pulls/12"),
+        ("dashboard-job-failed.png", lambda ps: f"/jobs/{ps.jobs_12['failed']}"),
+    ],
+)
+def test_screenshot(browser: Any, ps: PullSite, tmp_path: Path, name: str, path: Any) -> None:
+    """``ATTNPROF_SCREENSHOTS=docs/img .venv/bin/pytest tests/web/test_runs_and_pulls.py -k screenshot`` writes
+    the pictures of the runs page, a pull request's page and a failed job's page (1440 px wide)."""
+    folder = Path(os.environ.get("ATTNPROF_SCREENSHOTS") or tmp_path)
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    try:
+        tab = context.new_page()
+        sign_in(tab, ps.site, ps.project.tokens.read)
+        tab.goto(ps.site.url + _ui(ps, path(ps)))
+        tab.wait_for_load_state("networkidle")
+        height = min(int(tab.evaluate("document.documentElement.scrollHeight")), 1400)
+        tab.screenshot(path=str(folder / name), clip={"x": 0, "y": 0, "width": 1440, "height": height}, full_page=True)
+        assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        context.close()

@@ -19,8 +19,8 @@ router = APIRouter(prefix="/ui/p/{project}", include_in_schema=False)
 _RUNS, _ALERTS, _JOBS, _PULLS = 20, 20, 20, 10
 
 
-def _verdict_chart(project: str, runs: list[dict[str, object]]) -> dict[str, object]:
-    """One bar per recent default-branch run, coloured by its verdict, oldest on the left."""
+def verdict_chart(project: str, runs: list[dict[str, object]]) -> dict[str, object]:
+    """One bar per run of ``runs`` (newest first), coloured by its verdict, oldest on the left; a click opens it."""
     ordered = list(reversed(runs))
     colours = {"pass": "#009E73", "warn": "#E69F00", "fail": "#D55E00", None: "#999999"}
     return {
@@ -59,7 +59,7 @@ def overview(viewer: ViewerDep, session: SessionDep) -> HTMLResponse:
         jobs=jobs,
         pulls=pull_repository.recent_pulls(session, project.id, _PULLS),
         live_ids=",".join(j["id"] for j in jobs if j["status"] not in FINAL),
-        verdict_chart=_verdict_chart(project.name, runs) if runs else None,
+        verdict_chart=verdict_chart(project.name, runs) if runs else None,
     )
 
 

@@ -15,6 +15,7 @@ from service.errors import BadRequest
 from service.web import pull_repository as pulls
 from service.web import repository
 from service.web.dependencies import PageError, ViewerDep
+from service.web.pages.overview import verdict_chart
 from service.web.render import page
 
 router = APIRouter(prefix="/ui/p/{project}", include_in_schema=False)
@@ -88,6 +89,7 @@ def runs_page(
         paged=cursor is not None,
         older=older,
         newest=filters,
+        chart=verdict_chart(project.name, runs) if runs else None,
         pull=pulls.pr_counts(session, project.id, number) if number is not None else None,
         number=number,
     )
