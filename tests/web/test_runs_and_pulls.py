@@ -305,3 +305,22 @@ def test_screenshot(browser: Any, ps: PullSite, tmp_path: Path, name: str, path:
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         context.close()
+
+
+def test_an_uploads_undelivered_github_feedback_is_said_on_its_run_page(ps: PullSite) -> None:
+    note = "GitHub feedback failed: POST /repos/acme/attn/statuses/bbbb: HTTP 403 (refused for good, not sent again)"
+    engine = make_engine(ps.site.db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                update(Run).where(Run.id == ps.upload_12["run_id"]).values(feedback_note=note, feedback_attempts=1)
+            )
+        with http(ps.site, ps.project.tokens.read) as client:
+            html = client.get(_ui(ps, f"/runs/{ps.upload_12['run_id']}")).text
+            assert "The GitHub feedback of this upload was not delivered" in html and "HTTP 403" in html
+            other = client.get(_ui(ps, f"/runs/{ps.upload_102['run_id']}")).text
+            assert "GitHub feedback of this upload" not in other
+    finally:
+        with engine.begin() as conn:
+            conn.execute(update(Run).where(Run.id == ps.upload_12["run_id"]).values(feedback_note=None))
+        engine.dispose()

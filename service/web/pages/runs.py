@@ -24,7 +24,7 @@ from service.db import SessionDep
 from service.runs import documents
 from service.runs import repository as runs_repository
 from service.runs import service as runs
-from service.web import repository
+from service.web import pull_repository, repository
 from service.web.dependencies import AdminFormDep, PageError, Viewer, ViewerDep, not_found
 from service.web.pages import figures
 from service.web.render import environment, page
@@ -223,6 +223,7 @@ def run_page(
         cases_html=rendered.cases,
         traces=[(case_id, name, name in stored_traces) for case_id, name in rendered.traces],
         comparison=repository.latest_comparison_of(session, viewer.project.id, row.id),
+        feedback=None if row.job_id else pull_repository.run_feedback(session, row.id),
         rules=_rules_by_kind(repository.rules_of_runs(session, viewer.project.id, [row.id])),
         rule_words=RULE_WORDS,
         rule_action=partial(PATHS.ui_run_rule, viewer.project.name, row.id),
