@@ -185,20 +185,41 @@ def values_of(session: Session, case_id: str, metric: str, run_ids: Sequence[str
     return {r[0]: float(r[1]) for r in session.execute(q) if r[1] is not None}
 
 
-def commits_of(session: Session, run_ids: Sequence[str]) -> list[Row[*tuple[Any, ...]]]:
-    """(run id, commit, first-parent ancestors) of each of ``run_ids``: what orders a branch's runs by commit."""
+# First-parent ancestors read to order a branch's commits: a commit is placed after the nearest of these that has
+# runs too. Reading the whole stored list (up to 50) of thousands of runs cost more than the rest of the page.
+NEAREST_ANCESTORS = 3
+
+
+def _nearest_ancestors() -> list[Any]:
+    return [Run.ancestors[i].as_string() for i in range(NEAREST_ANCESTORS)]
+
+
+def commits_of(session: Session, run_ids: Sequence[str]) -> list[tuple[str, str, list[str]]]:
+    """(run id, commit, its nearest ``NEAREST_ANCESTORS`` first-parent ancestors) of each of ``run_ids``: what
+    orders a branch's runs by commit."""
     if not run_ids:
         return []
-    q = select(Run.id, Run.commit, Run.ancestors).where(_among(session, Run.id, run_ids))
-    return list(session.execute(q))
+    q = select(Run.id, Run.commit, *_nearest_ancestors()).where(_among(session, Run.id, run_ids))
+    return [(r[0], r[1], [a for a in r[2:] if a]) for r in session.execute(q)]
+
+
+def failed_of(session: Session, run_ids: Sequence[str]) -> dict[str, Row[*tuple[Any, ...]]]:
+    """The newest comparison of each of ``run_ids`` whose verdict was fail (id, verdict, baseline run ids)."""
+    if not run_ids:
+        return {}
+    q = select(Comparison.candidate_run_id, Comparison.id, Comparison.verdict, Comparison.baseline_run_ids).where(
+        _among(session, Comparison.candidate_run_id, run_ids), Comparison.verdict == "fail"
+    )
+    return {row.candidate_run_id: row for row in session.execute(q.order_by(Comparison.created_at))}
 
 
 def pr_series(
-    session: Session, tq: TrendQuery, metric: str, default_branch: str, limit: int
+    session: Session, tq: TrendQuery, metric: str, branches: Sequence[str], limit: int
 ) -> list[Row[*tuple[Any, ...]]]:
-    """The case's ``metric`` in the runs of other branches (pull requests) on the testbed in the window, oldest
+    """The case's ``metric`` in the runs of ``branches`` (pull requests' branches: a range scan of the trend index
+    each, where "not the default branch" would read every branch) on the testbed in the window, oldest
     first, at most ``limit`` (the newest): (run_id, created_at, median, p25, p75, commit, pr, branch, base_commit,
-    ancestors)."""
+    and its nearest ``NEAREST_ANCESTORS`` first-parent ancestors)."""
     med, p25, p75 = trends.CASE_METRICS[metric]
     q = (
         select(
@@ -211,13 +232,13 @@ def pr_series(
             Run.pr,
             Run.branch,
             Run.base_commit,
-            Run.ancestors,
+            *_nearest_ancestors(),
         )
         .join(Run, Run.id == RunCase.run_id)
         .where(
             RunCase.project_id == tq.project_id,
             RunCase.case_id == tq.case_id,
-            RunCase.branch != default_branch,
+            RunCase.branch.in_(list(branches)),
             med.is_not(None),
         )
     )

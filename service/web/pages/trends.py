@@ -274,8 +274,9 @@ def trend_page(
             f"alert: {what} {row['size']}, after {row['last_good'][:10]}"
             + (" (acknowledged)" if a.acknowledged_at else "")
         )
-    compared = {} if c.kernel else trend_repository.comparisons_of(session, ids)
-    failed = trend_context.failed_for_case(session, c.case, compared) if compared else {}
+    failed = (
+        {} if c.kernel else trend_context.failed_for_case(session, c.case, trend_repository.failed_of(session, ids))
+    )
     for run_id, why in failed.items():
         mark(run_id, "fail")
         notes.setdefault(run_id, []).append(f"comparison failed: {why}")
@@ -286,7 +287,8 @@ def trend_page(
             if rule.reason:
                 reasons[(rule.kind, rule.run_id)] = rule.reason
     order = trend_context.commit_order(
-        (r.id, r.commit, r.ancestors, rows[at[r.id]][1]) for r in trend_repository.commits_of(session, ids)
+        (run_id, commit, nearest, rows[at[run_id]][1])
+        for run_id, commit, nearest in (trend_repository.commits_of(session, ids) if c.axis == "commit" else [])
     )
     commit_of: dict[str, str] = {}
     drawn = downsample([r[2] for r in rows], sorted(marks), settings.dashboard.series_points)
@@ -301,9 +303,8 @@ def trend_page(
         run_id, at_time, median, p25, p75 = rows[i]
         points[i] = ChartPoint(run_id, at_time, median, p25, p75, marks.get(i, ()), notes=tuple(notes.get(run_id, ())))
     details = trend_repository.run_details(session, [p.run_id for p in points.values()])
-    levels = trend_context.baseline_levels(
-        session, c.case, c.metric, {p.run_id: compared[p.run_id] for p in points.values() if p.run_id in compared}
-    )
+    compared = {} if c.kernel else trend_repository.comparisons_of(session, [p.run_id for p in points.values()])
+    levels = trend_context.baseline_levels(session, c.case, c.metric, compared)
     for p in points.values():
         found = details.get(p.run_id)
         if found is not None:
@@ -314,7 +315,8 @@ def trend_page(
     banded = c.metric == "latency"
     shown = [points[i] for i in drawn]
     table = [points[i] for i in tabled]
-    overlay, unplaced = _pull_requests(session, viewer, c, order, settings.dashboard.series_points)
+    others = [b for b in branches if b != project.default_branch]
+    overlay, unplaced = _pull_requests(session, viewer, c, order, others, settings.dashboard.series_points)
     min_effect = None
     if rows and not c.kernel:
         min_effect = trend_context.minimum_effect(session, ids[-1], c.case, c.metric)
@@ -360,21 +362,26 @@ def trend_page(
 
 
 def _pull_requests(
-    session: SessionDep, viewer: ViewerDep, c: Choice, order: trend_context.CommitOrder, limit: int
+    session: SessionDep,
+    viewer: ViewerDep,
+    c: Choice,
+    order: trend_context.CommitOrder,
+    branches: Sequence[str],
+    limit: int,
 ) -> tuple[list[ChartPoint], int]:
     """The pull-request runs drawn over the default branch (``prs=on``, a case's trend on the default branch): on
     the commit axis each just after its merge base; and how many the commit axis could not place (none of their
     ancestors has runs here)."""
-    if c.prs != "on" or c.kernel or not c.case or c.branch != viewer.project.default_branch:
+    if c.prs != "on" or c.kernel or not c.case or c.branch != viewer.project.default_branch or not branches:
         return [], 0
-    rows = trend_repository.pr_series(session, _tq(viewer, c, limit), c.metric, c.branch, limit)
+    rows = trend_repository.pr_series(session, _tq(viewer, c, limit), c.metric, branches, limit)
     compared = trend_repository.comparisons_of(session, [r[0] for r in rows])
     levels = trend_context.baseline_levels(session, c.case, c.metric, compared)
     out, unplaced = [], 0
-    for run_id, at_time, median, p25, p75, commit, pr, branch, base_commit, ancestors in rows:
+    for run_id, at_time, median, p25, p75, commit, pr, branch, base_commit, *nearest in rows:
         p = ChartPoint(run_id, at_time, median, p25, p75, commit=commit, pr=pr, branch=branch)
         p.baseline = levels.get(run_id)
-        p.x = order.of_ancestors(base_commit, list(ancestors or []))
+        p.x = order.of_ancestors(base_commit, [a for a in nearest if a])
         if p.x is None and c.axis == "commit":
             unplaced += 1
         out.append(p)
