@@ -171,7 +171,7 @@ def pr_counts(session: Session, project_id: int, pr: int) -> tuple[int, int]:
     return int(session.scalar(jobs) or 0), int(session.scalar(uploads) or 0)
 
 
-def run_feedback(session: Session, run_id: str) -> Row[tuple[Any, ...]] | None:
+def run_feedback(session: Session, run_id: str) -> Row[*tuple[Any, ...]] | None:
     """An uploaded run's GitHub outbox: whether feedback is owed (``feedback_due_at``), the failed deliveries so
     far and why the last one failed (None: no such run)."""
     q = select(Run.repo, Run.feedback_due_at, Run.feedback_attempts, Run.feedback_note).where(Run.id == run_id)
