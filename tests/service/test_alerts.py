@@ -231,3 +231,66 @@ def test_new_alerts_are_owed_to_the_webhook_only_when_one_is_set(
     owed = db.scalars(select(Alert).where(Alert.notify_due_at.is_not(None))).all()
     assert len(owed) == 1 and owed[0].case_id == CASE and owed[0].notify_attempts == 0
     assert db.scalar(select(func.count()).select_from(Alert)) == 2
+
+
+def test_migration_0009_keys_alerts_on_the_step_and_its_downgrade_restores_the_run_key(database_url: str) -> None:
+    from sqlalchemy import inspect, text
+
+    from attnprof.contract.provenance import Provenance
+    from profiler_core.documents import parse_result
+    from service import migrate
+    from service.comparisons import service as analysis
+    from service.config import Analysis
+    from service.db import make_engine
+    from service.projects import service as projects
+    from service.runs import service as runs
+
+    migrate.upgrade(database_url)
+    engine = make_engine(database_url)
+    try:
+        ids = []
+        with Session(engine) as session:
+            project = projects.create(session, name="steps")
+            for i in range(16):
+                doc = docs.h200(slower=1.3 if i >= 10 else 1.0, cases=[CASE], jitter=0.0005 * ((i * 7) % 3 - 1))
+                run = runs.store_run(
+                    session,
+                    project_id=project.id,
+                    document=parse_result(doc),
+                    provenance=Provenance(branch="main", commit=_commit(i), ancestors=(_commit(i - 1),)),
+                )
+                analysis.analyze(session, run_id=run.id, cfg=Analysis())
+                ids.append(run.id)
+            session.commit()
+            alert = session.scalars(select(Alert)).one()
+            assert (alert.before_run_id, alert.run_id) == (ids[9], ids[10])
+            # A second step ending at the same run (another before it): allowed by the step's key, not the old one.
+            twin = Alert(
+                project_id=alert.project_id,
+                testbed_id=alert.testbed_id,
+                case_id=alert.case_id,
+                metric=alert.metric,
+                before_run_id=ids[8],
+                run_id=alert.run_id,
+                before=1.0,
+                after=2.0,
+                change=1.0,
+                p=0.01,
+                regression=True,
+            )
+            session.add(twin)
+            session.commit()
+        migrate.downgrade(database_url, "0008")
+        inspected = inspect(engine)
+        assert "alert_webhooks" not in inspected.get_table_names()
+        assert "before_run_id" not in {c["name"] for c in inspected.get_columns("alerts")}
+        keys = {tuple(u["column_names"]) for u in inspected.get_unique_constraints("alerts")}
+        assert ("project_id", "testbed_id", "case_id", "metric", "run_id") in keys
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT run_id FROM alerts")).scalars().all() == [ids[10]]
+        migrate.upgrade(database_url)
+        with engine.connect() as conn:
+            row = conn.execute(text("SELECT before_run_id, run_id, unit, notify_attempts FROM alerts")).one()
+        assert tuple(row) == (ids[9], ids[10], "us", 0)  # the run before it on its branch and testbed key
+    finally:
+        engine.dispose()
