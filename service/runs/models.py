@@ -25,6 +25,8 @@ class Run(Base):
         # The default-branch history of a testbed key: baseline fallback, noise floor, change points.
         Index("ix_runs_key_history", "project_id", "testbed_key", "branch", "created_at"),
         Index("ix_runs_feedback_due_at", "feedback_due_at"),
+        # the project's runs, newest first (the runs page; the latest pull requests' uploads)
+        Index("ix_runs_listing", "project_id", "created_at"),
         # a pull request's runs, newest first (its page)
         Index(
             "ix_runs_pr",

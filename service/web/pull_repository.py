@@ -4,6 +4,7 @@ run's whole document."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -123,43 +124,50 @@ def jobs_of_pr(session: Session, project_id: int, pr: int, limit: int) -> list[R
     return list(session.execute(q))
 
 
-def recent_pulls(session: Session, project_id: int, limit: int) -> list[Row[tuple[Any, ...]]]:
-    """The project's pull requests with the latest activity (a job submitted or a run stored), newest first: each
-    with its number of jobs, of uploaded runs (no job made them), and when it last saw either."""
+@dataclass(frozen=True)
+class PullActivity:
+    """A pull request on the overview: its number, its jobs and uploaded runs, and its latest activity."""
+
+    pr: int
+    jobs: int
+    uploads: int
+    latest: datetime
+
+
+def recent_pulls(session: Session, project_id: int, limit: int, scan: int = 500) -> list[PullActivity]:
+    """The project's pull requests with the latest activity (a job submitted or a run uploaded), newest first, each
+    with its number of jobs and of uploaded runs (no job made them). Read from the newest ``scan`` jobs and uploads
+    that name a pull request (``ix_jobs_listing``, ``ix_runs_listing``), then counted per pull request
+    (``ix_jobs_pr``, ``ix_runs_pr``): the cost stays the same however long the project's history."""
     jobs = (
-        select(Job.pr.label("pr"), func.count().label("jobs"), func.max(Job.created_at).label("latest"))
+        select(Job.pr, Job.created_at)
         .where(Job.project_id == project_id, Job.pr.is_not(None))
-        .group_by(Job.pr)
-        .subquery()
+        .order_by(Job.created_at.desc())
+        .limit(scan)
     )
     uploads = (
-        select(Run.pr.label("pr"), func.count().label("uploads"), func.max(Run.created_at).label("latest"))
+        select(Run.pr, Run.created_at)
         .where(Run.project_id == project_id, Run.pr.is_not(None), Run.job_id.is_(None))
-        .group_by(Run.pr)
-        .subquery()
+        .order_by(Run.created_at.desc())
+        .limit(scan)
     )
-    numbers = select(jobs.c.pr).union(select(uploads.c.pr)).subquery()
-    latest = func.coalesce(
-        func.greatest(jobs.c.latest, uploads.c.latest)
-        if session.get_bind().dialect.name == "postgresql"
-        else func.max(jobs.c.latest, uploads.c.latest),
-        jobs.c.latest,
-        uploads.c.latest,
+    latest: dict[int, datetime] = {}
+    for pr, at in [*session.execute(jobs), *session.execute(uploads)]:
+        if pr not in latest or at > latest[pr]:
+            latest[pr] = at
+    top = sorted(latest.items(), key=lambda item: (item[1], item[0]), reverse=True)[:limit]
+    numbers = [pr for pr, _ in top]
+    if not numbers:
+        return []
+    job_counts = select(Job.pr, func.count()).where(Job.project_id == project_id, Job.pr.in_(numbers))
+    upload_counts = select(Run.pr, func.count()).where(
+        Run.project_id == project_id, Run.pr.in_(numbers), Run.job_id.is_(None)
     )
-    q = (
-        select(
-            numbers.c.pr,
-            func.coalesce(jobs.c.jobs, 0).label("jobs"),
-            func.coalesce(uploads.c.uploads, 0).label("uploads"),
-            latest.label("latest"),
-        )
-        .select_from(numbers)
-        .outerjoin(jobs, jobs.c.pr == numbers.c.pr)
-        .outerjoin(uploads, uploads.c.pr == numbers.c.pr)
-        .order_by(latest.desc(), numbers.c.pr.desc())
-        .limit(limit)
-    )
-    return list(session.execute(q))
+    per_pr_jobs = {pr: n for pr, n in session.execute(job_counts.group_by(Job.pr))}
+    per_pr_uploads = {pr: n for pr, n in session.execute(upload_counts.group_by(Run.pr))}
+    return [
+        PullActivity(pr=pr, jobs=per_pr_jobs.get(pr, 0), uploads=per_pr_uploads.get(pr, 0), latest=at) for pr, at in top
+    ]
 
 
 def pr_counts(session: Session, project_id: int, pr: int) -> tuple[int, int]:

@@ -8,6 +8,8 @@
   delivery failed (a job keeps that in its ``reason``). ``ix_runs_feedback_due_at`` serves the sweep.
 - ``ix_runs_pr`` and ``ix_jobs_pr``: a pull request's runs and jobs of a project, newest first (the PR page, and the
   counts of a pull request's runs on the overview and the jobs list).
+- ``ix_runs_listing``: a project's runs, newest first (the runs page, and the uploads the overview's latest pull
+  requests are read from; without it a project's whole history is sorted for each page).
 
 Revision ID: 0010
 Revises: 0009
@@ -62,6 +64,7 @@ def upgrade() -> None:
         sa.Column("feedback_note", sa.Text(), nullable=True, comment="why the last delivery of its feedback failed"),
     )
     op.create_index("ix_runs_feedback_due_at", "runs", ["feedback_due_at"], unique=False)
+    op.create_index("ix_runs_listing", "runs", ["project_id", "created_at"], unique=False)
     for table in ("runs", "jobs"):
         op.create_index(
             f"ix_{table}_pr",
@@ -77,6 +80,7 @@ def downgrade() -> None:
     # The indexes first: SQLite drops no column that an index names.
     for table in ("jobs", "runs"):
         op.drop_index(f"ix_{table}_pr", table_name=table)
+    op.drop_index("ix_runs_listing", table_name="runs")
     op.drop_index("ix_runs_feedback_due_at", table_name="runs")
     op.drop_column("runs", "feedback_note")
     op.drop_column("runs", "feedback_attempts")
