@@ -246,3 +246,41 @@ def test_a_slow_github_holds_up_no_submission_verdict_page_or_row_and_gets_each_
     # Nothing is owed any more: a sweep sends nothing again.
     assert sweeper.run(s.settings)["delivered"] == 0
     assert len(github.requests("POST")) == len(posted)
+
+
+def test_an_uploads_feedback_that_github_refused_is_delivered_by_the_sweep(stack: Stack) -> None:
+    """An upload that names its repository and pull request owes a job's feedback; the sender's delivery fails
+    (GitHub answers 500 to both tries), the upload's answer is unchanged, and once the backoff is over the sweep's
+    body (``worker.cpu.sweeper.run``) delivers the status and the comment, once."""
+    s, github = stack, stack.github
+    pr = PR + 5
+    base = docs.upload_body(docs.variant(docs.h200()), commit="b0")
+    candidate = docs.variant(docs.h200(), slower=1.10, cases=[CASE])
+    body = docs.upload_body(candidate, branch="up", commit="u9", base_commit="b0", repo=REPO, pr=pr)
+    with s.api("submit") as client:
+        assert client.post(f"/api/v1/projects/{s.project}/results", json=base).status_code == 201
+        github.fail_next("500", "500")
+        r = client.post(f"/api/v1/projects/{s.project}/results", json=body)
+    assert r.status_code == 201 and r.json()["verdict"] == "fail", r.text
+    run_id = r.json()["run_id"]
+
+    def outbox_of() -> dict[str, Any]:
+        with s.engine.connect() as conn:
+            found = conn.execute(
+                text("SELECT feedback_due_at, feedback_attempts, feedback_note FROM runs WHERE id = :id"),
+                {"id": run_id},
+            )
+            return dict(found.one()._mapping)
+
+    _wait_for("the failed delivery recorded", lambda: outbox_of()["feedback_attempts"] == 1)
+    assert "HTTP 500" in outbox_of()["feedback_note"] and s.states("u9") == []
+    assert sweeper.run(s.settings)["delivered"] == 0  # its backoff is not over: nothing sent
+    with s.engine.begin() as conn:  # the backoff over
+        due = text("UPDATE runs SET feedback_due_at = now() - interval '1 second' WHERE id = :id")
+        conn.execute(due, {"id": run_id})
+    assert sweeper.run(s.settings)["delivered"] == 1
+    assert s.states("u9") == ["failure"]
+    (comment,) = github.comments(REPO, pr)
+    assert comment["body"].startswith(marker(s.project)) and f"`{CASE}`" in comment["body"]
+    assert outbox_of() == {"feedback_due_at": None, "feedback_attempts": 0, "feedback_note": None}
+    assert sweeper.run(s.settings)["delivered"] == 0  # nothing owed any more
