@@ -233,3 +233,16 @@ def test_screenshot_of_the_trends_page(browser: Any, hist: History, tmp_path: Pa
         assert _png_size(path) == (1400, height)
     finally:
         context.close()
+
+
+def test_the_alert_list_and_its_form_fit_a_phone(browser: Any, hist: History) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        tab = context.new_page()
+        sign_in(tab, hist.site, hist.project.tokens.admin)
+        tab.goto(hist.url(f"case={SLOW}&x=time"))
+        tab.wait_for_selector("#trend[data-drawn=true] .main-svg")
+        assert tab.locator(".alert-list li").count() == 1
+        assert tab.evaluate("document.documentElement.scrollWidth") <= 390
+    finally:
+        context.close()

@@ -29,8 +29,9 @@ METRICS: dict[str, tuple[str, str, str]] = {
 # Marks on the chart: rule or alert kind -> (legend name, Plotly marker symbol, colour). Symbols differ, so no
 # mark is told by its colour alone.
 MARKS = {
-    "change": ("alert (step)", "diamond", PALETTE[3]),
+    # A failed comparison's open square is drawn first and larger: an alert's diamond on the same run shows inside.
     "fail": ("comparison failed", "square-x-open", PALETTE[7]),
+    "change": ("alert (step)", "diamond", PALETTE[3]),
     "pin": ("baseline pin", "star", PALETTE[2]),
     "exclude": ("excluded from baselines", "x-thin-open", PALETTE[7]),
     "accept": ("accepted change", "triangle-up", PALETTE[4]),
@@ -233,7 +234,12 @@ def chart_spec(
                 axis,
                 [_value(p.median) for p in marked],
                 mode="markers",
-                marker={"symbol": symbol, "size": 14, "color": colour, "line": {"width": 2, "color": colour}},
+                marker={
+                    "symbol": symbol,
+                    "size": 20 if mark == "fail" else 12,
+                    "color": colour,
+                    "line": {"width": 2, "color": colour},
+                },
                 customdata=[PATHS.ui_run(project, p.run_id) for p in marked],
                 text=[_hover(p, metric, banded) for p in marked],
                 hovertemplate="%{text}<extra></extra>",
