@@ -1,0 +1,74 @@
+"""How many alerts a default-branch history with sub-threshold wiggles and one real step makes: every change point
+keyed on the run that revealed it (the rule before alerts were keyed on steps), against the steps that pass the
+case's minimum effect, one per step (``service.comparisons.alerts``).
+
+    .venv/bin/python bench/alert_noise.py
+
+The history: the real H200 result document (15 cases, tests/data), 42 default-branch runs analysed one after the
+other, as uploads are: every case 0.9% slower from run 10 and 0.4% faster than the start from run 20 (under the 2%
+minimum effect on CUDA), with ±0.05% run-to-run noise; ``sdpa[backend=cudnn,pass=fwd]`` 30% slower from run 30.
+Detection runs after each run over the last 40, as the service does.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from profiler_core.analysis import e_divisive  # noqa: E402
+from service.comparisons import alerts  # noqa: E402
+from tests.service import svcdocs as docs  # noqa: E402
+
+STEP_CASE = "sdpa[backend=cudnn,pass=fwd]"
+LEVELS = [0.0] * 10 + [0.009] * 10 + [-0.004] * 10
+STEP = len(LEVELS)
+RUNS = STEP + 12
+WINDOW = 40
+
+
+def series(case: str, median_us: float) -> list[tuple[str, float]]:
+    out = []
+    for i in range(RUNS):
+        level = LEVELS[i] if i < STEP else LEVELS[-1]
+        slower = 1.3 if i >= STEP and case == STEP_CASE else 1.0
+        out.append((f"run{i:02d}", median_us * slower * (1 + level + 0.0005 * ((i * 7) % 3 - 1))))
+    return out
+
+
+def main() -> None:
+    medians = {c["id"]: c["latency_us"]["median"] for c in docs.h200()["cases"]}
+    by_run: dict[tuple[str, str], float] = {}
+    steps: dict[str, list[tuple[str, str]]] = {}
+    for case, median in medians.items():
+        points = series(case, median)
+        known: list[tuple[str, str]] = []
+        for n in range(2 * alerts.MIN_SIZE, RUNS + 1):
+            window = points[max(0, n - WINDOW) : n]
+            values = np.array([v for _, v in window])
+            for cp in e_divisive(values, alpha=alerts.ALPHA, min_size=alerts.MIN_SIZE):
+                by_run.setdefault((case, window[cp.index][0]), cp.change or 0.0)
+            place = {run: i for i, (run, _) in enumerate(window)}
+            for step in alerts.steps_of(case, window, min_effect=0.02):
+                if not any(abs(place.get(run, -99) - step.index) <= alerts.SAME_STEP_RUNS for _, run in known):
+                    known.append((step.before_run_id, step.run_id))
+        if known:
+            steps[case] = known
+    small = [c for c in by_run.values() if abs(c) < 0.02]
+    print(f"{len(medians)} cases, {RUNS} runs, detection after each run over the last {WINDOW}")
+    print(
+        f"every change point, keyed on its run: {len(by_run)} alerts, {len(small)} of them under 2% "
+        f"({min(small):+.2%} to {max(small):+.2%})"
+    )
+    on_step = sorted(run for case, run in by_run if case == STEP_CASE)
+    print(f"  on {STEP_CASE}: {len(on_step)} ({', '.join(on_step)})")
+    total = sum(len(v) for v in steps.values())
+    print(f"steps of at least the minimum effect, one per step: {total} alert(s): {steps}")
+
+
+if __name__ == "__main__":
+    main()
