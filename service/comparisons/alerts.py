@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from profiler_core.analysis import e_divisive
 from profiler_core.analysis.config import resolve
 from profiler_core.documents import ResultDocument
+from service.audit import service as audit_log
 from service.auth import repository as tokens
 from service.baselines import repository as baseline_rules
 from service.baselines import suites
@@ -277,9 +278,19 @@ def who(session: Session, token_id: int, *, via: str) -> str:
     return f"{label} ({token.role}, {via})"
 
 
-def acknowledge(session: Session, *, project_id: int, alert_id: int, note: str, by: str) -> Alert:
-    """Mark alert ``alert_id`` of the project as read, with ``note``, by ``by``. ``NotFound`` for an alert of
-    another project or none; ``Conflict`` for one acknowledged before (its note is not overwritten)."""
+def audit(session: Session, token_id: int | None, *, kind: str, detail: str) -> None:
+    """Record an admin's change to alerts in the audit log, under the token that made it."""
+    token = tokens.get(session, token_id) if token_id is not None else None
+    if token is not None:
+        audit_log.record(session, kind=kind, token=token, detail=detail)
+
+
+def acknowledge(
+    session: Session, *, project_id: int, alert_id: int, note: str, by: str, token_id: int | None = None
+) -> Alert:
+    """Mark alert ``alert_id`` of the project as read, with ``note``, by ``by`` (token ``token_id``: audited).
+    ``NotFound`` for an alert of another project or none; ``Conflict`` for one acknowledged before (its note is
+    not overwritten)."""
     alert = repository.get_alert(session, project_id, alert_id)
     if alert is None:
         raise NotFound(f"no alert {alert_id}")
@@ -292,4 +303,5 @@ def acknowledge(session: Session, *, project_id: int, alert_id: int, note: str, 
     alert.acknowledged_by = by[:300]
     alert.acknowledged_note = note
     session.flush()
+    audit(session, token_id, kind="alert.acknowledged", detail=f"alert {alert_id} ({alert.case_id}): {note[:200]}")
     return alert

@@ -193,7 +193,14 @@ def acknowledge_alert(alert_id: AlertId, body: AcknowledgeIn, access: AdminProje
     """Mark the alert as read, with a note (an admin). Who and when are recorded; a second acknowledgement is a
     409 that names the first."""
     by = alerts.who(session, access.principal.token_id, via="API")
-    found = alerts.acknowledge(session, project_id=access.project_id, alert_id=alert_id, note=body.note, by=by)
+    found = alerts.acknowledge(
+        session,
+        project_id=access.project_id,
+        alert_id=alert_id,
+        note=body.note,
+        by=by,
+        token_id=access.principal.token_id,
+    )
     return _outs(session, [found])[0]
 
 
@@ -221,6 +228,7 @@ def put_webhook(body: WebhookIn, access: AdminProject, session: SessionDep) -> W
             updated_by=alerts.who(session, access.principal.token_id, via="API"),
         ),
     )
+    alerts.audit(session, access.principal.token_id, kind="alert_webhook.set", detail=f"alerts sent to {hook.url}")
     return WebhookOut(url=hook.url, secret_set=True, updated_at=hook.updated_at, updated_by=hook.updated_by)
 
 
@@ -229,6 +237,7 @@ def delete_webhook(access: AdminProject, session: SessionDep) -> Response:
     """Stop sending alerts (an admin); alerts still owed are not sent."""
     if not repository.delete_webhook(session, access.project_id):
         raise NotFound("this project sends its alerts to no webhook")
+    alerts.audit(session, access.principal.token_id, kind="alert_webhook.deleted", detail="alerts sent to no webhook")
     return Response(status_code=204)
 
 

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from profiler_core.analysis import e_divisive
 from profiler_core.documents import ResultDocument
+from service.audit.models import AuditEvent
 from service.comparisons import alerts
 from service.comparisons.models import Alert
 from tests.service import svcdocs as docs
@@ -155,7 +156,7 @@ def _history_more(client: TestClient, tenant: Tenant, ups: list[dict], n: int) -
     return out
 
 
-def test_an_admin_acknowledges_an_alert_with_a_note(client: TestClient, tenant: Tenant) -> None:
+def test_an_admin_acknowledges_an_alert_with_a_note(client: TestClient, tenant: Tenant, db: Session) -> None:
     _history(client, tenant, STEP + 6)
     alert = _alerts(client, tenant)[0]
     url = f"/api/v1/projects/{tenant.name}/alerts/{alert['id']}/acknowledgement"
@@ -171,6 +172,8 @@ def test_an_admin_acknowledges_an_alert_with_a_note(client: TestClient, tenant: 
     ack = r.json()["acknowledged"]
     assert ack["note"] == "flash-attn 2.6 bump, intended (#481)" and "admin" in ack["by"] and "API" in ack["by"]
     assert ack["at"]
+    logged = db.scalars(select(AuditEvent.detail).where(AuditEvent.kind == "alert.acknowledged")).all()
+    assert logged == [f"alert {alert['id']} ({CASE}): flash-attn 2.6 bump, intended (#481)"]
     again = client.post(url, json={"note": "again"}, headers=tenant.h("admin"))
     assert again.status_code == 409 and "acknowledged by" in again.json()["detail"]
     assert _alerts(client, tenant, unacknowledged_only="true") == []
@@ -205,7 +208,9 @@ def test_a_bad_webhook_setting_is_a_422_naming_the_field(
     assert client.get(url, headers=tenant.h("admin")).status_code == 404  # nothing stored
 
 
-def test_the_webhook_is_set_by_an_admin_and_its_secret_is_never_shown(client: TestClient, tenant: Tenant) -> None:
+def test_the_webhook_is_set_by_an_admin_and_its_secret_is_never_shown(
+    client: TestClient, tenant: Tenant, db: Session
+) -> None:
     url = f"/api/v1/projects/{tenant.name}/alert-webhook"
     secret = SECRET
     body = {"url": "https://hooks.example/services/T0/B0/x", "secret": secret}
@@ -218,6 +223,9 @@ def test_the_webhook_is_set_by_an_admin_and_its_secret_is_never_shown(client: Te
     assert shown.json()["url"] == body["url"] and secret not in shown.text and "admin" in shown.json()["updated_by"]
     assert client.delete(url, headers=tenant.h("admin")).status_code == 204
     assert client.delete(url, headers=tenant.h("admin")).status_code == 404
+    kinds = db.scalars(select(AuditEvent.kind).where(AuditEvent.kind.like("alert_webhook.%"))).all()
+    assert kinds == ["alert_webhook.set", "alert_webhook.deleted"]
+    assert secret not in " ".join(db.scalars(select(AuditEvent.detail)).all())
 
 
 def test_new_alerts_are_owed_to_the_webhook_only_when_one_is_set(

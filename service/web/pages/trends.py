@@ -425,6 +425,7 @@ def acknowledge_alert(
             alert_id=alert_id,
             note=note.strip(),
             by=_who(session, viewer),
+            token_id=viewer.token_id,
         )
     except Conflict as exc:
         raise PageError(409, "Already acknowledged", exc.detail) from exc
