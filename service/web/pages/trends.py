@@ -290,7 +290,6 @@ def trend_page(
         (run_id, commit, nearest, rows[at[run_id]][1])
         for run_id, commit, nearest in (trend_repository.commits_of(session, ids) if c.axis == "commit" else [])
     )
-    commit_of: dict[str, str] = {}
     drawn = downsample([r[2] for r in rows], sorted(marks), settings.dashboard.series_points)
     total = len(rows)
     pages = max(1, math.ceil(total / TABLE_ROWS))
@@ -309,7 +308,6 @@ def trend_page(
         found = details.get(p.run_id)
         if found is not None:
             p.commit, p.pr = found.commit, found.pr
-            commit_of[p.run_id] = found.commit
             p.x = float(order.place[found.commit]) if found.commit in order.place else None
         p.baseline = levels.get(p.run_id)
     banded = c.metric == "latency"
