@@ -172,3 +172,39 @@ def _project_id(session: Any, receiver: Receiver) -> int:
     from service.comparisons.models import AlertWebhook
 
     return session.scalars(select(AlertWebhook.project_id).where(AlertWebhook.url == receiver.url)).one()
+
+
+def test_the_sweep_sends_what_is_still_owed(site: Site, receiver: Receiver) -> None:
+    """A sender that died (its claim ran out) or a backoff that is over: the sweep (``jobs.sweep``'s body) sends it."""
+    from sqlalchemy import update
+
+    from tests.service.stack import make_settings
+    from worker.cpu import sweeper
+
+    receiver.statuses = [500]
+    _seed(site, receiver, f"hooksweep-{site.project[-8:]}")
+    receiver.wait(1)
+    engine = make_engine(site.db_url)
+    sessions = make_sessionmaker(engine)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with sessions() as session:
+                row = session.scalars(select(Alert).where(Alert.project_id == _project_id(session, receiver))).one()
+            if row.notify_attempts == 1:
+                break
+            assert time.monotonic() < deadline, "the refusal was not recorded"
+            time.sleep(0.05)
+        with sessions() as session:
+            session.execute(update(Alert).where(Alert.id == row.id).values(notify_due_at=utcnow()))
+            session.commit()
+        swept = sweeper.run(make_settings(site.db_url, public_url=site.url))
+        assert swept["alerts_delivered"] >= 1
+        assert len(receiver.got) == 2 and _verified(*receiver.got[1])
+        assert json.loads(receiver.got[1][1])["alert"]["url"].startswith(site.url + "/ui/p/")
+        with sessions() as session:
+            done = session.get(Alert, row.id)
+            assert done is not None and done.notified_at is not None and done.notify_attempts == 2
+        assert sweeper.run(make_settings(site.db_url))["alerts_delivered"] == 0  # nothing owed any more
+    finally:
+        engine.dispose()
