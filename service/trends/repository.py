@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, FromClause, Row, Select, select, true
+from sqlalchemy import ColumnElement, FromClause, Row, Select, String, any_, bindparam, select, true
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
+from service.comparisons.models import Comparison
 from service.runs.models import Run, RunCase, RunKernel
 
 # metric -> (median column, p25 column, p75 column)
@@ -126,3 +129,34 @@ def _page(session: Session, q: Select[*tuple[Any, ...]], tq: TrendQuery) -> list
         at, rid = tq.after
         q = q.where((RunCase.created_at > at) | ((RunCase.created_at == at) & (RunCase.run_id > rid)))
     return list(session.execute(q.order_by(RunCase.created_at, RunCase.run_id).limit(tq.limit)))
+
+
+def among(session: Session, column: Any, ids: Sequence[str]) -> Any:
+    """``column`` is one of ``ids``: one array parameter on Postgres (thousands of ids cost no long IN list)."""
+    if session.get_bind().dialect.name == "postgresql":
+        return column == any_(bindparam("ids", list(ids), type_=ARRAY(String(36))))
+    return column.in_(list(ids))
+
+
+def comparisons_of(session: Session, run_ids: Sequence[str]) -> dict[str, Row[*tuple[Any, ...]]]:
+    """The newest comparison of each of ``run_ids`` (id, verdict, baseline run ids), by run id; no documents."""
+    if not run_ids:
+        return {}
+    q = select(Comparison.candidate_run_id, Comparison.id, Comparison.verdict, Comparison.baseline_run_ids).where(
+        among(session, Comparison.candidate_run_id, run_ids)
+    )
+    found: dict[str, Row[*tuple[Any, ...]]] = {}
+    for row in session.execute(q.order_by(Comparison.created_at)):
+        found[row.candidate_run_id] = row  # the newest last
+    return found
+
+
+def values_of(session: Session, case_id: str, metric: str, run_ids: Sequence[str]) -> dict[str, float]:
+    """The case's ``metric`` in each of ``run_ids`` that measured it, by run id."""
+    if not run_ids:
+        return {}
+    med = CASE_METRICS[metric][0]
+    q = select(RunCase.run_id, med).where(
+        RunCase.case_id == case_id, among(session, RunCase.run_id, run_ids), med.is_not(None)
+    )
+    return {r[0]: float(r[1]) for r in session.execute(q) if r[1] is not None}

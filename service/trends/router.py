@@ -14,7 +14,7 @@ from service.errors import BadRequest, NotFound
 from service.openapi import errors
 from service.projects import repository as projects
 from service.testbeds import repository as testbeds
-from service.trends import repository
+from service.trends import baselines, repository
 from service.trends.schemas import Point, Trend
 
 router = APIRouter(prefix="/api/v1/projects/{project}/trends", tags=["trends"])
@@ -91,10 +91,17 @@ def case_trend(
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> Trend:
-    """A case's metric over the runs of a branch (the default branch unless given), oldest first."""
+    """A case's metric over the runs of a branch (the default branch unless given), oldest first, each run with the
+    baseline level its comparison used; the case's minimum effect beside them."""
     tq = _query(session, access, case, branch, testbed, since, until, cursor, limit)
     points, nxt = _points(repository.case_points(session, tq, metric), limit, ("status", "backend_used", "bound"))
-    return Trend(case=case, metric=metric, unit=UNITS[metric], branch=tq.branch, points=points, next=nxt)
+    levels = baselines.levels_of(session, case, metric, [p.run_id for p in points])
+    for p in points:
+        p.baseline = levels.get(p.run_id)
+    least = baselines.minimum_effect(session, points[-1].run_id, case, metric) if points else None
+    return Trend(
+        case=case, metric=metric, unit=UNITS[metric], branch=tq.branch, min_effect=least, points=points, next=nxt
+    )
 
 
 @router.get("/kernels", response_model=Trend, responses=errors(400))

@@ -18,6 +18,11 @@ class Point(BaseModel):
     phase: str | None = None
     launches_per_iter: float | None = None
     bound: str | None = None
+    baseline: float | None = Field(
+        None,
+        description="case trends: the level (median) of the runs this run's comparison was made against, in the "
+        "metric's unit; null for a run compared with nothing",
+    )
 
 
 class Trend(BaseModel):
@@ -26,5 +31,8 @@ class Trend(BaseModel):
     metric: str
     unit: str
     branch: str
+    min_effect: float | None = Field(
+        None, description="case trends: the case's minimum relative effect for the metric, as comparisons use it"
+    )
     points: list[Point]
     next: str | None = Field(description="cursor of the next (newer) page, or null")

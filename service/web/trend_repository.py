@@ -147,24 +147,9 @@ def trend_alerts(session: Session, project_id: int, testbed_id: int, case_id: st
     return list(session.scalars(q.order_by(Alert.created_at, Alert.id)))
 
 
-def _among(session: Session, column: Any, ids: Sequence[str]) -> Any:
-    """``column`` is one of ``ids``: one array parameter on Postgres (thousands of ids cost no long IN list)."""
-    if session.get_bind().dialect.name == "postgresql":
-        return column == any_(bindparam("ids", list(ids), type_=ARRAY(String(36))))
-    return column.in_(list(ids))
-
-
-def comparisons_of(session: Session, run_ids: Sequence[str]) -> dict[str, Row[*tuple[Any, ...]]]:
-    """The newest comparison of each of ``run_ids`` (id, verdict, baseline run ids), by run id; no documents."""
-    if not run_ids:
-        return {}
-    q = select(Comparison.candidate_run_id, Comparison.id, Comparison.verdict, Comparison.baseline_run_ids).where(
-        _among(session, Comparison.candidate_run_id, run_ids)
-    )
-    found: dict[str, Row[*tuple[Any, ...]]] = {}
-    for row in session.execute(q.order_by(Comparison.created_at)):
-        found[row.candidate_run_id] = row  # the newest last
-    return found
+_among = trends.among
+comparisons_of = trends.comparisons_of
+values_of = trends.values_of
 
 
 def comparisons_by_id(session: Session, comparison_ids: Sequence[str]) -> list[Comparison]:
@@ -172,17 +157,6 @@ def comparisons_by_id(session: Session, comparison_ids: Sequence[str]) -> list[C
     if not comparison_ids:
         return []
     return list(session.scalars(select(Comparison).where(Comparison.id.in_(list(comparison_ids)))))
-
-
-def values_of(session: Session, case_id: str, metric: str, run_ids: Sequence[str]) -> dict[str, float]:
-    """The case's ``metric`` in each of ``run_ids`` that measured it, by run id."""
-    if not run_ids:
-        return {}
-    med = trends.CASE_METRICS[metric][0]
-    q = select(RunCase.run_id, med).where(
-        RunCase.case_id == case_id, _among(session, RunCase.run_id, run_ids), med.is_not(None)
-    )
-    return {r[0]: float(r[1]) for r in session.execute(q) if r[1] is not None}
 
 
 # First-parent ancestors read to order a branch's commits: a commit is placed after the nearest of these that has

@@ -6,7 +6,6 @@ ancestors each run stored), where a pull request's runs sit on the default branc
 from __future__ import annotations
 
 import heapq
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,43 +13,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.comparisons import alerts
 from service.comparisons import documents as comparison_documents
-from service.runs import documents
+from service.trends import baselines
 from service.web import trend_repository
 
-# The threshold that governs each trend metric in a comparison: a utilisation moves with its rate.
-THRESHOLD_OF = {
-    "latency": "latency",
-    "throughput": "throughput",
-    "bandwidth": "bandwidth",
-    "compute_util": "throughput",
-    "bandwidth_util": "bandwidth",
-}
 # Failed comparisons read to mark a window's failures, at most (newest kept): a default branch fails rarely.
 MAX_FAILED = 500
-
-
-def minimum_effect(session: Session, run_id: str, case_id: str, metric: str) -> float | None:
-    """The case's minimum effect for ``metric`` as run ``run_id``'s comparisons resolve it (mode, suite, case)."""
-    threshold = THRESHOLD_OF.get(metric)
-    if threshold is None:
-        return None
-    return alerts.minimum_effect(documents.result_of(session, run_id), case_id, threshold)
-
-
-def baseline_levels(session: Session, case_id: str, metric: str, compared: dict[str, Any]) -> dict[str, float]:
-    """For each run with a comparison, the level its baseline runs had for the case: the median of their values
-    (the runs a comparison pools; a pinned run or an accepted change is one). Runs compared with nothing (the first
-    run of all) have none."""
-    wanted = {str(b) for row in compared.values() for b in row.baseline_run_ids}
-    values = trend_repository.values_of(session, case_id, metric, sorted(wanted))
-    out = {}
-    for run_id, row in compared.items():
-        found = [values[str(b)] for b in row.baseline_run_ids if str(b) in values]
-        if found:
-            out[run_id] = statistics.median(found)
-    return out
+minimum_effect = baselines.minimum_effect
+baseline_levels = baselines.levels
 
 
 def failed_for_case(session: Session, case_id: str, compared: dict[str, Any]) -> dict[str, str]:
