@@ -225,6 +225,7 @@ def test_a_pull_requests_page_gathers_its_jobs_in_every_state_and_its_uploads(pa
     assert len(rows) == 3
     assert rows[0].startswith(datetime.now(UTC).strftime("%Y-%m-%d")) and "queued" in rows[0]
     assert "failed" in rows[1] and ps.jobs_12["failed"][:8] in rows[1]
+    assert LOG.splitlines()[0] in rows[1] and "Traceback" not in rows[1]  # the reason's first line only
     assert "upload" in rows[2] and ps.upload_12["verdict"] in rows[2]
     hrefs = page.locator("section:has(#h-all) tbody a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
     assert _ui(ps, f"/jobs/{ps.jobs_12['failed']}") in hrefs and _ui(ps, f"/runs/{ps.upload_12['run_id']}") in hrefs
