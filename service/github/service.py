@@ -138,7 +138,8 @@ def retry_after_s(cfg: Sweep, failures: int) -> float:
 
 @dataclass(frozen=True)
 class Feedback:
-    """What one delivery tells GitHub of a job, read from the stored rows once the delivery has claimed it."""
+    """What one delivery tells GitHub of a job or an uploaded run, read from the stored rows once the delivery has
+    claimed it."""
 
     job_status: str
     """The job's status when it was read (a job that ended while an older state was sent is sent again)."""
