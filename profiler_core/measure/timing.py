@@ -25,6 +25,7 @@ interval of the median (distribution-free, from binomial order statistics) is na
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
@@ -52,14 +53,28 @@ class TimingResult:
 
 
 class Holder:
-    """A blocking kernel long enough for the host to queue one iteration behind it."""
+    """A blocking kernel long enough for the host to queue one iteration behind it.
+
+    ``lead()`` starts a batch: after the synchronisation that ended the previous batch the device is idle, and the
+    host's first iteration (caches cold, a thread just woken) takes longer to queue than the others; with no more
+    than one iteration's hold ahead of it, the device then waits between the start event and the step, and that
+    sample reads several times the case's time. On the H200 one sample in ten (each batch's first) read 2-10x its
+    case's median this way on a slow host (``bench/reports/h200-truth.md``). The lead keeps the device busy for
+    ``LEAD_US`` plus three iterations' host time while the host gets ahead.
+    """
+
+    LEAD_US = 500.0
 
     def __init__(self, host_us: float, clock_mhz: float) -> None:
         # 1.5x the host time plus 20 µs margin, in cycles of the SM clock.
         self.cycles = int((1.5 * host_us + 20.0) * clock_mhz)
+        self.lead_cycles = int((self.LEAD_US + 3.0 * host_us) * clock_mhz)
 
     def __call__(self) -> None:
         torch.cuda._sleep(self.cycles)  # type: ignore[no-untyped-call]
+
+    def lead(self) -> None:
+        torch.cuda._sleep(self.lead_cycles)  # type: ignore[no-untyped-call]
 
 
 def host_time_us(step: Callable[[], Any], before_each: Callable[[], None] | None, reps: int = 3) -> float:
@@ -187,14 +202,23 @@ def _cuda_batch(
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))  # type: ignore[no-untyped-call]
         for _ in range(n)
     ]
-    for start, end in pairs:
-        if before_each:
-            before_each()
-        hold()
-        flush()
-        start.record()
-        step()
-        end.record()
+    # No collection while the batch is queued: a pause longer than the device's lead delays a step behind its start
+    # event, and the sample reads the pause.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        hold.lead()
+        for start, end in pairs:
+            if before_each:
+                before_each()
+            hold()
+            flush()
+            start.record()
+            step()
+            end.record()
+    finally:
+        if collecting:
+            gc.enable()
     torch.cuda.synchronize()
     return [start.elapsed_time(end) * 1000.0 for start, end in pairs]
 
