@@ -302,3 +302,31 @@ def test_migration_0009_keys_alerts_on_the_step_and_its_downgrade_restores_the_r
         assert tuple(row) == (ids[9], ids[10], "us", 0)  # the run before it on its branch and testbed key
     finally:
         engine.dispose()
+
+
+def test_the_same_step_twice_is_one_row_and_the_transaction_goes_on(
+    client: TestClient, tenant: Tenant, db: Session
+) -> None:
+    """A step recorded by a concurrent analysis first: the unique key refuses the second insert, inside a savepoint,
+    and the caller's transaction carries on (its comparison is still stored)."""
+    from service.comparisons import repository
+
+    _history(client, tenant, STEP + 6)
+    first = db.scalars(select(Alert)).one()
+    copy = Alert(
+        project_id=first.project_id,
+        testbed_id=first.testbed_id,
+        case_id=first.case_id,
+        metric=first.metric,
+        before_run_id=first.before_run_id,
+        run_id=first.run_id,
+        before=first.before,
+        after=first.after,
+        change=first.change,
+        p=first.p,
+        regression=first.regression,
+    )
+    assert repository.add_alert_once(db, copy) is False
+    assert db.scalar(select(func.count()).select_from(Alert)) == 1
+    _history_more(client, tenant, [{}] * (STEP + 6), 1)  # the session still works: another upload is analysed
+    assert db.scalar(select(func.count()).select_from(Alert)) == 1
