@@ -9,6 +9,7 @@ what it left out and links the comparison page that has it all.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from attnprof.contract.links import Links
@@ -66,6 +67,7 @@ class CommentInput:
     candidate: ResultDocument | None = None
     baseline: ResultDocument | None = None
     traces: frozenset[str] | None = None
+    suite_path: str | None = None
 
 
 def _links(inp: CommentInput, cases: list[str]) -> list[str]:
@@ -86,16 +88,31 @@ def _links(inp: CommentInput, cases: list[str]) -> list[str]:
     return ["**Links:** " + " · ".join(links + traces)]
 
 
+_NO_PATH_SUITE = "attnprof.toml"
+
+
+def _no_path(inp: CommentInput) -> str:
+    """What the reproduction says when the job carries no suite path: where the suite is to be found instead."""
+    suite = f"`{clip(inp.suite_name)}`" if inp.suite_name else ""
+    if inp.job_id:
+        page = Links(inp.public_url).ui_job(inp.project, inp.job_id)
+        return (
+            f"No path was sent for the suite {suite} (an older `attnprof submit`): save its spec from "
+            f"[the job's page]({page}) as `{_NO_PATH_SUITE}`, then:"
+        )
+    return f"An upload sends no path for its suite {suite}: put the suite file's path in place of `{_NO_PATH_SUITE}`:"
+
+
 def _reproduce(inp: CommentInput, cases: list[str], *, compare: bool = True) -> list[str]:
-    """How to run it locally; ``compare`` adds the baseline side and the comparison (not for a failed job)."""
-    suite = f"{inp.suite_name}.toml"
-    lines = ["<details><summary>Reproduce locally</summary>", "", "```sh"]
-    lines.append(f"git checkout {inp.commit}")
-    if cases:
-        selected = " ".join(f"--case '{c}'" for c in cases[:5])
-        lines.append(f"attnprof profile {suite} {selected} --out candidate.json")
-    else:
-        lines.append(f"attnprof profile {suite} --out candidate.json")
+    """How to run it locally, from the repository's root: the suite by its stored path (quoted for a POSIX shell);
+    ``compare`` adds the baseline side and the comparison (not for a failed job)."""
+    suite = shlex.quote(inp.suite_path) if inp.suite_path else _NO_PATH_SUITE
+    lines = ["<details><summary>Reproduce locally</summary>", ""]
+    if not inp.suite_path:
+        lines += [_no_path(inp), ""]
+    lines += ["```sh", f"git checkout {shlex.quote(inp.commit)}"]
+    selected = "".join(f" --case {shlex.quote(c)}" for c in cases[:5])
+    lines.append(f"attnprof profile {suite}{selected} --out candidate.json")
     if compare:
         lines += [
             "# the same on the base commit, written to baseline.json, then:",

@@ -94,6 +94,7 @@ def comment_input(session: Session, job: Job, settings: Settings) -> CommentInpu
         candidate=_document(session, job.run_id) if found else None,
         baseline=_document(session, baseline_ids[0]) if baseline_ids else None,
         traces=frozenset(run_rows.list_traces(session, job.run_id)) if job.run_id else frozenset(),
+        suite_path=job.suite_path,
     )
 
 

@@ -217,6 +217,8 @@ def test_action_script_in_a_pull_request(tmp_path: Path, served, pg_url: str) ->
     # The submit mode sent the suite's path in the checkout, which the job's page prints to reproduce it.
     job = httpx.get(f"{url}/api/v1/jobs/{outputs['job-id']}", headers={"Authorization": f"Bearer {submit}"})
     assert job.json()["suite_path"] == "suite.toml"
+    # and the pull request's comment reproduces it by that path
+    assert "attnprof profile suite.toml --case " in github.comments(REPO, 7)[0]["body"]
 
 
 def _local_suite(backend: str) -> str:

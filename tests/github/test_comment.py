@@ -35,6 +35,7 @@ def _input(**kw: object) -> CommentInput:
         "comparison": compare(baselines, candidate),
         "candidate": candidate,
         "baseline": baselines[0],
+        "suite_path": "benches/llama7b.toml",
     }
     base.update(kw)
     return CommentInput(**base)  # type: ignore[arg-type]
@@ -62,7 +63,10 @@ def test_regression_comment_shows_verdict_table_kernels_links_and_reproduction()
         "`fmha_cutlassF_bf16_aligned_64x128_rf_sm80` +14.1 µs (+5.4%)"
     )
     assert [line.split("`")[1] for line in lines[1:]] == ["prefill[backend=flash]", "prefill[backend=cudnn]"]
-    assert "attnprof profile llama7b.toml --case 'prefill[backend=efficient]' --case 'prefill[backend=flash]'" in text
+    assert (
+        "attnprof profile benches/llama7b.toml --case 'prefill[backend=efficient]' --case 'prefill[backend=flash]'"
+        in text
+    )
     assert "attnprof compare baseline.json candidate.json" in text
 
 
@@ -106,7 +110,7 @@ def test_a_job_that_ended_without_a_verdict_says_so_why_and_what_to_do() -> None
     assert "`/attnprof rerun`" in failed and "[job](https://perf.example/ui/p/flash/jobs/j-1)" in failed
     # no table, no kernels, no comparison step in the reproduction: there was nothing to compare
     assert "| Case |" not in failed and "| Kernel |" not in failed and "[comparison]" not in failed
-    assert "attnprof profile llama7b.toml --out candidate.json" in failed and "attnprof compare" not in failed
+    assert "attnprof profile benches/llama7b.toml --out candidate.json" in failed and "attnprof compare" not in failed
     timed_out = render(_input(status="timed_out", reason="the wall-clock limit of 12 s", comparison=None, pr=None))
     assert "(job timed out)" in timed_out and "wall-clock limit" in timed_out and "earlier commit" not in timed_out
     cancelled = render(_input(status="cancelled", reason="cancelled by a user", comparison=None))
@@ -190,3 +194,21 @@ def test_a_case_that_stopped_running_shows_its_stored_error() -> None:
     assert f"`{case.id}`: `ok` → `failed`" in text
     block = text.split(f"`{case.id}`: `ok` → `failed`", 1)[1]
     assert "```\nOutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n` ` `oops` ` `\n```" in block
+
+
+def test_reproduce_locally_profiles_the_suite_by_its_stored_path_or_says_none_was_sent() -> None:
+    """The job's suite path is printed, quoted for a POSIX shell; a job sent without one (an older client) and an
+    upload (which sends none) say so, and the job's points at the page that holds its spec."""
+    spaced = render(_input(suite_path="perf suites/llama 7b.toml"))
+    assert "git checkout abcdef0123456789\nattnprof profile 'perf suites/llama 7b.toml' --case " in spaced
+    assert "llama7b.toml" not in spaced and "No path was sent" not in spaced
+    older = render(_input(suite_path=None))
+    assert (
+        "No path was sent for the suite `llama7b` (an older `attnprof submit`): save its spec from "
+        "[the job's page](https://perf.example/ui/p/flash/jobs/j-1) as `attnprof.toml`, then:" in older
+    )
+    assert "attnprof profile attnprof.toml --case " in older and "llama7b.toml" not in older
+    upload = render(_input(suite_path=None, job_id=""))
+    said = "An upload sends no path for its suite `llama7b`: put the suite file's path in place of `attnprof.toml`:"
+    assert said in upload and "/jobs/" not in upload
+    assert "attnprof profile attnprof.toml --case " in upload
