@@ -225,14 +225,8 @@ def _median(x: FloatArray) -> float:
 
 
 def benjamini_hochberg(p_values: list[float]) -> list[float]:
-    """Benjamini-Hochberg adjusted p-values (q-values), in the input order."""
-    m = len(p_values)
-    if m == 0:
+    """Benjamini-Hochberg adjusted p-values (q-values), in the input order: ``scipy.stats.false_discovery_control``
+    (its default ``method="bh"``), as plain floats."""
+    if not p_values:
         return []
-    p = np.asarray(p_values, dtype=np.float64)
-    order = np.argsort(p)
-    ranked = p[order] * m / np.arange(1, m + 1)
-    q_sorted = np.minimum.accumulate(ranked[::-1])[::-1]
-    q = np.empty(m)
-    q[order] = np.clip(q_sorted, 0.0, 1.0)
-    return [float(v) for v in q]
+    return [float(q) for q in sps.false_discovery_control(np.asarray(p_values, dtype=np.float64), method="bh")]
