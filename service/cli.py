@@ -54,6 +54,24 @@ def serve(
     cores the API may use. What each process keeps in memory (rate limits, metrics) is its own.
     """
     import uvicorn
+    from pydantic import ValidationError
+
+    from service.config import SHARED_SECRETS, get_settings, missing_shared_secrets
+
+    # Settings read before any process starts: a bad value is one clear error here, not one per worker process.
+    try:
+        settings = get_settings()
+    except ValidationError as exc:
+        _die(f"the settings are invalid:\n{exc}")
+    missing = missing_shared_secrets(settings, workers)
+    if missing:
+        _die(
+            f"--workers {workers} runs {workers} processes that must share "
+            + "; ".join(f"{name} (it {SHARED_SECRETS[name]})" for name in missing)
+            + ": unset, each process would make up its own key and a sign-in made by one process would be refused "
+            "by the others. Set it to a random string of at least 32 characters (openssl rand -hex 32), the same "
+            "for every process, or run --workers 1"
+        )
 
     # uvicorn would take X-Forwarded-For from a peer on 127.0.0.1 by default; the client address the audit log
     # records is the service's to decide (ATTNPROF_TRUSTED_PROXIES).

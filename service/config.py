@@ -231,6 +231,22 @@ class Settings(BaseSettings):
         return value
 
 
+SHARED_SECRETS = {
+    "ATTNPROF_DASHBOARD__SESSION_SECRET": "signs the dashboard's session, CSRF and GitHub sign-in cookies",
+}
+"""Secrets that a process makes up for itself when they are unset, and that several server processes must share:
+a cookie signed by one process is read by another (``--workers`` > 1, or several replicas behind one proxy)."""
+
+
+def missing_shared_secrets(settings: Settings, processes: int) -> list[str]:
+    """The variables of ``SHARED_SECRETS`` that ``processes`` server processes would each invent for themselves
+    (empty for one process: its own random key is consistent with itself)."""
+    if processes <= 1:
+        return []
+    found = {"ATTNPROF_DASHBOARD__SESSION_SECRET": settings.dashboard.session_secret}
+    return [name for name in SHARED_SECRETS if found[name] is None]
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The process's settings, read from the environment on first use."""
