@@ -15,6 +15,11 @@ Absolute microseconds, not the relative change, because they are what the model 
 call: a 2 µs decode step that became 30% slower costs less than a 3.4 ms prefill that became 6.6% slower, and the
 kernel lines under each case are ordered the same way (``KernelMove`` by the change of its duration, µs). A case
 whose medians are unknown (no latency on one side) comes after those whose are, within its tier.
+
+**The estimate** a line prints is its case's timing finding's (latency, bandwidth or throughput, whatever its
+status): the change of the case's time per iteration (``time_change``: a bandwidth drop of 5.7% is a time 6.1%
+longer) and the medians the finding compared, the baseline being all baseline runs pooled. The comparison page's
+chart plots the same change, so the comment, the page's answer and its chart say one number.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from profiler_core.documents.result import Kernel, ResultDocument
 from profiler_core.units import fmt_change, fmt_duration_delta_us, fmt_duration_us, fmt_number, fmt_percent
 
 TIMING = ("latency", "bandwidth", "throughput", "dram_bytes")
+CASE_TIME = ("latency", "bandwidth", "throughput")
+"""The metrics of a case's timing finding: one of them per compared case, named by what the case is bound by."""
 _BROKEN = ("status", "accuracy")
 NAME_MAX = 120
 """Characters of a case id or kernel key shown in a line; a longer one is cut with "…" (ids come from users)."""
@@ -42,6 +49,9 @@ class Regression:
     tier: int
     baseline_us: float | None
     candidate_us: float | None
+    change: float | None = None
+    """The change of the case's time per iteration (fraction, positive = slower), as its timing finding estimates
+    it; None when the case has none."""
 
     @property
     def delta_us(self) -> float | None:
@@ -71,20 +81,57 @@ def _span(baseline_us: float, candidate_us: float) -> str:
     return f"{was} → {now}"
 
 
-def _medians(
-    case: str, findings: list[Finding], baseline: ResultDocument | None, candidate: ResultDocument | None
-) -> tuple[float | None, float | None]:
-    """The case's medians, µs: the latency finding's (the pooled baselines'), else the documents' own."""
-    for f in findings:
-        if f.metric == "latency" and isinstance(f.baseline, float | int) and isinstance(f.candidate, float | int):
-            return float(f.baseline), float(f.candidate)
+def time_change(change: float | None, higher_is_better: bool) -> float | None:
+    """A timing finding's relative change as the change of the case's time per iteration (fraction, positive =
+    slower). A rate (bandwidth, throughput) is work over time, so a rate times ``1 + change`` is the time divided
+    by it: bandwidth −5.7% is time +6.1%, the case's slowdown. None when the rate fell to nothing."""
+    if change is None:
+        return None
+    if not higher_is_better:
+        return change
+    return 1.0 / (1.0 + change) - 1.0 if change > -1.0 else None
 
-    def median(doc: ResultDocument | None) -> float | None:
-        found = doc.case(case) if doc is not None else None
-        lat = found.latency_us if found is not None and found.status == "ok" else None
-        return float(lat.median) if lat is not None else None
 
-    return median(baseline), median(candidate)
+def is_rate(f: Finding) -> bool:
+    """Whether ``f`` measures a rate (higher is better), not a time."""
+    return f.higher_is_better if f.higher_is_better is not None else f.metric in ("bandwidth", "throughput")
+
+
+def _work(candidate: ResultDocument | None, case: str, metric: str) -> float | None:
+    """The work per iteration that a rate finding of ``case`` divides by time: GB for bandwidth, TFLOP for
+    throughput (the candidate's, as the comparison's timing test takes it)."""
+    found = candidate.case(case) if candidate is not None else None
+    work = found.work if found is not None else None
+    if work is None:
+        return None
+    amount = work.bytes_min / 1e9 if metric == "bandwidth" else work.flops / 1e12 if metric == "throughput" else 0.0
+    return amount if amount > 0 else None
+
+
+def _median(doc: ResultDocument | None, case: str) -> float | None:
+    found = doc.case(case) if doc is not None else None
+    lat = found.latency_us if found is not None and found.status == "ok" else None
+    return float(lat.median) if lat is not None else None
+
+
+def _estimate(
+    case: str, timing: Finding | None, baseline: ResultDocument | None, candidate: ResultDocument | None
+) -> tuple[float | None, float | None, float | None]:
+    """(baseline µs, candidate µs, change of time) of ``case`` as its timing finding estimates them: a latency
+    finding's values are the medians; a rate finding's are the work over them. Without a timing finding, the
+    documents' own medians (the baseline one of the pooled runs)."""
+    b, c = (timing.baseline, timing.candidate) if timing is not None else (None, None)
+    if timing is None or not isinstance(b, float | int) or not isinstance(c, float | int) or b <= 0 or c <= 0:
+        b_us, c_us = _median(baseline, case), _median(candidate, case)
+        return b_us, c_us, (c_us / b_us - 1.0 if b_us and c_us is not None else None)
+    change = time_change(timing.change, is_rate(timing))
+    if not is_rate(timing):
+        return float(b), float(c), change
+    work = _work(candidate, case, timing.metric)
+    if work is not None:  # the rates are work over the medians the finding compared
+        return work / float(b) * 1e6, work / float(c) * 1e6, change
+    c_us = _median(candidate, case)  # no work to divide: the time's ratio is the rates' reciprocal
+    return (None if c_us is None else c_us * float(c) / float(b)), c_us, change
 
 
 def _tier(findings: list[Finding]) -> int:
@@ -99,14 +146,17 @@ def by_impact(
     """The regressed cases of ``doc``, largest impact first (the module's docstring says what impact is); ties by
     case id, so the order is the same on every delivery."""
     grouped: dict[str, list[Finding]] = {}
+    timing: dict[str, Finding] = {}
     for f in doc.findings:
         if f.status == "regressed":
             grouped.setdefault(f.case, []).append(f)
+        if f.metric in CASE_TIME:
+            timing.setdefault(f.case, f)
     out = []
     for case, found in grouped.items():
         found.sort(key=lambda f: (f.metric not in TIMING, f.metric))
-        b_us, c_us = _medians(case, found, baseline, candidate)
-        out.append(Regression(case, tuple(found), _tier(found), b_us, c_us))
+        b_us, c_us, change = _estimate(case, timing.get(case), baseline, candidate)
+        out.append(Regression(case, tuple(found), _tier(found), b_us, c_us, change))
     out.sort(key=lambda r: (r.tier, r.delta_us is None, -(r.delta_us or 0.0), r.case))
     return out
 
@@ -166,13 +216,12 @@ def _value(value: float | str | None) -> str:
 
 
 def line(reg: Regression, baseline: ResultDocument | None, candidate: ResultDocument | None) -> str:
-    """One markdown list item: the case, its change and medians, then what moved: the kernel that moved most (its
-    change in µs and %, its bound, the utilisation that moved), or what else regressed (backend, accuracy, status,
-    variance). At most ``LINE_MAX`` characters."""
+    """One markdown list item: the case, its change and medians (its timing finding's estimate), then what moved:
+    the kernel that moved most (its change in µs and %, its bound, the utilisation that moved), or what else
+    regressed (backend, accuracy, status, variance). At most ``LINE_MAX`` characters."""
     text = f"- `{clip(reg.case)}`"
-    if reg.baseline_us is not None and reg.candidate_us is not None and reg.baseline_us > 0:
-        change = reg.candidate_us / reg.baseline_us - 1.0
-        text += f" {fmt_change(change)} ({_span(reg.baseline_us, reg.candidate_us)})"
+    if reg.baseline_us is not None and reg.candidate_us is not None and reg.change is not None:
+        text += f" {fmt_change(reg.change)} ({_span(reg.baseline_us, reg.candidate_us)})"
     what: list[str] = []
     timing_done = False
     for f in reg.findings:

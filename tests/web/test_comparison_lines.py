@@ -3,9 +3,12 @@ a case id holds read as markup), in the comment's order, a failed case's stored 
 
 from __future__ import annotations
 
+from profiler_core import units
 from profiler_core.analysis import compare
 from profiler_core.documents import parse_result
+from profiler_core.documents.result import ResultDocument
 from service.github import regressions as ranked
+from service.web.pages import figures
 from service.web.pages.comparisons import ERROR_MAX_CHARS, answer_lines, comment_line_html
 from tests.web.cmpdocs import (
     ERROR_MESSAGE,
@@ -53,3 +56,40 @@ def test_a_passing_comparison_has_no_lines() -> None:
     baseline = parse_result(docs.h200())
     doc = compare([baseline], parse_result(docs.h200()))
     assert doc.verdict == "pass" and answer_lines(doc, baseline, parse_result(docs.h200())) == []
+
+
+def test_a_lines_change_is_its_findings_estimate_over_all_baseline_runs_as_the_chart_plots_it() -> None:
+    """Three baseline runs 2% apart: the line's change and medians are the finding's (the runs pooled), not the first
+    run's, for a memory-bound case (a bandwidth finding, its drop read as the time's rise), a compute-bound one
+    (throughput) and a latency-bound one; and the chart plots the same change."""
+    runs = [parse_result(docs.variant(docs.h200(), jitter=j)) for j in (-0.02, 0.0, 0.02)]
+    slowed = {"sdpa[backend=cudnn,pass=fwd]": "throughput", "sdpa[backend=flash,pass=fwd]": "latency"}
+    raw = slower_kernel(docs.h200(), SOFTMAX_CASE, SOFTMAX_KERNEL, SOFTMAX_SLOWER)
+    candidate = parse_result(docs.variant(raw, slower=1.08, cases=list(slowed)))
+    doc = compare(runs, candidate)
+    timing = {f.case: f for f in doc.findings if f.metric in ranked.CASE_TIME}
+    assert {c: timing[c].metric for c in [SOFTMAX_CASE, *slowed]} == {SOFTMAX_CASE: "bandwidth", **slowed}
+    regs = {r.case: r for r in ranked.by_impact(doc, runs[0], candidate)}
+    for case in [SOFTMAX_CASE, *slowed]:
+        f = timing[case]
+        assert f.status == "regressed" and f.change is not None, f
+        worse = ranked.time_change(f.change, ranked.is_rate(f))
+        assert worse is not None
+        charted = figures.worse_percent(f)
+        assert charted is not None and abs(charted[0] - 100 * worse) < 1e-9  # the chart's point
+        line = ranked.line(regs[case], runs[0], candidate)
+        assert line.startswith(f"- `{case}` {units.fmt_change(worse)} ("), line
+        first = _median(runs[0], case)  # what the line used to compare with: 2% under the pooled baseline
+        assert units.fmt_change(_median(candidate, case) / first - 1.0) != units.fmt_change(worse)
+        # the medians printed are the finding's: their ratio is the change printed
+        reg = regs[case]
+        assert reg.baseline_us is not None and reg.candidate_us is not None
+        assert abs(reg.candidate_us / reg.baseline_us - 1.0 - worse) < 1e-9
+        assert abs(reg.candidate_us - _median(candidate, case)) < 0.01 * reg.candidate_us
+        assert abs(reg.baseline_us - _median(runs[1], case)) < 0.005 * reg.baseline_us  # the middle run's level
+
+
+def _median(doc: ResultDocument, case: str) -> float:
+    found = doc.case(case)
+    assert found is not None and found.latency_us is not None
+    return float(found.latency_us.median)

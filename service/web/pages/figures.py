@@ -13,6 +13,7 @@ from typing import Any
 from profiler_core import units
 from profiler_core.documents.comparison import Finding
 from profiler_core.documents.result import PHASES, Case, Kernel, LatencyStats, Peaks
+from service.github import regressions
 from service.web.render import PALETTE, fmt_num, fmt_pct, fmt_us
 
 Spec = dict[str, Any]
@@ -339,19 +340,9 @@ _FLAG_HOVER_CHARS = 300
 _INTERVAL_ROOM = 0.5
 
 
-def time_change(change: float | None, higher_is_better: bool) -> float | None:
-    """A timing finding's relative change as the change of the case's time per iteration (fraction, positive =
-    slower). A rate (bandwidth, throughput) is work over time, so a rate times ``1 + change`` is the time divided
-    by it: bandwidth −5.7% is time +6.1%, the case's slowdown. None when the rate fell to nothing."""
-    if change is None:
-        return None
-    if not higher_is_better:
-        return change
-    return 1.0 / (1.0 + change) - 1.0 if change > -1.0 else None
-
-
-def _rate_metric(f: Finding) -> bool:
-    return f.higher_is_better if f.higher_is_better is not None else f.metric in ("bandwidth", "throughput")
+# The PR comment's and the answer's lines print the same change of time (``service.github.regressions``).
+time_change = regressions.time_change
+_rate_metric = regressions.is_rate
 
 
 def worse_percent(f: Finding) -> tuple[float, tuple[float, float] | None] | None:
