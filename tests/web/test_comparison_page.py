@@ -18,10 +18,12 @@ from service.comparisons.models import Comparison
 from service.db import make_engine
 from service.runs import documents
 from service.web.pages import runs as run_pages
+from service.web.pages.comparisons import linked_notes
 from tests.web.pagehelp import (
     Project,
     csrf_of,
     fresh_project,
+    http,
     hundred_cases,
     login,
     rules,
@@ -241,3 +243,44 @@ def test_both_pages_of_a_100_case_run_draw_every_case(site: Site) -> None:
         assert redrawn.text == client.get(run_path).text, "the kept page differs from the one first drawn"
         compared = client.get(comparison_path)
         assert compared.status_code == 200 and slow in compared.text
+
+
+def test_the_notes_link_the_runs_they_cite_by_either_id(site: Site) -> None:
+    """A note cites a run by the service's id (an accepted change) or by its result document's (a suspect pinned
+    baseline): both are links to that run's page, which opens; an id of no run of the project stays text."""
+    project = fresh_project(site, "notes")
+    upload(site, project, docs.h200(), commit="1" * 40)
+    accepted = project.runs[-1]
+    suspect_doc = docs.variant(docs.h200(), suspect=True)
+    upload(site, project, suspect_doc, commit="2" * 40)
+    suspect = project.runs[-1]
+    pr = {"branch": "feature", "commit": "f" * 40, "pr": 4}
+    with site.api(project.tokens.admin) as api:
+        assert api.post(f"/api/v1/projects/{project.name}/baselines/accepted", json={"run_id": accepted}).is_success
+        upload(site, project, docs.h200(slower=1.1), **pr)
+        assert api.post(f"/api/v1/projects/{project.name}/baselines/pins", json={"run_id": suspect}).is_success
+        upload(site, project, docs.h200(slower=1.1), **pr)
+    cited = {
+        project.comparisons[-2]: (f"an accepted change (run {accepted}) cut the history", accepted, accepted),
+        project.comparisons[-1]: (
+            f"baseline run {suspect_doc['run']['id']} is suspect",
+            suspect_doc["run"]["id"],
+            suspect,
+        ),
+    }
+    with http(site, project.tokens.read) as client:
+        for comparison, (note, shown, run) in cited.items():
+            html = client.get(f"/ui/p/{project.name}/comparisons/{comparison}").text
+            notes = html.split('<ul class="cmp-notes">', 1)[1].split("</ul>", 1)[0]
+            href = f"/ui/p/{project.name}/runs/{run}"
+            words, rest = note.split(shown)
+            assert f'{words}<a href="{href}"><code>{shown}</code></a>{rest}' in notes, notes
+            opened = client.get(href)
+            assert opened.status_code == 200 and run in opened.text
+    # An id that names no run of the project, and markup, stay text.
+    other = str(uuid.uuid4())
+    out = linked_notes([f"run {other} <b>x</b>", f"baseline run {accepted}"], "p", {accepted: accepted})
+    assert [str(n) for n in out] == [
+        f"run {other} &lt;b&gt;x&lt;/b&gt;",
+        f'baseline run <a href="/ui/p/p/runs/{accepted}"><code>{accepted}</code></a>',
+    ]

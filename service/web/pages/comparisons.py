@@ -6,7 +6,8 @@ admin, accepting the candidate as an intended change."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any, Literal
@@ -27,6 +28,7 @@ from service.errors import NotFound
 from service.github import regressions as ranked
 from service.github.comment import case_outcomes
 from service.runs import documents
+from service.runs import repository as runs_repository
 from service.web import repository
 from service.web.dependencies import AdminFormDep, Viewer, ViewerDep, not_found
 from service.web.pages import figures
@@ -224,6 +226,50 @@ def answer_lines(
     return out
 
 
+def linked_notes(notes: list[str], project: str, runs: Mapping[str, str]) -> list[Markup]:
+    """The comparison's notes as HTML: each run id they name (``runs``: either of a run's two ids, the service's and
+    its result document's, to the service's) linked to the run's page; the rest is text."""
+    if not runs:
+        return [escape(n) for n in notes]
+    # the longest first, so that an id that begins another is not matched inside it
+    named = re.compile("|".join(re.escape(i) for i in sorted(runs, key=len, reverse=True)))
+    out = []
+    for note in notes:
+        parts: list[Markup] = []
+        last = 0
+        for m in named.finditer(note):
+            href = PATHS.ui_run(project, runs[m.group()])
+            parts += [
+                escape(note[last : m.start()]),
+                Markup('<a href="{}"><code>{}</code></a>').format(href, m.group()),
+            ]
+            last = m.end()
+        parts.append(escape(note[last:]))
+        out.append(Markup("").join(parts))
+    return out
+
+
+_UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+_NOTE_LOOKUPS_MAX = 20
+"""Ids in the notes looked up beyond the comparison's own runs (pinned or accepted runs): one indexed query each."""
+
+
+def note_runs(session: Session, project_id: int, notes: list[str], known: Mapping[str, str]) -> dict[str, str]:
+    """Each run id the notes name, to the service's id of that run of the project: ``known`` (the comparison's own
+    runs, by both ids) and the other ids they cite (a pinned or accepted run), looked up; an id of no run of the
+    project is left out, so it stays text."""
+    runs = dict(known)
+    cited = dict.fromkeys(i for n in notes for i in _UUID.findall(n) if i not in runs)
+    for ref in list(cited)[:_NOTE_LOOKUPS_MAX]:
+        try:
+            found = runs_repository.resolve_run_id(session, project_id, ref)
+        except runs_repository.AmbiguousRunId:
+            found = None
+        if found is not None:
+            runs[ref] = found
+    return runs
+
+
 def _document(session: Session, run_id: str | None) -> ResultDocument | None:
     if run_id is None:
         return None
@@ -253,16 +299,21 @@ def comparison_page(
     candidate_href = run_href(viewer, found.candidate_run_id)
     rules = repository.rules_of_runs(session, viewer.project.id, [found.candidate_run_id])
     candidate_doc = _document(session, found.candidate_run_id)
-    # The PR comment reads its lines against the first baseline run: the page says them in the same words.
+    # The PR comment's lines, in the same words: their changes are the findings' estimates over all baseline runs;
+    # the first baseline run's document gives the kernels' bounds and utilisations, as the comment's do.
     lines = answer_lines(doc, _document(session, baseline_ids[0] if baseline_ids else None), candidate_doc)
     moved, quiet = kernel_diff(session, findings, candidate_doc, newest_baseline)
     outcomes = list(case_outcomes(doc).values())  # the comment's count: a case is its worst finding
+    # the notes cite the result documents' run ids; the page links them by the service's, runs of this project only
+    own = {i: row.id for row in brief.values() for i in (row.id, row.document_run_id) if i}
+    ids = note_runs(session, viewer.project.id, doc.notes, own)
     return page(
         "comparison.html",
         viewer=viewer,
         comparison=found,
         doc=doc,
         verdict_words=VERDICT_WORDS.get(found.verdict, found.verdict),
+        notes=linked_notes(doc.notes, viewer.project.name, ids),
         candidate=brief.get(found.candidate_run_id),
         candidate_href=candidate_href,
         baselines=baselines,
