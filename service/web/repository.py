@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, func, select
-from sqlalchemy.orm import Session, defer
+from sqlalchemy.orm import Session, aliased, defer
 
 from service.baselines.models import BaselineRule
 from service.comparisons.models import Alert, Comparison
@@ -65,29 +65,23 @@ def latest_runs(session: Session, project_id: int, branch: str, limit: int) -> l
     return list(session.execute(q))
 
 
-def recent_alerts(session: Session, project_id: int, limit: int) -> list[Row[tuple[Any, ...]]]:
+def recent_alerts(session: Session, project_id: int, limit: int) -> list[dict[str, Any]]:
+    """The newest alerts with what the overview shows of each: the alert, its testbed, and the commits around the
+    step (the last run of the old level and the first of the new)."""
+    before = aliased(Run)
     q = (
-        select(
-            Alert.id,
-            Alert.case_id,
-            Alert.metric,
-            Alert.run_id,
-            Alert.before,
-            Alert.after,
-            Alert.change,
-            Alert.p,
-            Alert.regression,
-            Alert.created_at,
-            Run.commit,
-            Testbed.name.label("testbed"),
-        )
+        select(Alert, Testbed.name.label("testbed"), Run.commit.label("commit"), before.commit.label("before_commit"))
         .join(Run, Run.id == Alert.run_id)
+        .outerjoin(before, before.id == Alert.before_run_id)
         .join(Testbed, Testbed.id == Alert.testbed_id)
         .where(Alert.project_id == project_id)
         .order_by(Alert.id.desc())
         .limit(limit)
     )
-    return list(session.execute(q))
+    return [
+        {"alert": alert, "testbed": testbed, "commit": commit, "before_commit": before_commit}
+        for alert, testbed, commit, before_commit in session.execute(q)
+    ]
 
 
 def recent_jobs(session: Session, project_id: int, limit: int) -> list[Row[tuple[Any, ...]]]:

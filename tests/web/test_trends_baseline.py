@@ -246,3 +246,32 @@ def test_the_alert_list_and_its_form_fit_a_phone(browser: Any, hist: History) ->
         assert tab.evaluate("document.documentElement.scrollWidth") <= 390
     finally:
         context.close()
+
+
+def test_the_overview_lists_the_step_once_in_its_unit_with_its_commits_and_acknowledgement(hist: History) -> None:
+    name = hist.project.name
+    with hist.site.api(hist.project.tokens.read) as client:
+        alerts = client.get(f"/api/v1/projects/{name}/alerts").json()["alerts"]
+    assert len(alerts) == 1
+    if alerts[0]["acknowledged"] is None:
+        with hist.site.api(hist.project.tokens.admin) as client:
+            done = client.post(
+                f"/api/v1/projects/{name}/alerts/{alerts[0]['id']}/acknowledgement",
+                json={"note": "math backend dropped on purpose, see the design note"},
+            )
+            assert done.status_code < 300, done.text
+    with http(hist.site, hist.project.tokens.read) as client:
+        html = client.get(f"/ui/p/{name}").text
+    section = html[html.index('id="h-alerts"') : html.index('id="h-jobs"')]
+    rows = re.findall(r"<tr class=\"(regression|improvement)\">(.*?)</tr>", section, re.S)
+    assert [kind for kind, _ in rows] == ["regression"]
+    row = rows[0][1]
+    assert SLOW in row and "µs" in row and re.search(r"\+\d\d\.\d%", row)  # +30.0% (… → … µs)
+    assert "95% CI" in row
+    assert _commit(STEP - 1)[:8] in row and _commit(STEP)[:8] in row
+    assert "acknowledged by" in row and "math backend dropped on purpose" in row
+    href = re.search(r'href="([^"]*#alert-\d+)"', row)
+    assert href is not None and "testbed=" in href.group(1)
+    with http(hist.site, hist.project.tokens.read) as client:
+        page = client.get(href.group(1).replace("&amp;", "&"))
+    assert page.status_code == 200 and f'id="alert-{alerts[0]["id"]}"' in page.text

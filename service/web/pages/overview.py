@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from attnprof.contract.links import PATHS
+from service.comparisons import alert_webhook
+from service.comparisons.models import Alert
 from service.db import SessionDep
 from service.jobs.models import FINAL
 from service.web import pull_repository, repository
@@ -45,6 +47,30 @@ def verdict_chart(project: str, runs: list[dict[str, object]]) -> dict[str, obje
     }
 
 
+def _alert_row(project: str, found: dict[str, Any]) -> dict[str, Any]:
+    """An alert as the overview lists it: its step in its unit with its interval, the commits around it, whether
+    someone acknowledged it, and a link to it on its case's trend."""
+    alert: Alert = found["alert"]
+    trend = PATHS.ui_trends(project, case=alert.case_id, metric=alert.metric, testbed=found["testbed"])
+    return {
+        "id": alert.id,
+        "case_id": alert.case_id,
+        "metric": alert.metric,
+        "testbed": found["testbed"],
+        "regression": alert.regression,
+        "size": alert_webhook.size(alert),
+        "interval": alert_webhook.interval(alert),
+        "commit": found["commit"],
+        "before_commit": found["before_commit"],
+        "run_id": alert.run_id,
+        "before_run_id": alert.before_run_id,
+        "acknowledged_at": alert.acknowledged_at,
+        "acknowledged_by": alert.acknowledged_by,
+        "acknowledged_note": alert.acknowledged_note,
+        "href": f"{trend}#alert-{alert.id}",
+    }
+
+
 @router.get("", response_class=HTMLResponse)
 def overview(viewer: ViewerDep, session: SessionDep) -> HTMLResponse:
     project = viewer.project
@@ -55,7 +81,7 @@ def overview(viewer: ViewerDep, session: SessionDep) -> HTMLResponse:
         viewer=viewer,
         testbeds=repository.testbeds_in_use(session, project.id),
         runs=runs,
-        alerts=repository.recent_alerts(session, project.id, _ALERTS),
+        alerts=[_alert_row(project.name, a) for a in repository.recent_alerts(session, project.id, _ALERTS)],
         jobs=jobs,
         pulls=pull_repository.recent_pulls(session, project.id, _PULLS),
         live_ids=",".join(j["id"] for j in jobs if j["status"] not in FINAL),
