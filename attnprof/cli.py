@@ -24,9 +24,13 @@ VERBS: dict[str, tuple[str, str]] = {
     "admin": ("service.cli", "Create projects, project tokens and worker tokens."),
     "upload": ("attnprof.client.cli", "Upload a result document to the service; exit 1 when it fails its comparison."),
     "submit": ("attnprof.client.cli", "Submit a suite as a job to the service; --wait exits by its verdict."),
+    "action": ("attnprof.client.action", "The GitHub Action's step (inputs from ATTNPROF_* variables)."),
     "worker": ("worker.cli", "Run a profile worker (one per GPU) or the analysis worker."),
     "demo": ("worker.cli", "Run the whole flow on this machine: service, workers, two jobs and their verdicts."),
 }
+
+# The extra a verb's module needs beyond the base install (the CI client).
+EXTRAS = {"profiler_core": "profile", "service": "server", "worker": "server,profile"}
 
 
 def available() -> dict[str, tuple[str, str]]:
@@ -69,11 +73,24 @@ def main(argv: list[str] | None = None) -> None:
         except PackageNotFoundError:
             print("attnprof (not installed)")
         sys.exit(0)
-    verbs = available()
-    if args[0] not in verbs:
-        print(f"error: unknown verb {args[0]!r}; the verbs are: {', '.join(verbs)}", file=sys.stderr)
+    if args[0] not in VERBS:
+        print(f"error: unknown verb {args[0]!r}; the verbs are: {', '.join(available())}", file=sys.stderr)
         sys.exit(2)
-    app = importlib.import_module(verbs[args[0]][0]).app
+    # Only the verb's own module is imported: the others' packages (the server's, the worker's) need not be
+    # installed, and nothing of theirs runs for a client verb.
+    module = VERBS[args[0]][0]
+    try:
+        app = importlib.import_module(module).app
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in ("attnprof", "profiler_core", "service", "worker"):
+            extra = EXTRAS.get(module.split(".")[0], "server")
+            print(
+                f"error: attnprof {args[0]} needs {exc.name}, which this install lacks: "
+                f"pip install 'attnprof[{extra}]'",
+                file=sys.stderr,
+            )
+            sys.exit(2)
+        raise
     if args[0] == "profile" and argv is None:
         # The console script's profiling process ends as soon as its result is written (``exit_with``); called
         # in process with ``argv``, the caller's process is left alone.

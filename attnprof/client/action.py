@@ -1,8 +1,8 @@
 """The script of the composite action ``.github/actions/attnprof``: profile, get the verdict, summarise, decide.
 
-Run as ``python -m attnprof.client.action`` on a GitHub runner. It reads the action's inputs from ``ATTNPROF_*``
-variables and the commit, branch, base commit and pull request from ``GITHUB_*`` and the event JSON. Two modes
-(``ATTNPROF_MODE``):
+Run as ``attnprof action`` (the installed console script, which never puts the user's workspace on the import
+path) on a GitHub runner. It reads the action's inputs from ``ATTNPROF_*`` variables and the commit, branch, base
+commit and pull request from ``GITHUB_*`` and the event JSON. Two modes (``ATTNPROF_MODE``):
 
 - ``submit`` (the default; the client install, no torch, no server packages): ``attnprof submit --wait --json``
   sends the suite to the service, whose GPU workers profile it; the job's comment is read back from the service.
@@ -14,7 +14,9 @@ Both write the summary to ``$GITHUB_STEP_SUMMARY``, the outputs (``job-id`` or `
 ``report-url``: the dashboard's page of the job, or of the upload's comparison) to ``$GITHUB_OUTPUT``, and exit
 per ``fail-on``: ``fail`` (exit as ``attnprof submit`` does: 0 pass or warn, 1 fail, 2 bad input, 3 no verdict),
 ``warn`` (a failing verdict or no verdict is a warning; bad input still fails), ``never`` (always 0). The token
-travels in the environment (``ATTNPROF_TOKEN``), never in a command line.
+travels in the environment (``ATTNPROF_TOKEN``), never in a command line. Without a token, a pull request from a
+fork or from Dependabot (GitHub gives neither the repository's secrets) is skipped with a notice and exit 0;
+anywhere else a missing token is bad input.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import typer
 from pydantic import ValidationError
 
 from attnprof.contract.links import Links
@@ -39,15 +42,21 @@ EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_NO_VERDICT = 0, 1, 2, 3
 _ZERO_SHA = "0" * 40
 
 
-def provenance(env: Mapping[str, str]) -> Provenance | None:
-    """What GitHub says about the commit under test, for ``push`` and ``pull_request`` events; None when it names
-    no commit or no branch (not a GitHub run: ``attnprof submit`` asks git). A value that breaks the contract's
-    rules (the service's) is a ``ValidationError`` naming the field."""
-    event: dict[str, Any] = {}
+def _event(env: Mapping[str, str]) -> dict[str, Any]:
+    """The event's JSON payload (``$GITHUB_EVENT_PATH``); empty outside GitHub."""
     path = env.get("GITHUB_EVENT_PATH")
     if path and os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             event = json.load(f)
+        return event if isinstance(event, dict) else {}
+    return {}
+
+
+def provenance(env: Mapping[str, str]) -> Provenance | None:
+    """What GitHub says about the commit under test, for ``push`` and ``pull_request`` events; None when it names
+    no commit or no branch (not a GitHub run: ``attnprof submit`` asks git). A value that breaks the contract's
+    rules (the service's) is a ``ValidationError`` naming the field."""
+    event = _event(env)
     name = env.get("GITHUB_EVENT_NAME", "")
     repo = env.get("GITHUB_REPOSITORY") or None
     pull = event.get("pull_request")
@@ -68,6 +77,35 @@ def provenance(env: Mapping[str, str]) -> Provenance | None:
     return Provenance(branch=branch, commit=commit, repo=repo, base_commit=base_commit, pr=pr)
 
 
+def secrets_withheld(env: Mapping[str, str]) -> str | None:
+    """Why GitHub gave this run no secrets, or None when it would have: a ``pull_request`` event from a fork (its
+    head repository is not the base's) or opened by Dependabot gets neither the repository's secrets nor its
+    token, so an empty ``token`` there is GitHub's rule, not a mistake."""
+    name = env.get("GITHUB_EVENT_NAME", "")
+    if not name.startswith("pull_request") or name == "pull_request_target":
+        return None
+    pull = _event(env).get("pull_request")
+    if not isinstance(pull, dict):
+        return None
+    head = (pull.get("head") or {}).get("repo") or {}
+    base = (pull.get("base") or {}).get("repo") or {}
+    head_name, base_name = head.get("full_name"), base.get("full_name") or env.get("GITHUB_REPOSITORY")
+    if head.get("fork") or (head_name and base_name and head_name != base_name):
+        return f"a pull request from the fork {head_name or '(unnamed)'} gets no secrets"
+    if env.get("GITHUB_ACTOR") == "dependabot[bot]":
+        return "a pull request by Dependabot gets only Dependabot's secrets"
+    return None
+
+
+def cli_path(env: Mapping[str, str]) -> str:
+    """The ``attnprof`` to run: ``ATTNPROF_CLI``, else the console script beside this interpreter (the action's
+    virtual environment, whatever ``PATH`` says), else ``attnprof`` on ``PATH``."""
+    if env.get("ATTNPROF_CLI"):
+        return env["ATTNPROF_CLI"]
+    beside = Path(sys.executable).with_name("attnprof.exe" if os.name == "nt" else "attnprof")
+    return str(beside) if beside.is_file() else "attnprof"
+
+
 def _provenance_options(prov: Provenance | None) -> list[str]:
     """The options of ``attnprof submit`` and ``attnprof upload`` that carry ``prov`` (none without it)."""
     if prov is None:
@@ -81,7 +119,7 @@ def _provenance_options(prov: Provenance | None) -> list[str]:
 
 def submit_argv(env: Mapping[str, str], prov: Provenance | None) -> list[str]:
     """``attnprof submit`` of the suite, with GitHub's provenance when it gave one."""
-    argv = [env.get("ATTNPROF_CLI", "attnprof"), "submit", env["ATTNPROF_SUITE"], "--wait", "--json"]
+    argv = [cli_path(env), "submit", env["ATTNPROF_SUITE"], "--wait", "--json"]
     minutes = float(env.get("ATTNPROF_TIMEOUT_MINUTES") or 60)
     argv += ["--timeout", str(max(1.0, minutes * 60))]
     for flag, value in (("--testbed", env.get("ATTNPROF_TESTBED")), ("--source", env.get("ATTNPROF_SOURCE"))):
@@ -92,7 +130,7 @@ def submit_argv(env: Mapping[str, str], prov: Provenance | None) -> list[str]:
 
 def upload_argv(env: Mapping[str, str], prov: Provenance, result: Path) -> list[str]:
     """``attnprof upload`` of the local mode's result, with the traces written beside it."""
-    argv = [env.get("ATTNPROF_CLI", "attnprof"), "upload", str(result), "--json", "--trace-dir", str(result.parent)]
+    argv = [cli_path(env), "upload", str(result), "--json", "--trace-dir", str(result.parent)]
     if testbed := env.get("ATTNPROF_TESTBED"):
         argv += ["--testbed", testbed]
     return argv + _provenance_options(prov)
@@ -102,7 +140,7 @@ def profile_argv(env: Mapping[str, str], result: Path) -> list[str]:
     """``attnprof profile`` of the local mode; ``ATTNPROF_PROFILE_ARGS`` adds options (``--device cpu``, ...)."""
     extra = shlex.split(env.get("ATTNPROF_PROFILE_ARGS") or "")
     return [
-        env.get("ATTNPROF_CLI", "attnprof"),
+        cli_path(env),
         "profile",
         env["ATTNPROF_SUITE"],
         "--out",
@@ -227,6 +265,22 @@ def _append(path: str | None, text: str) -> None:
             f.write(text)
 
 
+def _outputs(env: Mapping[str, str], outcome: Outcome) -> None:
+    _append(
+        env.get("GITHUB_OUTPUT"),
+        f"job-id={outcome.job_id}\nrun-id={outcome.run_id}\nverdict={outcome.verdict}\n"
+        f"report-url={outcome.report_url}\n",
+    )
+
+
+def _skip(env: Mapping[str, str], reason: str) -> int:
+    """A run GitHub gave no secrets: empty outputs, the reason in the summary and as a notice, exit 0."""
+    _outputs(env, Outcome(EXIT_PASS, reason))
+    _append(env.get("GITHUB_STEP_SUMMARY"), f"## attnprof\n\n{reason}\n\n")
+    print(f"::notice title=attnprof::{reason}")
+    return 0
+
+
 def main(env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
     fail_on = env.get("ATTNPROF_FAIL_ON", "fail")
@@ -242,12 +296,13 @@ def main(env: Mapping[str, str] | None = None) -> int:
     except ValidationError as exc:
         outcome = Outcome(EXIT_BAD_INPUT, f"GitHub's provenance of the commit is refused: {refusal(exc)}")
     else:
-        outcome = submit_mode(env, prov) if mode == "submit" else local_mode(env, prov)
-    _append(
-        env.get("GITHUB_OUTPUT"),
-        f"job-id={outcome.job_id}\nrun-id={outcome.run_id}\nverdict={outcome.verdict}\n"
-        f"report-url={outcome.report_url}\n",
-    )
+        if not env.get("ATTNPROF_TOKEN"):
+            if withheld := secrets_withheld(env):
+                return _skip(env, f"skipped: {withheld} (token is empty); nothing was profiled")
+            outcome = Outcome(EXIT_BAD_INPUT, "token: empty; pass a submit token of the project from a secret")
+        else:
+            outcome = submit_mode(env, prov) if mode == "submit" else local_mode(env, prov)
+    _outputs(env, outcome)
     summary = outcome.summary if outcome.summary is not None else f"## attnprof\n\n{outcome.reason}\n"
     _append(env.get("GITHUB_STEP_SUMMARY"), summary + "\n")
     label = f"job {outcome.job_id or '(none)'}" if mode == "submit" else f"run {outcome.run_id or '(none)'}"
@@ -258,6 +313,22 @@ def main(env: Mapping[str, str] | None = None) -> int:
     elif code != 0:
         print(f"::error::attnprof: {outcome.reason}")
     return code
+
+
+app = typer.Typer(add_completion=False, help="The GitHub Action's step.")
+
+
+@app.callback()
+def _verbs() -> None:
+    """The GitHub Action's step."""
+
+
+@app.command("action")
+def action() -> None:
+    """Run the step of the action .github/actions/attnprof: its inputs come from ATTNPROF_* variables (MODE, SERVER,
+    TOKEN, SUITE, TESTBED, SOURCE, PROFILE_ARGS, FAIL_ON, TIMEOUT_MINUTES), the commit from GITHUB_* and the event;
+    it writes the outputs and the job summary and exits per fail-on."""
+    raise typer.Exit(main())
 
 
 if __name__ == "__main__":

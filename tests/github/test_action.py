@@ -5,35 +5,23 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import re
 import subprocess
-import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import redis
 import yaml
 
-from attnprof.client.action import decide, provenance, submit_argv
-from service.auth import service as auth
-from service.db import make_engine, make_sessionmaker
-from service.projects import service as projects
-from service.testbeds import service as testbeds
-from tests.claiming import bearer, claim, claim_secret
-from tests.github.fakegithub import FakeGitHub
+from attnprof.client.action import decide, main, provenance, secrets_withheld, submit_argv
+from tests.github.actionstack import BIN, CASE, REDIS, ROOT, SPEC, Served, play_worker, serve
 from tests.service import svcdocs as docs
 from tests.service.stack import make_settings
-from worker.cpu import verdict as analysis
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-REDIS = "redis://127.0.0.1:6379/13"
 REPO = "acme/attn"
-CASE = "sdpa[backend=cudnn,pass=fwd]"
-SPEC = '[suite]\nname = "s"\n\n[[cases]]\nname = "prefill"\ntarget = "sdpa"\nq_heads = 4\nseq_q = 128\nhead_dim = 64\n'
 
 
 def test_workflow_and_action_files_parse() -> None:
@@ -52,8 +40,14 @@ def test_workflow_and_action_files_parse() -> None:
     assert action["inputs"]["mode"]["default"] == "submit"
     assert set(action["outputs"]) == {"job-id", "run-id", "verdict", "report-url"}
     assert action["runs"]["using"] == "composite"
-    env = next(s["env"] for s in action["runs"]["steps"] if s.get("id") == "run")
+    step = next(s for s in action["runs"]["steps"] if s.get("id") == "run")
+    env = step["env"]
     assert env["ATTNPROF_MODE"] == "${{ inputs.mode }}" and env["ATTNPROF_PROFILE_ARGS"] == "${{ inputs.profile-args }}"
+    # The installed console script, never `python -m` (which puts the workspace first on the import path).
+    assert (
+        step["run"] == '"$ATTNPROF_BIN/attnprof" action' and env["ATTNPROF_BIN"] == "${{ steps.install.outputs.bin }}"
+    )
+    assert not any(" -m attnprof" in s["run"] or " -m service" in s["run"] for s in action["runs"]["steps"])
     ci = yaml.safe_load((ROOT / ".github/workflows/ci.yml").read_text())
     assert {"postgres", "redis"} <= set(ci["jobs"]["test"]["services"])
     runs = [s.get("run") for job in ci["jobs"].values() for s in job["steps"]]
@@ -62,6 +56,69 @@ def test_workflow_and_action_files_parse() -> None:
     steps = [s for job in example["jobs"].values() for s in job["steps"] if "attnprof" in str(s.get("uses"))]
     assert {s["with"].get("mode", "submit") for s in steps} == {"submit", "local"}
     assert all(set(s["with"]) <= set(action["inputs"]) for s in steps)
+
+
+def _workflow_files() -> list[Path]:
+    return sorted([*ROOT.glob(".github/workflows/*.yml"), *ROOT.glob("examples/github/*.yml")])
+
+
+def test_workflows_pin_actions_keep_no_credentials_and_expand_nothing_in_run() -> None:
+    """What zizmor checks in CI (``.ci/lint-actions.sh``), here too so that a test names the rule that broke."""
+    action = yaml.safe_load((ROOT / ".github/actions/attnprof/action.yml").read_text())
+    scripts = [s["run"] for s in action["runs"]["steps"] if "run" in s]
+    for path in _workflow_files():
+        flow = yaml.safe_load(path.read_text())
+        assert flow["permissions"] == {"contents": "read"}, path
+        for job in flow["jobs"].values():
+            for step in job["steps"]:
+                uses = step.get("uses", "")
+                if uses.startswith("actions/"):
+                    assert re.fullmatch(r"actions/[\w-]+@[0-9a-f]{40}", uses), (path, uses)
+                if uses.startswith("actions/checkout@"):
+                    assert step["with"]["persist-credentials"] is False, path
+                if "run" in step:
+                    scripts.append(step["run"])
+        text = path.read_text()
+        # Each pin says which release it is; the action itself is pinned by the user (OWNER/COMMIT placeholders).
+        assert all("# v" in line for line in text.splitlines() if re.search(r"uses: actions/\S+@", line)), path
+    assert scripts and not [s for s in scripts if "${{" in s]
+
+
+def test_a_fork_pull_request_without_a_token_is_skipped_with_a_notice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    head = {"ref": "feat", "sha": "h1", "repo": {"full_name": "someone/attn", "fork": True}}
+    pull = {"number": 7, "head": head, "base": {"sha": "b1", "repo": {"full_name": REPO}}}
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": pull}))
+    env = {
+        "GITHUB_EVENT_NAME": "pull_request",
+        "GITHUB_EVENT_PATH": str(event),
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_OUTPUT": str(tmp_path / "output"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"),
+        "ATTNPROF_SUITE": "attnprof.toml",
+        "ATTNPROF_TESTBED": "tb",
+        "ATTNPROF_TOKEN": "",
+        "ATTNPROF_CLI": "/nonexistent/attnprof",  # nothing may be run
+    }
+    assert secrets_withheld(env) == "a pull request from the fork someone/attn gets no secrets"
+    assert main(env) == 0
+    printed = capsys.readouterr().out
+    assert "::notice title=attnprof::skipped: a pull request from the fork someone/attn gets no secrets" in printed
+    assert "verdict=\n" in (tmp_path / "output").read_text() and "skipped" in (tmp_path / "summary").read_text()
+    # Dependabot's pull requests get only Dependabot's secrets.
+    head["repo"] = {"full_name": REPO, "fork": False}
+    event.write_text(json.dumps({"pull_request": pull}))
+    assert secrets_withheld(env) is None
+    assert secrets_withheld({**env, "GITHUB_ACTOR": "dependabot[bot]"}) is not None
+    # A pull request within the repository, or a push, that has no token is a mistake of the workflow: it fails.
+    assert main(env) == 2 and "::error::attnprof: token: empty" in capsys.readouterr().out
+    event.write_text(json.dumps({"before": "0" * 40, "after": "a2"}))
+    push = {**env, "GITHUB_EVENT_NAME": "push", "GITHUB_REF_NAME": "main"}
+    assert secrets_withheld(push) is None and main(push) == 2
+    # pull_request_target runs with the base repository's secrets: an empty token there is a mistake too.
+    assert secrets_withheld({**env, "GITHUB_EVENT_NAME": "pull_request_target"}) is None
 
 
 def test_provenance_of_pull_request_and_push_events(tmp_path: Path) -> None:
@@ -90,83 +147,14 @@ def test_fail_on() -> None:
     assert decide("never", 2)[0] == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
-def served(tmp_path: Path, pg_url: str):
-    """A committed project and tokens on the tests' database, and ``attnprof serve`` on it."""
-    engine = make_engine(pg_url)
-    with make_sessionmaker(engine)() as session:
-        project = projects.create(session, name=f"act-{os.getpid()}-{time.monotonic_ns() % 10**6}")
-        submit = auth.create_project_token(session, project_id=project.id, role="submit")[1]
-        tb = testbeds.ensure(session, f"tb-act-{time.monotonic_ns() % 10**6}")
-        wtok = auth.create_worker_token(session, testbed_id=tb.id)[1]
-        session.commit()
-        names = (project.name, tb.name)
-    engine.dispose()
-    with FakeGitHub() as github:
-        port = _free_port()
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-        env.update(
-            ATTNPROF_DATABASE_URL=pg_url,
-            ATTNPROF_BROKER_URL=REDIS,
-            ATTNPROF_PUBLIC_URL=f"http://127.0.0.1:{port}",
-            ATTNPROF_GITHUB_API_URL=github.url,
-            ATTNPROF_GITHUB_TOKEN="test-token-1",
-        )
-        log = (tmp_path / "serve.log").open("wb")
-        proc = subprocess.Popen(
-            [str(BIN / "attnprof"), "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code < 500:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
-            yield url, names, submit, wtok, github, env
-        finally:
-            proc.terminate()
-            proc.wait(timeout=15)
-            log.close()
-            r = redis.Redis.from_url(REDIS)
-            r.flushdb()
-            r.close()
-
-
-def _play_worker(url: str, project: str, submit: str, wtok: str, settings, errors: list[BaseException]) -> None:
-    try:
-        h = {"Authorization": f"Bearer {submit}"}
-        deadline = time.monotonic() + 40
-        job_id = None
-        while job_id is None and time.monotonic() < deadline:
-            listed = httpx.get(f"{url}/api/v1/projects/{project}/jobs", params={"status": "queued"}, headers=h)
-            jobs = listed.json()["jobs"]
-            job_id = jobs[0]["id"] if jobs else None
-            time.sleep(0.2)
-        assert job_id is not None, "the action submitted no job"
-        testbed = listed.json()["jobs"][0]["testbed"]
-        with httpx.Client(base_url=url) as http:
-            token = claim(http, wtok, job_id, claim_secret(REDIS, testbed, job_id))["token"]
-        doc = docs.variant(docs.h200(), slower=1.10, cases=[CASE])
-        body = {"attempt": 1, "result": doc}
-        r = httpx.post(f"{url}/internal/jobs/{job_id}/result", json=body, headers=bearer(token))
-        assert r.status_code == 200, r.text
-        assert analysis.run(job_id, settings) == "fail"
-        assert analysis.run(job_id, settings) == "fail"  # a repeated message: the verdict again, no second feedback
-    except BaseException as exc:
-        errors.append(exc)
+def served(tmp_path: Path, pg_url: str) -> Iterator[Served]:
+    with serve(tmp_path, pg_url) as stack:
+        yield stack
 
 
 def test_action_script_in_a_pull_request(tmp_path: Path, served, pg_url: str) -> None:
-    url, (project, testbed), submit, wtok, github, _ = served
+    url, project, testbed, submit, github = served.url, served.project, served.testbed, served.submit, served.github
     settings = make_settings(
         pg_url, broker_url=REDIS, public_url=url, github_api_url=github.url, github_token="test-token-1"
     )
@@ -184,8 +172,6 @@ def test_action_script_in_a_pull_request(tmp_path: Path, served, pg_url: str) ->
     summary, output = tmp_path / "summary.md", tmp_path / "output.txt"
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     env.update(
-        PYTHONPATH=str(ROOT),
-        ATTNPROF_CLI=str(BIN / "attnprof"),
         ATTNPROF_SERVER=url,
         ATTNPROF_TOKEN=submit,
         ATTNPROF_SUITE=str(tmp_path / "suite.toml"),
@@ -200,11 +186,9 @@ def test_action_script_in_a_pull_request(tmp_path: Path, served, pg_url: str) ->
         GITHUB_WORKSPACE=str(tmp_path),
     )
     errors: list[BaseException] = []
-    worker = threading.Thread(target=_play_worker, args=(url, project, submit, wtok, settings, errors))
+    worker = threading.Thread(target=play_worker, args=(served, settings, errors))
     worker.start()
-    done = subprocess.run(
-        [sys.executable, "-m", "attnprof.client.action"], env=env, cwd=tmp_path, capture_output=True, text=True
-    )
+    done = subprocess.run([BIN / "attnprof", "action"], env=env, cwd=tmp_path, capture_output=True, text=True)
     worker.join(timeout=60)
     assert not errors, errors
     assert done.returncode == 1, done.stdout + done.stderr
@@ -235,8 +219,6 @@ def _action_env(tmp_path: Path, url: str, token: str, event: dict, **extra: str)
     (tmp_path / "event.json").write_text(json.dumps(event))
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR", "OMP_NUM_THREADS")}
     env.update(
-        PYTHONPATH=str(ROOT),
-        ATTNPROF_CLI=str(BIN / "attnprof"),
         ATTNPROF_SERVER=url,
         ATTNPROF_TOKEN=token,
         ATTNPROF_SUITE=str(tmp_path / "suite.toml"),
@@ -254,9 +236,7 @@ def _action_env(tmp_path: Path, url: str, token: str, event: dict, **extra: str)
 def _action(env: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, str], str]:
     for name in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"):
         Path(env[name]).unlink(missing_ok=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "attnprof.client.action"], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
-    )
+    done = subprocess.run([BIN / "attnprof", "action"], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
     output = Path(env["GITHUB_OUTPUT"])
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines()) if output.exists() else {}
     summary = Path(env["GITHUB_STEP_SUMMARY"])
@@ -267,7 +247,7 @@ def test_local_mode_profiles_on_the_runner_and_uploads(tmp_path: Path, served) -
     """A self-hosted runner's two pushes: main (the first run: pass), then a pull request whose case runs SDPA's
     math backend instead of the CPU flash kernel (fail; ``fail-on: warn`` makes it a warning). On a host busier
     than its cores the profiler marks the run suspect, and a suspect run never fails: then the verdict is warn."""
-    url, (project, _), submit, _, github, _ = served
+    url, project, submit, github = served.url, served.project, served.submit, served.github
     profile_args = f"--device cpu --cache-dir {tmp_path / 'peaks'}"
     suite = tmp_path / "suite.toml"
     suite.write_text(_local_suite("flash"))
