@@ -93,7 +93,15 @@ def _env(service: dict[str, Any]) -> dict[str, str]:
 
 
 def test_the_services_of_a_deployment(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {"postgres", "redis", "migrate", "service", "analysis-worker", "gpu-worker"}
+    assert set(compose["services"]) == {
+        "postgres",
+        "redis",
+        "migrate",
+        "service",
+        "analysis-worker",
+        "gpu-worker",
+        "proxy",
+    }
     for name, svc in compose["services"].items():
         if "build" in svc:
             assert svc["build"]["dockerfile"] == "Dockerfile.gpu", name
