@@ -16,7 +16,8 @@ from service.github.outbox import Sender as FeedbackSender
 from service.limits import BodyLimitMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.openapi import install as install_openapi
-from service.ratelimit import RateLimiter
+from service.openapi import operation_id
+from service.ratelimit import make_rate_limiter
 from service.routers import ROUTERS
 from service.timing import ServerTimingMiddleware
 from service.web.router import install as install_web
@@ -41,13 +42,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="1",
         summary="Performance-regression CI for attention kernels",
         lifespan=lifespan,
+        generate_unique_id_function=operation_id,
     )
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessionmaker = make_sessionmaker(engine)
-    app.state.rate_limiter = RateLimiter(
-        requests_per_minute=settings.rate_limit.requests_per_minute, burst=settings.rate_limit.burst
-    )
+    app.state.rate_limiter = make_rate_limiter(settings)
     app.state.metrics = Metrics()
     app.state.testbed_ids = {}  # name -> id, read from committed rows (see service.jobs.service.create)
     # GitHub feedback a request made owed, delivered once it has answered (``service.dependencies.FeedbackDep``).

@@ -43,15 +43,16 @@ def serve(
         int,
         typer.Option(
             min=1,
-            help="server processes (uvicorn workers on one port); each keeps its own rate-limit buckets and "
-            "/metrics counters, so a token's effective limit is the per-process limit times the processes",
+            help="server processes (uvicorn workers on one port); /metrics sums their counts, and with a Redis "
+            "broker they share the rate-limit buckets (per process otherwise: the limit printed at start says which)",
         ),
     ] = 1,
 ) -> None:
     """Run the HTTP API (settings from ATTNPROF_* environment variables).
 
     One process serves requests on one core at a time (the GIL); ``--workers`` runs several, as many as the
-    cores the API may use. What each process keeps in memory (rate limits, metrics) is its own.
+    cores the API may use. Their metrics are counted in files of a folder they share (``PROMETHEUS_MULTIPROC_DIR``:
+    a fresh temporary one unless set; a folder that is set is emptied of a previous run's counts at start).
     """
     import uvicorn
     from pydantic import ValidationError
@@ -73,14 +74,29 @@ def serve(
             "for every process, or run --workers 1"
         )
 
-    # uvicorn would take X-Forwarded-For from a peer on 127.0.0.1 by default; the client address the audit log
-    # records is the service's to decide (ATTNPROF_TRUSTED_PROXIES).
-    if workers > 1:
-        uvicorn.run("service.asgi:app", host=host, port=port, workers=workers, log_level="warning", proxy_headers=False)
-    else:
-        from service.app import create_app
+    import os
+    import tempfile
+    from pathlib import Path
 
-        uvicorn.run(create_app(), host=host, port=port, log_level="warning", proxy_headers=False)
+    # prometheus_client reads the variable when it is first imported: set before anything imports it.
+    with tempfile.TemporaryDirectory(prefix="attnprof-metrics-") as scratch:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or scratch
+        from service.metrics import prepare_multiprocess_folder
+        from service.ratelimit import describe as describe_rate_limit
+
+        prepare_multiprocess_folder(Path(folder))
+        typer.echo(describe_rate_limit(settings, workers))
+        typer.echo(f"metrics: /metrics sums the counts of the {workers} server process(es), kept in {folder}")
+        # uvicorn would take X-Forwarded-For from a peer on 127.0.0.1 by default; the client address the audit log
+        # records is the service's to decide (ATTNPROF_TRUSTED_PROXIES).
+        if workers > 1:
+            uvicorn.run(
+                "service.asgi:app", host=host, port=port, workers=workers, log_level="warning", proxy_headers=False
+            )
+        else:
+            from service.app import create_app
+
+            uvicorn.run(create_app(), host=host, port=port, log_level="warning", proxy_headers=False)
 
 
 @db_app.command("upgrade")

@@ -5,7 +5,7 @@ validation errors, is not what this API sends).
 Most error answers follow from what an operation is, so they are added here by rule, once, rather than on
 every route:
 
-* it takes a bearer token (an ``Authorization`` header parameter): 401 (no, unknown, revoked or expired token), 429
+* it takes the public bearer token (security scheme ``BearerToken``): 401 (no, unknown, revoked or expired token), 429
   (the token's rate limit, with ``Retry-After``) and, but for the operations any token may call, 403 (the
   token's role or kind does not allow it);
 * it takes a token and names objects in its path: 404 (no such object, or another project's);
@@ -25,8 +25,13 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from service.errors import ErrorOut
+
+# The security scheme of the public routes (a project token); the worker routes have their own two, in their own
+# document (``service.jobs.internal``).
+BEARER = "BearerToken"
 
 DESCRIPTIONS = {
     400: "a well-formed request that cannot be acted on",
@@ -66,7 +71,7 @@ def _error_response(code: int, description: str | None = None) -> dict[str, Any]
 def _codes(path: str, method: str, operation: dict[str, Any]) -> set[int]:
     params = operation.get("parameters", [])
     where = {(p["in"], p["name"].lower()) for p in params}
-    authenticated = ("header", "authorization") in where
+    authenticated = any(BEARER in requirement for requirement in operation.get("security", ()))
     names_objects = any(p["in"] == "path" for p in params)
     codes: set[int] = set()
     if authenticated:
@@ -105,11 +110,69 @@ def _forms_without_null(document: dict[str, Any]) -> None:
                         prop.update(options[0])
 
 
+def operation_id(route: APIRoute) -> str:
+    """An operation's id: its first tag and its function's name (``jobs_create_job``), which a generated client
+    turns into a function name; FastAPI's default spells out the path and method as well."""
+    return f"{route.tags[0]}_{route.name}" if route.tags else route.name
+
+
+def _named_forms(document: dict[str, Any]) -> None:
+    """A form declared inline with a title (the job submission) becomes a component of that name: generators name
+    its model after it (``JobSubmission``), not after the operation and the title together."""
+    schemas = document["components"]["schemas"]
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            form = operation.get("requestBody", {}).get("content", {}).get("multipart/form-data")
+            title = (form or {}).get("schema", {}).get("title")
+            if form is None or title is None or "$ref" in form["schema"]:
+                continue
+            if schemas.get(title, form["schema"]) == form["schema"]:  # a name no other schema holds
+                schemas[title] = form["schema"]
+                form["schema"] = {"$ref": f"#/components/schemas/{title}"}
+
+
+def _file_parts(document: dict[str, Any]) -> None:
+    """A file part of a form is a binary string (``format: binary``) as well as its ``contentMediaType``: the
+    OpenAPI 3.1 spelling alone leaves generators (openapi-python-client) with a plain string field, so a client
+    could not send a bundle."""
+    schemas = document["components"]["schemas"]
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            form = operation.get("requestBody", {}).get("content", {}).get("multipart/form-data", {}).get("schema", {})
+            if "$ref" in form:
+                form = schemas.get(form["$ref"].rsplit("/", 1)[-1], {})
+            for prop in form.get("properties", {}).values():
+                if prop.get("type") == "string" and "contentMediaType" in prop:
+                    prop["format"] = "binary"
+
+
+_BINARY = {"type": "string", "format": "binary"}
+
+
+def _gzip_bodies(document: dict[str, Any]) -> None:
+    """A gzip body (a trace) is bytes. The routes that take one read the bytes whatever the ``Content-Type`` says,
+    so the request also lists ``application/octet-stream``, the one raw media type generators send as bytes; an
+    answer in gzip gets its binary schema (FastAPI leaves it empty)."""
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            content = operation.get("requestBody", {}).get("content", {})
+            if "application/gzip" in content:
+                content["application/gzip"].setdefault("schema", dict(_BINARY))
+                content.setdefault("application/octet-stream", {"schema": dict(_BINARY)})
+            for answer in operation.get("responses", {}).values():
+                gzip = answer.get("content", {}).get("application/gzip")
+                if gzip is not None:
+                    gzip.setdefault("schema", dict(_BINARY))
+
+
 def document_errors(document: dict[str, Any]) -> dict[str, Any]:
     """Add the rule-given error answers to every operation of ``document`` (in place) and use one error model."""
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     schemas["ErrorOut"] = ErrorOut.model_json_schema()
+    _named_forms(document)
     _forms_without_null(document)
+    _file_parts(document)
+    _gzip_bodies(document)
     for path, operations in document.get("paths", {}).items():
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})

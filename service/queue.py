@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -218,15 +219,34 @@ def ping(settings: Settings) -> None:
         conn.ensure_connection(max_retries=1, timeout=2)
 
 
-def queue_depths(settings: Settings) -> dict[str, int]:
-    """Messages waiting per queue, where the broker is Redis (a list per queue); empty otherwise."""
+def queue_depths(settings: Settings, queues: Iterable[str]) -> dict[str, int]:
+    """Messages waiting in each of ``queues`` (0 for an empty one: Redis drops an empty list), in ``analysis`` and in
+    any other profile queue the broker holds; raises when the broker cannot be read."""
+    names = {*queues, ANALYSIS_QUEUE}
+    if settings.broker_url.startswith("filesystem://"):
+        folder = Path(str(transport_options(settings.broker_url, settings.broker_folder)["data_folder_out"]))
+        depths = dict.fromkeys(names, 0)
+        # A message file is <stamp>.<queue>.msg; a worker of this transport takes it away when it reads it.
+        for path in folder.iterdir():
+            queue, _, suffix = path.name.partition(".")[2].rpartition(".")
+            if suffix == "msg" and queue:
+                depths[queue] = depths.get(queue, 0) + 1
+        return depths
     if not settings.broker_url.startswith(("redis://", "rediss://")):
-        return {}
+        raise ValueError(f"cannot count the messages of broker {settings.broker_url.partition(':')[0]}")
     import redis
 
-    r = redis.Redis.from_url(settings.broker_url, socket_timeout=2)
+    r = redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)
     try:
-        names = [n.decode() for n in r.scan_iter(match="profile.*", count=1000)] + [ANALYSIS_QUEUE]
-        return {n: int(r.llen(n)) for n in names if r.type(n) == b"list"}
+        names |= {
+            n.decode() for n in r.scan_iter(match="profile.*", count=1000) if _REDIS_PRIORITY_SEP.encode() not in n
+        }
+        ordered = sorted(names)
+        pipe = r.pipeline(transaction=False)
+        for name in ordered:  # kombu keeps priorities 1-9 in sibling lists
+            for key in [name, *(f"{name}{_REDIS_PRIORITY_SEP}{p}" for p in range(1, 10))]:
+                pipe.llen(key)
+        lengths = pipe.execute()
+        return {name: int(sum(lengths[i * 10 : i * 10 + 10])) for i, name in enumerate(ordered)}
     finally:
         r.close()

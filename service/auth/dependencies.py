@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Header, Path, Request, Security
+from fastapi import Depends, Path, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.applications import Starlette
@@ -16,9 +16,26 @@ from service.auth import service as auth
 from service.auth.models import WORKER
 from service.db import SessionDep
 from service.errors import Forbidden, RateLimited, Unauthorized
+from service.openapi import BEARER
 from service.ratelimit import RateLimiter
 
-Authorization = Annotated[str | None, Header(description="Bearer <token>")]
+# The public routes' bearer scheme, as the OpenAPI document shows it. The header itself is read as it came, so that a
+# missing or malformed one gets this API's 401 body (HTTPBearer's own error would be a bare 403).
+BEARER_SCHEME = HTTPBearer(
+    scheme_name=BEARER,
+    description="a project token (`attnprof admin create-token`, or `POST /api/v1/projects/{project}/tokens`): its "
+    "role (read, submit, admin) says what it may do in its project",
+    auto_error=False,
+)
+
+
+def _authorization(
+    request: Request, _scheme: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER_SCHEME)] = None
+) -> str | None:
+    return request.headers.get("Authorization")
+
+
+Authorization = Annotated[str | None, Depends(_authorization)]
 # A project's name in a path. Its length (at most 100) is not a 422 before the token is checked: a longer name
 # names no project, which is a 404 after it.
 ProjectName = Annotated[str, Path(json_schema_extra={"maxLength": 100})]

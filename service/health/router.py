@@ -1,8 +1,11 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+import logging
 
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from attnprof.contract.tasks import profile_queue
 from service import queue
 from service.db import SessionDep
 from service.dependencies import SettingsDep
@@ -11,6 +14,7 @@ from service.health import repository
 from service.metrics import Metrics
 from service.openapi import errors
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
 
 
@@ -38,14 +42,17 @@ def readyz(session: SessionDep, settings: SettingsDep) -> dict[str, str]:
     "/metrics", response_class=Response, responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}}
 )
 def metrics(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
-    """Prometheus text format."""
+    """Prometheus text format: the counts of every server process, and the jobs and queues as they are now
+    (``service.metrics`` lists the series; ``attnprof_broker_up`` is 0, with no queue depths, while the broker is
+    down)."""
     m: Metrics = request.app.state.metrics
     counts = repository.jobs_by_state(session)
-    for state in repository.STATES:
-        m.jobs.labels(state).set(counts.get(state, 0))
+    jobs = {state: counts.get(state, 0) for state in repository.STATES}
+    known = [profile_queue(name) for name in repository.testbed_names(session)]
+    depths: dict[str, int] | None
     try:
-        for name, depth in queue.queue_depths(settings).items():
-            m.queue_depth.labels(name).set(depth)
-    except Exception:  # a scrape must not fail because the broker does
-        pass
-    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+        depths = queue.queue_depths(settings, known)
+    except Exception as exc:  # a scrape must not fail because the broker does: it says the broker is down
+        log.warning("metrics: cannot read the broker's queues: %s: %s", type(exc).__name__, exc)
+        depths = None
+    return Response(m.exposition(jobs=jobs, queue_depths=depths), media_type=CONTENT_TYPE_LATEST)

@@ -37,11 +37,13 @@ from service.errors import Conflict
 from service.jobs import attempts, dispatch, service
 from service.jobs.models import FINAL
 from service.jobs.schemas import JobOut
-from service.openapi import document_errors, errors
+from service.openapi import document_errors, errors, operation_id
 from service.testbeds import service as testbeds
 
 OPENAPI_PATH = "/internal/openapi.json"
-router = APIRouter(prefix="/internal", tags=["internal"], include_in_schema=False)
+router = APIRouter(
+    prefix="/internal", tags=["internal"], include_in_schema=False, generate_unique_id_function=operation_id
+)
 # The body is read raw (a gzip file, not JSON), so FastAPI cannot describe it: say what it is.
 _TRACE_BODY = {"required": True, "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}}
 JobId = Annotated[str, Path(max_length=36, description="the job's id, as its profile.run message names it")]

@@ -82,14 +82,19 @@ def server_env(database_url: str) -> dict[str, str]:
 
 
 @contextmanager
-def serve(database_url: str, logs: Path, *, port: int | None = None) -> Iterator[Server]:
+def serve(
+    database_url: str, logs: Path, *, port: int | None = None, workers: int = 1, env: dict[str, str] | None = None
+) -> Iterator[Server]:
     """``attnprof serve`` on ``port`` (a free one by default) for ``database_url``, up once ``/healthz`` answers
-    (which needs no database); stopped when the block ends."""
+    (which needs no database); stopped when the block ends. ``env`` adds to or overrides ``server_env``'s."""
     port = port or free_port()
     log = logs / f"serve-{port}-{uuid.uuid4().hex[:6]}.log"
     with log.open("wb") as out:
         popen = subprocess.Popen(
-            [ATTNPROF, "serve", "--port", str(port)], env=server_env(database_url), stdout=out, stderr=subprocess.STDOUT
+            [ATTNPROF, "serve", "--port", str(port), "--workers", str(workers)],
+            env={**server_env(database_url), **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     server = Server(url=f"http://127.0.0.1:{port}", log=log, popen=popen)
     try:

@@ -212,13 +212,18 @@ def test_a_testbed_id_is_remembered_once_read_from_a_committed_row(
 
 
 def test_job_creation_documents_its_multipart_form(client: TestClient) -> None:
-    op = client.get("/openapi.json").json()["paths"]["/api/v1/projects/{project}/jobs"]["post"]
-    schema = op["requestBody"]["content"]["multipart/form-data"]["schema"]
+    document = client.get("/openapi.json").json()
+    op = document["paths"]["/api/v1/projects/{project}/jobs"]["post"]
+    ref = op["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert ref == {"$ref": "#/components/schemas/JobSubmission"}
+    schema = document["components"]["schemas"]["JobSubmission"]
     assert schema["required"] == ["spec", "testbed", "branch", "commit"]
     assert schema["properties"]["spec"]["contentMediaType"] == "application/octet-stream"
+    assert schema["properties"]["bundle"]["format"] == "binary"
     assert schema["properties"]["pr"] == {"title": "Pr", "type": "integer", "minimum": 1, "maximum": 2**31 - 1}
     assert {"401", "403", "404", "413", "422", "429"} <= set(op["responses"])
-    assert {p["name"] for p in op["parameters"]} == {"project", "authorization", "Idempotency-Key"}
+    assert {p["name"] for p in op["parameters"]} == {"project", "Idempotency-Key"}
+    assert op["security"] == [{"BearerToken": []}]
 
 
 @pytest.fixture
