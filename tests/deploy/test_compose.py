@@ -280,3 +280,59 @@ def test_the_gpu_workers_healthcheck_reaches_the_service_with_its_token(
         assert down.returncode != 0
     finally:
         drop_database(name)
+
+
+def _certificates(folder: Path) -> None:
+    """A CA and a server certificate for 127.0.0.1, made as docs/deploy.md makes them."""
+
+    def ssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=60)
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=attnprof-ca",
+        "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=broker", "-keyout", "redis.key", "-out", "redis.csr")
+    (folder / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    ssl("x509", "-req", "-in", "redis.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+        "-out", "redis.crt", "-extfile", "san.cnf")  # fmt: skip
+
+
+def test_the_gpu_remote_redis_command_serves_tls_with_the_password(remote: dict[str, Any], tmp_path: Path) -> None:
+    """The override's redis-server command, run here as written (its /tls folder and ports moved to free ones): a
+    client that checks the certificate and gives the password is served over TLS, and Celery's broker URL as a GPU
+    host writes it connects; no password, or no TLS on the TLS port, is refused."""
+    import redis as redis_py
+    from celery import Celery
+
+    _certificates(tmp_path)
+    plain, tls = free_port(), free_port()
+    argv = [
+        a.replace("/tls/", f"{tmp_path}/")
+        .replace("${REDIS_PASSWORD:?set REDIS_PASSWORD}", "pw-for-test")
+        .replace("6380", str(tls))
+        .replace("6379", str(plain))
+        for a in remote["services"]["redis"]["command"]
+    ]
+    argv += ["--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", ""]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"rediss://:pw-for-test@127.0.0.1:{tls}/0?ssl_cert_reqs=required&ssl_ca_certs={tmp_path}/ca.crt"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert redis_py.Redis.from_url(url, socket_timeout=5).ping()
+                break
+            except redis_py.ConnectionError:
+                assert server.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        with pytest.raises(redis_py.AuthenticationError):
+            redis_py.Redis.from_url(url.replace(":pw-for-test@", "@"), socket_timeout=5).ping()
+        with pytest.raises(redis_py.ConnectionError):
+            redis_py.Redis(host="127.0.0.1", port=tls, password="pw-for-test", socket_timeout=5).ping()
+        with pytest.raises(redis_py.ConnectionError):  # a certificate from another CA is refused
+            redis_py.Redis.from_url(url.replace(f"{tmp_path}/ca.crt", "/etc/ssl/certs/ca-certificates.crt")).ping()
+        with Celery(broker=url).connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1)
+            assert conn.connected
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
