@@ -29,8 +29,27 @@ VERBS: dict[str, tuple[str, str]] = {
     "demo": ("worker.cli", "Run the whole flow on this machine: service, workers, two jobs and their verdicts."),
 }
 
-# The extra a verb's module needs beyond the base install (the CI client).
-EXTRAS = {"profiler_core": "profile", "service": "server", "worker": "server,profile"}
+# The extras of pyproject.toml by the top-level modules they install: a verb that needs one of these in the base
+# install (the CI client) says which extra to add.
+EXTRAS = {
+    "profile": ("torch", "pynvml"),
+    "server": (
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "sqlalchemy",
+        "alembic",
+        "psycopg",
+        "pydantic_settings",
+        "celery",
+        "kombu",
+        "redis",
+        "jinja2",
+        "plotly",
+        "multipart",
+        "prometheus_client",
+    ),
+}
 
 
 def available() -> dict[str, tuple[str, str]]:
@@ -78,23 +97,22 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     # Only the verb's own module is imported: the others' packages (the server's, the worker's) need not be
     # installed, and nothing of theirs runs for a client verb.
-    module = VERBS[args[0]][0]
+    verb, module = args[0], VERBS[args[0]][0]
     try:
         app = importlib.import_module(module).app
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] not in ("attnprof", "profiler_core", "service", "worker"):
-            extra = EXTRAS.get(module.split(".")[0], "server")
-            print(
-                f"error: attnprof {args[0]} needs {exc.name}, which this install lacks: "
-                f"pip install 'attnprof[{extra}]'",
-                file=sys.stderr,
-            )
-            sys.exit(2)
-        raise
-    if args[0] == "profile" and argv is None:
-        # The console script's profiling process ends as soon as its result is written (``exit_with``); called
-        # in process with ``argv``, the caller's process is left alone.
-        from profiler_core.cli import exit_with
+        if verb == "profile" and argv is None:
+            # The console script's profiling process ends as soon as its result is written (``exit_with``); called
+            # in process with ``argv``, the caller's process is left alone.
+            from profiler_core.cli import exit_with
 
-        exit_with(lambda: app(args=args, prog_name="attnprof"))
-    app(args=args, prog_name="attnprof")
+            exit_with(lambda: app(args=args, prog_name="attnprof"))
+        app(args=args, prog_name="attnprof")
+    except ModuleNotFoundError as exc:
+        extra = next((x for x, names in EXTRAS.items() if (exc.name or "").split(".")[0] in names), None)
+        if extra is None:
+            raise
+        print(
+            f"error: attnprof {verb} needs {exc.name}, which this install lacks: pip install 'attnprof[{extra}]'",
+            file=sys.stderr,
+        )
+        sys.exit(2)

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,20 +155,28 @@ class Ran:
 
 
 def run_steps(
-    given: Mapping[str, str], runner_env: Mapping[str, str], workspace: Path, *, timeout_s: float = 600
+    given: Mapping[str, str],
+    runner_env: Mapping[str, str],
+    workspace: Path,
+    *,
+    only: Collection[str] | None = None,
+    earlier: Mapping[str, dict[str, str]] | None = None,
+    timeout_s: float = 600,
 ) -> Ran:
     """The action's steps in order, as the runner runs a composite action: its inputs (``given`` over the
     defaults), each step's ``env:`` over ``runner_env``, the workspace as the working directory; it stops at the
     first step that fails, as the runner does. ``runner_env`` holds ``GITHUB_ACTION_PATH``, ``RUNNER_TEMP``, the
-    event and the summary file."""
+    event and the summary file. ``only`` runs the steps of those ids, with the outputs of ``earlier`` ones."""
     action: dict[str, Any] = yaml.safe_load(ACTION.read_text())
     inputs = {name: str(spec.get("default", "")) for name, spec in action["inputs"].items()}
     inputs.update(given)
-    steps: dict[str, dict[str, str]] = {}
+    steps: dict[str, dict[str, str]] = {k: dict(v) for k, v in (earlier or {}).items()}
     done: subprocess.CompletedProcess[str] | None = None
     out_dir = Path(runner_env["RUNNER_TEMP"]) / "step-outputs"
     out_dir.mkdir(parents=True, exist_ok=True)
     for n, step in enumerate(action["runs"]["steps"]):
+        if only is not None and step.get("id") not in only:
+            continue
         assert "if" not in step and step["shell"] == "bash", step  # what this runner supports
         output = out_dir / f"{n}.txt"
         output.write_text("")
