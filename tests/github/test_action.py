@@ -84,6 +84,19 @@ def test_workflows_pin_actions_keep_no_credentials_and_expand_nothing_in_run() -
     assert scripts and not [s for s in scripts if "${{" in s]
 
 
+def test_the_readmes_snippet_checks_out_then_uses_the_action() -> None:
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    (snippet,) = [yaml.safe_load(b) for b in blocks if "/.github/actions/attnprof@" in b]
+    checkout, step = snippet
+    assert re.fullmatch(r"actions/checkout@[0-9a-f]{40}", checkout["uses"])
+    assert checkout["with"]["persist-credentials"] is False
+    path = step["uses"].split("@")[0].split("/", 2)[2]
+    assert path == ".github/actions/attnprof" and (ROOT / path / "action.yml").is_file()
+    action = yaml.safe_load((ROOT / path / "action.yml").read_text())
+    assert set(step["with"]) <= set(action["inputs"])
+    assert {name for name, spec in action["inputs"].items() if spec.get("required")} <= set(step["with"])
+
+
 def test_a_fork_pull_request_without_a_token_is_skipped_with_a_notice(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
