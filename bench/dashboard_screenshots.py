@@ -1,20 +1,27 @@
-"""Screenshots of the dashboard's pages for ``docs/dashboard.md``, taken by Playwright with Debian's Chromium.
+"""Every screenshot of the dashboard that the docs show (``docs/dashboard.md``), taken by Playwright with Debian's
+Chromium: one command remakes them all.
 
-    .venv/bin/python bench/dashboard_screenshots.py            # writes docs/img/dashboard-*.png
+    .venv/bin/python bench/dashboard_screenshots.py            # writes every docs/img/*.png the docs link
+    .venv/bin/python bench/dashboard_screenshots.py --tests tests/web/test_comparison_answer.py   # some of them
 
-Run on purpose (not in CI). It builds a small site of its own, all through the service's API and the worker's
-plain analysis code, so every picture shows what the service really made:
+Run on purpose (not in CI). Two sources, each showing what the service really made:
 
-1. a fresh database ``attnprof_screens`` (dropped first), migrated; project ``attention`` with an admin token;
-2. ``attnprof serve`` on a free port (filesystem broker in a temporary folder);
-3. 16 default-branch uploads of the real H200 run (run-to-run noise of about 0.4 %), its first case 25 % slower
-   from the 10th: the upload's change-point detection records the step; one run pinned, one excluded;
-4. a pull-request upload with one case 25 % slower (a failing comparison);
-5. three jobs: one done (claimed, its result posted through the worker endpoints, analysed by
-   ``worker.cpu.verdict.run``), one failed (its worker reported why), one still queued;
-6. the screenshots, 1400 px wide, each page after its charts are drawn.
+- this script's own site, for ``dashboard-{overview,trends-kernel,run,job,jobs}.png`` (``SITE_SHOTS``), built all
+  through the service's API and the worker's plain analysis code:
 
-The database is dropped at the end unless ``--keep``.
+  1. a fresh database ``attnprof_screens`` (dropped first), migrated; project ``attention`` with an admin token;
+  2. ``attnprof serve`` on a free port (filesystem broker in a temporary folder);
+  3. 16 default-branch uploads of the real H200 run (run-to-run noise of about 0.4 %), its first case 25 % slower
+     from the 10th: the upload's change-point detection records the step; one run pinned, one excluded;
+  4. a pull-request upload with one case 25 % slower (a failing comparison);
+  5. three jobs: one done (claimed, its result posted through the worker endpoints, analysed by
+     ``worker.cpu.verdict.run``), one failed (its worker reported why), one still queued;
+  6. the screenshots, 1400 px wide, each page after its charts are drawn.
+
+  The database is dropped at the end unless ``--keep``.
+- the browser tests that set up a page's own story (``TEST_SHOTS``: the comparison of a broken candidate, the runs
+  and pull-request pages, a failed job's log, the trends page's baseline and alerts), run with
+  ``ATTNPROF_SCREENSHOTS`` set to the output folder (``pytest <file> -k screenshot``).
 """
 
 from __future__ import annotations
@@ -55,6 +62,31 @@ CHROMIUM = "/usr/bin/chromium"
 PROJECT = "attention"
 SPEC = (ROOT / "examples" / "cpu.toml").read_bytes()
 MAX_HEIGHT_PX = 2200
+SITE_SHOTS = ("overview", "trends-kernel", "run", "job", "jobs")
+"""The pages this script's site photographs, each as ``dashboard-<name>.png``."""
+TEST_SHOTS = {
+    "tests/web/test_comparison_answer.py": ("comparison.png",),
+    "tests/web/test_runs_and_pulls.py": ("dashboard-runs.png", "dashboard-pull.png", "dashboard-job-failed.png"),
+    "tests/web/test_trends_baseline.py": ("trends.png",),
+}
+"""The browser tests whose ``screenshot`` tests write the other pictures, and which."""
+
+
+def shots() -> list[str]:
+    """The file names of every picture this script makes."""
+    return [f"dashboard-{n}.png" for n in SITE_SHOTS] + [n for names in TEST_SHOTS.values() for n in names]
+
+
+def shoot_tests(files: list[str], out: Path) -> None:
+    """Run the ``screenshot`` tests of ``files``, writing their pictures into ``out``."""
+    env = {**os.environ, "ATTNPROF_SCREENSHOTS": str(out.resolve())}
+    argv = [str(ROOT / ".venv" / "bin" / "pytest"), "-q", "-p", "no:cacheprovider", *files, "-k", "screenshot"]
+    done = subprocess.run(argv, env=env, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"the screenshot tests failed (exit {done.returncode}): {' '.join(argv)}")
+    for f in files:
+        for name in TEST_SHOTS[f]:
+            print(f"  {out / name}", flush=True)
 
 
 def variant(
@@ -189,14 +221,12 @@ def shoot(url: str, admin: str, ids: dict[str, Any], out: Path) -> list[Path]:
     p = f"{url}/ui/p/{PROJECT}"
     pages = {
         "overview": p,
-        "trends": f"{p}/trends?" + str(httpx.QueryParams(case=ids["case"])),
         "trends-kernel": f"{p}/trends?" + str(httpx.QueryParams(case=ids["case"], kernel=ids["kernel"])),
         "run": f"{p}/runs/{ids['pr_run']}",
-        "comparison": f"{p}/runs/{ids['pr_run']}/comparison",
         "job": f"{p}/jobs/{ids['job_done']}",
-        "job-failed": f"{p}/jobs/{ids['job_failed']}",
         "jobs": f"{p}/jobs",
     }
+    assert tuple(pages) == SITE_SHOTS
     made = []
     out.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
@@ -237,7 +267,23 @@ def main() -> None:
     ap.add_argument("--database", default="attnprof_screens")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--keep", action="store_true", help="leave the database")
+    ap.add_argument(
+        "--tests",
+        nargs="*",
+        choices=list(TEST_SHOTS),
+        default=list(TEST_SHOTS),
+        help="the browser tests whose screenshots to take (default: all; none: only this script's site)",
+    )
+    ap.add_argument("--no-site", action="store_true", help="skip this script's own site and its pictures")
     args = ap.parse_args()
+    if args.tests:
+        shoot_tests(args.tests, args.out)
+    if not args.no_site:
+        site(args)
+
+
+def site(args: argparse.Namespace) -> None:
+    """This script's site and its pictures (``SITE_SHOTS``)."""
     db_url = seeding.create_database(args.pg, args.database)
     migrate.upgrade(db_url)
     engine = make_engine(db_url)

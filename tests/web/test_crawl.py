@@ -67,10 +67,10 @@ STEP, LAST = 6, 11
 """The default branch's runs 0 to ``LAST``: from ``STEP`` on, ``STEP_CASE`` is 20% slower (an alert once it held)."""
 WIDTHS = (390, 1440)
 PAGES_MAX = 80
-"""Dashboard pages the crawl opens from ``/ui`` at most (each at both widths)."""
+"""Dashboard pages the crawl finds from ``/ui`` and opens at most, besides the emitted links."""
 PER_ROUTE = 2
-"""Pages of one route (ids and query values set aside) the crawl opens at most: the third run page lays out as the
-first two did, and the bound keeps the crawl near 30 s."""
+"""Pages of one route (ids and query values set aside) the crawl opens at most beyond the emitted links, and that
+the phone opens: the third run page lays out as the first two did, and the bound keeps the crawl under a minute."""
 DELIBERATE: dict[str, int] = {}
 """Paths meant to answer 400 or more, and their status: none."""
 NOT_FOLLOWED = (PATHS.ui_logout(),)
@@ -593,3 +593,22 @@ def test_the_alert_webhook_links_to_the_service(crawl: Crawl) -> None:
     for hook in crawl.hooks:
         link = json.loads(hook)["alert"]["url"]
         assert link.startswith(crawl.url + "/ui/"), link
+
+
+def test_one_command_makes_every_picture_the_docs_show_and_no_other_lies_in_docs_img() -> None:
+    """``bench/dashboard_screenshots.py`` makes every image that README.md and docs/*.md link, and docs/img holds
+    nothing else (a picture no page shows goes stale unseen)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dashboard_screenshots", ROOT / "bench" / "dashboard_screenshots.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    linked = set()
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        linked |= set(re.findall(r"img/([\w.-]+\.png)", doc.read_text()))
+    assert linked and linked <= set(script.shots()), sorted(linked - set(script.shots()))
+    assert {p.name for p in (ROOT / "docs" / "img").iterdir()} == linked
+    for test_file, names in script.TEST_SHOTS.items():  # each named test writes its pictures
+        text = (ROOT / test_file).read_text()
+        assert "ATTNPROF_SCREENSHOTS" in text and all(n in text for n in names), test_file
