@@ -202,6 +202,60 @@ def test_a_fork_pull_request_through_the_action_is_skipped(installed, tmp_path: 
     assert "skipped" in (tmp_path / "summary.md").read_text()
 
 
+def test_local_mode_installs_beside_the_runners_torch_and_profiles(
+    installed, served, tmp_path: Path, peaks_cache: Path
+) -> None:
+    """``mode: local`` on a GPU runner whose ``python3`` is an environment with torch (here: the tests' own): the
+    install step makes ``attnprof-venv-local``, which uses that torch instead of downloading one, and the run
+    step profiles the suite on this CPU and uploads the result."""
+    _, base_env = installed
+    runner_bin = tmp_path / "runner-bin"
+    runner_bin.mkdir()
+    (runner_bin / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (runner_bin / "python3").chmod(0o755)
+    (tmp_path / "runner-temp").mkdir()
+    (tmp_path / "event.json").write_text(json.dumps({"before": "0" * 40, "after": "l1"}))
+    env = {
+        **base_env,
+        "PATH": f"{runner_bin}:/usr/bin:/bin",
+        "RUNNER_TEMP": str(tmp_path / "runner-temp"),
+        "GITHUB_EVENT_NAME": "push",
+        "GITHUB_REF_NAME": "main",
+        "GITHUB_EVENT_PATH": str(tmp_path / "event.json"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+    }
+    workspace = Path(env["GITHUB_WORKSPACE"])
+    (workspace / "perf/local.toml").write_text(
+        '[suite]\nname = "local"\n\n[suite.timing]\nwarmup = 1\nmin_samples = 5\nmax_samples = 20\nbudget_s = 0.1\n'
+        'trace_iters = 1\n\n[[cases]]\nname = "sdpa"\ntarget = "sdpa"\nbatch = 1\nq_heads = 2\nseq_q = 64\n'
+        'head_dim = 32\ndtype = "fp32"\n'
+    )
+    given = {
+        "mode": "local",
+        "server-url": served.url,
+        "token": served.submit,
+        "suite": "perf/local.toml",
+        "testbed": "gpu-runner",
+        "profile-args": f"--device cpu --cache-dir {peaks_cache}",
+        "timeout-minutes": "5",
+    }
+    out = run_steps(given, env, workspace, timeout_s=480)
+    printed = out.done.stdout + out.done.stderr
+    assert out.done.returncode == 0, printed
+    bin_dir = Path(out.steps["install"]["bin"])
+    assert bin_dir == tmp_path / "runner-temp/attnprof-venv-local/bin"
+    probe = "import sysconfig, torch; print(sysconfig.get_path('purelib'), torch.__file__)"
+    own = subprocess.run(
+        [bin_dir / "python", "-I", "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert not Path(own[0], "torch").exists() and Path(own[1]).is_relative_to(Path(sys.prefix)), own
+    assert out.outputs["verdict"] == "pass" and out.outputs["run-id"], (out.outputs, printed)
+    assert "**pass** on `gpu-runner`" in (tmp_path / "summary.md").read_text()
+
+
 def test_the_wheel_installs_a_client_without_torch_or_the_server(served, tmp_path: Path) -> None:
     """``pip wheel`` of the repository, installed into a fresh virtual environment with its base dependencies
     from the index; then ``attnprof submit`` queues a real job on ``attnprof serve``."""
