@@ -1,26 +1,34 @@
-"""``/metrics`` of a real ``attnprof serve --workers 2``, parsed by prometheus_client's own parser (what a Prometheus
-scrape reads): counters that add up whichever process answers, queue depths that are 0 for an empty queue and absent
+"""``/metrics`` of a real ``attnprof serve --workers 2``, parsed by prometheus_client's own parser, checked by
+``promtool check metrics`` and scraped by a real Prometheus (Debian's ``prometheus`` package: ``.ci/lint-api.sh``
+installs it): counters that add up whichever process answers, queue depths that are 0 for an empty queue and absent
 (with ``attnprof_broker_up 0``) while the broker is down, and each live server process's ``process_*`` metrics; and
 the per-token rate limit shared by two server processes through Redis."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from service.app import create_app
 from service.config import RateLimit
 from service.ratelimit import describe
+from tests.pgcluster import free_port
 from tests.pgtest import create_database, drop_database
 from tests.service.serverproc import Seeded, Server, seed, serve
 from tests.service.stack import REDIS_URL, make_settings
@@ -28,6 +36,7 @@ from tests.service.stack import REDIS_URL, make_settings
 pytestmark = pytest.mark.slow
 
 RUNS = "/api/v1/projects/{project}/runs"
+MISSING = "not installed: apt-get install prometheus (Debian's package has promtool; .ci/lint-api.sh installs it)"
 SECRET = {"ATTNPROF_DASHBOARD__SESSION_SECRET": "metrics-test-" + "x" * 40}
 
 
@@ -88,10 +97,105 @@ def test_counters_add_up_across_two_worker_processes(two_workers: Server, databa
         assert all(s.value > 10e6 for s in memory)
         assert {s.name for s in families["process_cpu_seconds"]} == {"process_cpu_seconds_total"}
         pids |= {s.labels["pid"] for s in memory}
-    # Both workers answered scrapes (each reports the live server processes, itself and its sibling).
+    # Every scrape reports the two live server processes (itself and its sibling) ...
     assert len(pids) == 2
+    # ... and both served the requests: each one's own file in the folder the server printed holds a share.
+    shares = _requests_by_process(two_workers, RUNS)
+    assert sorted(shares) == sorted(int(pid) for pid in pids)
+    assert sum(shares.values()) == n and all(share > 0 for share in shares.values()), shares
     assert all(len(families["process_resident_memory_bytes"]) == 2 for families in scrapes)
     assert _value(scrapes[-1]["attnprof_server_process_starts"], "attnprof_server_process_starts_total") == 2
+
+
+def test_promtool_accepts_the_exposition(two_workers: Server, database: tuple[str, Seeded]) -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, f"promtool {MISSING}"
+    _, seeded = database
+    _get(two_workers, RUNS.format(project=seeded.project), seeded.read)
+    text = _get(two_workers, "/metrics").text
+    assert "attnprof_http_requests_total" in text and "process_cpu_seconds_total" in text
+    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert (check.returncode, check.stdout + check.stderr) == (0, "")
+
+
+def test_a_prometheus_scraping_two_workers_sees_no_counter_reset(
+    two_workers: Server, database: tuple[str, Seeded], tmp_path: Path
+) -> None:
+    prometheus = shutil.which("prometheus")
+    assert prometheus, f"prometheus {MISSING}"
+    _, seeded = database
+    config = tmp_path / "prometheus.yml"
+    target = {"job_name": "attnprof", "static_configs": [{"targets": [two_workers.url.removeprefix("http://")]}]}
+    settings = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"}, "scrape_configs": [target]}
+    config.write_text(json.dumps(settings))  # YAML reads JSON
+    port = free_port()
+    log = tmp_path / "prometheus.log"
+    argv = [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}"]
+    argv += [f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+    with log.open("wb") as out:
+        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def query(expr: str) -> list[Any]:
+        answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": expr}, timeout=10).json()
+        assert answer["status"] == "success", answer
+        return list(answer["data"]["result"])
+
+    def scrapes() -> float:
+        found = query("sum(count_over_time(up[5m]))")
+        return float(found[0]["value"][1]) if found else 0.0
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, log.read_text()
+            try:
+                if scrapes() >= 1:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"Prometheus did not scrape: {log.read_text()}"
+            time.sleep(0.5)
+        # Requests while Prometheus scrapes every second. It keeps its connection open, so its scrapes mostly reach
+        # one worker: what it stores must still be every worker's count (the test above scrapes each worker).
+        route = RUNS.format(project=seeded.project)
+        for _ in range(10):
+            for _ in range(3):
+                assert _get(two_workers, route, seeded.read).status_code == 200
+            time.sleep(0.5)
+        time.sleep(2.5)
+        assert scrapes() >= 6
+        assert [r["value"][1] for r in query("up")] == ["1"]
+        requests = "resets(attnprof_http_requests_total[5m]) > 0"
+        durations = "resets(attnprof_http_request_duration_seconds_count[5m]) > 0"
+        assert query(f"{requests} or {durations}") == []
+        # What Prometheus holds last is what a scrape reads now (no request of that route came since).
+        stored = query(f'attnprof_http_requests_total{{route="{RUNS}",status="200"}}')
+        requests_now = _scrape(_get(two_workers, "/metrics"))["attnprof_http_requests"]
+        direct = _value(requests_now, "attnprof_http_requests_total", method="GET", route=RUNS, status="200")
+        assert [float(r["value"][1]) for r in stored] == [direct]
+        assert len(query("count(process_resident_memory_bytes) by (pid)")) == 2
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _requests_by_process(server: Server, route: str) -> dict[int, float]:
+    """Requests to ``route`` answered 200, by the process that counted them, read from each process's own counter
+    file (prometheus_client's format: a JSON key per series)."""
+    match = re.search(r"kept in (\S+)", server.text())
+    assert match, server.text()
+    shares: dict[int, float] = {}
+    for path in Path(match.group(1)).glob("counter_*.db"):
+        pid = int(path.stem.rpartition("_")[2])
+        for key, value, _, _ in MmapedDict.read_all_values_from_file(str(path)):
+            _, sample, labels, _ = json.loads(key)
+            if sample == "attnprof_http_requests_total" and labels == {
+                "method": "GET",
+                "route": route,
+                "status": "200",
+            }:
+                shares[pid] = shares.get(pid, 0) + value
+    return shares
 
 
 def test_queue_depth_is_zero_for_known_empty_queues_and_counts_priorities(
