@@ -75,9 +75,16 @@ def serve(
         )
 
     import os
+    import signal
     import tempfile
     from pathlib import Path
 
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    # uvicorn stops on SIGTERM, then raises the signal again once its own handler is gone: as SystemExit here, so
+    # that the metrics folder below is removed on the way out (the signal's default action would leave it behind).
+    signal.signal(signal.SIGTERM, stop)
     # prometheus_client reads the variable when it is first imported: set before anything imports it.
     with tempfile.TemporaryDirectory(prefix="attnprof-metrics-") as scratch:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or scratch
