@@ -87,11 +87,13 @@ def secrets_withheld(env: Mapping[str, str]) -> str | None:
     pull = _event(env).get("pull_request")
     if not isinstance(pull, dict):
         return None
-    head = (pull.get("head") or {}).get("repo") or {}
-    base = (pull.get("base") or {}).get("repo") or {}
-    head_name, base_name = head.get("full_name"), base.get("full_name") or env.get("GITHUB_REPOSITORY")
-    if head.get("fork") or (head_name and base_name and head_name != base_name):
-        return f"a pull request from the fork {head_name or '(unnamed)'} gets no secrets"
+    head = pull.get("head") or {}
+    # GitHub's own test: the head repository is not this one (``fork`` says only that a repository is a fork of
+    # some other, which the base may be too). A fork deleted since has no head repository.
+    head_name = (head.get("repo") or {}).get("full_name")
+    base_name = ((pull.get("base") or {}).get("repo") or {}).get("full_name") or env.get("GITHUB_REPOSITORY")
+    if ("repo" in head and head["repo"] is None) or (head_name and base_name and head_name != base_name):
+        return f"a pull request from the fork {head_name or '(since deleted)'} gets no secrets"
     if env.get("GITHUB_ACTOR") == "dependabot[bot]":
         return "a pull request by Dependabot gets only Dependabot's secrets"
     return None

@@ -120,10 +120,14 @@ def test_a_fork_pull_request_without_a_token_is_skipped_with_a_notice(
     printed = capsys.readouterr().out
     assert "::notice title=attnprof::skipped: a pull request from the fork someone/attn gets no secrets" in printed
     assert "verdict=\n" in (tmp_path / "output").read_text() and "skipped" in (tmp_path / "summary").read_text()
-    # Dependabot's pull requests get only Dependabot's secrets.
-    head["repo"] = {"full_name": REPO, "fork": False}
+    head["repo"] = None  # the fork was deleted since
+    event.write_text(json.dumps({"pull_request": pull}))
+    assert secrets_withheld(env) == "a pull request from the fork (since deleted) gets no secrets"
+    # A branch of the repository, which is itself a fork of another: its secrets are there.
+    head["repo"] = {"full_name": REPO, "fork": True}
     event.write_text(json.dumps({"pull_request": pull}))
     assert secrets_withheld(env) is None
+    # Dependabot's pull requests get only Dependabot's secrets.
     assert secrets_withheld({**env, "GITHUB_ACTOR": "dependabot[bot]"}) is not None
     # A pull request within the repository, or a push, that has no token is a mistake of the workflow: it fails.
     assert main(env) == 2 and "::error::attnprof: token: empty" in capsys.readouterr().out
