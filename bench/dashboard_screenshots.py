@@ -245,8 +245,9 @@ def shoot(url: str, admin: str, ids: dict[str, Any], out: Path) -> list[Path]:
             tab.wait_for_load_state("networkidle")
             try:
                 tab.wait_for_function(
+                    # a chart in a closed <details> is drawn when it opens (service/web/static/app.js)
                     "Array.from(document.querySelectorAll('.chart[data-spec]'))"
-                    ".every((c) => c.dataset.drawn === 'true' || c.offsetParent === null)",
+                    ".every((c) => c.dataset.drawn === 'true' || c.closest('details:not([open])'))",
                     timeout=15_000,
                 )
             except PlaywrightTimeout:
