@@ -17,7 +17,10 @@ WORKFLOWS=(.github/workflows/*.yml examples/github/*.yml)
 
 # Offline: the audits that ask GitHub's API (impostor commits, known-vulnerable actions) need a token CI does not
 # hold. The default persona; two inline ignores in examples/github/attention-perf.yml say why (its OWNER/COMMIT
-# placeholders). zizmor exits non-zero on any finding.
+# placeholders). zizmor exits non-zero on any finding. The auditor persona adds five, left as they are:
+# unpinned-images (ci.yml's postgres:16 and redis:7: their digests cannot be read from here), self-hosted-runner
+# (the example's local mode is for a self-hosted GPU runner; forks' pull requests are kept off it by its `if:`),
+# secrets-outside-env (the example's submit token can only submit; a deployment environment is the user's choice).
 "$BIN/zizmor" --offline --no-progress "${ACTIONS[@]}" "${WORKFLOWS[@]}"
 
 # Each `run:` script as GitHub runs it (bash -e); expressions never appear in them (zizmor's template-injection).
