@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, values
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest, values
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
@@ -56,7 +56,8 @@ def prepare_multiprocess_folder(folder: Path) -> None:
 
 
 class Metrics:
-    """The metrics one server process counts, and the scrape that reports them with the shared state."""
+    """The metrics one server process counts, and the scrape that reports them with the shared state. In the
+    multiprocess mode a process makes one (its app's): two would write the same series of the same file."""
 
     def __init__(self) -> None:
         self.folder = multiprocess_folder()
@@ -86,8 +87,6 @@ class Metrics:
     def exposition(self, *, jobs: Mapping[str, int], queue_depths: Mapping[str, int] | None) -> bytes:
         """The text exposition of a scrape: ``jobs`` by state; ``queue_depths`` by queue, None when the broker
         could not be read."""
-        from prometheus_client import generate_latest
-
         sources: list[Collector] = [_SharedState(jobs, queue_depths), _ServerProcesses(self.folder)]
         if self.folder is not None:
             merged = CollectorRegistry()
