@@ -263,3 +263,18 @@ def test_jobs_list_leads_with_a_chart_of_wait_and_run_times(page: Any, js: JobSi
     assert data[0]["links"] == [f"/ui/p/{js.project}/jobs/{j}" for j in js.jobs]  # oldest on the left
     assert 49 <= data[1]["y"][2] <= 51
     assert page.locator("#job-times .trace.bars").first.locator(".point").count() == JOBS
+
+
+def test_the_tallest_bars_status_has_room_above_it() -> None:
+    """The job chart's y axis reaches past the tallest stack (waited + ran), so the status written over it is not cut
+    at the top of the plot."""
+    now = datetime.now(UTC)
+    jobs = [
+        {"id": f"{i:08d}-job", "status": status, "branch": "b", "pr": None, "created_at": now - timedelta(seconds=s)}
+        | {"started_at": None, "finished_at": None}
+        for i, (status, s) in enumerate([("queued", 120), ("queued", 10)])
+    ]
+    spec = jobs_page.durations_chart("p", jobs, now)
+    top = spec["layout"]["yaxis"]["range"][1]
+    assert top >= 1.15 * max(spec["data"][0]["y"]) and 118 <= max(spec["data"][0]["y"]) <= 121
+    assert jobs_page.durations_chart("p", [], now)["layout"]["yaxis"]["range"] == [0, 1.0]

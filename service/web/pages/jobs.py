@@ -48,6 +48,10 @@ def duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+_LABEL_ROOM = 1.2
+"""The y axis's top over the tallest bar: room for the status written above it."""
+
+
 def durations_chart(project: str, jobs: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
     """One stacked bar per job of the page, oldest on the left: seconds waited in the queue, then seconds run (up
     to now for a job still in progress); the status is written on each bar, and a click opens the job."""
@@ -63,6 +67,8 @@ def durations_chart(project: str, jobs: list[dict[str, Any]], now: datetime) -> 
         for j, w, r in zip(ordered, waited, ran, strict=True)
     ]
     common = {"type": "bar", "x": names, "customdata": links, "text": hover, "hovertemplate": "%{text}<extra></extra>"}
+    # Plotly's autorange leaves no room above a stack for its text: the tallest bar's status would be cut at the top.
+    tallest = max((w + r for w, r in zip(waited, ran, strict=True)), default=0.0)
     return {
         "data": [
             {
@@ -90,7 +96,7 @@ def durations_chart(project: str, jobs: list[dict[str, Any]], now: datetime) -> 
                 "tickangle": -45,
                 "title": {"text": "job (oldest on the left)", "standoff": 12},
             },
-            "yaxis": {"title": {"text": "seconds"}},
+            "yaxis": {"title": {"text": "seconds"}, "range": [0, _LABEL_ROOM * tallest or 1.0]},
             "legend": {"orientation": "h", "y": 1.15},
         },
         "links": True,
