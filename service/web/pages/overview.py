@@ -38,10 +38,11 @@ def verdict_chart(project: str, runs: list[dict[str, object]]) -> dict[str, obje
             }
         ],
         "layout": {
-            "height": 140,
-            "margin": {"l": 10, "r": 10, "t": 10, "b": 60},
+            # the slanted "commit · run" labels take their room below and, the first of them, to the left
+            "height": 170,
+            "margin": {"l": 60, "r": 10, "t": 10, "b": 10},
             "yaxis": {"visible": False},
-            "xaxis": {"type": "category", "tickangle": -45},
+            "xaxis": {"type": "category", "tickangle": -45, "automargin": True},
         },
         "links": True,
     }
