@@ -15,8 +15,8 @@ from service.errors import install_handlers
 from service.github.outbox import Sender as FeedbackSender
 from service.limits import BodyLimitMiddleware
 from service.metrics import Metrics, MetricsMiddleware
+from service.openapi import LICENSE, SERVERS, operation_id
 from service.openapi import install as install_openapi
-from service.openapi import operation_id
 from service.ratelimit import make_rate_limiter
 from service.routers import ROUTERS
 from service.timing import ServerTimingMiddleware
@@ -41,6 +41,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="attnprof",
         version="1",
         summary="Performance-regression CI for attention kernels",
+        license_info=LICENSE,
+        servers=SERVERS,
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
     )

@@ -29,6 +29,9 @@ from fastapi.routing import APIRoute
 
 from service.errors import ErrorOut
 
+LICENSE = {"name": "Apache-2.0", "identifier": "Apache-2.0"}
+# The API is served where its document is: generators and linters read the base address from here.
+SERVERS = [{"url": "/"}]
 # The security scheme of the public routes (a project token); the worker routes have their own two, in their own
 # document (``service.jobs.internal``).
 BEARER = "BearerToken"
@@ -175,6 +178,9 @@ def document_errors(document: dict[str, Any]) -> dict[str, Any]:
     _gzip_bodies(document)
     for path, operations in document.get("paths", {}).items():
         for method, operation in operations.items():
+            # An operation that takes no token says so (the probes, /metrics, GitHub's signed webhook): an absent
+            # requirement reads as "not described", an empty one as "open".
+            operation.setdefault("security", [])
             responses = operation.setdefault("responses", {})
             for code in sorted(_codes(path, method, operation)):
                 responses.setdefault(str(code), _error_response(code))

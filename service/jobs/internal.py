@@ -37,7 +37,7 @@ from service.errors import Conflict
 from service.jobs import attempts, dispatch, service
 from service.jobs.models import FINAL
 from service.jobs.schemas import JobOut
-from service.openapi import document_errors, errors, operation_id
+from service.openapi import LICENSE, SERVERS, document_errors, errors, operation_id
 from service.testbeds import service as testbeds
 
 OPENAPI_PATH = "/internal/openapi.json"
@@ -219,6 +219,8 @@ def internal_openapi(app: Starlette) -> dict[str, Any]:
                 version="1",
                 summary="What a GPU worker calls: its testbed, the claim of a job, then the job's attempt",
                 routes=routes,
+                license_info=LICENSE,
+                servers=SERVERS,
             )
         )
         app.state.internal_openapi = document
