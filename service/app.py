@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.audit.address import ClientAddressMiddleware
+from service.comparisons import alert_outbox
 from service.config import Settings, get_settings
 from service.db import make_engine, make_sessionmaker, request_session
 from service.errors import install_handlers
@@ -49,6 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessionmaker = make_sessionmaker(engine)
+    # New alerts sent straight after a request's commit go where this app's settings say (not the environment's).
+    app.state.sessionmaker.configure(info={alert_outbox.NOTIFY_INFO: (settings.alert_webhooks, settings.public_url)})
     app.state.rate_limiter = make_rate_limiter(settings)
     app.state.metrics = Metrics()
     app.state.testbed_ids = {}  # name -> id, read from committed rows (see service.jobs.service.create)

@@ -194,6 +194,9 @@ def deliver_owed(
     return counts
 
 
+NOTIFY_INFO = "attnprof.alert_notify"
+
+
 def after_commit(session: Session, alert_ids: Sequence[int]) -> None:
     """Once ``session``'s transaction commits, send ``alert_ids`` from a thread of their own (at most a few at once
     per process; the sweep sends the rest). Nothing is sent if it rolls back. A session bound to a connection (a
@@ -202,20 +205,25 @@ def after_commit(session: Session, alert_ids: Sequence[int]) -> None:
     bind = session.get_bind()
     if not ids or not isinstance(bind, Engine):
         return
+    # The service's sessions carry its own webhook settings and public URL (``NOTIFY_INFO``); a worker's read its
+    # environment's, which are the same settings in a deployment.
+    notify: tuple[AlertWebhooks, str] | None = session.info.get(NOTIFY_INFO)
 
     def send(_: Session) -> None:
         if not _SLOTS.acquire(blocking=False):
             log.info("%d alert(s) left to the sweep: webhook deliveries under way already", len(ids))
             return
-        threading.Thread(target=_send, args=(bind, ids), name="alert-webhook", daemon=True).start()
+        threading.Thread(target=_send, args=(bind, ids, notify), name="alert-webhook", daemon=True).start()
 
     event.listen(session, "after_commit", send, once=True)
 
 
-def _send(engine: Engine, ids: list[int]) -> None:
+def _send(engine: Engine, ids: list[int], notify: tuple[AlertWebhooks, str] | None) -> None:
     try:
-        settings = get_settings()
-        deliver_owed(make_sessionmaker(engine), settings.alert_webhooks, settings.public_url, ids)
+        if notify is None:
+            settings = get_settings()
+            notify = (settings.alert_webhooks, settings.public_url)
+        deliver_owed(make_sessionmaker(engine), notify[0], notify[1], ids)
     except Exception:
         log.exception("sending %d new alert(s) to the webhook failed; the sweep sends them", len(ids))
     finally:
