@@ -161,6 +161,24 @@ class AlertWebhooks(BaseModel):
     attempts: int = Field(8, ge=1, description="deliveries of one alert tried before giving up")
 
 
+class Retention(BaseModel):
+    """Stored artifacts (``ATTNPROF_RETENTION__*``): the defaults of every project that has set none of its own
+    (``/api/v1/projects/{project}/retention``). Null keeps forever, or sets no quota. Result documents, samples and
+    comparisons are never swept: trends and baselines are made of them."""
+
+    trace_days: int | None = Field(None, ge=1, le=36500, description="traces of runs older than this are deleted")
+    bundle_days: int | None = Field(
+        None, ge=1, le=36500, description="source bundles of finished jobs last changed longer ago are deleted"
+    )
+    quota_bytes: int | None = Field(
+        None, ge=1, description="stored artifact bytes (traces and bundles) per project; an upload past it is refused"
+    )
+    batch: int = Field(500, ge=1, description="traces and bundles deleted per project and per sweep")
+    interval_s: float = Field(
+        3600.0, gt=0, description="the sweeper enforces retention at most this often (per sweeper process)"
+    )
+
+
 class Settings(BaseSettings):
     """Everything the service (and the analysis worker beside it) reads from its environment (DESIGN 3.4). A profile
     worker reads its own (``worker.gpu.settings``)."""
@@ -194,6 +212,7 @@ class Settings(BaseSettings):
     fairness: Fairness = Field(default_factory=Fairness)
     dashboard: Dashboard = Field(default_factory=Dashboard)
     alert_webhooks: AlertWebhooks = Field(default_factory=AlertWebhooks)
+    retention: Retention = Field(default_factory=Retention)
 
     @model_validator(mode="after")
     def _oauth_app_whole(self) -> Settings:

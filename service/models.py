@@ -8,6 +8,7 @@ from service.comparisons.models import Alert, AlertWebhook, Comparison
 from service.db import Base
 from service.jobs.models import Job
 from service.projects.models import Project
+from service.projects.retention import ProjectRetention
 from service.runs.models import CaseSamples, Run, RunCase, RunKernel, RunTrace
 from service.testbeds.models import Testbed, Worker
 
@@ -22,6 +23,7 @@ __all__ = [
     "Comparison",
     "Job",
     "Project",
+    "ProjectRetention",
     "Run",
     "RunCase",
     "RunKernel",

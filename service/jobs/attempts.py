@@ -40,6 +40,7 @@ from attnprof.contract import tasks
 from attnprof.contract.provenance import Provenance
 from service.artifacts.store import store
 from service.auth.service import Principal, hash_secret
+from service.config import Retention
 from service.db import utcnow
 from service.errors import Conflict, NotFound, Unauthorized
 from service.jobs import repository
@@ -234,14 +235,22 @@ def accept_result(
 
 
 def accept_trace(
-    session: Session, job_id: str, token_sha256: str, *, attempt: int, name: str, data: bytes, limit_bytes: int
+    session: Session,
+    job_id: str,
+    token_sha256: str,
+    *,
+    attempt: int,
+    name: str,
+    data: bytes,
+    limit_bytes: int,
+    retention: Retention | None = None,
 ) -> None:
     """Attach a trace named in the result of ``attempt`` to the job's run (a repeat replaces it: idempotent)."""
     job = _attempt_job(session, job_id, token_sha256, lock=False)
     run = runs.get_for_job_attempt(session, job_id=job.id, attempt=attempt) if job.run_id else None
     if run is None or run.id != job.run_id:
         raise Conflict(f"job {job_id} has no stored result of attempt {attempt}")
-    runs.put_trace(session, run=run, name=name, data=data, limit_bytes=limit_bytes)
+    runs.put_trace(session, run=run, name=name, data=data, limit_bytes=limit_bytes, retention=retention)
 
 
 def fail(

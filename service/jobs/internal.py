@@ -163,7 +163,14 @@ async def trace(
     attempt's token uploads traces for ``TRACE_UPLOAD_S`` (15 minutes) after its result."""
     data = await request.body()
     attempts.accept_trace(
-        session, job_id, token.sha256, attempt=attempt, name=name, data=data, limit_bytes=settings.limits.trace_bytes
+        session,
+        job_id,
+        token.sha256,
+        attempt=attempt,
+        name=name,
+        data=data,
+        limit_bytes=settings.limits.trace_bytes,
+        retention=settings.retention,
     )
     return Response(status_code=204)
 

@@ -113,6 +113,7 @@ def _submit(
             limits=settings.limits,
             max_attempts=settings.max_attempts,
             testbed_ids=app.state.testbed_ids,
+            retention=settings.retention,
         )
         answer = JobCreated(id=job.id, status=job.status)
         if not created:

@@ -31,7 +31,7 @@ from service.auth.service import Principal
 from service.comparisons import repository as comparisons
 from service.comparisons import service as analysis
 from service.comparisons.models import Comparison
-from service.config import Analysis, Fairness, Limits
+from service.config import Analysis, Fairness, Limits, Retention
 from service.db import utcnow
 from service.errors import Conflict, InvalidPayload, NotFound, ServiceError
 from service.jobs import dispatch, repository
@@ -39,6 +39,7 @@ from service.jobs.bundle import check_bundle
 from service.jobs.models import FINAL, Job
 from service.jobs.schemas import JobOut
 from service.projects import repository as projects
+from service.projects import retention as quota
 from service.testbeds import repository as testbed_rows
 from service.testbeds import service as testbeds
 
@@ -105,6 +106,7 @@ def create(
     limits: Limits,
     max_attempts: int,
     testbed_ids: dict[str, int] | None = None,
+    retention: Retention | None = None,
 ) -> tuple[Job, bool]:
     """The job for ``new``, and whether it was created (False: the idempotency key named an existing job, which
     is the answer; a retry is checked like the first request). A new job waits for the dispatcher.
@@ -119,6 +121,9 @@ def create(
             max_bytes=limits.bundle_bytes,
             max_unpacked_bytes=limits.bundle_unpacked_bytes,
             max_members=limits.bundle_members,
+        )
+        quota.check_quota(
+            session, project_id=project_id, kind="bundle", data=new.bundle, defaults=retention or Retention()
         )
         bundle_sha = store.put(session, kind="bundle", data=new.bundle)  # content-addressed: a retry's is there
     testbed_id = testbed_ids.get(new.testbed) if testbed_ids is not None else None

@@ -113,7 +113,9 @@ async def put_trace(
     """Attach a trace file (gzip Chrome trace) that the run's document names."""
     data = await request.body()
     run = _run(session, access.project_id, run_id)
-    service.put_trace(session, run=run, name=name, data=data, limit_bytes=settings.limits.trace_bytes)
+    service.put_trace(
+        session, run=run, name=name, data=data, limit_bytes=settings.limits.trace_bytes, retention=settings.retention
+    )
     return Response(status_code=204)
 
 

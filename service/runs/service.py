@@ -13,8 +13,10 @@ from attnprof.contract.provenance import Provenance
 from profiler_core.documents import ResultDocument, parse_result
 from profiler_core.errors import DocumentError
 from service.artifacts.store import store
+from service.config import Retention
 from service.db import utcnow
 from service.errors import Conflict, InvalidPayload, NotFound, PayloadTooLarge
+from service.projects import retention as quota
 from service.runs import documents, repository
 from service.runs.models import Run
 from service.testbeds import service as testbeds
@@ -149,14 +151,18 @@ def get(session: Session, *, project_id: int, run_id: str) -> Run:
     return run
 
 
-def put_trace(session: Session, *, run: Run, name: str, data: bytes, limit_bytes: int) -> None:
-    """Attach a trace file named in the run's document (gzip Chrome trace) to the run."""
+def put_trace(
+    session: Session, *, run: Run, name: str, data: bytes, limit_bytes: int, retention: Retention | None = None
+) -> None:
+    """Attach a trace file named in the run's document (gzip Chrome trace) to the run, within the project's quota
+    (``retention``: the service's defaults)."""
     if name not in repository.case_names_with_trace(session, run.id):
         raise NotFound(f"run {run.id} names no trace {name!r}")
     if len(data) > limit_bytes:
         raise PayloadTooLarge(f"trace is {len(data)} bytes; the limit is {limit_bytes}")
     if data[:2] != b"\x1f\x8b":
         raise InvalidPayload(f"trace {name!r} is not gzip")
+    quota.check_quota(session, project_id=run.project_id, kind="trace", data=data, defaults=retention or Retention())
     repository.add_trace(session, run_id=run.id, name=name, artifact_sha256=store.put(session, kind="trace", data=data))
 
 
