@@ -386,3 +386,27 @@ def audit_log(
     if nxt:
         lines.append(f"more: --cursor {nxt}")
     _emit(as_json, page.model_dump(mode="json"), "\n".join(lines) or "no events")
+
+
+@admin_app.command("sweep-artifacts")
+def sweep_artifacts(as_json: JsonOpt = False) -> None:
+    """Delete now the traces and bundles past their project's retention (the sweeper does it on every sweep), and
+    print what was removed."""
+    from service.config import get_settings
+    from service.projects.retention import human_bytes
+    from service.retention import service as retention
+
+    with _session() as session:
+        report = retention.sweep(session, defaults=get_settings().retention)
+        session.commit()
+    data = {
+        "projects": [
+            {"project": p.name, "traces": p.traces, "bundles": p.bundles, "released_bytes": p.released_bytes}
+            for p in report.projects
+        ],
+        "artifacts_deleted": report.artifacts_deleted,
+        "bytes_freed": report.bytes_freed,
+    }
+    lines = [f"{p.name}: {p.traces} traces, {p.bundles} bundles removed" for p in report.projects]
+    lines.append(f"{report.artifacts_deleted} artifacts deleted, {human_bytes(report.bytes_freed)} freed")
+    _emit(as_json, data, "\n".join(lines))

@@ -12,6 +12,7 @@ from service.health.router import router as health
 from service.jobs.internal import router as internal
 from service.jobs.router import router as jobs
 from service.results.router import router as results
+from service.retention.router import router as retention
 from service.runs.router import router as runs
 from service.trends.router import router as trends
 
@@ -22,6 +23,7 @@ ROUTERS: list[APIRouter] = [
     trends,
     baselines,
     alerts,
+    retention,
     tokens,
     audit,
     whoami,

@@ -2,7 +2,9 @@
 dispatch every testbed with jobs waiting (the catch-all behind the dispatch that follows each change of a slot),
 then deliver the GitHub feedback that is owed and due (``service.github.outbox``: each job claimed, sent with no
 transaction open, and recorded, in short transactions of its own), and the new alerts owed to projects' webhooks
-(``service.comparisons.alert_outbox``, the same way)."""
+(``service.comparisons.alert_outbox``, the same way). Each sweep also deletes the traces and bundles past their
+project's retention (``service.retention``, a bounded batch per project, in a transaction of its own), at most
+every ``ATTNPROF_RETENTION__INTERVAL_S``."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from service.config import Settings
 from service.db import utcnow
 from service.github import outbox
 from service.jobs import dispatch, sweep
+from service.retention import service as retention
 from worker.cpu.database import sessions
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,8 @@ def run(settings: Settings) -> dict[str, int]:
         for job_id in report.failed:
             log.warning("job %s: failed: out of attempts", job_id)
         offered = dispatch.after_commit(session, settings, report.dispatch)
+        swept = retention.sweep(session, defaults=settings.retention) if retention.due(settings.retention) else None
+        session.commit()
     counts = outbox.deliver_owed(
         sessions(settings.database_url),
         settings,
@@ -49,4 +54,12 @@ def run(settings: Settings) -> dict[str, int]:
     alerts = alert_outbox.deliver_owed(
         sessions(settings.database_url), settings.alert_webhooks, settings.public_url, budget_s=FEEDBACK_BUDGET_S
     )
-    return {"resent": len(report.sends), "failed": len(report.failed), "offered": offered, **counts, **alerts}
+    return {
+        "resent": len(report.sends),
+        "failed": len(report.failed),
+        "offered": offered,
+        "traces_swept": swept.traces if swept else 0,
+        "bundles_swept": swept.bundles if swept else 0,
+        **counts,
+        **alerts,
+    }
