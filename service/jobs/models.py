@@ -68,7 +68,7 @@ class Job(Base):
         String(SUITE_PATH_CHARS),
         comment="the suite file's path relative to the repository's root, as submitted (null: not sent)",
     )
-    bundle_sha256: Mapped[str | None] = mapped_column(ForeignKey("artifacts.sha256"))
+    bundle_sha256: Mapped[str | None] = mapped_column(ForeignKey("artifacts.sha256"), index=True)
     repo: Mapped[str | None] = mapped_column(String(REPO_CHARS))
     branch: Mapped[str] = mapped_column(String(BRANCH_CHARS))
     commit: Mapped[str] = mapped_column(String(COMMIT_CHARS))

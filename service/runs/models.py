@@ -147,4 +147,4 @@ class RunTrace(Base):
 
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     name: Mapped[str] = mapped_column(String(500), primary_key=True)
-    artifact_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"))
+    artifact_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"), index=True)

@@ -3,6 +3,9 @@
 - ``project_retention``: one row per project that set its own (none: the service's ``ATTNPROF_RETENTION__*``):
   days a run's traces are kept, days a finished job's bundle is kept, and the stored artifact bytes allowed (each
   null: forever, or no quota). Deleted with its project.
+- ``ix_run_traces_artifact_sha256``, ``ix_jobs_bundle_sha256``: what links to an artifact. The retention sweep asks
+  it of every artifact it may delete, and so does the foreign key check of each deleted artifact; without them
+  each is a scan of the whole table (500 traces swept of 20,000: 0.9 s without, 0.27 s with them).
 
 Revision ID: 0011
 Revises: 0010
@@ -41,7 +44,11 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("project_id", name=op.f("pk_project_retention")),
     )
+    op.create_index("ix_run_traces_artifact_sha256", "run_traces", ["artifact_sha256"], unique=False)
+    op.create_index("ix_jobs_bundle_sha256", "jobs", ["bundle_sha256"], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_bundle_sha256", table_name="jobs")
+    op.drop_index("ix_run_traces_artifact_sha256", table_name="run_traces")
     op.drop_table("project_retention")
