@@ -13,10 +13,13 @@ import random
 import subprocess
 import tarfile
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -26,7 +29,7 @@ from profiler_core.documents import parse_result
 from service import migrate
 from service.artifacts.models import Artifact
 from service.audit.models import AuditEvent
-from service.config import Retention
+from service.config import Retention, Settings
 from service.db import make_engine, utcnow
 from service.jobs.models import Job
 from service.projects import service as projects
@@ -34,8 +37,10 @@ from service.projects.retention import ProjectRetention, QuotaExceeded, used_byt
 from service.retention import service as retention
 from service.runs import service as runs
 from service.runs.models import Run, RunTrace
+from tests.claiming import bearer, claim, claim_secret
 from tests.pgtest import create_database, drop_database
 from tests.service import svcdocs as docs
+from tests.service.stack import REDIS_URL
 from tests.service.svcconf import Tenant
 from tests.service.svcdocs import SPEC
 from tests.worker.wkstack import ATTNPROF
@@ -73,13 +78,13 @@ def _upload(client: TestClient, tenant: Tenant, commit: str) -> str:
     return str(r.json()["run_id"])
 
 
-def _put_trace(client: TestClient, tenant: Tenant, run_id: str, name: str, blob: bytes):
+def _put_trace(client: TestClient, tenant: Tenant, run_id: str, name: str, blob: bytes) -> Any:
     return client.put(
         f"/api/v1/projects/{tenant.name}/runs/{run_id}/traces/{name}", content=blob, headers=tenant.h("submit")
     )
 
 
-def _submit(client: TestClient, tenant: Tenant, testbed: str, bundle: bytes):
+def _submit(client: TestClient, tenant: Tenant, testbed: str, bundle: bytes) -> Any:
     return client.post(
         f"/api/v1/projects/{tenant.name}/jobs",
         files={"spec": ("attnprof.toml", SPEC.encode()), "bundle": ("src.tar.gz", bundle)},
@@ -111,7 +116,9 @@ def test_settings_are_read_changed_and_reset_and_audited(client: TestClient, ten
     assert len(events) == 3
 
 
-def test_the_service_defaults_apply_until_a_project_sets_its_own(settings, db: Session, tenant: Tenant) -> None:
+def test_the_service_defaults_apply_until_a_project_sets_its_own(
+    settings: Settings, db: Session, tenant: Tenant
+) -> None:
     from service.app import create_app
     from tests.service.stack import bind
 
@@ -143,7 +150,7 @@ def test_the_service_defaults_apply_until_a_project_sets_its_own(settings, db: S
     ],
 )
 def test_bad_settings_answer_422_naming_the_field_and_change_nothing(
-    client: TestClient, tenant: Tenant, db: Session, body: dict, field: str, says: str
+    client: TestClient, tenant: Tenant, db: Session, body: dict[str, object], field: str, says: str
 ) -> None:
     r = client.patch(_url(tenant), json=body, headers=tenant.h())
     assert r.status_code == 422, r.text
@@ -193,6 +200,7 @@ def test_the_quota_refuses_a_bundle_past_it_and_creates_no_job(
     one = _bundle(1)
     assert client.patch(_url(tenant), json={"quota_bytes": len(one) + 10}, headers=tenant.h()).status_code == 200
     assert _submit(client, tenant, testbed, one).status_code == 202
+    redis.Redis.from_url(REDIS_URL).delete(f"profile.{testbed}")
     jobs_before, artifacts_before = db.scalar(select(func.count()).select_from(Job)), _artifacts(db)
     refused = _submit(client, tenant, testbed, _bundle(2))
     assert refused.status_code == 413, refused.text
@@ -222,6 +230,7 @@ def test_the_sweep_removes_what_is_past_retention_and_keeps_the_rest(
         r = _submit(client, tenant, testbed, _bundle(100 + i))
         assert r.status_code == 202, r.text
         job_ids[state] = r.json()["id"]
+    redis.Redis.from_url(REDIS_URL).delete(f"profile.{testbed}")  # the messages: no worker here takes them
     long_ago = utcnow() - timedelta(days=40)
     db.execute(update(Run).where(Run.id.in_([old, pinned, theirs])).values(created_at=long_ago))
     for state, job_id in job_ids.items():
@@ -266,7 +275,7 @@ def test_the_sweep_removes_what_is_past_retention_and_keeps_the_rest(
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path):
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Session]:
     if request.param == "postgres":
         yield request.getfixturevalue("db")
         return
@@ -390,3 +399,40 @@ def test_the_admin_command_sweeps_at_once_and_says_what_it_removed(tmp_path: Pat
         "cli-swept: 1 traces, 0 bundles removed",
         f"1 artifacts deleted, {size / 1024:.1f} KiB ({size} bytes) freed",
     ]
+
+
+def test_the_quota_refuses_a_workers_trace_upload_too(
+    client: TestClient, tenant: Tenant, db: Session, worker_token: tuple[str, str], settings: Settings
+) -> None:
+    """The worker's route (``/internal/jobs/{id}/traces/{name}``) checks the same quota as the API's, here the
+    service's default (``ATTNPROF_RETENTION__QUOTA_BYTES``)."""
+    testbed, wtok = worker_token
+    r = client.post(
+        f"/api/v1/projects/{tenant.name}/jobs",
+        files={"spec": ("attnprof.toml", SPEC.encode())},
+        data={"testbed": testbed, "branch": "feature", "commit": "abc123"},
+        headers=tenant.h("submit"),
+    )
+    assert r.status_code == 202, r.text
+    job_id = r.json()["id"]
+    try:
+        token = claim(client, wtok, job_id, claim_secret(REDIS_URL, testbed, job_id))["token"]
+    finally:
+        redis.Redis.from_url(REDIS_URL).delete(f"profile.{testbed}")
+    doc = docs.h200()
+    result = client.post(f"/internal/jobs/{job_id}/result", json={"attempt": 1, "result": doc}, headers=bearer(token))
+    assert result.status_code == 200, result.text
+    names = [c["trace"] for c in doc["cases"] if c.get("trace")]
+    first, second = _trace(600), _trace(601)
+    quota = len(first) + 100
+    settings.retention.quota_bytes = quota  # the app's own settings object
+
+    def put(name: str, blob: bytes) -> Any:
+        return client.put(f"/internal/jobs/{job_id}/traces/{name}?attempt=1", content=blob, headers=bearer(token))
+
+    assert put(names[0], first).status_code == 204
+    before = _artifacts(db)
+    refused = put(names[1], second)
+    assert refused.status_code == 413 and refused.json()["error"] == "quota_exceeded", refused.text
+    assert f"quota of {quota / 1024:.1f} KiB ({quota} bytes)" in refused.json()["detail"]
+    assert _artifacts(db) == before
