@@ -380,7 +380,8 @@ def audit_log(
             _die(exc.detail)
         page = AuditPage(events=[AuditEventOut.of(r) for r in rows], next=nxt)
     lines = [
-        f"{when(e.created_at)}  {e.kind:17}  token {e.token_id} ({e.token_prefix})  {e.address or '-'}  {e.detail}"
+        f"{when(e.created_at)}  {e.kind:17}  {f'token {e.token_id} ({e.token_prefix})' if e.token_id else 'no token'}  "
+        f"{e.address or '-'}  {e.detail}"
         for e in page.events
     ]
     if nxt:

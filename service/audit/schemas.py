@@ -10,7 +10,10 @@ from service.audit.repository import EventRow
 class AuditEventOut(BaseModel):
     id: int
     created_at: datetime
-    kind: str = Field(description="token.created, token.rotated, token.revoked or token.new_address")
+    kind: str = Field(
+        description="token.created, token.rotated, token.revoked or token.new_address; retention.changed (a "
+        "project's retention or quota, by the token named) or artifacts.swept (by the sweep: no token)"
+    )
     token_id: int | None
     token_prefix: str | None
     project: str | None

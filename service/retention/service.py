@@ -28,6 +28,7 @@ from sqlalchemy.sql import CompoundSelect
 from service.artifacts.models import Artifact
 from service.audit import repository as audit
 from service.audit.address import request_address
+from service.auth.models import Token
 from service.auth.service import Principal
 from service.baselines.models import BaselineRule
 from service.config import Retention
@@ -74,11 +75,12 @@ class SweepReport:
 
 
 def _record(session: Session, *, kind: str, project_id: int, principal: Principal | None, detail: str) -> None:
+    prefix = session.scalar(select(Token.prefix).where(Token.id == principal.token_id)) if principal else None
     audit.add(
         session,
         kind=kind,
         token_id=principal.token_id if principal else None,
-        token_prefix=None,
+        token_prefix=prefix,
         project_id=project_id,
         testbed_id=None,
         address=request_address(),

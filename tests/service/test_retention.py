@@ -111,9 +111,10 @@ def test_settings_are_read_changed_and_reset_and_audited(client: TestClient, ten
     assert client.get(_url(tenant), headers=tenant.h("read")).json()["bundle_days"] == 7
     reset = client.delete(_url(tenant), headers=tenant.h())
     assert reset.status_code == 200 and reset.json()["source"] == "defaults" and reset.json()["trace_days"] is None
-    events = db.scalars(select(AuditEvent.detail).where(AuditEvent.kind == "retention.changed")).all()
-    assert any("traces kept 30 days, bundles kept 7 days, quota none" in d for d in events), events
+    events = db.scalars(select(AuditEvent).where(AuditEvent.kind == "retention.changed")).all()
+    assert any("traces kept 30 days, bundles kept 7 days, quota none" in e.detail for e in events), events
     assert len(events) == 3
+    assert all(e.token_prefix and tenant.admin.startswith(e.token_prefix) for e in events)  # the admin token
 
 
 def test_the_service_defaults_apply_until_a_project_sets_its_own(
