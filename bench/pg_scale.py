@@ -1,7 +1,7 @@
 """Postgres at a multiple of the service-load seed: how big the tables get, what one run's insert costs and what a
 trend query costs, for sizing a deployment (docs/deploy.md).
 
-    .venv/bin/python bench/pg_scale.py --runs 100000 --out bench/reports/data/pg-scale-100k.json   # 10x the seed
+    .venv/bin/python bench/pg_scale.py --runs 100000 --out bench/reports/data/pg-scale/100k.json   # 10x the seed
 
 The database is seeded by ``bench/service_seed.py`` (the service's migrations, then COPY into the service's own
 tables: a year of runs, 10 cases a run from the real H200 run, ``--samples-per-case`` samples a case as one array,
