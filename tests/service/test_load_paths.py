@@ -32,7 +32,7 @@ from service.jobs.models import Job
 from service.projects import service as projects
 from service.runs import repository as run_rows
 from service.runs import service as runs
-from service.testbeds.models import Testbed as TestbedRow
+from service.testbeds.models import Testbed as StoredTestbed
 from tests.pgtest import create_database, drop_database
 from tests.profiling_support import tar_gz
 from tests.service import svcdocs as docs
@@ -70,7 +70,7 @@ def test_a_job_on_a_new_testbed_creates_the_testbed_and_is_enqueued(
     assert r.status_code == 202, r.text
     job = db.get(Job, r.json()["id"])
     assert job is not None and job.status == "queued" and job.pr == 7 and job.ancestors == ["a1", "a0"]
-    assert db.get(TestbedRow, job.testbed_id).name == testbed
+    assert db.get(StoredTestbed, job.testbed_id).name == testbed
     (msg,) = _messages(f"profile.{testbed}")
     assert msg["headers"]["task"] == "profile.run" and msg["headers"]["id"] == msg["properties"]["correlation_id"]
     job_id, attempt, secret = json.loads(base64.b64decode(msg["body"]))[0]
@@ -114,7 +114,7 @@ def test_a_retry_under_a_known_key_leaves_nothing_behind(client: TestClient, ten
     )
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"], again.text
     assert db.execute(text("SELECT count(*) FROM artifacts")).scalar_one() == artifacts
-    assert db.scalars(select(TestbedRow).where(TestbedRow.name == "tb-named-by-a-retry")).first() is None
+    assert db.scalars(select(StoredTestbed).where(StoredTestbed.name == "tb-named-by-a-retry")).first() is None
     assert len(_messages(f"profile.{testbed}")) == 1
 
 
@@ -203,7 +203,7 @@ def test_a_testbed_id_is_remembered_once_read_from_a_committed_row(
     assert testbed not in app.state.testbed_ids  # created by that request: not known to be committed
     second = _post_job(client, tenant.name, tenant.h("submit"), testbed=testbed)
     assert second.status_code == 202, second.text
-    row = db.scalars(select(TestbedRow).where(TestbedRow.name == testbed)).one()
+    row = db.scalars(select(StoredTestbed).where(StoredTestbed.name == testbed)).one()
     assert app.state.testbed_ids[testbed] == row.id
     third = _post_job(client, tenant.name, tenant.h("submit"), testbed=testbed)
     assert {db.get(Job, r.json()["id"]).testbed_id for r in (first, second, third)} == {row.id}
