@@ -11,13 +11,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-# bubblewrap: the jail profile workers run jobs in (Debian's package, installed when missing and this is root).
+# System packages (Debian's, installed when missing and this is root): bubblewrap, the jail profile workers run jobs
+# in; chromium, the browser the dashboard's tests drive; prometheus, whose promtool and server the metrics tests use.
+SYSTEM_TOOLS := bwrap:bubblewrap chromium:chromium promtool:prometheus
 install: $(BIN)/python
-	@if ! command -v bwrap >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
-	      { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; \
-	  else echo "bubblewrap is missing: install it (apt-get install bubblewrap) for the jobs' jail" >&2; fi; fi
+	@for need in $(SYSTEM_TOOLS); do \
+	  tool=$${need%%:*}; pkg=$${need#*:}; \
+	  if ! command -v $$tool >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q $$pkg >/dev/null 2>&1 || \
+	        { apt-get update -q >/dev/null && apt-get install -y -q $$pkg >/dev/null; }; \
+	    else echo "$$pkg is missing: install it (apt-get install $$pkg); the tests that need $$tool say so" >&2; fi; fi; done
 	$(BIN)/pip install --quiet $(TORCH_SPEC)
 	$(BIN)/pip install --quiet -e '.[profile,server,dev]'
 
