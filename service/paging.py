@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from service.errors import BadRequest
 
@@ -25,3 +27,16 @@ def decode(cursor: str | None) -> tuple[datetime, str] | None:
     if not row_id or when.tzinfo is None:
         raise BadRequest("cursor: not a cursor this API returned")
     return when, row_id
+
+
+def page_of(
+    rows: Sequence[Any], limit: int, query: dict[str, str]
+) -> tuple[list[dict[str, Any]], dict[str, str] | None]:
+    """A dashboard page of ``rows`` (fetched as ``limit + 1``, each with ``created_at`` and ``id``): the first ``limit``
+    as dicts, and the query of the next older page (``query`` and the cursor after the last row shown), or None when
+    there is no older row."""
+    shown = [r._asdict() for r in rows[:limit]]
+    if len(rows) <= limit:
+        return shown, None
+    last = shown[-1]
+    return shown, query | {"before": encode(last["created_at"], last["id"])}

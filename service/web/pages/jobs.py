@@ -132,12 +132,8 @@ def jobs_page(
         before=cursor,
         limit=PAGE_JOBS + 1,
     )
-    jobs = [r._asdict() for r in rows[:PAGE_JOBS]]
     filters = {k: v for k, v in {"status": status, "branch": branch, "pr": pr}.items() if v}
-    older = None
-    if len(rows) > PAGE_JOBS:
-        last = jobs[-1]
-        older = filters | {"before": paging.encode(last["created_at"], last["id"])}
+    jobs, older = paging.page_of(rows, PAGE_JOBS, filters)
     return page(
         "jobs.html",
         viewer=viewer,

@@ -71,12 +71,8 @@ def runs_page(
         before=cursor,
         limit=PAGE_RUNS + 1,
     )
-    runs = [r._asdict() for r in rows[:PAGE_RUNS]]
     filters = {k: v for k, v in {"branch": branch, "pr": pr, "testbed": testbed}.items() if v}
-    older = None
-    if len(rows) > PAGE_RUNS:
-        last = runs[-1]
-        older = filters | {"before": paging.encode(last["created_at"], last["id"])}
+    runs, older = paging.page_of(rows, PAGE_RUNS, filters)
     return page(
         "runs.html",
         viewer=viewer,
