@@ -33,6 +33,7 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, float]] = {
         "throughput": 0.02,
         "variance": 0.5,
         "dram_bytes": 0.10,
+        "paired": 0.005,
         "fdr": 0.05,
     },
     "cpu": {
@@ -41,6 +42,7 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, float]] = {
         "throughput": 0.30,
         "variance": 1.0,
         "dram_bytes": 0.10,
+        "paired": 0.05,
         "fdr": 0.05,
     },
 }
@@ -75,6 +77,7 @@ class Resolved:
     throughput: float
     variance: float
     dram_bytes: float
+    paired: float
     fdr: float
     accuracy: float | None  # None: each document's own tolerance applies
 
@@ -83,7 +86,7 @@ class Resolved:
         return float(getattr(self, metric))
 
     def as_dict(self) -> dict[str, float]:
-        out = {k: float(getattr(self, k)) for k in (*TIMING_METRICS, "variance", "dram_bytes", "fdr")}
+        out = {k: float(getattr(self, k)) for k in (*TIMING_METRICS, "variance", "dram_bytes", "paired", "fdr")}
         if self.accuracy is not None:
             out["accuracy"] = self.accuracy
         return out

@@ -70,6 +70,16 @@ class Finding(_Model):
     p: float | None = None
     q: float | None = Field(None, description="Benjamini-Hochberg adjusted p over the whole comparison")
     detail: str | None = Field(None, description="why, in words")
+    rounds: int | None = Field(None, description="paired comparisons: the pairs of rounds the test used")
+    stopped_by: str | None = Field(
+        None, description="paired comparisons: slower, faster, same, max_rounds (ambiguous) or failed"
+    )
+    more_rounds: int | None = Field(
+        None, description="paired comparisons, ambiguous: about how many more pairs of rounds would settle it"
+    )
+    cycles_change: float | None = Field(
+        None, description="paired comparisons on CUDA: the change of time x SM clock (cycles), so clock drift cancels"
+    )
     kernels: list[KernelMove] = Field(default_factory=list, description="for timing findings: what moved")
 
 
@@ -106,8 +116,26 @@ class ComparisonSettings(_Model):
     precedence: str = Field(description="order in which threshold sources override one another")
 
 
+class PairedInfo(_Model):
+    """How a paired comparison was made (``mode: paired``): base and head interleaved on one device."""
+
+    base_run: str = Field(description="id of the base side's result document: evidence here, never a stored run")
+    rounds: int = Field(description="pairs of rounds over all cases")
+    max_pairs: int = Field(description="pairs a case may take at most")
+    min_effect: float = Field(description="minimum relative change of latency (before case overrides)")
+    alpha: float = Field(description="two-sided error level of each case's sequence of looks")
+    isolation: str = Field(description="how the two trees were kept apart")
+    stopped: dict[str, int] = Field(description="cases by stopping reason")
+    wall_s: float | None = Field(None, description="wall time of the paired run, seconds")
+
+
 class ComparisonDocument(_Model):
     schema_: Literal["attnprof.comparison/v1"] = Field(COMPARISON_SCHEMA, alias="schema")
+    mode: Literal["history", "paired"] = Field(
+        "history",
+        description="history: the candidate against stored baseline runs; paired: the merge base and the head "
+        "profiled interleaved on one device in the same job",
+    )
     verdict: Verdict
     baseline: list[str] | None = Field(description="ids of the pooled baseline runs; null when there was none")
     candidate: str = Field(description="id of the candidate run")
@@ -120,6 +148,7 @@ class ComparisonDocument(_Model):
     findings: list[Finding] = Field(default_factory=list)
     summary: Summary
     settings: ComparisonSettings
+    paired: PairedInfo | None = Field(None, description="for mode paired: the rounds and how they stopped")
 
     def to_json(self, *, indent: int | None = 2) -> str:
         return self.model_dump_json(by_alias=True, indent=indent)

@@ -90,6 +90,9 @@ class Thresholds(_Model):
     throughput: NonNegative | None = Field(None, description="minimum relative change of achieved TFLOP/s")
     variance: NonNegative | None = Field(None, description="minimum relative change of the spread")
     dram_bytes: NonNegative | None = Field(None, description="minimum relative change of DRAM bytes")
+    paired: NonNegative | None = Field(
+        None, description="minimum relative change of latency in a paired comparison (base and head interleaved)"
+    )
     accuracy: NonNegative | None = Field(None, description="tolerance override on the relative L2 error")
     fdr: Annotated[float, Field(gt=0.0, lt=1.0)] | None = Field(None, description="false-discovery level")
 

@@ -151,8 +151,10 @@ class _Timing:
     waiting_ns: int = 0
     waits_known: bool = True
     rounds: int = 0
+    last: TimingResult | None = None  # the latest round's own result (a paired run compares rounds)
 
     def add(self, timing: TimingResult, before: env.ThreadTimes | None, after: env.ThreadTimes | None) -> None:
+        self.last = timing
         self.samples.extend(timing.samples_us)
         self.stopped_by.append(timing.stopped_by)
         self.clocks.extend(timing.clocks_mhz or [])
@@ -234,6 +236,7 @@ def run_case(
     trace_dir: Path | None,
     seed: int,
     nvml: env.Nvml | None,
+    config: TimingConfig | None = None,
 ) -> Case | _Pending:
     """Profile one case's first round: build it, time its share of the samples, trace it, check its accuracy.
     Returns the failed case's record, or what the later rounds and :func:`_pool` finish. Never raises for a problem
@@ -247,7 +250,12 @@ def run_case(
             workload = build_workload(spec, device, seed=seed)
             with workload.context():
                 first = _time_round(
-                    workload, suite.timing.round_config(), device=device, flusher=flusher, nvml=nvml, timing=timing
+                    workload,
+                    config or suite.timing.round_config(),
+                    device=device,
+                    flusher=flusher,
+                    nvml=nvml,
+                    timing=timing,
                 )
                 trace = trace_iterations(
                     workload, device=device, iterations=suite.timing.trace_iters, flusher=flusher, out_path=trace_path
@@ -300,6 +308,7 @@ def run_round(
     flusher: Flusher,
     seed: int,
     nvml: env.Nvml | None,
+    config: TimingConfig | None = None,
 ) -> Case | None:
     """One more round of a case timed before: built again (its tensors land elsewhere), warmed up, its share of the
     samples added. Returns the failed case's record if this round failed, else None."""
@@ -311,7 +320,7 @@ def run_round(
             with workload.context():
                 _time_round(
                     workload,
-                    suite.timing.round_config(),
+                    config or suite.timing.round_config(),
                     device=device,
                     flusher=flusher,
                     nvml=nvml,
@@ -408,88 +417,128 @@ def calibrate(device: str, cache_dir: Path, *, tries: int = 3, pause_s: float = 
     return path, None
 
 
+class SuiteSession:
+    """One process's profiling of a suite: the device, its health, the peaks and the flush buffer, opened once;
+    cases profiled one round at a time (``first`` then ``again``); ``document`` pools them into the result.
+
+    ``profile_suite`` drives it over every case and round; a paired run drives one per source tree, each in a
+    process of its own, round by round (``profiler_core.measure.paired``)."""
+
+    def __init__(self, suite: Suite, options: ProfileOptions, *, round_config: TimingConfig | None = None) -> None:
+        self.suite = suite
+        self.options = options
+        self.device = resolve_device(options.device)
+        if options.counters not in ("none", "ncu"):
+            raise DeviceError(f"--counters must be none or ncu, not {options.counters!r}")
+        self.ncu = None
+        if options.counters == "ncu":
+            from profiler_core.measure.counters import find_ncu
+
+            self.ncu = find_ncu(self.device, options.ncu_path)
+        self.started = time.perf_counter()
+        self.created = datetime.now(UTC)
+        torch.manual_seed(options.seed)
+        self.nvml = env.Nvml.open(own_pid_namespace=options.own_pid_namespace) if self.device == "cuda" else None
+        self.environment = collect_environment(self.device, self.nvml, options.cache_dir)
+        self.environment.health_start = self.nvml.health() if self.nvml else None
+        self.flusher = Flusher(self.device)
+        self.round_config = round_config or suite.timing.round_config()
+        self.records: dict[str, Case | _Pending] = {}
+
+    def first(self, spec: CaseSpec) -> Case | _Pending:
+        """The case's first round, its trace and its accuracy check."""
+        record = run_case(
+            spec,
+            self.suite,
+            device=self.device,
+            environment=self.environment,
+            flusher=self.flusher,
+            trace_dir=self.options.trace_dir,
+            seed=self.options.seed,
+            nvml=self.nvml,
+            config=self.round_config,
+        )
+        self.records[spec.id] = record
+        return record
+
+    def again(self, case_id: str) -> Case | _Pending:
+        """One more round of a case whose first round ran; a case that failed stays failed."""
+        record = self.records[case_id]
+        if isinstance(record, _Pending):
+            failed = run_round(
+                record,
+                self.suite,
+                device=self.device,
+                flusher=self.flusher,
+                seed=self.options.seed,
+                nvml=self.nvml,
+                config=self.round_config,
+            )
+            if failed is not None:
+                self.records[case_id] = record = failed
+        return record
+
+    def document(self, progress: Progress | None = None, steps: int = 0) -> ResultDocument:
+        """Pool every case's rounds and assemble the result document (the counter pass runs here, when asked)."""
+        device, environment, nvml = self.device, self.environment, self.nvml
+        clocks: list[float] = []
+        cases = []
+        for record in self.records.values():
+            if isinstance(record, _Pending):
+                clocks.extend(record.timing.clocks)
+                cases.append(_pool(record, environment, device=device))
+            else:
+                cases.append(record)
+        environment.health_end = nvml.health() if nvml else None
+        # Counted before the clock check adds its own marks: this is the run's verdict on disturbances alone.
+        timed = [c for c in cases if c.latency_us is not None and c.latency_us.samples]
+        disturbed = sum(1 for c in timed if c.suspect)
+        if self.ncu is not None:
+            from profiler_core.measure.counters import run_counter_pass
+
+            run_counter_pass(self.ncu, self.suite, cases, progress=progress)
+        if device == "cuda":
+            top = environment.health_start.max_sm_clock_mhz if environment.health_start else None
+            reasons = env.suspect_reasons(environment.health_start, environment.health_end)
+            reasons += env.mark_clock_drops(cases, max([top or 0.0, *clocks]) or None)
+        else:
+            reasons = env.cpu_suspect_reasons()
+        reasons += env.disturbed_run_reasons(disturbed, len(timed))
+        if progress:
+            progress("done", steps, steps, "")
+        return ResultDocument(
+            run=RunInfo(
+                id=str(uuid.uuid4()),
+                created_at=self.created,
+                tool_version=__version__,
+                mode=device,
+                counters=self.options.counters,
+                suspect=reasons or None,
+                command=self.options.command,
+                wall_s=round(time.perf_counter() - self.started, 3),
+            ),
+            suite=SuiteInfo(
+                name=self.suite.name, thresholds=self.suite.thresholds, source_sha256=self.suite.source_sha256
+            ),
+            environment=environment,
+            cases=cases,
+        )
+
+
 def profile_suite(suite: Suite, options: ProfileOptions, progress: Progress | None = None) -> ResultDocument:
     """Profile every case of ``suite`` (or ``options.cases``) and return the result document."""
-    device = resolve_device(options.device)
-    if options.counters not in ("none", "ncu"):
-        raise DeviceError(f"--counters must be none or ncu, not {options.counters!r}")
-    ncu = None
-    if options.counters == "ncu":
-        from profiler_core.measure.counters import find_ncu
-
-        ncu = find_ncu(device, options.ncu_path)
-    started = time.perf_counter()
-    created = datetime.now(UTC)
-    torch.manual_seed(options.seed)
-    nvml = env.Nvml.open(own_pid_namespace=options.own_pid_namespace) if device == "cuda" else None
-    environment = collect_environment(device, nvml, options.cache_dir)
-    environment.health_start = nvml.health() if nvml else None
-    flusher = Flusher(device)
+    session = SuiteSession(suite, options)
     specs = options.cases if options.cases is not None else suite.cases
     rounds = suite.timing.effective_rounds
     steps = len(specs) * rounds
-    clocks: list[float] = []
-    records: list[Case | _Pending] = []
     for i, spec in enumerate(specs):
         if progress:
             progress("case", i, steps, spec.id)
-        records.append(
-            run_case(
-                spec,
-                suite,
-                device=device,
-                environment=environment,
-                flusher=flusher,
-                trace_dir=options.trace_dir,
-                seed=options.seed,
-                nvml=nvml,
-            )
-        )
+        session.first(spec)
     # The later rounds: every case again, in suite order, so each case's samples span the whole run.
     for r in range(1, rounds):
-        for i, record in enumerate(records):
+        for i, spec in enumerate(specs):
             if progress:
-                progress("case", r * len(specs) + i, steps, specs[i].id)
-            if isinstance(record, _Pending):
-                failed = run_round(record, suite, device=device, flusher=flusher, seed=options.seed, nvml=nvml)
-                if failed is not None:
-                    records[i] = failed
-    cases = []
-    for record in records:
-        if isinstance(record, _Pending):
-            clocks.extend(record.timing.clocks)
-            cases.append(_pool(record, environment, device=device))
-        else:
-            cases.append(record)
-    environment.health_end = nvml.health() if nvml else None
-    # Counted before the clock check adds its own marks: this is the run's verdict on disturbances alone.
-    timed = [c for c in cases if c.latency_us is not None and c.latency_us.samples]
-    disturbed = sum(1 for c in timed if c.suspect)
-    if ncu is not None:
-        from profiler_core.measure.counters import run_counter_pass
-
-        run_counter_pass(ncu, suite, cases, progress=progress)
-    if device == "cuda":
-        top = environment.health_start.max_sm_clock_mhz if environment.health_start else None
-        reasons = env.suspect_reasons(environment.health_start, environment.health_end)
-        reasons += env.mark_clock_drops(cases, max([top or 0.0, *clocks]) or None)
-    else:
-        reasons = env.cpu_suspect_reasons()
-    reasons += env.disturbed_run_reasons(disturbed, len(timed))
-    if progress:
-        progress("done", steps, steps, "")
-    return ResultDocument(
-        run=RunInfo(
-            id=str(uuid.uuid4()),
-            created_at=created,
-            tool_version=__version__,
-            mode=device,
-            counters=options.counters,
-            suspect=reasons or None,
-            command=options.command,
-            wall_s=round(time.perf_counter() - started, 3),
-        ),
-        suite=SuiteInfo(name=suite.name, thresholds=suite.thresholds, source_sha256=suite.source_sha256),
-        environment=environment,
-        cases=cases,
-    )
+                progress("case", r * len(specs) + i, steps, spec.id)
+            session.again(spec.id)
+    return session.document(progress, steps)

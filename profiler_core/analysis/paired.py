@@ -1,0 +1,213 @@
+"""``compare_paired``: the head against the merge base, profiled interleaved on one device (DESIGN 5).
+
+The timing finding of each case comes from its paired round differences (``paired_stats``), with the case's
+paired minimum effect (``thresholds.paired``: 0.5% on CUDA by default; a suite's or case's table overrides it);
+its p-value (adjusted over the looks) joins Benjamini-Hochberg across the comparison as in a stored-history
+comparison. Status, backend, accuracy and DRAM-byte findings and the kernels that moved are read from the two
+sides' result documents exactly as a stored-history comparison reads them, with the base as the one baseline.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+
+from profiler_core.analysis.checks import accuracy_finding, backend_finding, status_finding
+from profiler_core.analysis.compare import _excuse_suspect_cases, _no_baseline, _order, _software_diff, _summary, _worst
+from profiler_core.analysis.config import PRECEDENCE, PRIOR_RUNS, default_noise_floor, resolve
+from profiler_core.analysis.errors import AnalysisError
+from profiler_core.analysis.kernels import kernel_moves
+from profiler_core.analysis.paired_stats import Rule, assess, log_ratios, run
+from profiler_core.analysis.stats import benjamini_hochberg
+from profiler_core.analysis.timing import CI_LEVEL, Tested, _naming, _rate, decide, dram_finding
+from profiler_core.documents.comparison import (
+    ComparisonDocument,
+    ComparisonSettings,
+    Finding,
+    Interval,
+    PairedInfo,
+    Verdict,
+)
+from profiler_core.documents.paired import PairedCase, PairedDocument
+from profiler_core.documents.result import Case, ResultDocument, Thresholds
+from profiler_core.units import fmt_duration_us
+
+
+def rule_for(paired: PairedDocument, min_effect: float) -> Rule:
+    """The document's rule with a case's own minimum effect."""
+    r = paired.rule
+    step = r.looks[1] - r.looks[0] if len(r.looks) > 1 else 1
+    return Rule(min_effect=min_effect, alpha=r.alpha, min_pairs=r.min_pairs, max_pairs=r.max_pairs, step=step)
+
+
+def compare_paired(
+    base: ResultDocument,
+    head: ResultDocument,
+    paired: PairedDocument,
+    *,
+    config: Thresholds | None = None,
+) -> ComparisonDocument:
+    """Decide ``pass``, ``warn`` or ``fail`` for ``head`` against ``base`` from the pairs in ``paired``.
+
+    ``config`` overrides the head's suite-level thresholds (a case's own still win). Raises ``AnalysisError``
+    when the three documents do not belong together."""
+    if paired.base_run != base.run.id or paired.head_run != head.run.id:
+        raise AnalysisError(
+            f"the paired document joins base {paired.base_run} and head {paired.head_run}, "
+            f"not {base.run.id} and {head.run.id}"
+        )
+    if not head.cases:
+        raise AnalysisError(f"head {head.run.id} has no cases")
+    mode = head.run.mode
+    th = resolve(mode, head.suite.thresholds, config)
+    settings = ComparisonSettings(
+        mode=mode,
+        thresholds=th.as_dict(),
+        fdr=th.fdr,
+        noise_floor=default_noise_floor(mode),
+        noise_floor_source="default",
+        prior_runs=PRIOR_RUNS,
+        ci_level=CI_LEVEL,
+        bootstrap=0,
+        seed=0,
+        precedence=PRECEDENCE,
+    )
+    base_cases = {c.id: c for c in base.cases}
+    findings: list[Finding] = []
+    tested: list[Tested] = []
+    compared = 0
+    for case in head.cases:
+        before = base_cases.get(case.id)
+        if before is None:
+            findings.append(_no_baseline(case.id, case.status))
+            continue
+        compared += 1
+        cth = resolve(mode, head.suite.thresholds, config, case.thresholds)
+        for check in (
+            status_finding(case.id, [before], case),
+            backend_finding(case.id, [before], case),
+            accuracy_finding(case.id, [before], case, cth.accuracy),
+            dram_finding(case.id, [before], case, cth),
+        ):
+            if check is not None:
+                findings.append(check)
+        rounds = paired.case(case.id)
+        if rounds is None or len(rounds.pairs) < 2 or case.status != "ok" or before.status != "ok":
+            continue
+        tested.append(_paired_finding(case, before, rounds, rule_for(paired, cth.paired)))
+    q_values = benjamini_hochberg([t.finding.p if t.finding.p is not None else 1.0 for t in tested])
+    for t, q in zip(tested, q_values, strict=True):
+        f = decide(t, q, th.fdr)
+        if f.stopped_by == "max_rounds" and f.status == "unchanged":
+            # Not shown to be within the minimum effect: the rounds ran out first.
+            f.status = "inconclusive"
+        findings.append(f)
+    notes = [
+        f"paired run on one {head.environment.device.name}: the merge base and the head interleaved (ABBA), "
+        f"{sum(len(c.pairs) for c in paired.cases)} pairs of rounds; the base's samples join no history"
+    ]
+    verdict: Verdict = "pass"
+    missing = sorted(set(base_cases) - {c.id for c in head.cases})
+    if missing:
+        verdict = "warn"
+        notes.append(f"{len(missing)} base case(s) absent from the head: {', '.join(missing[:5])}")
+    ambiguous = [f.case for f in findings if f.stopped_by == "max_rounds"]
+    if ambiguous:
+        notes.append(
+            f"{len(ambiguous)} case(s) ambiguous after {paired.rule.max_pairs} pairs: neither a change past the "
+            "minimum effect nor the same within it; each finding says how many more pairs would settle it"
+        )
+    _excuse_suspect_cases(head, findings, notes)
+    verdict = _worst(verdict, *(f.verdict for f in findings))
+    if base.run.suspect:
+        notes.append(f"the base side is suspect: {'; '.join(base.run.suspect)}")
+    if head.run.suspect:
+        reasons = "; ".join(head.run.suspect)
+        if verdict == "fail":
+            notes.append(f"would fail, but the head run is suspect ({reasons}): a suspect run never fails")
+            verdict = "warn"
+        else:
+            verdict = _worst(verdict, "warn")
+            notes.append(f"the head run is suspect ({reasons}): its numbers are doubtful")
+    findings.sort(key=_order)
+    return ComparisonDocument(
+        mode="paired",
+        verdict=verdict,
+        baseline=[base.run.id],
+        candidate=head.run.id,
+        testbed_baseline=[base.environment.testbed_key],
+        testbed_candidate=head.environment.testbed_key,
+        testbed_mismatch=base.environment.testbed_key != head.environment.testbed_key,
+        software=_software_diff([base], head),
+        suspect=head.run.suspect,
+        notes=notes,
+        findings=findings,
+        summary=_summary(head, compared, findings),
+        settings=settings,
+        paired=PairedInfo(
+            base_run=base.run.id,
+            rounds=sum(len(c.pairs) for c in paired.cases),
+            max_pairs=paired.rule.max_pairs,
+            min_effect=th.paired,
+            alpha=paired.rule.alpha,
+            isolation=paired.isolation,
+            stopped=dict(Counter(c.stopped_by for c in paired.cases)),
+            wall_s=paired.wall_s,
+        ),
+    )
+
+
+def _paired_finding(case: Case, before: Case, rounds: PairedCase, rule: Rule) -> Tested:
+    pairs = rounds.pairs
+    base_us = [p.base_us for p in pairs]
+    head_us = [p.head_us for p in pairs]
+    d = log_ratios(base_us, head_us)
+    settled = run(d, rule)
+    # What the rounds stopped on is the record; the test above is the same rule read again from the pairs.
+    result = settled if settled.pairs == len(d) else assess(d, rule, final=True)
+    cycles = None
+    if all(p.base_mhz and p.head_mhz for p in pairs):
+        c = [x + math.log((p.head_mhz or 1) / (p.base_mhz or 1)) for x, p in zip(d, pairs, strict=True)]
+        cycles = assess(c, rule, final=True).change
+    metric, unit, work = _naming([before], case)
+    b_med, h_med = statistics.median(base_us), statistics.median(head_us)
+    if work is None:
+        change, low, high = result.change, result.low, result.high
+    else:  # a rate's relative change is the reciprocal of the time ratio
+        change = 1 / (1 + result.change) - 1
+        low, high = 1 / (1 + result.high) - 1, 1 / (1 + result.low) - 1
+    stopped = rounds.stopped_by
+    detail = (
+        f"paired: {result.pairs} pairs of rounds on one device (base {fmt_duration_us(b_med, ascii=True)}, head "
+        f"{fmt_duration_us(h_med, ascii=True)}, medians of the rounds); head/base time {result.change:+.2%} "
+        f"[{result.low:+.2%}, {result.high:+.2%}] at {result.level:.2%}; sd of the pairs {math.expm1(result.sd):.2%}"
+    )
+    if cycles is not None:
+        detail += f"; time x SM clock {cycles:+.2%}"
+    if result.state == "ambiguous" and result.more_pairs is not None:
+        detail += f"; ambiguous: about {result.more_pairs} more pairs would settle it"
+    finding = Finding(
+        case=case.id,
+        metric=metric,
+        status="unchanged",
+        verdict="pass",
+        baseline=_rate(b_med, work),
+        candidate=_rate(h_med, work),
+        unit=unit,
+        change=change,
+        higher_is_better=work is not None,
+        threshold=rule.min_effect,
+        ci=Interval(low=low, high=high, level=result.level),
+        p=result.p,
+        detail=detail,
+        rounds=result.pairs,
+        stopped_by=stopped,
+        more_rounds=result.more_pairs if result.state == "ambiguous" else None,
+        cycles_change=cycles,
+        kernels=kernel_moves([before.kernels], case.kernels, case_us=b_med),
+    )
+    if result.state == "same":
+        # Shown to be within the minimum effect: not a change, whatever its p.
+        finding.p = 1.0
+    return Tested(finding, rule.min_effect, "fail")
