@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from attnprof.contract.links import Links
 from profiler_core.documents.comparison import ComparisonDocument, Finding
 from profiler_core.documents.result import ResultDocument
+from service.github import paired as paired_words
 from service.github import regressions as ranked
 from service.github import tables
 from service.github.budget import COMMENT_BUDGET_CHARS, GITHUB_COMMENT_MAX_CHARS, Budget, github_chars
@@ -68,6 +69,12 @@ class CommentInput:
     baseline: ResultDocument | None = None
     traces: frozenset[str] | None = None
     suite_path: str | None = None
+    history: ComparisonDocument | None = None
+    history_id: str | None = None
+
+
+def _paired(inp: CommentInput) -> bool:
+    return inp.comparison is not None and inp.comparison.mode == "paired"
 
 
 def _links(inp: CommentInput, cases: list[str]) -> list[str]:
@@ -79,6 +86,8 @@ def _links(inp: CommentInput, cases: list[str]) -> list[str]:
         links.append(f"[run]({ui.ui_run(inp.project, inp.run_id)})")
     if inp.comparison_id:
         links.append(f"[comparison]({ui.ui_comparison(inp.project, inp.comparison_id)})")
+    if _paired(inp) and inp.history_id:
+        links.append(f"[history comparison]({ui.ui_comparison(inp.project, inp.history_id)})")
     traces = []
     for case in cases:
         found = inp.candidate.case(case) if inp.candidate is not None else None
@@ -192,8 +201,9 @@ def _head(inp: CommentInput, doc: ComparisonDocument) -> tuple[list[str], int]:
     baselines = len(doc.baseline or [])
     by_case = case_outcomes(doc)
     counts = {status: sum(1 for v in by_case.values() if v == status) for status in _CASE_ORDER}
+    against = "the head against its merge base" if doc.mode == "paired" else f"against {baselines} baseline run(s)"
     out = [
-        f"{s.compared} of {s.cases} cases compared against {baselines} baseline run(s) "
+        f"{s.compared} of {s.cases} cases compared {against} "
         f"(testbed `{doc.testbed_candidate}`): {counts['regressed']} regressed, {counts['improved']} improved, "
         f"{counts['inconclusive']} inconclusive, {counts['unchanged']} unchanged "
         f"({len(doc.findings)} finding(s) over their metrics)."
@@ -285,6 +295,13 @@ def render(inp: CommentInput, *, budget_chars: int = COMMENT_BUDGET_CHARS, kerne
     if doc is None:
         return _fit("\n".join(out + _no_verdict(inp)), inp, budget_chars)
     head, notes_left = _head(inp, doc)
+    if doc.mode == "paired":
+        # where the verdict came from, up front; then the counts, and what the stored history said beside it
+        history = []
+        if inp.history is not None:
+            page = Links(inp.public_url).ui_comparison(inp.project, inp.history_id) if inp.history_id else None
+            history = paired_words.history_line(inp.history, f"[its page]({page})" if page else None)
+        head = [*paired_words.lead(doc), "", head[0], *history, *head[1:]]
     out += head
     order = ranked.by_impact(doc, inp.baseline, inp.candidate)
     cases = [r.case for r in order]
@@ -300,6 +317,12 @@ def render(inp: CommentInput, *, budget_chars: int = COMMENT_BUDGET_CHARS, kerne
     if len(shown) < len(order):
         left.append(f"the lines of {_plural(len(order) - len(shown), 'more regressed case', 'more regressed cases')}")
         out.append(f"- … and {len(order) - len(shown)} more")
+    if doc.mode == "paired":
+        # each case's stopping reason comes before the kernel tables: it says how sure the verdict is
+        rounds, rows_left = paired_words.rounds_table(doc, budget)
+        out += rounds
+        if rows_left:
+            left.append(f"the paired rounds of {_plural(rows_left, 'case', 'cases')}")
     tabled = 0
     for reg in order[: len(shown)] if kernel_tables else []:
         section = [line for f in reg.findings for line in _section(inp, f)]

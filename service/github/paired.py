@@ -1,0 +1,123 @@
+"""What the PR comment says of a paired comparison (``mode: paired``, DESIGN 5): that its verdict came from the merge
+base and the head profiled interleaved on one GPU, how each case's rounds stopped, and, beside it, what the
+stored-history comparison of the same run said.
+
+Pure: no database, no network. The words of a finding's stopping reason (``stopping``) are the dashboard's too.
+Changes are fractions in the documents and percentages here.
+"""
+
+from __future__ import annotations
+
+from profiler_core.documents.comparison import ComparisonDocument, Finding
+from profiler_core.units import fmt_percent
+from service.github import tables
+from service.github.budget import Budget
+from service.github.regressions import CASE_TIME, clip
+
+STOP_ORDER = ("slower", "faster", "same", "max_rounds", "failed")
+"""The stopping reasons, in the order they are counted."""
+_STOP_WORDS = {
+    "slower": "slower",
+    "faster": "faster",
+    "same": "the same",
+    "max_rounds": "ambiguous",
+    "failed": "failed",
+}
+_ROW_ORDER = {"regressed": 0, "inconclusive": 1, "improved": 2, "unchanged": 3}
+_ICONS = {"regressed": "🔴", "improved": "🟢", "inconclusive": "❔"}
+_HISTORY_REGRESSED_MAX = 3  # regressed cases of the stored-history comparison named in its line
+
+
+def _pairs(n: int | None) -> str:
+    return "–" if n is None else f"{n} pair{'' if n == 1 else 's'}"
+
+
+def stopping(f: Finding) -> str | None:
+    """Why the rounds of ``f``'s case stopped, in words: "slower after 4 pairs", "the same within ±0.5% after 6
+    pairs", "ambiguous after 15 pairs; ~40 more would settle it". None for a finding of no paired test."""
+    if f.stopped_by is None:
+        return None
+    if f.stopped_by == "max_rounds":
+        more = f"; ~{f.more_rounds:,} more would settle it" if f.more_rounds is not None else ""
+        return f"ambiguous after {_pairs(f.rounds)}{more}"
+    if f.stopped_by == "failed":
+        return "failed: a side gave no round"
+    within = (
+        f" within ±{fmt_percent(f.threshold, digits=1)}" if f.stopped_by == "same" and f.threshold is not None else ""
+    )
+    return f"{_STOP_WORDS.get(f.stopped_by, f.stopped_by)}{within} after {_pairs(f.rounds)}"
+
+
+def stopped_counts(doc: ComparisonDocument) -> str:
+    """The cases by stopping reason: "1 slower, 2 the same, 1 ambiguous" (the reasons in ``STOP_ORDER``)."""
+    stopped = doc.paired.stopped if doc.paired is not None else {}
+    known = [r for r in STOP_ORDER if stopped.get(r)] + sorted(r for r in stopped if r not in STOP_ORDER)
+    return ", ".join(f"{stopped[r]} {_STOP_WORDS.get(r, r)}" for r in known) or "no case stopped"
+
+
+def lead(doc: ComparisonDocument) -> list[str]:
+    """The paragraph that says where the verdict came from: a paired run on one GPU, its pairs of rounds, the
+    minimum effect, how the cases stopped."""
+    info = doc.paired
+    if info is None:
+        return []
+    wall = f" in {info.wall_s:,.0f} s" if info.wall_s is not None else ""
+    return [
+        "",
+        f"**Paired run on one GPU:** this verdict comes from the merge base and the head profiled interleaved on the "
+        f"same GPU (ABBA rounds, one process per side), {_pairs(info.rounds)} of rounds over all cases{wall} "
+        f"(at most {info.max_pairs} per case), minimum effect {fmt_percent(info.min_effect, digits=1)}. "
+        f"Cases stopped: {stopped_counts(doc)}.",
+    ]
+
+
+def history_line(history: ComparisonDocument, link: str | None) -> list[str]:
+    """One line on the stored-history comparison beside the paired one: its verdict and what it counted, the first
+    of its regressed cases named; ``link`` (markdown) to its page."""
+    s = history.summary
+    regressed = list(dict.fromkeys(f.case for f in history.findings if f.status == "regressed"))
+    named = ", ".join(f"`{clip(c)}`" for c in regressed[:_HISTORY_REGRESSED_MAX])
+    more = f" and {len(regressed) - _HISTORY_REGRESSED_MAX} more" if len(regressed) > _HISTORY_REGRESSED_MAX else ""
+    against = "no baseline run" if history.baseline is None else f"{len(history.baseline)} stored baseline run(s)"
+    text = (
+        f"Beside it, the stored-history comparison (against {against}) says **{history.verdict}**, which does not "
+        f"decide: {s.regressed} regressed, {s.improved} improved, {s.inconclusive} inconclusive, "
+        f"{s.unchanged} unchanged finding(s)"
+    )
+    text += f"; regressed: {named}{more}" if named else ""
+    text += f" ({link})." if link else "."
+    return ["", text]
+
+
+def _row(f: Finding) -> str:
+    interval = f"[{tables.pct(f.ci.low)}, {tables.pct(f.ci.high)}] ({f.ci.level:.0%})" if f.ci else "–"
+    clock = tables.pct(f.cycles_change) if f.cycles_change is not None else "–"
+    return (
+        f"| {_ICONS.get(f.status, '')} | `{tables.cell(f.case)}` | {clip(stopping(f) or '–', 200)} "
+        f"| {f.metric} {tables.pct(f.change)} | {interval} | {clock} |"
+    )
+
+
+def rounds_table(doc: ComparisonDocument, budget: Budget) -> tuple[list[str], int]:
+    """The table of each case's rounds (regressed, then ambiguous, improved, the same), as many rows as ``budget``
+    holds; and how many rows it left out."""
+    timing = [f for f in doc.findings if f.metric in CASE_TIME and f.stopped_by is not None]
+    if not timing:
+        return [], 0
+    timing.sort(key=lambda f: (_ROW_ORDER.get(f.status, 4), f.case))
+    head = [
+        "",
+        f"### Paired rounds per case ({len(timing)})",
+        "",
+        "| | Case | Stopped | Change | Interval | Time × SM clock |",
+        "|---|---|---|---:|---|---:|",
+    ]
+    if not budget.take(head):
+        return [], len(timing)
+    rows = []
+    for f in timing:
+        row = _row(f)
+        if not budget.take([row]):
+            break
+        rows.append(row)
+    return head + rows, len(timing) - len(rows)
