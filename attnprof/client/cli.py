@@ -113,6 +113,14 @@ def submit(
             "it (default: from git, GITHUB_WORKSPACE or --source)"
         ),
     ] = None,
+    paired: Annotated[
+        bool,
+        typer.Option(
+            "--paired",
+            help="also send --source as it was at the merge base (git archive of that commit): the service profiles "
+            "both trees interleaved on one GPU and compares them pair by pair; needs the history (not a shallow clone)",
+        ),
+    ] = False,
     wait: Annotated[bool, typer.Option("--wait", help="wait for the verdict and exit by it")] = False,
     timeout: Annotated[
         float,
@@ -129,6 +137,7 @@ def submit(
     import httpx
     from rich.console import Console
 
+    from attnprof.client import base_tree as client_base_tree
     from attnprof.client import http as client
     from attnprof.client import source as client_source
     from attnprof.contract.links import Links
@@ -143,17 +152,26 @@ def submit(
         spec = suite.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise _die(f"{suite}: cannot read the suite file: {exc}") from None
+    if paired and source is None:
+        # Without --source no code is sent for the head either: both sides would run the same code.
+        raise _die("--paired needs --source: the folder sent as it is (the head) and as it was at the merge base")
     root = source if source is not None else suite.parent
     git = client_source.git_info(root, default_branch=default_branch, base_commit=base_commit)
     branch = branch or git.branch
     commit = commit or git.commit
     if not branch or not commit:
         raise _die("--branch and --commit are needed (the source is not a git checkout git can read them from)")
+    sent_base = git.base_commit
+    if paired and source is not None:
+        try:  # the full sha: the base tree's commit, which the paired job carries as its base_commit
+            sent_base = client_base_tree.check_base(source, git.base_commit, default_branch=default_branch)
+        except client_source.SourceError as exc:
+            raise _die(str(exc)) from None
     provenance = checked_provenance(
         branch=branch,
         commit=commit,
         repo=repo or git.repo,
-        base_commit=git.base_commit,
+        base_commit=sent_base,
         ancestors=tuple(git.ancestors),
         pr=pr,
     )
@@ -168,6 +186,17 @@ def submit(
         if not as_json:
             note = f", {len(built.skipped_links)} link(s) left out" if built.skipped_links else ""
             console.print(f"bundle: {built.files} file(s), {len(built.data) / 1024:.0f} KiB{note}")
+    base_bundle = None
+    if paired and source is not None and sent_base is not None:
+        try:
+            built_base = client_base_tree.build_base_bundle(source, sent_base)
+        except client_source.SourceError as exc:
+            raise _die(str(exc)) from None
+        base_bundle = built_base.data
+        if not as_json:
+            note = f", {len(built_base.skipped_links)} link(s) left out" if built_base.skipped_links else ""
+            size_kib = len(built_base.data) / 1024
+            console.print(f"base bundle ({sent_base[:12]}): {built_base.files} file(s), {size_kib:.0f} KiB{note}")
     try:
         with client.connect(server, token) as http:
             project = project or client.token_project(http, deadline=deadline)
@@ -178,6 +207,7 @@ def submit(
                 testbed=testbed,
                 provenance=provenance,
                 bundle=bundle,
+                base_bundle=base_bundle,
                 idempotency_key=str(uuid.uuid4()),
                 deadline=deadline,
                 suite_path=sent_path,

@@ -203,16 +203,21 @@ def submit_job(
     testbed: str,
     provenance: Provenance,
     bundle: bytes | None = None,
+    base_bundle: bytes | None = None,
     idempotency_key: str,
     deadline: float | None = None,
     suite_path: str | None = None,
 ) -> dict[str, Any]:
     """POST a job (multipart: the suite, the bundle, where the code came from, the suite's path in the repository
-    when known); returns ``{id, status}``.
+    when known); returns ``{id, status}``. With ``base_bundle`` (the merge base's tree, in the bundle's form) the
+    job is paired: the file part ``base_bundle`` beside ``bundle``, and ``provenance.base_commit`` (the commit that
+    tree is of) is required.
 
     Sent again while the service is unreachable (until ``deadline``, then ``Unreachable``) with the same
     ``idempotency_key``, so a retry never makes a second job; a refusal (4xx) is a ``SubmitError``.
     """
+    if base_bundle is not None and (bundle is None or provenance.base_commit is None):
+        raise SubmitError("a paired job (base_bundle) needs the head's bundle and the base_commit its tree is of")
     data: dict[str, str] = {"testbed": testbed, "branch": provenance.branch, "commit": provenance.commit}
     for name, value in (("repo", provenance.repo), ("base_commit", provenance.base_commit), ("pr", provenance.pr)):
         if value is not None:
@@ -224,6 +229,8 @@ def submit_job(
     files: dict[str, tuple[str, bytes, str]] = {"spec": ("attnprof.toml", spec.encode(), "application/toml")}
     if bundle is not None:
         files["bundle"] = ("source.tar.gz", bundle, "application/gzip")
+    if base_bundle is not None:
+        files["base_bundle"] = ("base.tar.gz", base_bundle, "application/gzip")
     response = send(
         http,
         "POST",

@@ -4,18 +4,21 @@ Client side: the standard library only (git is run as a program). The bundle is 
 that git would track (``git ls-files -co --exclude-standard``: committed or new, .gitignore respected), or,
 outside a git checkout, every file minus the usual build and cache folders and the patterns of a top-level
 ``.gitignore``. Links are left out; sizes are bounded before anything is sent. The archive is made
-deterministic (sorted, zero times and owners), so the same source gives the same bundle and the service
-stores it once.
+deterministic (sorted, zero times and owners, a gzip header without a time), so the same source gives the same
+bundle and the service stores it once. ``attnprof.client.base_tree`` builds the paired mode's base bundle in the
+same form with :func:`pack`.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import gzip
 import io
 import os
 import re
 import subprocess
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -137,19 +140,34 @@ def build_bundle(
         raise SourceError(
             f"--source {root}: {total / MIB:.1f} MiB of files; the limit is {max_unpacked_bytes / MIB:.0f} MiB"
         )
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
-        for name, path in regular:
-            info = tarfile.TarInfo(name)
-            info.size = path.stat().st_size
-            info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
-            info.mtime = 0
-            with path.open("rb") as f:
-                tar.addfile(info, f)
-    data = buf.getvalue()
+    data = pack((name, p.stat().st_size, os.access(p, os.X_OK), p) for name, p in regular)
     if len(data) > max_bytes:
         raise SourceError(f"the bundle of {root} is {len(data) / MIB:.1f} MiB; the limit is {max_bytes / MIB:.0f} MiB")
     return Bundle(data=data, files=len(regular), unpacked_bytes=total, skipped_links=links)
+
+
+# A file of a bundle: its path in the bundle, its size in bytes, whether it is executable, and its content (a
+# file read when it is packed, or the bytes).
+Member = tuple[str, int, bool, Path | bytes]
+
+
+def pack(members: Iterable[Member]) -> bytes:
+    """The tar.gz of ``members`` (given sorted by path): files only, modes 0644 or 0755, no owners, time 0, and
+    a gzip header without a time or a name (``tarfile``'s ``w:gz`` would write the current time there, so the
+    same files a second later would make other bytes)."""
+    buf = io.BytesIO()
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=6, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for name, size_bytes, executable, content in members:
+            info = tarfile.TarInfo(name)
+            info.size = size_bytes
+            info.mode = 0o755 if executable else 0o644
+            info.mtime = 0
+            with content.open("rb") if isinstance(content, Path) else io.BytesIO(content) as f:
+                tar.addfile(info, f)
+    return buf.getvalue()
 
 
 @dataclass(frozen=True)
