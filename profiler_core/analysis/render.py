@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from profiler_core.documents.comparison import ComparisonDocument, Finding, KernelMove
-from profiler_core.units import fmt_change, fmt_duration_us, fmt_in_unit, fmt_probability
+from profiler_core.units import fmt_change, fmt_duration_us, fmt_in_unit, fmt_percent, fmt_probability
 
 if TYPE_CHECKING:
     from profiler_core.analysis.changepoints import ChangepointReport
@@ -48,6 +48,45 @@ def _kernel_line(m: KernelMove) -> str:
     return f"      kernel {label}: {what}" + (f"; {launch}" if launch else "")
 
 
+_STOP_WORDS = {
+    "slower": "slower",
+    "faster": "faster",
+    "same": "the same",
+    "max_rounds": "ambiguous",
+    "failed": "failed",
+}
+STOP_ORDER = ("slower", "faster", "same", "max_rounds", "failed")
+"""A paired comparison's stopping reasons, in the order they are counted."""
+
+
+def _pairs(n: int | None) -> str:
+    return "? pairs" if n is None else f"{n} pair{'' if n == 1 else 's'}"
+
+
+def stopping(f: Finding, *, ascii: bool = False) -> str | None:
+    """Why the rounds of a paired finding's case stopped, in words: "slower after 4 pairs", "the same within
+    ±0.5% after 6 pairs", "ambiguous after 15 pairs; ~40 more would settle it". None for a finding of no paired
+    test. ``ascii``: ``+-`` for ``±``."""
+    if f.stopped_by is None:
+        return None
+    if f.stopped_by == "max_rounds":
+        more = f"; ~{f.more_rounds:,} more would settle it" if f.more_rounds is not None else ""
+        return f"ambiguous after {_pairs(f.rounds)}{more}"
+    if f.stopped_by == "failed":
+        return "failed: a side gave no round"
+    within = ""
+    if f.stopped_by == "same" and f.threshold is not None:
+        within = f" within {'+-' if ascii else '±'}{fmt_percent(f.threshold, digits=1, ascii=ascii)}"
+    return f"{_STOP_WORDS.get(f.stopped_by, f.stopped_by)}{within} after {_pairs(f.rounds)}"
+
+
+def stopped_counts(comparison: ComparisonDocument) -> str:
+    """A paired comparison's cases by stopping reason: "1 slower, 2 the same, 1 ambiguous"."""
+    stopped = comparison.paired.stopped if comparison.paired is not None else {}
+    known = [r for r in STOP_ORDER if stopped.get(r)] + sorted(r for r in stopped if r not in STOP_ORDER)
+    return ", ".join(f"{stopped[r]} {_STOP_WORDS.get(r, r)}" for r in known) or "no case stopped"
+
+
 def _row(f: Finding) -> str:
     ci = f"[{_pct(f.ci.low)}, {_pct(f.ci.high)}]" if f.ci else "-"
     q = fmt_probability(f.q, ascii=True)
@@ -65,24 +104,41 @@ def render_table(comparison: ComparisonDocument) -> str:
     """
     c = comparison
     lines = [f"verdict: {c.verdict.upper()}"]
-    base = "none (first run)" if c.baseline is None else f"{len(c.baseline)} run(s): {', '.join(c.baseline)}"
-    lines.append(f"candidate {c.candidate} vs baseline {base}")
+    if c.paired is not None:
+        p = c.paired
+        wall = f" in {p.wall_s:,.0f} s" if p.wall_s is not None else ""
+        lines.append(
+            f"mode: paired (the merge base and the head interleaved on one device, ABBA rounds; {_pairs(p.rounds)} "
+            f"of rounds{wall}, at most {p.max_pairs} per case; minimum effect "
+            f"{fmt_percent(p.min_effect, digits=1, ascii=True)}, alpha {p.alpha:g} per case over its looks; "
+            f"stopped: {stopped_counts(c)})"
+        )
+        lines.append(f"head {c.candidate} vs merge base {p.base_run} (the base side: not a stored run)")
+    else:
+        base = "none (first run)" if c.baseline is None else f"{len(c.baseline)} run(s): {', '.join(c.baseline)}"
+        lines.append(f"candidate {c.candidate} vs baseline {base}")
     if c.testbed_mismatch:
         lines.append("!! TESTBED MISMATCH: baseline and candidate ran on different testbeds (see notes)")
     for s in c.software:
         lines.append(f"software: {s.name} {s.baseline} -> {s.candidate}")
     for note in c.notes:
         lines.append(f"note: {note}")
-    shown = [f for f in c.findings if f.status != "unchanged" or f.verdict != "pass"]
+    # a paired comparison lists every case's rounds: how each stopped is what the reader checks
+    shown = [f for f in c.findings if f.status != "unchanged" or f.verdict != "pass" or f.stopped_by is not None]
     if shown:
-        ci_head = f"{int(c.settings.ci_level * 100)}% CI"
+        # a paired finding's interval is at its own level (the error split over the looks its case took)
+        ci_head = "CI" if c.paired is not None else f"{int(c.settings.ci_level * 100)}% CI"
         lines.append("")
+        sides = ("base", "head") if c.paired is not None else ("baseline", "candidate")
         lines.append(
-            f"{'case':<{_CASE_WIDTH}} {'metric':<10} {'baseline':>14} {'candidate':>14} {'change':>8} "
+            f"{'case':<{_CASE_WIDTH}} {'metric':<10} {sides[0]:>14} {sides[1]:>14} {'change':>8} "
             f"{ci_head:>18} {'q':>7}  status"
         )
         for f in shown:
             lines.append(_row(f))
+            stop = stopping(f, ascii=True)
+            if stop is not None:
+                lines.append(f"      paired: {stop}")
             if f.status != "unchanged" and f.detail and f.metric in ("backend", "accuracy", "status"):
                 lines.append(f"      {f.detail}")
             if f.status in ("regressed", "improved", "inconclusive"):
@@ -95,7 +151,8 @@ def render_table(comparison: ComparisonDocument) -> str:
     lines.append(
         f"{n.cases} case(s), {n.compared} compared, {n.findings} finding(s): {n.regressed} regressed, "
         f"{n.improved} improved, {n.inconclusive} inconclusive, {n.unchanged} unchanged "
-        f"({n.fail} fail, {n.warn} warn); fdr {c.settings.fdr:g}, noise floor {c.settings.noise_floor:.1%}"
+        f"({n.fail} fail, {n.warn} warn); fdr {c.settings.fdr:g}"
+        + ("" if c.paired is not None else f", noise floor {c.settings.noise_floor:.1%}")
     )
     return "\n".join(lines)
 

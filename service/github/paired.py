@@ -2,57 +2,23 @@
 base and the head profiled interleaved on one GPU, how each case's rounds stopped, and, beside it, what the
 stored-history comparison of the same run said.
 
-Pure: no database, no network. The words of a finding's stopping reason (``stopping``) are the dashboard's too.
+Pure: no database, no network. A finding's stopping reason is worded once, by ``profiler_core.analysis.render``, for
+the CLI's table, this comment and the dashboard.
 Changes are fractions in the documents and percentages here.
 """
 
 from __future__ import annotations
 
+from profiler_core.analysis.render import stopped_counts, stopping
 from profiler_core.documents.comparison import ComparisonDocument, Finding
 from profiler_core.units import fmt_percent
 from service.github import tables
 from service.github.budget import Budget
 from service.github.regressions import CASE_TIME, clip
 
-STOP_ORDER = ("slower", "faster", "same", "max_rounds", "failed")
-"""The stopping reasons, in the order they are counted."""
-_STOP_WORDS = {
-    "slower": "slower",
-    "faster": "faster",
-    "same": "the same",
-    "max_rounds": "ambiguous",
-    "failed": "failed",
-}
 _ROW_ORDER = {"regressed": 0, "inconclusive": 1, "improved": 2, "unchanged": 3}
 _ICONS = {"regressed": "🔴", "improved": "🟢", "inconclusive": "❔"}
 _HISTORY_REGRESSED_MAX = 3  # regressed cases of the stored-history comparison named in its line
-
-
-def _pairs(n: int | None) -> str:
-    return "–" if n is None else f"{n} pair{'' if n == 1 else 's'}"
-
-
-def stopping(f: Finding) -> str | None:
-    """Why the rounds of ``f``'s case stopped, in words: "slower after 4 pairs", "the same within ±0.5% after 6
-    pairs", "ambiguous after 15 pairs; ~40 more would settle it". None for a finding of no paired test."""
-    if f.stopped_by is None:
-        return None
-    if f.stopped_by == "max_rounds":
-        more = f"; ~{f.more_rounds:,} more would settle it" if f.more_rounds is not None else ""
-        return f"ambiguous after {_pairs(f.rounds)}{more}"
-    if f.stopped_by == "failed":
-        return "failed: a side gave no round"
-    within = (
-        f" within ±{fmt_percent(f.threshold, digits=1)}" if f.stopped_by == "same" and f.threshold is not None else ""
-    )
-    return f"{_STOP_WORDS.get(f.stopped_by, f.stopped_by)}{within} after {_pairs(f.rounds)}"
-
-
-def stopped_counts(doc: ComparisonDocument) -> str:
-    """The cases by stopping reason: "1 slower, 2 the same, 1 ambiguous" (the reasons in ``STOP_ORDER``)."""
-    stopped = doc.paired.stopped if doc.paired is not None else {}
-    known = [r for r in STOP_ORDER if stopped.get(r)] + sorted(r for r in stopped if r not in STOP_ORDER)
-    return ", ".join(f"{stopped[r]} {_STOP_WORDS.get(r, r)}" for r in known) or "no case stopped"
 
 
 def lead(doc: ComparisonDocument) -> list[str]:
@@ -65,7 +31,7 @@ def lead(doc: ComparisonDocument) -> list[str]:
     return [
         "",
         f"**Paired run on one GPU:** this verdict comes from the merge base and the head profiled interleaved on the "
-        f"same GPU (ABBA rounds, one process per side), {_pairs(info.rounds)} of rounds over all cases{wall} "
+        f"same GPU (ABBA rounds, one process per side), {info.rounds} pairs of rounds over all cases{wall} "
         f"(at most {info.max_pairs} per case), minimum effect {fmt_percent(info.min_effect, digits=1)}. "
         f"Cases stopped: {stopped_counts(doc)}.",
     ]
