@@ -6,6 +6,8 @@ commit and pull request from ``GITHUB_*`` and the event JSON. Two modes (``ATTNP
 
 - ``submit`` (the default; the client install, no torch, no server packages): ``attnprof submit --wait --json``
   sends the suite to the service, whose GPU workers profile it; the job's comment is read back from the service.
+  With ``paired: true`` (``ATTNPROF_PAIRED``) it adds ``--paired``: the ``source`` folder is sent at the merge base
+  too (the pull request's base commit, or the push's previous tip), which needs the checkout's history.
 - ``local`` (a self-hosted runner with a GPU and ``attnprof[profile]``): ``attnprof profile`` runs the suite on
   the runner, then ``attnprof upload --json`` stores the result with the same provenance; the service answers
   with the verdict, the comparison and its summary, rendered as the PR comment shows it.
@@ -127,7 +129,14 @@ def submit_argv(env: Mapping[str, str], prov: Provenance | None) -> list[str]:
     for flag, value in (("--testbed", env.get("ATTNPROF_TESTBED")), ("--source", env.get("ATTNPROF_SOURCE"))):
         if value:
             argv += [flag, value]
+    if paired(env):
+        argv.append("--paired")
     return argv + _provenance_options(prov)
+
+
+def paired(env: Mapping[str, str]) -> bool:
+    """The ``paired`` input (``ATTNPROF_PAIRED``): ``true`` or ``false`` (empty: false); ``main`` refuses others."""
+    return (env.get("ATTNPROF_PAIRED") or "false").strip().lower() == "true"
 
 
 def upload_argv(env: Mapping[str, str], prov: Provenance, result: Path) -> list[str]:
@@ -203,6 +212,10 @@ def _run(argv: list[str], env: Mapping[str, str], timeout_s: float | None = None
 def submit_mode(env: Mapping[str, str], prov: Provenance | None) -> Outcome:
     if not env.get("ATTNPROF_TESTBED"):
         return Outcome(EXIT_BAD_INPUT, "testbed: required in submit mode (the testbed the service profiles on)")
+    if paired(env) and not env.get("ATTNPROF_SOURCE"):
+        return Outcome(
+            EXIT_BAD_INPUT, "paired: needs source, the folder profiled as it is and as it was at the merge base"
+        )
     done = _run(submit_argv(env, prov), env)
     try:
         answer: dict[str, Any] = json.loads(done.stdout)
@@ -293,6 +306,14 @@ def main(env: Mapping[str, str] | None = None) -> int:
     if mode not in ("submit", "local"):
         print(f"::error::mode must be submit or local, not {mode!r}")
         return EXIT_BAD_INPUT
+    given = (env.get("ATTNPROF_PAIRED") or "false").strip().lower()
+    if given not in ("true", "false"):
+        print(f"::error::paired must be true or false, not {env.get('ATTNPROF_PAIRED')!r}")
+        return EXIT_BAD_INPUT
+    if given == "true" and mode == "local":
+        # The service's GPU workers interleave the two trees; attnprof profile on a runner profiles one.
+        print("::error::paired: only in submit mode (the service's GPU workers profile both trees)")
+        return EXIT_BAD_INPUT
     try:
         prov = provenance(env)
     except ValidationError as exc:
@@ -328,8 +349,8 @@ def _verbs() -> None:
 @app.command("action")
 def action() -> None:
     """Run the step of the action .github/actions/attnprof: its inputs come from ATTNPROF_* variables (MODE, SERVER,
-    TOKEN, SUITE, TESTBED, SOURCE, PROFILE_ARGS, FAIL_ON, TIMEOUT_MINUTES), the commit from GITHUB_* and the event;
-    it writes the outputs and the job summary and exits per fail-on."""
+    TOKEN, SUITE, TESTBED, SOURCE, PAIRED, PROFILE_ARGS, FAIL_ON, TIMEOUT_MINUTES), the commit from GITHUB_* and the
+    event; it writes the outputs and the job summary and exits per fail-on."""
     raise typer.Exit(main())
 
 

@@ -33,6 +33,7 @@ def test_workflow_and_action_files_parse() -> None:
         "mode",
         "testbed",
         "source",
+        "paired",
         "profile-args",
         "fail-on",
         "timeout-minutes",
@@ -43,6 +44,8 @@ def test_workflow_and_action_files_parse() -> None:
     step = next(s for s in action["runs"]["steps"] if s.get("id") == "run")
     env = step["env"]
     assert env["ATTNPROF_MODE"] == "${{ inputs.mode }}" and env["ATTNPROF_PROFILE_ARGS"] == "${{ inputs.profile-args }}"
+    assert env["ATTNPROF_PAIRED"] == "${{ inputs.paired }}" and action["inputs"]["paired"]["default"] == "false"
+    assert "fetch-depth: 0" in action["inputs"]["paired"]["description"]
     # The installed console script, never `python -m` (which puts the workspace first on the import path).
     assert (
         step["run"] == '"$ATTNPROF_BIN/attnprof" action' and env["ATTNPROF_BIN"] == "${{ steps.install.outputs.bin }}"
@@ -155,6 +158,25 @@ def test_provenance_of_pull_request_and_push_events(tmp_path: Path) -> None:
     # Outside GitHub no commit is named: `attnprof submit` asks git, and the local mode cannot run.
     assert provenance({}) is None
     assert "--commit" not in submit_argv({"ATTNPROF_SUITE": "s.toml"}, None)
+
+
+def test_the_paired_input_passes_paired_and_bad_values_stop_the_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = {"ATTNPROF_SUITE": "s.toml", "ATTNPROF_TESTBED": "t", "ATTNPROF_SOURCE": "."}
+    assert "--paired" not in submit_argv(base, None)
+    assert "--paired" not in submit_argv({**base, "ATTNPROF_PAIRED": "false"}, None)
+    argv = submit_argv({**base, "ATTNPROF_PAIRED": "true"}, None)
+    assert argv.count("--paired") == 1 and argv[argv.index("--source") + 1] == "."
+    # Refused before anything is run or sent: the summary and the error annotation say which input and why.
+    summary = tmp_path / "summary.md"
+    env = {**base, "ATTNPROF_TOKEN": "t", "ATTNPROF_SERVER": "http://127.0.0.1:9", "GITHUB_STEP_SUMMARY": str(summary)}
+    assert main({**env, "ATTNPROF_PAIRED": "yes"}) == 2
+    assert "::error::paired must be true or false, not 'yes'" in capsys.readouterr().out
+    assert main({**env, "ATTNPROF_PAIRED": "true", "ATTNPROF_MODE": "local"}) == 2
+    assert "::error::paired: only in submit mode" in capsys.readouterr().out
+    assert main({**env, "ATTNPROF_PAIRED": "true", "ATTNPROF_SOURCE": ""}) == 2
+    assert "paired: needs source" in summary.read_text()
 
 
 def test_fail_on() -> None:
