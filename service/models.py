@@ -6,7 +6,7 @@ from service.auth.models import Token
 from service.baselines.models import BaselineRule
 from service.comparisons.models import Alert, AlertWebhook, Comparison
 from service.db import Base
-from service.jobs.models import Job
+from service.jobs.models import Job, PairedResult
 from service.projects.models import Project
 from service.projects.retention import ProjectRetention
 from service.runs.models import CaseSamples, Run, RunCase, RunKernel, RunTrace
@@ -22,6 +22,7 @@ __all__ = [
     "CaseSamples",
     "Comparison",
     "Job",
+    "PairedResult",
     "Project",
     "ProjectRetention",
     "Run",

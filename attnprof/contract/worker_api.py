@@ -30,6 +30,12 @@ class ClaimAnswer(BaseModel):
     attempt: int
     spec: str
     bundle_sha256: str | None
+    paired: bool = Field(
+        False,
+        description="a paired job: profile the head (the bundle) and its merge base (the base bundle, "
+        "GET .../bundle?tree=base) interleaved, and send the base's and the paired document with the result",
+    )
+    base_bundle_sha256: str | None = Field(None, description="a paired job's base bundle (null: not paired)")
     repo: str | None
     commit: str
     testbed: str
@@ -55,7 +61,15 @@ class WorkerResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     attempt: int = Field(ge=1, le=INT_MAX)
-    result: dict[str, Any]
+    result: dict[str, Any] = Field(description="the attnprof.result/v1 document: of a paired job, the head's")
+    base: dict[str, Any] | None = Field(
+        None,
+        description="a paired job's base side (attnprof.result/v1): stored with the run, never as one; required for "
+        "a paired job, refused for another",
+    )
+    paired: dict[str, Any] | None = Field(
+        None, description="a paired job's attnprof.paired/v1 document joining base and result; required with base"
+    )
 
 
 class WorkerResultAnswer(BaseModel):

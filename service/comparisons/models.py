@@ -10,7 +10,10 @@ from service.db import Base, utcnow
 
 
 class Comparison(Base):
-    """The comparison document of a candidate run against its baseline runs."""
+    """The comparison document of a candidate run against its baseline runs (``mode`` history), or, for a paired
+    job, of its run against the merge base profiled beside it (``mode`` paired, ``baseline_run_ids`` empty: the
+    base is no run). A paired job's run has both; the paired one, stored after, is the newest and gives the
+    verdict."""
 
     __tablename__ = "comparisons"
 
@@ -21,6 +24,12 @@ class Comparison(Base):
     verdict: Mapped[str] = mapped_column(String(8))
     noise_floor: Mapped[float | None] = mapped_column(Float)
     document: Mapped[dict[str, Any]] = mapped_column()
+    mode: Mapped[str] = mapped_column(
+        String(8),
+        default="history",
+        server_default="history",
+        comment="history: against stored baseline runs; paired: a paired job's head against its base (the verdict's)",
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

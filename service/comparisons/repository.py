@@ -22,8 +22,13 @@ def get_comparison(session: Session, comparison_id: str) -> Comparison | None:
     return session.get(Comparison, comparison_id)
 
 
-def latest_for_run(session: Session, run_id: str) -> Comparison | None:
-    q = select(Comparison).where(Comparison.candidate_run_id == run_id).order_by(Comparison.created_at.desc())
+def latest_for_run(session: Session, run_id: str, mode: str | None = None) -> Comparison | None:
+    """The newest comparison of run ``run_id``: the one that gave its verdict (a paired job's paired comparison is
+    stored after its stored-history one); ``mode`` (history, paired): the newest of that mode."""
+    q = select(Comparison).where(Comparison.candidate_run_id == run_id)
+    if mode is not None:
+        q = q.where(Comparison.mode == mode)
+    q = q.order_by(Comparison.created_at.desc(), (Comparison.mode == "paired").desc())
     return session.scalars(q.limit(1)).first()
 
 

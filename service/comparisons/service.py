@@ -1,19 +1,28 @@
 """``analyze``: baseline, noise floor, comparison, change points for one stored run. Plain code: the upload
-endpoint calls it inline and the worker's ``analysis.run`` task calls the same function with its session."""
+endpoint calls it inline and the worker's ``analysis.run`` task calls the same function with its session.
+
+``analyze_paired``: a paired job's run against the merge base profiled beside it (DESIGN 5), stored as a second
+comparison of the run (``mode`` paired), after the stored-history one: the newest comparison of a run is the one
+that gave its job's verdict, whoever asks for "the comparison of a run"."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
 from profiler_core.analysis import AnalysisError, compare
+from profiler_core.analysis.paired import compare_paired
+from profiler_core.documents import ResultDocument
+from profiler_core.documents.paired import PairedDocument
 from service.baselines import service as baselines
 from service.baselines import suites
 from service.comparisons import alert_outbox, alerts, repository
 from service.comparisons import documents as comparison_documents
 from service.comparisons.models import Comparison
 from service.config import Analysis
+from service.db import utcnow
 from service.errors import InvalidPayload, NotFound
 from service.projects import repository as projects
 from service.runs import documents
@@ -62,10 +71,45 @@ def analyze(session: Session, *, run_id: str, cfg: Analysis, seed: int = 0) -> C
             verdict=doc.verdict,
             noise_floor=floor,
             document=doc.model_dump(mode="json", by_alias=True),
+            mode="history",
         ),
     )
     comparison_documents.remember(comparison.id, doc)
     if run.branch == branch and not run.suspect:
         added = alerts.detect(session, run=run, document=candidate, cfg=cfg, seed=seed)
         alert_outbox.after_commit(session, [a.id for a in added if a.notify_due_at is not None])
+    return comparison
+
+
+def analyze_paired(
+    session: Session, *, run_id: str, base: ResultDocument, paired: PairedDocument, after: Comparison
+) -> Comparison:
+    """Compare run ``run_id`` (a paired job's head) with ``base`` from the rounds in ``paired``, and store it as the
+    run's paired comparison, newer than ``after`` (the run's stored-history comparison, just made). Not committed.
+    The base is no run: ``baseline_run_ids`` stays empty, and no change point or baseline ever reads it."""
+    run = runs.get(session, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id}")
+    head = documents.result_of(session, run)
+    try:
+        doc = compare_paired(base, head, paired)
+    except AnalysisError as exc:
+        raise InvalidPayload(f"cannot compare this run with its merge base: {exc}") from exc
+    # Made in the same transaction as ``after``: a clock that reads the same twice must not tie them.
+    created_at = max(utcnow(), after.created_at + timedelta(microseconds=1))
+    comparison = repository.add_comparison(
+        session,
+        Comparison(
+            id=str(uuid.uuid4()),
+            project_id=run.project_id,
+            candidate_run_id=run.id,
+            baseline_run_ids=[],
+            verdict=doc.verdict,
+            noise_floor=None,
+            document=doc.model_dump(mode="json", by_alias=True),
+            mode="paired",
+            created_at=created_at,
+        ),
+    )
+    comparison_documents.remember(comparison.id, doc)
     return comparison

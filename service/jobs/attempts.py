@@ -43,6 +43,7 @@ from service.auth.service import Principal, hash_secret
 from service.config import Retention
 from service.db import utcnow
 from service.errors import Conflict, NotFound, Unauthorized
+from service.jobs import paired as paired_documents
 from service.jobs import repository
 from service.jobs.models import Job
 from service.runs import service as runs
@@ -176,14 +177,15 @@ def worker_testbed(session: Session, worker: Principal) -> Testbed:
     return tb
 
 
-def bundle(session: Session, job_id: str, token_sha256: str) -> bytes:
-    """The source bundle of a running attempt's job."""
+def bundle(session: Session, job_id: str, token_sha256: str, *, tree: str = "head") -> bytes:
+    """The source bundle of a running attempt's job: its own (``head``) or a paired job's merge base's (``base``)."""
     job = _attempt_job(session, job_id, token_sha256, lock=False)
     if job.status != "running":
         raise Conflict(f"job {job_id} is {job.status}: its bundle is served to a running attempt only")
-    data = store.get(session, job.bundle_sha256) if job.bundle_sha256 else None
+    sha = job.base_bundle_sha256 if tree == "base" else job.bundle_sha256
+    data = store.get(session, sha) if sha else None
     if data is None:
-        raise NotFound(f"job {job_id} has no bundle")
+        raise NotFound(f"job {job_id} has no {'base bundle' if tree == 'base' else 'bundle'}")
     return data
 
 
@@ -195,8 +197,12 @@ def accept_result(
     attempt: int,
     result: dict[str, object],
     wait_s: float,
+    base: dict[str, object] | None = None,
+    paired: dict[str, object] | None = None,
 ) -> tuple[Run, bool]:
-    """Store the result of ``attempt`` as a run; returns (run, duplicate). Idempotent per job and attempt.
+    """Store the result of ``attempt`` as a run; returns (run, duplicate). Idempotent per job and attempt. A paired
+    job's ``base`` and ``paired`` documents are required, checked before anything is stored, and stored with the run
+    in the same transaction (``service.jobs.paired``); another job's are refused.
 
     The job is then ``analyzing``, held for ``wait_s`` by nobody yet (the sweep sends its analysis again when that
     runs out and no message waits for it), and the attempt's token opens only its traces, for ``TRACE_UPLOAD_S``."""
@@ -208,6 +214,7 @@ def accept_result(
         raise Conflict(f"job {job_id} already has the result of another attempt")
     _running(job, attempt)
     document = runs.validate(result)
+    sides = paired_documents.validate(paired_job=job.paired, head=document, base=base, paired=paired)
     # The job's provenance as its row holds it: checked when the job was submitted.
     provenance = Provenance.model_construct(
         branch=job.branch,
@@ -226,6 +233,8 @@ def accept_result(
         job_id=job.id,
         attempt=attempt,
     )
+    if sides is not None:
+        paired_documents.store(session, job_id=job.id, attempt=attempt, run_id=run.id, sides=sides)
     now = utcnow()
     job.run_id = run.id
     job.status = "analyzing"

@@ -11,9 +11,13 @@ from attnprof.contract import bundle as archive
 from service.errors import InvalidPayload, PayloadTooLarge
 
 
-def check_bundle(data: bytes, *, max_bytes: int, max_unpacked_bytes: int, max_members: int) -> int:
-    """Validate a tar.gz source bundle; returns its member count. Raises ``PayloadTooLarge``/``InvalidPayload``."""
+def check_bundle(
+    data: bytes, *, max_bytes: int, max_unpacked_bytes: int, max_members: int, field: str = "bundle"
+) -> int:
+    """Validate a tar.gz source bundle sent as form field ``field`` (named first in a refusal: a paired job sends
+    two); returns its member count. Raises ``PayloadTooLarge``/``InvalidPayload``."""
     try:
         return archive.check(data, max_bytes=max_bytes, max_unpacked_bytes=max_unpacked_bytes, max_members=max_members)
     except archive.BundleRefused as exc:
-        raise (PayloadTooLarge if exc.too_large else InvalidPayload)(str(exc)) from exc
+        message = str(exc) if field == "bundle" else f"{field}: {str(exc).removeprefix('bundle: ')}"
+        raise (PayloadTooLarge if exc.too_large else InvalidPayload)(message) from exc

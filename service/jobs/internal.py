@@ -10,7 +10,7 @@ for how long).
 from __future__ import annotations
 
 import copy
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
@@ -94,6 +94,8 @@ def claim(job_id: JobId, body: Claim, worker: WorkerDep, session: SessionDep, se
         attempt=job.attempts,
         spec=job.spec,
         bundle_sha256=job.bundle_sha256,
+        paired=job.paired,
+        base_bundle_sha256=job.base_bundle_sha256,
         repo=job.repo,
         commit=job.commit,
         testbed=service.testbed_name(session, job),
@@ -118,16 +120,25 @@ def heartbeat(
     response_class=Response,
     responses={200: {"content": {"application/gzip": {}}}, **_JOB_ERRORS, **errors(404, 409)},
 )
-def bundle(job_id: JobId, token: JobTokenDep, session: SessionDep) -> Response:
-    """The job's source bundle (tar.gz), to a running attempt."""
-    return Response(attempts.bundle(session, job_id, token.sha256), media_type="application/gzip")
+def bundle(
+    job_id: JobId,
+    token: JobTokenDep,
+    session: SessionDep,
+    tree: Annotated[
+        Literal["head", "base"],
+        Query(description="head: the job's source; base: a paired job's merge base's (its base_bundle)"),
+    ] = "head",
+) -> Response:
+    """The job's source bundle (tar.gz), to a running attempt; ``tree=base``: a paired job's base bundle."""
+    return Response(attempts.bundle(session, job_id, token.sha256, tree=tree), media_type="application/gzip")
 
 
 @router.post("/jobs/{job_id}/result", response_model=WorkerResultAnswer, responses={**_JOB_ERRORS, **errors(409)})
 def result(
     job_id: JobId, body: WorkerResult, token: JobTokenDep, session: SessionDep, settings: SettingsDep
 ) -> WorkerResultAnswer:
-    """Store the attempt's result document as a run (once per job and attempt), then queue its analysis."""
+    """Store the attempt's result document as a run (once per job and attempt), then queue its analysis. A paired
+    job's base and paired documents come in the same body and are stored with the run, never as a run."""
     run, duplicate = attempts.accept_result(
         session,
         job_id,
@@ -135,6 +146,8 @@ def result(
         attempt=body.attempt,
         result=body.result,
         wait_s=settings.sweep.analyzing_stale_s,
+        base=body.base,
+        paired=body.paired,
     )
     if not duplicate:
         session.commit()

@@ -69,6 +69,11 @@ class Job(Base):
         comment="the suite file's path relative to the repository's root, as submitted (null: not sent)",
     )
     bundle_sha256: Mapped[str | None] = mapped_column(ForeignKey("artifacts.sha256"), index=True)
+    base_bundle_sha256: Mapped[str | None] = mapped_column(
+        ForeignKey("artifacts.sha256"),
+        index=True,
+        comment="a paired job's second tree, the merge base's source (null: not a paired job)",
+    )
     repo: Mapped[str | None] = mapped_column(String(REPO_CHARS))
     branch: Mapped[str] = mapped_column(String(BRANCH_CHARS))
     commit: Mapped[str] = mapped_column(String(COMMIT_CHARS))
@@ -108,3 +113,23 @@ class Job(Base):
     feedback_attempts: Mapped[int] = mapped_column(
         Integer, default=0, server_default="0", comment="failed deliveries of the feedback now owed"
     )
+    paired: Mapped[bool] = mapped_column(
+        default=False, server_default=text("false"), comment="profiled with its merge base, interleaved (DESIGN 1, 5)"
+    )
+
+
+class PairedResult(Base):
+    """What a paired job's attempt gave beside its run: the base tree's result document and the paired document of
+    the interleaved rounds. Kept here, not among the runs: the base's samples are evidence for this job's paired
+    comparison only, never a run of any branch, a baseline or a point of a trend."""
+
+    __tablename__ = "paired_results"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, comment="the attempt whose result this is (the run's)")
+    run_id: Mapped[str] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), index=True, comment="the head's run, stored with it"
+    )
+    base_document: Mapped[dict[str, Any]] = mapped_column(comment="the base's attnprof.result/v1 document")
+    paired_document: Mapped[dict[str, Any]] = mapped_column(comment="the attnprof.paired/v1 document")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

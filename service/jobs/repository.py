@@ -7,7 +7,7 @@ from sqlalchemy import BindParameter, Select, bindparam, exists, func, select, t
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, make_transient_to_detached
 
-from service.jobs.models import OFFERED_SQL, OPEN_PR_SQL, QUEUED_SQL, RUNNING_SQL, WAITING_SQL, Job
+from service.jobs.models import OFFERED_SQL, OPEN_PR_SQL, QUEUED_SQL, RUNNING_SQL, WAITING_SQL, Job, PairedResult
 from service.testbeds.models import Worker
 
 _Q = TypeVar("_Q", bound=Select[*tuple[Any, ...]])
@@ -305,3 +305,16 @@ def settle_feedback(
         .values(feedback_due_at=due_at, feedback_attempts=attempts, reason=reason, updated_at=Job.updated_at)
     )
     return bool(session.execute(q.execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]
+
+
+# --- a paired job's documents beside its run ------------------------------------------------------------------
+
+
+def add_paired(session: Session, row: PairedResult) -> PairedResult:
+    session.add(row)
+    session.flush()
+    return row
+
+
+def paired_of(session: Session, job_id: str) -> PairedResult | None:
+    return session.get(PairedResult, job_id)

@@ -57,11 +57,17 @@ def read_submission(form: FormData, limits: Limits, idempotency_key: str | None)
         fields = JobFields.model_validate(values)
     except ValidationError as exc:
         errors += _in_body(exc)
-    spec, bundle = form.get("spec"), form.get("bundle") or None
+    spec, bundle, base_bundle = form.get("spec"), form.get("bundle") or None, form.get("base_bundle") or None
     if spec is None or spec == "":
         errors.insert(0, _missing("spec"))
-    if bundle is not None and not isinstance(bundle, UploadFile):
-        errors.append({"type": "file_type", "loc": ("body", "bundle"), "msg": "a file (tar.gz), not a text field"})
+    for name, file in (("bundle", bundle), ("base_bundle", base_bundle)):
+        if file is not None and not isinstance(file, UploadFile):
+            errors.append({"type": "file_type", "loc": ("body", name), "msg": "a file (tar.gz), not a text field"})
+    if base_bundle is not None:  # a paired job: its two trees, and the commit the base tree is
+        for name, present in (("bundle", bundle is not None), ("base_commit", "base_commit" in values)):
+            if not present:
+                msg = f"Field required: a job with base_bundle (a paired job) needs {name} too"
+                errors.append({**_missing(name), "msg": msg})
     if errors or fields is None:
         raise RequestValidationError(errors)
     # The suite may come as a file or as a text field.
@@ -79,6 +85,9 @@ def read_submission(form: FormData, limits: Limits, idempotency_key: str | None)
         testbed=fields.testbed,
         provenance=provenance,
         bundle=_read(bundle, limits.bundle_bytes, "bundle") if isinstance(bundle, UploadFile) else None,
+        base_bundle=_read(base_bundle, limits.bundle_bytes, "base_bundle")
+        if isinstance(base_bundle, UploadFile)
+        else None,
         idempotency_key=idempotency_key or None,
         suite_path=fields.suite_path,
     )
@@ -149,7 +158,9 @@ async def create_job(
     """Queue a profiling job. It waits in the database until a worker of its testbed is free and its project's
     turn comes (round-robin across projects); its message is sent after the commit, and a broker that is down
     leaves it queued for the sweeper. 429 when the project has ``ATTNPROF_FAIRNESS__MAX_QUEUED`` jobs queued; a
-    job for a pull request cancels that pull request's queued and running jobs of earlier commits.
+    job for a pull request cancels that pull request's queued and running jobs of earlier commits. With
+    ``base_bundle`` (the merge base's source) the job is paired: both trees are profiled interleaved on one device,
+    and its verdict is the paired comparison's (its run still gets the stored-history comparison too).
     \f
     The hot path of CI traffic, so written out rather than declared: the form is parsed here on the event loop,
     and everything that blocks runs in one hop to the thread pool (``_submit``) instead of one per dependency.
@@ -191,10 +202,24 @@ def get_job(job_id: str, principal: PrincipalDep, session: SessionDep, settings:
 
 
 @router.get("/jobs/{job_id}/comparison", response_model=JobComparison)
-def get_comparison(job_id: str, principal: PrincipalDep, session: SessionDep) -> JobComparison:
-    found = service.comparison(session, service.get_for(session, principal, job_id))
+def get_comparison(
+    job_id: str,
+    principal: PrincipalDep,
+    session: SessionDep,
+    mode: Annotated[
+        Literal["history", "paired"] | None,
+        Query(
+            description="history: the run against stored baseline runs; paired: a paired job's head against its "
+            "merge base. Left out: the comparison that gave the job its verdict (a paired job's: paired)"
+        ),
+    ] = None,
+) -> JobComparison:
+    """The comparison of the job's run that gave its verdict, or the one of ``mode`` (404 when there is none: a
+    job not paired has no paired comparison)."""
+    found = service.comparison(session, service.get_for(session, principal, job_id), mode)
     return JobComparison(
         id=found.id,
+        mode=found.mode,
         run_id=found.candidate_run_id,
         verdict=found.verdict,
         baseline=[str(b) for b in found.baseline_run_ids],

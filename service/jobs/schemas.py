@@ -40,11 +40,18 @@ _FILE = {"type": "string", "contentMediaType": "application/octet-stream"}
 
 
 def submission_schema() -> dict[str, Any]:
-    """The OpenAPI schema of the whole form: the two files, then the text fields."""
+    """The OpenAPI schema of the whole form: the files, then the text fields."""
     fields = JobFields.model_json_schema()
     properties = {
         "spec": {**_FILE, "title": "Spec", "description": "the suite file (TOML)"},
         "bundle": {**_FILE, "title": "Bundle", "description": "the source, tar.gz"},
+        "base_bundle": {
+            **_FILE,
+            "title": "Base Bundle",
+            "description": "the merge base's source, tar.gz: the job is then paired (the two trees profiled "
+            "interleaved on one device, and the verdict is the paired comparison's); needs bundle and base_commit "
+            "too, and has the same limits as bundle",
+        },
     }
     for name, prop in fields["properties"].items():
         # A form field is sent or left out, never null: an optional one is documented as its type.
@@ -84,6 +91,10 @@ class JobOut(BaseModel):
     attempts: int
     max_attempts: int
     has_bundle: bool
+    paired: bool = Field(
+        description="profiled with its merge base (its base_bundle), interleaved; the verdict is the paired "
+        "comparison's"
+    )
     run_id: str | None
     created_at: datetime
     updated_at: datetime
@@ -105,9 +116,12 @@ class JobComparison(BaseModel):
     """The comparison of a job's run (``GET /jobs/{job_id}/comparison``)."""
 
     id: str
+    mode: str = Field(
+        description="history: against stored baseline runs; paired: against the merge base profiled beside it"
+    )
     run_id: str
     verdict: str
-    baseline: list[str] = Field(description="run ids of the baseline")
+    baseline: list[str] = Field(description="run ids of the baseline (paired: empty, the base is no run)")
     noise_floor: float | None
     created_at: datetime
     document: dict[str, Any] = Field(description="the attnprof.comparison/v1 document")

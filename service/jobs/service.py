@@ -35,6 +35,7 @@ from service.config import Analysis, Fairness, Limits, Retention
 from service.db import utcnow
 from service.errors import Conflict, InvalidPayload, NotFound, ServiceError
 from service.jobs import dispatch, repository
+from service.jobs import paired as paired_documents
 from service.jobs.bundle import check_bundle
 from service.jobs.models import FINAL, Job
 from service.jobs.schemas import JobOut
@@ -55,6 +56,12 @@ class NewJob:
     idempotency_key: str | None = None
     suite_path: str | None = None
     """The suite file's path relative to the repository's root (checked by the contract's rule), None: not sent."""
+    base_bundle: bytes | None = None
+    """A paired job's second tree, its merge base's source (tar.gz); ``bundle`` and ``base_commit`` come with it."""
+
+    @property
+    def paired(self) -> bool:
+        return self.base_bundle is not None
 
 
 def parse_ancestors(raw: str | None, limit: int) -> tuple[str, ...]:
@@ -114,18 +121,29 @@ def create(
     ``testbed_ids`` (name to id) spares the testbed's lookup: a testbed is never renamed or removed, so an id
     read from a committed row stays true; one created here is added by the next request that reads it."""
     name = suite_name(new.spec)
-    bundle_sha = None
-    if new.bundle is not None:
+    bundle_sha = base_bundle_sha = None
+    # Each tree on its own limits; both checked before either is stored, and the quota counts them together.
+    trees = [(field, data) for field, data in (("bundle", new.bundle), ("base_bundle", new.base_bundle)) if data]
+    for field, data in trees:
         check_bundle(
-            new.bundle,
+            data,
             max_bytes=limits.bundle_bytes,
             max_unpacked_bytes=limits.bundle_unpacked_bytes,
             max_members=limits.bundle_members,
+            field=field,
         )
+    if trees:
         quota.check_quota(
-            session, project_id=project_id, kind="bundle", data=new.bundle, defaults=retention or Retention()
+            session,
+            project_id=project_id,
+            kind=" and ".join(f.replace("_", " ") for f, _ in trees),
+            data=[d for _, d in trees],
+            defaults=retention or Retention(),
         )
+    if new.bundle is not None:
         bundle_sha = store.put(session, kind="bundle", data=new.bundle)  # content-addressed: a retry's is there
+    if new.base_bundle is not None:
+        base_bundle_sha = store.put(session, kind="bundle", data=new.base_bundle)
     testbed_id = testbed_ids.get(new.testbed) if testbed_ids is not None else None
     if testbed_id is None:
         testbed_id, existed = testbeds.ensure_id(session, new.testbed)
@@ -143,6 +161,8 @@ def create(
             "suite_name": name,
             "suite_path": new.suite_path,
             "bundle_sha256": bundle_sha,
+            "base_bundle_sha256": base_bundle_sha,
+            "paired": new.paired,
             "repo": prov.repo,
             "branch": prov.branch,
             "commit": prov.commit,
@@ -199,6 +219,7 @@ def to_out(session: Session, job: Job, fairness: Fairness | None = None, now: da
         attempts=job.attempts,
         max_attempts=job.max_attempts,
         has_bundle=job.bundle_sha256 is not None,
+        paired=job.paired,
         run_id=job.run_id,
         created_at=job.created_at,
         updated_at=job.updated_at,
@@ -319,10 +340,14 @@ def supersede(session: Session, job: Job) -> list[Job]:
     return [cancel(session, old, reason=why) for old in older]
 
 
-def comparison(session: Session, job: Job) -> Comparison:
-    found = comparisons.latest_for_run(session, job.run_id) if job.run_id else None
+def comparison(session: Session, job: Job, mode: str | None = None) -> Comparison:
+    """The comparison that gave ``job`` its verdict (a paired job's: the paired one), or the one of ``mode``
+    (history: against stored baseline runs; paired: against the merge base profiled beside it)."""
+    if mode == "paired" and not job.paired:
+        raise NotFound(f"job {job.id} is not paired: it has no paired comparison (mode=history has its comparison)")
+    found = comparisons.latest_for_run(session, job.run_id, mode) if job.run_id else None
     if found is None:
-        raise NotFound(f"job {job.id} has no comparison yet (status {job.status})")
+        raise NotFound(f"job {job.id} has no {f'{mode} ' if mode else ''}comparison yet (status {job.status})")
     return found
 
 
@@ -351,11 +376,18 @@ def renew_analysis(session: Session, *, job_id: str, lease_s: float) -> bool:
 
 def compare_job(session: Session, *, job_id: str, cfg: Analysis) -> Comparison | None:
     """Compare the job's stored run with its baseline and store the comparison (not committed; the job's row is not
-    locked). None when the job is not ``analyzing``: nothing to do."""
+    locked); a paired job's run is then compared with its merge base too, and that comparison, stored second, is
+    the one returned: it gives the job its verdict. None when the job is not ``analyzing``: nothing to do."""
     job = repository.get(session, job_id)
     if job is None or job.run_id is None or job.status != "analyzing":
         return None
-    return analysis.analyze(session, run_id=job.run_id, cfg=cfg)
+    history = analysis.analyze(session, run_id=job.run_id, cfg=cfg)
+    if not job.paired:
+        return history
+    sides = paired_documents.documents_of(session, job.id)
+    if sides is None:  # stored with the run, in one transaction: only a row changed by hand lacks them
+        raise InvalidPayload(f"job {job.id} is paired but its base and paired documents are not stored")
+    return analysis.analyze_paired(session, run_id=job.run_id, base=sides.base, paired=sides.paired, after=history)
 
 
 def record_verdict(session: Session, *, job_id: str, comparison: Comparison) -> bool:

@@ -52,7 +52,8 @@ class QuotaExceeded(PayloadTooLarge):
 # the runs and jobs domains, which sit above this one.
 _LINKED = (
     "SELECT t.artifact_sha256 AS sha256 FROM run_traces t JOIN runs r ON r.id = t.run_id WHERE r.project_id = :p "
-    "UNION SELECT j.bundle_sha256 FROM jobs j WHERE j.project_id = :p AND j.bundle_sha256 IS NOT NULL"
+    "UNION SELECT j.bundle_sha256 FROM jobs j WHERE j.project_id = :p AND j.bundle_sha256 IS NOT NULL "
+    "UNION SELECT j.base_bundle_sha256 FROM jobs j WHERE j.project_id = :p AND j.base_bundle_sha256 IS NOT NULL"
 )
 _USED = text(f"SELECT COALESCE(SUM(a.size_bytes), 0) FROM artifacts a WHERE a.sha256 IN ({_LINKED})")
 _HAS = text(f"SELECT 1 FROM ({_LINKED}) linked WHERE linked.sha256 = :sha")
@@ -77,17 +78,21 @@ def human_bytes(n: int) -> str:
     return f"{n} bytes"
 
 
-def check_quota(session: Session, *, project_id: int, kind: str, data: bytes, defaults: Retention) -> None:
-    """Refuse (413, naming the quota and the use) an upload of ``data`` that would take the project past its
-    quota; bytes it already links to (the same trace again, a retried submission) cost nothing. With a quota the
-    project's row is locked until the upload commits, so two uploads at once cannot both slip under it."""
+def check_quota(
+    session: Session, *, project_id: int, kind: str, data: bytes | list[bytes], defaults: Retention
+) -> None:
+    """Refuse (413, naming the quota and the use) an upload of ``data`` (one file, or the files of one request,
+    counted together: a paired job's two bundles) that would take the project past its quota; bytes it already
+    links to (the same trace again, a retried submission) cost nothing, and two files alike count once. With a
+    quota the project's row is locked until the upload commits, so two uploads at once cannot both slip under it."""
     quota = policy(session, project_id, defaults).quota_bytes
     if quota is None:
         return
     name = session.scalars(select(Project.name).where(Project.id == project_id).with_for_update()).one()
-    if session.execute(_HAS, {"p": project_id, "sha": hashlib.sha256(data).hexdigest()}).first() is not None:
+    files = {hashlib.sha256(d).hexdigest(): len(d) for d in ([data] if isinstance(data, bytes) else data)}
+    size = sum(n for sha, n in files.items() if session.execute(_HAS, {"p": project_id, "sha": sha}).first() is None)
+    if not size:
         return
-    size = len(data)
     used = used_bytes(session, project_id)
     if used + size > quota:
         raise QuotaExceeded(

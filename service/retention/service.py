@@ -160,11 +160,11 @@ def _sweep_project(session: Session, project: ProjectSwept, p: Policy, *, now: d
             unlinked |= {r.artifact_sha256 for r in rows}
     if p.bundle_days is not None:
         jobs = session.execute(
-            select(Job.id, Job.bundle_sha256)
+            select(Job.id, Job.bundle_sha256, Job.base_bundle_sha256)
             .where(
                 Job.project_id == project.project_id,
                 Job.status.in_(FINAL),
-                Job.bundle_sha256.is_not(None),
+                Job.bundle_sha256.is_not(None) | Job.base_bundle_sha256.is_not(None),
                 Job.updated_at < now - timedelta(days=p.bundle_days),
             )
             .order_by(Job.updated_at)
@@ -175,11 +175,11 @@ def _sweep_project(session: Session, project: ProjectSwept, p: Policy, *, now: d
             session.execute(
                 update(Job)
                 .where(Job.id.in_([j.id for j in jobs]), Job.status.in_(FINAL))
-                .values(bundle_sha256=None, updated_at=Job.updated_at)
+                .values(bundle_sha256=None, base_bundle_sha256=None, updated_at=Job.updated_at)
                 .execution_options(synchronize_session=False)
             )
             project.bundles = len(jobs)
-            unlinked |= {j.bundle_sha256 for j in jobs if j.bundle_sha256 is not None}
+            unlinked |= {sha for j in jobs for sha in (j.bundle_sha256, j.base_bundle_sha256) if sha is not None}
     if unlinked:
         still = set(session.scalars(_linked_by(project.project_id, unlinked)))
         gone = unlinked - still
@@ -196,15 +196,18 @@ def _linked_by(project_id: int, shas: set[str]) -> CompoundSelect[str]:
         .where(Run.project_id == project_id, RunTrace.artifact_sha256.in_(shas))
     )
     bundles = select(Job.bundle_sha256).where(Job.project_id == project_id, Job.bundle_sha256.in_(shas))
-    return traces.union(bundles)
+    bases = select(Job.base_bundle_sha256).where(Job.project_id == project_id, Job.base_bundle_sha256.in_(shas))
+    return traces.union(bundles, bases)
 
 
 def _delete_orphans(session: Session, report: SweepReport, unlinked: set[str], *, now: datetime, batch: int) -> None:
     """Delete the artifacts nothing links to: those this sweep unlinked, and others old enough (see
     ``ORPHAN_GRACE``). In a savepoint: an upload that links one of them again as this runs makes the delete fail,
     and the artifacts stay (for the next sweep)."""
-    orphan = ~exists().where(RunTrace.artifact_sha256 == Artifact.sha256) & ~exists().where(
-        Job.bundle_sha256 == Artifact.sha256
+    orphan = (
+        ~exists().where(RunTrace.artifact_sha256 == Artifact.sha256)
+        & ~exists().where(Job.bundle_sha256 == Artifact.sha256)
+        & ~exists().where(Job.base_bundle_sha256 == Artifact.sha256)
     )
     candidates = Artifact.sha256.in_(unlinked) | (Artifact.created_at < now - ORPHAN_GRACE)
     rows = session.execute(
