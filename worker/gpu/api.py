@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from profiler_core.documents import ResultDocument
+from profiler_core.documents.paired import PairedDocument
 
 log = logging.getLogger(__name__)
 
@@ -124,14 +125,16 @@ class WorkerAPI:
         r = self._call("POST", f"/internal/jobs/{job_id}/heartbeat", json={"attempt": attempt}, retries=0)
         return bool(r.json().get("cancelled"))
 
-    def bundle(self, job_id: str, *, max_bytes: int) -> bytes:
-        """The job's source bundle, read up to ``max_bytes`` (``Refused`` past it)."""
+    def bundle(self, job_id: str, *, max_bytes: int, tree: str = "head") -> bytes:
+        """The job's source bundle (``tree`` base: a paired job's merge base's), read up to ``max_bytes``
+        (``Refused`` past it)."""
+        params = {"tree": tree} if tree != "head" else None
         last = ""
         for i in range(self._retries + 1):
             if i:
                 time.sleep(BACKOFF_S * 2 ** (i - 1))
             try:
-                with self._http.stream("GET", f"/internal/jobs/{job_id}/bundle") as r:
+                with self._http.stream("GET", f"/internal/jobs/{job_id}/bundle", params=params) as r:
                     if r.status_code in self._stale:
                         r.read()
                         raise Stale(_detail(r))
@@ -152,11 +155,23 @@ class WorkerAPI:
                     return b"".join(chunks)
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
-        raise Unreachable(f"GET bundle of {job_id}: {last}")
+        raise Unreachable(f"GET {tree} bundle of {job_id}: {last}")
 
-    def result(self, job_id: str, attempt: int, document: ResultDocument) -> dict[str, Any]:
-        """Upload the attempt's result document; retried freely (the service stores it once per attempt)."""
-        body = {"attempt": attempt, "result": document.model_dump(mode="json", by_alias=True)}
+    def result(
+        self,
+        job_id: str,
+        attempt: int,
+        document: ResultDocument,
+        *,
+        base: ResultDocument | None = None,
+        paired: PairedDocument | None = None,
+    ) -> dict[str, Any]:
+        """Upload the attempt's result document (a paired job's: the head's, with the ``base``'s and the ``paired``
+        document in the same body); retried freely (the service stores it once per attempt, all or nothing)."""
+        body: dict[str, Any] = {"attempt": attempt, "result": document.model_dump(mode="json", by_alias=True)}
+        if base is not None and paired is not None:
+            body["base"] = base.model_dump(mode="json", by_alias=True)
+            body["paired"] = paired.model_dump(mode="json", by_alias=True)
         r = self._call("POST", f"/internal/jobs/{job_id}/result", json=body)
         data: dict[str, Any] = r.json()
         return data

@@ -3,8 +3,9 @@
 claim with the worker token and the message's one-time claim secret (queued → running; a stale or duplicate
 delivery is dropped), which answers with the attempt's job token → heartbeats in a thread (a cancel, or a 409 or
 401 saying the attempt is over, stops the subprocess) → fetch the bundle and unpack it, checked,
-into a scratch directory → run ``python -m profiler_core profile`` in the sandbox → upload the result
-document and its traces, or the failure with its reason. The scratch directory is removed whatever happens.
+into a scratch directory → run ``python -m profiler_core profile`` in the sandbox (a paired job: its base bundle
+too, and ``ab``, ``worker.gpu.paired``) → upload the result document and its traces, or the failure with its
+reason. The scratch directory is removed whatever happens.
 
 Talks to the service over HTTP with the worker token (the claim) and the job token (everything after it) only: a
 GPU host holds no database credentials.
@@ -31,6 +32,7 @@ from attnprof.contract import bundle as archive
 from profiler_core.documents import ResultDocument
 from worker.gpu import jail as jails
 from worker.gpu import outcome, sandbox
+from worker.gpu import paired as ab
 from worker.gpu.api import Refused, ServiceAPIError, Stale, Unreachable, WorkerAPI
 from worker.gpu.device import GpuWatch
 from worker.gpu.settings import GpuWorkerSettings
@@ -253,9 +255,11 @@ def reap_stale_scratch(root: Path) -> list[Path]:
     return removed
 
 
-def profiler_argv(cfg: ProfileConfig, root: Path, cache_dir: Path) -> list[str]:
+def profiler_argv(cfg: ProfileConfig, root: Path, cache_dir: Path, *, paired: bool = False) -> list[str]:
     """The profiling command, with the scratch folder at ``root`` and the peaks cache at ``cache_dir`` (as the job
-    sees them: inside the jail, ``/job`` and ``/peaks``)."""
+    sees them: inside the jail, ``/job`` and ``/peaks``); a paired job's profiles its two trees interleaved."""
+    if paired:
+        return ab.ab_argv(root, cache_dir, device=cfg.device, pid_namespace=cfg.jail is not None)
     argv = [
         sys.executable,
         "-m",
@@ -355,6 +359,19 @@ def _attempt(
         except archive.BundleRefused as exc:
             _report(http, job_id, attempt, outcome.JobFailure(f"the bundle was refused on the worker: {exc}"))
             return "failed"
+    is_paired = bool(claim.get("paired"))
+    if is_paired:
+        refused = ab.fetch_base(
+            http,
+            job_id,
+            scratch,
+            max_bytes=cfg.bundle_bytes,
+            max_unpacked_bytes=cfg.bundle_unpacked_bytes,
+            max_members=cfg.bundle_members,
+        )
+        if refused is not None:
+            _report(http, job_id, attempt, refused)
+            return "failed"
     (scratch / SPEC_NAME).write_text(str(claim["spec"]))
     if beat.stop.is_set():
         return "cancelled" if beat.cancelled else "lost"
@@ -377,10 +394,13 @@ def _attempt(
         env.update(cfg.jail.env())
         cfg.jail.prepare(scratch)
         argv = cfg.jail.argv(
-            profiler_argv(cfg, root, jails.PEAKS_DIR), scratch=scratch, peaks=cfg.cache_dir, cwd=root / "src"
+            profiler_argv(cfg, root, jails.PEAKS_DIR, paired=is_paired),
+            scratch=scratch,
+            peaks=cfg.cache_dir,
+            cwd=root / "src",
         )
     else:
-        argv = profiler_argv(cfg, root, cfg.cache_dir)
+        argv = profiler_argv(cfg, root, cfg.cache_dir, paired=is_paired)
     log.info("job %s attempt %s: profiling in %s", job_id, attempt, scratch)
     watch = GpuWatch() if cfg.jail is not None and cfg.device != "cpu" else None
     finished = sandbox.run(
@@ -404,11 +424,18 @@ def _attempt(
     if isinstance(document, ResultDocument) and watch is not None:
         outcome.note_foreign_gpu_processes(document, watch.foreign(finished.pids))
     decided = outcome.decide(finished, document, timeout_s=cfg.timeout_s, memory_limit_bytes=cfg.memory_limit_bytes)
+    base, pairs = None, None
+    if is_paired and isinstance(decided, ResultDocument):
+        sides = ab.read_sides(scratch / "out", decided)
+        if isinstance(sides, outcome.JobFailure):
+            decided = outcome.JobFailure(outcome.with_output(sides.reason, finished.tail))
+        else:
+            base, pairs = sides
     if isinstance(decided, outcome.JobFailure):
         _report(http, job_id, attempt, decided)
         log.info("job %s attempt %s: failed: %s", job_id, attempt, decided.reason.splitlines()[0])
         return "failed"
-    answer = http.result(job_id, attempt, decided)
+    answer = http.result(job_id, attempt, decided, base=base, paired=pairs)
     _upload_traces(http, job_id, attempt, decided, scratch / "out" / "traces")
     log.info(
         "job %s attempt %s: result stored as run %s in %.1f s", job_id, attempt, answer.get("run_id"), finished.wall_s
