@@ -16,6 +16,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "profile": ("profiler_core.cli", "Profile every kernel of a suite's cases into a result document."),
     "report": ("profiler_core.cli", "Print the per-kernel table of a result document."),
     "compare": ("profiler_core.cli", "Compare baseline result(s) with a candidate: pass, warn or fail."),
+    "ab": ("profiler_core.cli", "Profile two source trees interleaved on one device and compare them pair by pair."),
     "changepoints": ("profiler_core.cli", "Find change points in a chronological series of results."),
     "schema": ("profiler_core.cli", "Print the JSON Schema of a document."),
     "calibrate": ("profiler_core.cli", "Measure this host's peak bandwidth and matmul rates into the peaks cache."),
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     verb, module = args[0], VERBS[args[0]][0]
     try:
         app = importlib.import_module(module).app
-        if verb == "profile" and argv is None:
+        if verb in ("profile", "ab") and argv is None:
             # The console script's profiling process ends as soon as its result is written (``exit_with``); called
             # in process with ``argv``, the caller's process is left alone.
             from profiler_core.cli import exit_with

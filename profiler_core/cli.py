@@ -27,6 +27,7 @@ from profiler_core.errors import AttnprofError
 
 if TYPE_CHECKING:  # the runner imports torch: only the profile verb loads it, at run time
     from profiler_core.documents import ResultDocument
+    from profiler_core.measure.paired import PairedOptions, PairedOutcome
     from profiler_core.measure.runner import ProfileOptions
     from profiler_core.suite import Suite
 
@@ -135,6 +136,96 @@ def calibrate(
     if not_cached:
         typer.echo(f"warning: {not_cached}; each profile run will measure its own", err=True)
     typer.echo(str(path))
+
+
+@app.command()
+def ab(
+    suite: Annotated[Path, typer.Argument(help="suite file (TOML): the cases both trees run")],
+    base: Annotated[Path, typer.Option(help="the merge base's source tree")],
+    head: Annotated[Path, typer.Option(help="the head's source tree")],
+    out: Annotated[
+        Path, typer.Option(help="folder for result.json (head), base.json, paired.json, comparison.json")
+    ] = Path("attnprof-ab"),
+    device: Annotated[DeviceChoice, typer.Option(help="auto: the GPU if there is one")] = DeviceChoice.auto,
+    case: Annotated[list[str] | None, typer.Option(help="only cases whose id matches (glob; repeatable)")] = None,
+    max_pairs: Annotated[
+        int | None, typer.Option(min=2, max=1000, help="pairs of rounds a case may take at most")
+    ] = None,
+    record: Annotated[bool, typer.Option(help="run every case to --max-pairs, without stopping early")] = False,
+    quiet: Annotated[bool, typer.Option(help="print no report and no progress")] = False,
+    seed: Annotated[int, typer.Option(help="seed of the random inputs")] = 0,
+    cache_dir: Annotated[Path, typer.Option(help="peaks cache")] = Path.home() / ".cache" / "attnprof",
+    pid_namespace: Annotated[
+        bool, typer.Option("--pid-namespace", help="running in a PID namespace of its own (a worker's jail)")
+    ] = False,
+) -> None:
+    """Profile SUITE on two source trees, interleaved on one device, and compare them pair by pair.
+
+    Each tree runs in a process of its own that imports only that tree; rounds alternate base, head, head, base, ...
+    and a case stops once its pairs settle the answer (slower, faster, or the same within the paired minimum
+    effect). Exit 0 when the comparison passes or warns, 1 when it fails or a head case failed, 2 on bad input."""
+    from profiler_core.suite import load_suite, select_cases
+
+    try:
+        parsed = load_suite(suite)
+        selected = select_cases(parsed, case) if case else None
+    except AttnprofError as exc:
+        raise fail(str(exc)) from None
+    from profiler_core.analysis.paired import compare_paired
+    from profiler_core.analysis.render import render_table
+    from profiler_core.measure.paired import PairedOptions, PairedRunError
+
+    options = PairedOptions(
+        device=device.value,
+        cache_dir=cache_dir,
+        trace_dir=out / "traces",
+        base_trace_dir=out / "base-traces",
+        seed=seed,
+        command=shlex.join(["attnprof", *sys.argv[1:]]),
+        own_pid_namespace=pid_namespace,
+        cases=selected,
+        max_pairs=max_pairs,
+        stop_early=not record,
+    )
+    try:
+        outcome = _paired_with_progress(parsed, suite, base, head, options, quiet)
+    except PairedRunError as exc:  # a side crashed or could not start: the run failed, the input was fine
+        raise fail(str(exc), code=1) from None
+    except AttnprofError as exc:
+        raise fail(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    comparison = compare_paired(outcome.base, outcome.head, outcome.paired)
+    (out / "result.json").write_text(outcome.head.to_json() + "\n")
+    (out / "base.json").write_text(outcome.base.to_json() + "\n")
+    (out / "paired.json").write_text(outcome.paired.to_json() + "\n")
+    (out / "comparison.json").write_text(comparison.to_json() + "\n")
+    if not quiet:
+        typer.echo(render_table(comparison))
+        typer.echo(f"\nwrote result.json (head), base.json, paired.json and comparison.json in {out}/", err=True)
+    failed = [c for c in outcome.head.cases if c.status == "failed"]
+    if failed:
+        typer.echo(f"{len(failed)} head case(s) failed: " + ", ".join(c.id for c in failed), err=True)
+    raise typer.Exit(1 if failed or comparison.verdict == "fail" else 0)
+
+
+def _paired_with_progress(
+    parsed: Suite, suite_path: Path, base: Path, head: Path, options: PairedOptions, quiet: bool
+) -> PairedOutcome:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from profiler_core.measure.paired import profile_paired
+
+    if quiet:
+        return profile_paired(suite_path, parsed, base, head, options)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=True, console=None) as bar:
+        task = bar.add_task("starting both sides", total=None)
+
+        def progress(event: str, done: int, total: int, case_id: str) -> None:
+            label = "pairs of rounds" if event == "case" else "done"
+            bar.update(task, completed=done, total=total, description=f"{label} {case_id}"[:70])
+
+        return profile_paired(suite_path, parsed, base, head, options, progress)
 
 
 def _profile_with_progress(parsed: Suite, options: ProfileOptions, quiet: bool) -> ResultDocument:

@@ -207,6 +207,25 @@ class TimingConfig:
             rounds=1,
         )
 
+    def paired_round_config(self) -> TimingConfig:
+        """A round of a paired run: half the samples and budget of ``round_config``, so that one pair (a base round
+        and a head round) takes what one round of a profile run takes."""
+        one = self.round_config()
+        least = max(3, math.ceil(one.min_samples / 2))
+        return dataclasses.replace(
+            one,
+            min_samples=least,
+            max_samples=max(least, math.ceil(one.max_samples / 2)),
+            budget_s=one.budget_s / 2,
+            target_rel_ci=min(0.5, one.target_rel_ci * math.sqrt(2)),
+        )
+
+    @property
+    def paired_max_pairs(self) -> int:
+        """Pairs a paired run gives a case at most: half again the rounds of a profile run (at least 4), so a case
+        that never settles costs at most 1.5 times the timed samples of an unpaired profile."""
+        return max(4, (3 * self.effective_rounds) // 2)
+
 
 @dataclass(frozen=True)
 class CaseSpec:

@@ -42,10 +42,15 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, float]] = {
         "throughput": 0.30,
         "variance": 1.0,
         "dram_bytes": 0.10,
-        "paired": 0.05,
+        "paired": 0.10,
         "fdr": 0.05,
     },
 }
+
+# ``paired``: the minimum effect of a paired comparison (base and head interleaved in one job), where drift between
+# processes and hours cancels in the pair differences, so the gate can sit far below the stored-history one: 0.5% on
+# CUDA (bench/reports/h200-paired.md measures 1% slowdowns and A/A false alarms with it); on the 2-core CPU hosts,
+# round medians of identical code in two processes differ by up to 2x while another process takes a core, so 10%.
 
 # Relative range of the medians of separate runs of unchanged code ("how far apart unchanged code lands").
 # cuda: cuDNN 86.6-87.8 us over 6 processes (1.4%), the widest of the backends measured on the H200.

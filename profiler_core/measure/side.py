@@ -1,0 +1,122 @@
+"""One side of a paired run: a process that imports one source tree only and profiles rounds when told.
+
+``python -m profiler_core.measure.side`` is started by the paired run's coordinator (``measure.paired``) with its
+tree as working directory and first ``PYTHONPATH`` entry, so a custom target's ``package.module`` resolves in that
+tree and no module of the other tree is ever visible. It opens the device once (``SuiteSession``), answers
+``ready``, then reads one JSON command per line from ``--cmd-fd`` and answers one JSON line on ``--reply-fd``:
+
+- ``{"op": "first", "case": ID}``: build the case, time its first round, trace it, check its accuracy;
+- ``{"op": "again", "case": ID}``: build it again and time one more round;
+- ``{"op": "finish", "out": PATH}``: pool every case's rounds into the result document, write it, exit.
+
+A round's answer carries the round's median (microseconds), its sample count and the median SM clock (MHz, CUDA),
+or the case's failure. Between rounds the side returns its cached device memory, so the side that is not timing
+holds none of what the other may need. The user's code may print anything to stdout: the commands and answers use
+pipes of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _round_answer(record: Any) -> dict[str, Any]:
+    from profiler_core.measure.runner import _Pending
+
+    if isinstance(record, _Pending):
+        last = record.timing.last
+        assert last is not None
+        clocks = [c for c in (last.clocks_mhz or []) if c]
+        return {
+            "ok": True,
+            "median_us": statistics.median(last.samples_us),
+            "samples": len(last.samples_us),
+            "mhz": statistics.median(clocks) if clocks else None,
+        }
+    error = record.error
+    return {
+        "ok": False,
+        "status": record.status,
+        "error": f"{error.type}: {error.message}"[:2000] if error else record.status,
+    }
+
+
+def serve(args: argparse.Namespace) -> int:
+    from profiler_core.measure.runner import ProfileOptions, SuiteSession
+    from profiler_core.suite import load_suite
+
+    commands = os.fdopen(args.cmd_fd, "r", encoding="utf-8")
+    replies = os.fdopen(args.reply_fd, "w", encoding="utf-8", buffering=1)
+
+    def answer(message: dict[str, Any]) -> None:
+        replies.write(json.dumps(message) + "\n")
+        replies.flush()
+
+    try:
+        suite = load_suite(args.suite)
+        options = ProfileOptions(
+            device=args.device,
+            trace_dir=Path(args.trace_dir) if args.trace_dir else None,
+            cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+            seed=args.seed,
+            command=args.command,
+            own_pid_namespace=args.pid_namespace,
+        )
+        session = SuiteSession(suite, options, round_config=suite.timing.paired_round_config())
+    except Exception as exc:  # reported to the coordinator, which names the side
+        answer({"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+        return 2
+    specs = {spec.id: spec for spec in suite.cases}
+    answer({"ready": True, "mode": session.device, "testbed": session.environment.testbed_key})
+    release = _releaser(session.device)
+    for line in commands:
+        message = json.loads(line)
+        op = message.get("op")
+        if op == "first":
+            answer(_round_answer(session.first(specs[message["case"]])))
+        elif op == "again":
+            answer(_round_answer(session.again(message["case"])))
+        elif op == "finish":
+            doc = session.document()
+            Path(message["out"]).write_text(doc.to_json() + "\n")
+            answer({"written": message["out"], "run": doc.run.id})
+            return 0
+        else:
+            answer({"ok": False, "status": "failed", "error": f"unknown command {op!r}"})
+            continue
+        release()
+    return 3  # the coordinator went away without a finish
+
+
+def _releaser(device: str) -> Any:
+    if device != "cuda":
+        return lambda: None
+    import torch
+
+    return torch.cuda.empty_cache
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m profiler_core.measure.side")
+    parser.add_argument("--suite", required=True)
+    parser.add_argument("--cmd-fd", type=int, required=True)
+    parser.add_argument("--reply-fd", type=int, required=True)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--trace-dir")
+    parser.add_argument("--cache-dir")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--command")
+    parser.add_argument("--pid-namespace", action="store_true")
+    args = parser.parse_args(argv)
+    # The side's tree is the working directory: custom targets import from it (``targets._custom``).
+    return serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The sequential paired test: Student's t without scipy, the looks, the four answers, the error rates it promises."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from scipy import stats
+
+from profiler_core.analysis.paired_stats import Rule, assess, log_ratios, run, t_quantile, t_sf
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 7, 14, 30, 200])
+def test_t_distribution_matches_scipy(df: int) -> None:
+    for q in (0.6, 0.9, 0.975, 0.995, 0.9983, 0.99964):
+        assert t_quantile(q, df) == pytest.approx(stats.t.ppf(q, df), rel=1e-8)
+        assert t_quantile(1 - q, df) == pytest.approx(stats.t.ppf(1 - q, df), rel=1e-8)
+    for t in (-3.0, 0.0, 0.2, 1.0, 2.5, 9.0):
+        assert t_sf(t, df) == pytest.approx(stats.t.sf(t, df), rel=1e-9, abs=1e-14)
+
+
+def test_looks_start_at_min_pairs_step_and_end_at_max() -> None:
+    assert Rule(0.005, min_pairs=4, max_pairs=15).looks == [4, 6, 8, 10, 12, 14, 15]
+    assert Rule(0.005, min_pairs=4, max_pairs=4).looks == [4]
+    assert Rule(0.005, alpha=0.06, min_pairs=4, max_pairs=8).look_alpha == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"min_effect": -0.1}, "min_effect"),
+        ({"min_effect": 0.01, "alpha": 1.5}, "alpha"),
+        ({"min_effect": 0.01, "min_pairs": 9, "max_pairs": 5}, "min_pairs"),
+    ],
+)
+def test_rule_refuses_impossible_settings(kwargs: dict[str, float], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        Rule(**kwargs)  # type: ignore[arg-type]
+
+
+def _pairs(effect: float, sd: float, n: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [math.log1p(effect) + rng.gauss(0, sd) for _ in range(n)]
+
+
+def test_a_clear_slowdown_is_slower_and_a_clear_speedup_faster() -> None:
+    rule = Rule(0.005)
+    slow = run(_pairs(0.02, 0.003, 15, 1), rule)
+    assert slow.state == "slower" and slow.pairs == 4 and slow.low > 0 and slow.change == pytest.approx(0.02, abs=0.003)
+    fast = run(_pairs(-0.02, 0.003, 15, 2), rule)
+    assert fast.state == "faster" and fast.high < 0
+
+
+def test_identical_code_with_small_noise_is_the_same() -> None:
+    settled = run(_pairs(0.0, 0.001, 15, 3), Rule(0.005))
+    assert settled.state == "same" and -0.005 < settled.low and settled.high < 0.005
+
+
+def test_a_change_at_the_margin_stays_ambiguous_and_says_how_many_more_pairs() -> None:
+    d = _pairs(0.004, 0.004, 15, 5)
+    settled = run(d, Rule(0.005))
+    assert settled.state == "ambiguous" and settled.pairs == 15
+    assert settled.more_pairs is not None and settled.more_pairs >= 1
+    # The estimate is what it will stay; given the pairs it asked for at the spread it saw, the interval is as narrow
+    # as the distance to the nearest boundary, so the answer settles.
+    more = settled.more_pairs
+    mean = math.log1p(settled.change)
+    padded = d + [mean + (settled.sd if i % 2 else -settled.sd) for i in range(more + 2)]
+    longer = assess(padded, Rule(0.005, max_pairs=len(padded)), final=True)
+    assert longer.high - longer.low < settled.high - settled.low
+    assert longer.state != "ambiguous"
+
+
+def test_p_is_bonferroni_adjusted_over_the_looks() -> None:
+    d = _pairs(0.01, 0.01, 8, 6)
+    one_look = assess(d, Rule(0.005, min_pairs=8, max_pairs=8))
+    seven_looks = assess(d, Rule(0.005, min_pairs=4, max_pairs=16))
+    assert seven_looks.p == pytest.approx(min(1.0, one_look.p * len(Rule(0.005, max_pairs=16).looks)))
+
+
+def test_log_ratios_are_head_over_base() -> None:
+    assert log_ratios([100.0, 200.0], [101.0, 198.0]) == pytest.approx([math.log(1.01), math.log(0.99)])
+
+
+def test_error_rates_hold_over_many_simulated_cases() -> None:
+    """A/A cases almost never end slower; 1% slowdowns with a 0.3% pair spread are almost always caught."""
+    rule = Rule(0.005)
+    trials = 2000
+    false_alarms = sum(run(_pairs(0.0, 0.003, 15, s), rule).state == "slower" for s in range(trials))
+    caught = sum(run(_pairs(0.01, 0.003, 15, 10_000 + s), rule).state == "slower" for s in range(trials))
+    assert false_alarms / trials <= 0.01
+    assert caught / trials >= 0.95

@@ -1,0 +1,161 @@
+"""Paired runs on CPU: two trees, one process per side, ABBA rounds, early stopping, the documents they write."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiler_core.documents import load_result
+from profiler_core.documents.paired import PairedDocument
+from profiler_core.measure.paired import side_environment
+
+REPO = Path(__file__).resolve().parents[1]
+
+FACTORY = """
+import os, sys, time
+from pathlib import Path
+
+import torch
+
+import plant
+
+REPEAT = {repeat}
+
+
+def make(params, device):
+    here = Path.cwd().resolve()
+    assert Path(plant.__file__).resolve().parent.parent == here, (plant.__file__, here)
+    for tree in params["args"]["trees"]:
+        tree = Path(tree).resolve()
+        if tree == here:
+            continue
+        assert not any(p and Path(p).resolve() == tree for p in sys.path), sys.path
+        assert not any(
+            str(getattr(m, "__file__", "") or "").startswith(str(tree)) for m in list(sys.modules.values())
+        ), "a module of the other tree is loaded"
+    {crash}
+    a = torch.randn(96, 96, device=device)
+
+    def fn(x):
+        for _ in range(REPEAT):
+            x = torch.tanh(x @ a)
+        return x
+
+    return fn, (torch.randn(96, 96, device=device),)
+"""
+
+SUITE = """
+[suite]
+name = "paired-test"
+thresholds = {{ paired = {paired} }}
+[suite.timing]
+warmup = 2
+min_samples = 6
+max_samples = 12
+budget_s = 0.4
+rounds = 2
+
+[[cases]]
+name = "plant"
+target = "plant.work:make"
+args = {{ trees = [{trees}] }}
+"""
+
+
+def _tree(root: Path, repeat: int, crash: str = "") -> Path:
+    (root / "plant").mkdir(parents=True)
+    (root / "plant" / "__init__.py").write_text("")
+    (root / "plant" / "work.py").write_text(FACTORY.format(repeat=repeat, crash=crash or "pass"))
+    return root
+
+
+def _suite(tmp: Path, base: Path, head: Path, paired: float = 0.10) -> Path:
+    path = tmp / "attnprof.toml"
+    path.write_text(SUITE.format(paired=paired, trees=f'"{base}", "{head}"'))
+    return path
+
+
+def _ab(tmp: Path, suite: Path, base: Path, head: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(head), str(REPO)]), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "profiler_core", "ab", str(suite), "--base", str(base), "--head", str(head)]
+    argv += ["--out", str(tmp / "out"), "--device", "cpu", "--cache-dir", str(tmp / "cache"), "--quiet", *extra]
+    return subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _paired(tmp: Path) -> PairedDocument:
+    return PairedDocument.model_validate_json((tmp / "out" / "paired.json").read_text())
+
+
+def test_each_side_sees_its_own_tree_only_and_rounds_alternate(tmp_path: Path) -> None:
+    base, head = _tree(tmp_path / "base", 1), _tree(tmp_path / "head", 1)
+    done = _ab(tmp_path, _suite(tmp_path, base, head), base, head, "--record", "--max-pairs", "5")
+    assert done.returncode in (0, 1), done.stderr
+    paired = _paired(tmp_path)
+    (case,) = paired.cases
+    # Every round of both sides ran: the factory's isolation checks raise otherwise and the case would fail.
+    assert case.stopped_by != "failed", case.detail
+    assert [p.order for p in case.pairs] == ["AB", "BA", "AB", "BA", "AB"]
+    assert all(p.base_samples >= 3 and p.head_samples >= 3 for p in case.pairs)
+    head_doc, base_doc = load_result(tmp_path / "out" / "result.json"), load_result(tmp_path / "out" / "base.json")
+    assert (paired.head_run, paired.base_run) == (head_doc.run.id, base_doc.run.id)
+    assert head_doc.cases[0].latency_us is not None and head_doc.cases[0].latency_us.rounds == 5
+    comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert comparison["mode"] == "paired" and comparison["paired"]["base_run"] == base_doc.run.id
+    assert (tmp_path / "out" / "traces").is_dir() and (tmp_path / "out" / "base-traces").is_dir()
+
+
+def test_a_planted_slowdown_stops_early_as_slower(tmp_path: Path) -> None:
+    base, head = _tree(tmp_path / "base", 1), _tree(tmp_path / "head", 12)
+    done = _ab(tmp_path, _suite(tmp_path, base, head), base, head)
+    paired = _paired(tmp_path)
+    (case,) = paired.cases
+    assert case.stopped_by == "slower", case.detail
+    assert len(case.pairs) == paired.rule.min_pairs  # settled at the first look
+    comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    (finding,) = [f for f in comparison["findings"] if f["case"] == "plant" and f["rounds"] is not None]
+    assert finding["status"] == "regressed" and finding["change"] > 2
+    # A suspect run (this host is shared) warns instead of failing; otherwise the exit status says fail.
+    assert done.returncode == (0 if comparison["suspect"] or finding["verdict"] == "warn" else 1), done.stderr
+
+
+def test_a_case_the_base_cannot_build_stops_as_failed(tmp_path: Path) -> None:
+    base, head = tmp_path / "base", _tree(tmp_path / "head", 1)
+    base.mkdir()
+    done = _ab(tmp_path, _suite(tmp_path, base, head), base, head)
+    assert done.returncode in (0, 1), done.stderr
+    (case,) = _paired(tmp_path).cases
+    assert case.stopped_by == "failed" and "base side" in (case.detail or "")
+    assert load_result(tmp_path / "out" / "base.json").cases[0].status == "failed"
+    assert load_result(tmp_path / "out" / "result.json").cases[0].status == "ok"
+
+
+def test_a_side_that_dies_fails_the_run_and_is_named(tmp_path: Path) -> None:
+    base, head = _tree(tmp_path / "base", 1), _tree(tmp_path / "head", 1, crash="os._exit(9)")
+    done = _ab(tmp_path, _suite(tmp_path, base, head), base, head)
+    assert done.returncode == 1
+    assert "the head side died" in done.stderr and "code 9" in done.stderr
+    assert not (tmp_path / "out" / "result.json").exists()
+
+
+@pytest.mark.parametrize("which", ["same", "missing"])
+def test_trees_that_cannot_pair_are_bad_input(tmp_path: Path, which: str) -> None:
+    head = _tree(tmp_path / "head", 1)
+    base = head if which == "same" else tmp_path / "nowhere"
+    done = _ab(tmp_path, _suite(tmp_path, base, head), base, head)
+    assert done.returncode == 2
+    assert ("same directory" if which == "same" else "not a directory") in done.stderr
+
+
+def test_a_side_environment_drops_both_trees_from_the_inherited_path(tmp_path: Path) -> None:
+    base, head, lib = tmp_path / "base", tmp_path / "head", tmp_path / "lib"
+    for p in (base, head, lib):
+        p.mkdir()
+    inherited = os.pathsep.join([str(head), str(head / "sub"), str(lib), str(base)])
+    env = side_environment(base, [base, head], {"PYTHONPATH": inherited, "HOME": "/h"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(base), str(lib)]
+    assert env["HOME"] == "/h"
