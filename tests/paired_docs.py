@@ -16,6 +16,7 @@ from profiler_core.analysis.paired import compare_paired
 from profiler_core.analysis.paired_stats import Rule, log_ratios, run
 from profiler_core.documents.comparison import ComparisonDocument
 from profiler_core.documents.paired import Pair, PairedCase, PairedDocument, PairedRule, StoppedBy
+from profiler_core.documents.result import ResultDocument
 from tests.test_analysis_fixtures import make_case, make_doc
 
 BASE_RUN = "base-0a1b2c3d"
@@ -65,6 +66,13 @@ def _pairs(shape: Shape, seed: int, base_us: float) -> tuple[list[Pair], Stopped
 def paired_comparison(shapes: list[Shape] | None = None, *, seed: int = 7) -> ComparisonDocument:
     """The paired comparison of a head against its merge base over ``shapes`` (by default one case each of slower,
     same, ambiguous and faster), as ``compare_paired`` makes it."""
+    return compare_paired(*paired_sides(shapes, seed=seed))
+
+
+def paired_sides(
+    shapes: list[Shape] | None = None, *, seed: int = 7
+) -> tuple[ResultDocument, ResultDocument, PairedDocument]:
+    """The base's and the head's result documents and the paired document of their rounds over ``shapes``."""
     shapes = shapes if shapes is not None else [SLOWER, SAME, AMBIGUOUS, FASTER]
     base_cases, head_cases, rounds = [], [], []
     for i, shape in enumerate(shapes):
@@ -90,4 +98,4 @@ def paired_comparison(shapes: list[Shape] | None = None, *, seed: int = 7) -> Co
         cases=rounds,
         wall_s=84.5,
     )
-    return compare_paired(base, head, paired)
+    return base, head, paired

@@ -233,15 +233,24 @@ def run_page_row(session: Session, project_id: int, run_id: str) -> Row[*tuple[A
     return session.execute(q).first()
 
 
-def latest_comparison_of(session: Session, project_id: int, run_id: str) -> Row[*tuple[Any, ...]] | None:
-    """Id, verdict and time of the newest comparison whose candidate is ``run_id``."""
+def comparisons_beside(session: Session, project_id: int, run_id: str) -> list[Row[*tuple[Any, ...]]]:
+    """Id, verdict, time and mode (``history`` or ``paired``) of the newest comparison of each mode whose candidate
+    is ``run_id``: a paired job's run has both, the paired one (which gives the verdict) first; any other run has
+    its newest only."""
     q = (
-        select(Comparison.id, Comparison.verdict, Comparison.created_at)
+        select(Comparison.id, Comparison.verdict, Comparison.created_at, Comparison.mode)
         .where(Comparison.candidate_run_id == run_id, Comparison.project_id == project_id)
         .order_by(Comparison.created_at.desc())
-        .limit(1)
+        .limit(_BESIDE_LOOKED_AT)
     )
-    return session.execute(q).first()
+    newest: dict[str, Row[*tuple[Any, ...]]] = {}
+    for row in session.execute(q):
+        newest.setdefault(row.mode, row)
+    return sorted(newest.values(), key=lambda r: r.mode != "paired")
+
+
+_BESIDE_LOOKED_AT = 20
+"""A run's newest comparisons looked through for one of each mode (a run is compared again when its job is)."""
 
 
 def comparison_in_project(session: Session, project_id: int, comparison_id: str) -> Comparison | None:

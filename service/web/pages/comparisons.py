@@ -31,7 +31,7 @@ from service.runs import documents
 from service.runs import repository as runs_repository
 from service.web import repository
 from service.web.dependencies import AdminFormDep, Viewer, ViewerDep, not_found
-from service.web.pages import figures
+from service.web.pages import figures, paired_view
 from service.web.pages.runs import DONE, RULE_WORDS, RunId, apply_rule, dram_bytes_per_iter, run_href
 from service.web.render import fmt_error, fmt_num, fmt_pct, page
 
@@ -336,16 +336,17 @@ def comparison_page(
         detail_chars=DETAIL_MAX_CHARS,
         anchor=figures.case_anchor,
         done=DONE.get(done or ""),
+        **paired_view.context(session, viewer.project.id, doc, found.id, found.candidate_run_id),
     )
 
 
 @router.get("/runs/{run_id}/comparison")
 def latest_comparison(viewer: ViewerDep, session: SessionDep, run_id: RunId) -> RedirectResponse:
-    """The run's newest comparison."""
-    found = repository.latest_comparison_of(session, viewer.project.id, run_id)
-    if found is None:
+    """The run's newest comparison; a paired job's run: its paired one, which gives the verdict."""
+    found = repository.comparisons_beside(session, viewer.project.id, run_id)
+    if not found:
         raise not_found(f"no comparison of run {run_id} in project {viewer.project.name}")
-    return RedirectResponse(comparison_href(viewer, found.id), status_code=303)
+    return RedirectResponse(comparison_href(viewer, found[0].id), status_code=303)
 
 
 def _candidate_of(session: Session, viewer: Viewer, comparison_id: str) -> str:

@@ -26,7 +26,7 @@ from service.runs import repository as runs_repository
 from service.runs import service as runs
 from service.web import pull_repository, repository
 from service.web.dependencies import AdminFormDep, PageError, Viewer, ViewerDep, not_found
-from service.web.pages import figures
+from service.web.pages import figures, paired_view
 from service.web.render import environment, page
 
 router = APIRouter(prefix="/ui/p/{project}", include_in_schema=False)
@@ -213,6 +213,8 @@ def run_page(
         rendered = _render_document(viewer, row, documents.result_of(session, row.id), href)
         rendered_runs.put(key, rendered)
     stored_traces = set(runs_repository.list_traces(session, row.id))
+    # a paired job's run has two comparisons: the paired one (the verdict's) first, the stored-history one beside it
+    compared = repository.comparisons_beside(session, viewer.project.id, row.id)
     return page(
         "run.html",
         viewer=viewer,
@@ -222,7 +224,9 @@ def run_page(
         head_html=rendered.head,
         cases_html=rendered.cases,
         traces=[(case_id, name, name in stored_traces) for case_id, name in rendered.traces],
-        comparison=repository.latest_comparison_of(session, viewer.project.id, row.id),
+        comparison=compared[0] if compared else None,
+        beside=compared[1] if len(compared) > 1 else None,
+        mode_words=paired_view.MODE_WORDS,
         feedback=None if row.job_id else pull_repository.run_feedback(session, row.id),
         rules=_rules_by_kind(repository.rules_of_runs(session, viewer.project.id, [row.id])),
         rule_words=RULE_WORDS,
