@@ -31,6 +31,7 @@ from service.github import repository as feedback_rows
 from service.github.budget import COMPACT_BUDGET_CHARS
 from service.github.client import GitHubClient, GitHubError
 from service.github.comment import CommentInput, marker, render
+from service.jobs import paired as paired_sides
 from service.jobs.models import FINAL, Job
 from service.projects import repository as projects
 from service.runs import documents
@@ -77,6 +78,14 @@ def comment_input(session: Session, job: Job, settings: Settings) -> CommentInpu
     found = comparisons.latest_for_run(session, job.run_id) if job.run_id else None
     testbed = testbeds.get(session, job.testbed_id)
     baseline_ids = [str(b) for b in found.baseline_run_ids] if found else []
+    # A paired job's verdict is its paired comparison's; its stored-history one is shown beside it, and the base
+    # side's document (never a run) gives the kernel tables their left side.
+    history = None
+    base: ResultDocument | None = None
+    if found is not None and found.mode == "paired" and job.run_id:
+        history = comparisons.latest_for_run(session, job.run_id, mode="history")
+        sides = paired_sides.documents_of(session, job.id)
+        base = sides.base if sides is not None else None
     return CommentInput(
         project=_project(session, job),
         job_id=job.id,
@@ -92,9 +101,11 @@ def comment_input(session: Session, job: Job, settings: Settings) -> CommentInpu
         comparison_id=found.id if found else None,
         comparison=comparison_documents.comparison_of(found) if found else None,
         candidate=_document(session, job.run_id) if found else None,
-        baseline=_document(session, baseline_ids[0]) if baseline_ids else None,
+        baseline=base if base is not None else _document(session, baseline_ids[0]) if baseline_ids else None,
         traces=frozenset(run_rows.list_traces(session, job.run_id)) if job.run_id else frozenset(),
         suite_path=job.suite_path,
+        history=comparison_documents.comparison_of(history) if history is not None else None,
+        history_id=history.id if history is not None else None,
     )
 
 
