@@ -63,6 +63,9 @@ def requeue(session: Session, *, repo: str, pr: int) -> list[Job]:
             spec=last.spec,
             suite_name=last.suite_name,
             bundle_sha256=last.bundle_sha256,
+            # A paired job's rerun is paired while its base tree is kept (the retention sweep may have deleted it).
+            base_bundle_sha256=last.base_bundle_sha256,
+            paired=last.base_bundle_sha256 is not None,
             repo=last.repo,
             branch=last.branch,
             commit=last.commit,
