@@ -56,7 +56,7 @@ def plant(out: Path, effects: list[float], suite_path: Path) -> None:
             fn(*args)
         samples = []
         for _ in range(200):
-            flusher.flush()
+            flusher()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn(*args)
