@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Paired A/B on the H200: run on the GPU host from the repository root, the pydantic wheels in .whl/.
-#   bash bench/h200_paired.sh record  -> plant the trees (bench/h200_paired.py plant), then `attnprof ab --record`
+#   [RECORD_SET="aa:aa3 ..."] bash bench/h200_paired.sh record  -> plant the trees (bench/h200_paired.py plant), then `attnprof ab --record`
 #                                        of each head against the base: A/A twice, 0.5%, 1%, 2% (MAX_PAIRS pairs per case)
 #   bash bench/h200_paired.sh costs   -> the same trees: `attnprof profile` of the base (4 processes) and of each head
 #                                        (2 processes each), for the stored-baseline and the run-A-then-B methods and
@@ -43,7 +43,7 @@ profile() {  # profile TREE OUTNAME
   rm -rf "$RAW/traces-$2"
 }
 if [ "$MODE" = record ]; then
-  for v in aa:aa1 p1:p1 aa:aa2 p0.5:p0.5 p2:p2; do
+  for v in ${RECORD_SET:-aa:aa1 p1:p1 aa:aa2 p0.5:p0.5 p2:p2}; do
     step "ab-${v#*:}" 120 ab "${v%%:*}" "ab-${v#*:}" --record --max-pairs "$MAX_PAIRS"
   done
 fi
