@@ -7,13 +7,14 @@ set at import), so each side runs in a process of its own (``measure.side``) tha
 processes share the device, never at the same time: the coordinator (this module, which holds no device context)
 tells one side to time a round, waits for its answer, then tells the other.
 
-Per case: the base's first round then the head's (pair 1, order AB), then pairs in alternating order (BA, AB, ...:
-ABBA), so drift within a pair cancels over two pairs and drift slower than a pair cancels within it. Each round
-builds the workload again (its tensors land elsewhere), times half of what a profile round times
-(``TimingConfig.paired_round_config``), and answers its median. After ``min_pairs`` and every two pairs after, the
-sequential rule (``analysis.paired_stats``) looks at the pair differences and stops the case when it settles:
-slower, faster, or the same within the case's paired minimum effect (``thresholds.paired``); after ``max_pairs``
-it is ``max_rounds`` (ambiguous). The coordinator imports no torch.
+Per case: pairs of rounds, the base's then the head's (order AB), then the head's then the base's (BA), and so on
+(ABBA), so that which side times second (after the other process) and drift within a pair cancel over two pairs, and
+drift slower than a pair within it. For each pair both sides first build the workload again (its tensors land
+elsewhere) and warm it up, then time their rounds back to back: the two timed windows are milliseconds apart. A
+round times half of what a profile round times (``TimingConfig.paired_round_config``) and answers its median. After
+``min_pairs`` and every two pairs after, the sequential rule (``analysis.paired_stats``) looks at the pair
+differences and stops the case when it settles: slower, faster, or the same within the case's paired minimum effect
+(``thresholds.paired``); after ``max_pairs`` it is ``max_rounds`` (ambiguous). The coordinator imports no torch.
 """
 
 from __future__ import annotations
@@ -205,11 +206,17 @@ def _run_case(sides: dict[str, _Side], rounds: _CaseRounds, *, stop_early: bool,
     for n in range(1, rule.max_pairs + 1):
         on_pair()
         order = "AB" if n % 2 == 1 else "BA"
-        op = "first" if n == 1 else "again"
+        turn = ("base", "head") if order == "AB" else ("head", "base")
+        # Both sides built and warmed up first, then timed back to back, so the pair's two timed windows are
+        # milliseconds apart; both sides run their round even when the other failed, so each document holds the case.
         answers: dict[str, dict[str, Any]] = {}
-        for name in ("base", "head") if order == "AB" else ("head", "base"):
-            # Both sides run their round even when the first failed: each document then holds the case.
-            answers[name] = sides[name].ask({"op": op, "case": rounds.spec.id})
+        for name in turn:
+            ready = sides[name].ask({"op": "prepare", "case": rounds.spec.id})
+            if not ready.get("ok"):
+                answers[name] = ready
+        for name in turn:
+            if name not in answers:
+                answers[name] = sides[name].ask({"op": "time", "case": rounds.spec.id})
         failed = [name for name in SIDES if not answers[name].get("ok")]
         if failed:
             rounds.stopped_by = "failed"

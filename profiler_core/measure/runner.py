@@ -9,6 +9,8 @@ reason and the next case runs.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import platform
 import re
 import time
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -184,6 +186,16 @@ class _Pending:
     host_us: float | None
 
 
+@dataclass
+class _Prepared:
+    """A case built and warmed up, waiting for its timed round (a paired run's side)."""
+
+    workload: Workload
+    stack: contextlib.ExitStack
+    warns: list[str]
+    started: float
+
+
 # What ended a case's sampling, pooled over rounds: the one that says least about precision wins.
 _STOP_ORDER = ("budget", "max_samples", "precision")
 
@@ -265,9 +277,39 @@ def run_case(
     except Exception as exc:  # the workload is arbitrary code: every failure is the case's, not the run's
         return _case_failure(spec, exc, warns, device)
 
+    return _first_record(
+        spec,
+        device=device,
+        environment=environment,
+        timing=timing,
+        first=first,
+        trace=trace,
+        outputs=outputs,
+        reference=reference,
+        declared_work=workload.declared_work,
+        trace_path=trace_path,
+        started=started,
+    )
+
+
+def _first_record(
+    spec: CaseSpec,
+    *,
+    device: str,
+    environment: Environment,
+    timing: _Timing,
+    first: TimingResult,
+    trace: Any,
+    outputs: Any,
+    reference: Any,
+    declared_work: Any,
+    trace_path: Path | None,
+    started: float,
+) -> Case | _Pending:
+    """A case's record after its first round: kernels from its trace, its accuracy, its rates."""
     median = summarize(timing.samples)["median"]
     parsed = parse_trace(trace)
-    kernels, backend_used = kernel_records(trace, spec, environment, workload.declared_work, parsed)
+    kernels, backend_used = kernel_records(trace, spec, environment, declared_work, parsed)
     accuracy = None
     if reference is not None:
         try:
@@ -444,6 +486,7 @@ class SuiteSession:
         self.flusher = Flusher(self.device)
         self.round_config = round_config or suite.timing.round_config()
         self.records: dict[str, Case | _Pending] = {}
+        self._prepared: dict[str, _Prepared] = {}
 
     def first(self, spec: CaseSpec) -> Case | _Pending:
         """The case's first round, its trace and its accuracy check."""
@@ -477,6 +520,89 @@ class SuiteSession:
             if failed is not None:
                 self.records[case_id] = record = failed
         return record
+
+    def prepare(self, spec: CaseSpec) -> Case | None:
+        """Build the case and run its warm-up, ready for :meth:`time_prepared`; the failure's record if it failed.
+
+        A paired run prepares both sides before timing either, so that the two timed windows of a pair follow each
+        other closely (the GPU's clocks move within a fraction of a second under a compute-bound load)."""
+        started = time.perf_counter()
+        stack = contextlib.ExitStack()
+        warns = stack.enter_context(capture_warnings())
+        try:
+            workload = build_workload(spec, self.device, seed=self.options.seed)
+            stack.enter_context(workload.context())
+            for _ in range(self.round_config.warmup):
+                workload.zero_grads()
+                workload.step()
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+        except Exception as exc:  # the workload is arbitrary code: the case's failure
+            stack.close()
+            return self._failed_round(spec, exc, warns)
+        self._prepared[spec.id] = _Prepared(workload, stack, warns, started)
+        return None
+
+    def time_prepared(self, spec: CaseSpec) -> Case | _Pending:
+        """Time one round of a prepared case (its first round also traces it and checks its accuracy), then drop
+        its workload."""
+        prepared = self._prepared.pop(spec.id)
+        config = dataclasses.replace(self.round_config, warmup=0)
+        record = self.records.get(spec.id)
+        trace_path = self.options.trace_dir / f"{safe_name(spec.id)}.trace.json.gz" if self.options.trace_dir else None
+        workload = prepared.workload
+        try:
+            with prepared.stack:
+                if record is None:
+                    timing = _Timing()
+                    first = _time_round(
+                        workload, config, device=self.device, flusher=self.flusher, nvml=self.nvml, timing=timing
+                    )
+                    trace = trace_iterations(
+                        workload,
+                        device=self.device,
+                        iterations=self.suite.timing.trace_iters,
+                        flusher=self.flusher,
+                        out_path=trace_path,
+                    )
+                    outputs = workload.outputs()
+                elif isinstance(record, _Pending):
+                    _time_round(
+                        workload, config, device=self.device, flusher=self.flusher, nvml=self.nvml, timing=record.timing
+                    )
+            if record is None:
+                reference = workload.reference() if workload.reference else None
+        except Exception as exc:  # as in run_case: the case's failure
+            failed = self._failed_round(spec, exc, prepared.warns)
+            self.records[spec.id] = failed
+            return failed
+        if record is None:
+            record = _first_record(
+                spec,
+                device=self.device,
+                environment=self.environment,
+                timing=timing,
+                first=first,
+                trace=trace,
+                outputs=outputs,
+                reference=reference,
+                declared_work=workload.declared_work,
+                trace_path=trace_path,
+                started=prepared.started,
+            )
+            self.records[spec.id] = record
+        elif isinstance(record, _Pending):
+            record.case.wall_s = round((record.case.wall_s or 0.0) + time.perf_counter() - prepared.started, 3)
+        return record
+
+    def _failed_round(self, spec: CaseSpec, exc: BaseException, warns: list[str]) -> Case:
+        failed = _case_failure(spec, exc, warns, self.device)
+        before = self.records.get(spec.id)
+        if isinstance(before, _Pending) and failed.error is not None:
+            failed.error.message = f"in timing round {before.timing.rounds + 1}: {failed.error.message}"[:4000]
+        if before is None or isinstance(before, _Pending):
+            self.records[spec.id] = failed
+        return failed
 
     def document(self, progress: Progress | None = None, steps: int = 0) -> ResultDocument:
         """Pool every case's rounds and assemble the result document (the counter pass runs here, when asked)."""

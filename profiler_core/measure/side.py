@@ -5,14 +5,18 @@ tree as working directory and first ``PYTHONPATH`` entry, so a custom target's `
 tree and no module of the other tree is ever visible. It opens the device once (``SuiteSession``), answers
 ``ready``, then reads one JSON command per line from ``--cmd-fd`` and answers one JSON line on ``--reply-fd``:
 
-- ``{"op": "first", "case": ID}``: build the case, time its first round, trace it, check its accuracy;
-- ``{"op": "again", "case": ID}``: build it again and time one more round;
+- ``{"op": "prepare", "case": ID}``: build the case (again: its tensors land elsewhere each round) and warm it up;
+- ``{"op": "time", "case": ID}``: time one round of the prepared case (the first round also traces it and checks its
+  accuracy), then drop it;
 - ``{"op": "finish", "out": PATH}``: pool every case's rounds into the result document, write it, exit.
 
-A round's answer carries the round's median (microseconds), its sample count and the median SM clock (MHz, CUDA),
-or the case's failure. Between rounds the side returns its cached device memory, so the side that is not timing
-holds none of what the other may need. The user's code may print anything to stdout: the commands and answers use
-pipes of their own.
+Building is split from timing so that the coordinator can have both sides ready before either times: the two timed
+windows of a pair then follow each other within milliseconds, where a round with its build and warm-up takes a tenth
+of a second or more, long enough for a compute-bound load to move the GPU's clocks (measured on the H200:
+bench/reports/h200-paired.md). A round's answer carries the round's median (microseconds), its sample count and the
+median SM clock (MHz, CUDA), or the case's failure. Between rounds the side returns its cached device memory, so the
+side that is not timing holds none of what the other may need. The user's code may print anything to stdout: the
+commands and answers use pipes of their own.
 """
 
 from __future__ import annotations
@@ -78,10 +82,12 @@ def serve(args: argparse.Namespace) -> int:
     for line in commands:
         message = json.loads(line)
         op = message.get("op")
-        if op == "first":
-            answer(_round_answer(session.first(specs[message["case"]])))
-        elif op == "again":
-            answer(_round_answer(session.again(message["case"])))
+        if op == "prepare":
+            failed = session.prepare(specs[message["case"]])
+            answer({"ok": True} if failed is None else _round_answer(failed))
+            continue  # the prepared case holds its memory until it is timed
+        if op == "time":
+            answer(_round_answer(session.time_prepared(specs[message["case"]])))
         elif op == "finish":
             doc = session.document()
             Path(message["out"]).write_text(doc.to_json() + "\n")
