@@ -6,6 +6,8 @@
 #                                        (2 processes each), for the stored-baseline and the run-A-then-B methods and
 #                                        the unpaired cost; then `attnprof ab` as a job runs it (early stopping), twice
 #                                        per head, for the paired cost and its stops
+#   bash bench/h200_paired.sh jobs    -> after a change to how a paired run spends its time: the base profiled and
+#                                        `attnprof ab` of the A/A and 1% heads, twice each, alternating
 # Everything is packed into $OUT/paired-<mode>.tar.gz after every step. BUDGET_S stops starting steps that would not fit.
 set -u
 MODE=${1:-record}; MAX_PAIRS=${MAX_PAIRS:-40}
@@ -55,6 +57,12 @@ if [ "$MODE" = costs ]; then
   done
   for i in 1 2; do
     for v in aa p0.5 p1 p2; do step "job-$v-$i" 60 ab "$v" "job-$v-$i"; done
+  done
+fi
+if [ "$MODE" = jobs ]; then  # the cost of a job-like paired run against one unpaired profile, side by side
+  for i in 1 2; do
+    step "jobs-profile-base$i" 40 profile base "jobs-profile-base$i"
+    for v in aa p1; do step "jobs-$v-$i" 40 ab "$v" "jobs-$v-$i"; done
   done
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$RAW/nvidia-smi-$MODE-end.csv" 2>&1

@@ -84,15 +84,25 @@ class _Side:
     dead: str = ""  # why it stopped answering
 
     def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.send(message)
+        return self.receive(message)
+
+    def send(self, message: dict[str, Any]) -> None:
         if self.dead:
             raise PairedRunError(f"the {self.name} side is gone: {self.dead}")
         try:
             self.commands.write(json.dumps(message) + "\n")
             self.commands.flush()
-            line = self.replies.readline()
         except (BrokenPipeError, OSError) as exc:
-            line = ""
             self.dead = str(exc)
+
+    def receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        line = ""
+        if not self.dead:
+            try:
+                line = self.replies.readline()
+            except OSError as exc:
+                self.dead = str(exc)
         if not line:
             code = self.process.wait()
             self.dead = self.dead or f"its process ended with code {code}"
@@ -121,16 +131,18 @@ def side_environment(root: Path, roots: Sequence[Path], base_env: dict[str, str]
 @contextlib.contextmanager
 def _sides(suite_path: Path, roots: dict[str, Path], options: PairedOptions) -> Iterator[dict[str, _Side]]:
     started: dict[str, _Side] = {}
+    # One after the other when the peaks are not cached yet: the first measures them into the cache, which the
+    # second then reads (two at once would each measure under the other's load). A worker host calibrates before it
+    # takes jobs, so there both start at once.
+    cached = options.cache_dir is not None and any(options.cache_dir.glob("peaks-*.json"))
     try:
-        # One after the other: the first may measure the peaks into the cache, which the second then reads.
         for name in SIDES:
-            started[name] = side = _start(name, suite_path, roots, options)
-            ready = json.loads(side.replies.readline() or "{}")
-            if not ready.get("ready"):
-                code = side.process.wait()
-                why = ready.get("error") or f"its process ended with code {code} before it was ready"
-                raise PairedRunError(f"the {name} side could not start: {why}")
-            side.mode = str(ready["mode"])
+            started[name] = _start(name, suite_path, roots, options)
+            if not cached:
+                _ready(started[name])
+        if cached:
+            for side in started.values():
+                _ready(side)
         yield started
     finally:
         for side in started.values():
@@ -142,6 +154,15 @@ def _sides(suite_path: Path, roots: dict[str, Path], options: PairedOptions) -> 
             except subprocess.TimeoutExpired:
                 side.process.kill()
                 side.process.wait()
+
+
+def _ready(side: _Side) -> None:
+    ready = json.loads(side.replies.readline() or "{}")
+    if not ready.get("ready"):
+        code = side.process.wait()
+        why = ready.get("error") or f"its process ended with code {code} before it was ready"
+        raise PairedRunError(f"the {side.name} side could not start: {why}")
+    side.mode = str(ready["mode"])
 
 
 def _start(name: str, suite_path: Path, roots: dict[str, Path], options: PairedOptions) -> _Side:
@@ -209,9 +230,16 @@ def _run_case(sides: dict[str, _Side], rounds: _CaseRounds, *, stop_early: bool,
         turn = ("base", "head") if order == "AB" else ("head", "base")
         # Both sides built and warmed up first, then timed back to back, so the pair's two timed windows are
         # milliseconds apart; both sides run their round even when the other failed, so each document holds the case.
+        # After the first pair the two builds run at the same time (nothing is timed while they do); the first is
+        # one side after the other, since a first call may tune itself by timing (Triton's autotune, cuDNN's).
         answers: dict[str, dict[str, Any]] = {}
+        prepare = {"op": "prepare", "case": rounds.spec.id}
         for name in turn:
-            ready = sides[name].ask({"op": "prepare", "case": rounds.spec.id})
+            sides[name].send(prepare)
+            if n == 1:
+                answers[name] = sides[name].receive(prepare)
+        for name in turn:
+            ready = answers.pop(name) if n == 1 else sides[name].receive(prepare)
             if not ready.get("ok"):
                 answers[name] = ready
         for name in turn:
