@@ -107,14 +107,25 @@ def recent_jobs(session: Session, project_id: int, limit: int) -> list[Row[tuple
     return list(session.execute(q))
 
 
+def _verdicts_comparison() -> Any:
+    """The id of the comparison that gave a job's run its verdict, as a scalar subquery correlated to ``Job``: the
+    newest, as ``comparisons.latest_for_run`` picks it (a paired job's run has two; the paired one is stored after
+    the stored-history one), the greatest id breaking a tie so that every page names the same one."""
+    return (
+        select(Comparison.id)
+        .where(Comparison.candidate_run_id == Job.run_id)
+        .order_by(Comparison.created_at.desc(), (Comparison.mode == "paired").desc(), Comparison.id.desc())
+        .limit(1)
+        .correlate(Job)
+        .scalar_subquery()
+    )
+
+
 def job_states(session: Session, project_id: int, job_ids: Sequence[str]) -> list[Row[tuple[Any, ...]]]:
     """Status, verdict, reason, attempts, times, run and comparison of the given jobs of the project (the others
     are left out)."""
     if not job_ids:
         return []
-    compared = (
-        select(Comparison.id).where(Comparison.candidate_run_id == Job.run_id).limit(1).correlate(Job).scalar_subquery()
-    )
     q = select(
         Job.id,
         Job.status,
@@ -125,7 +136,7 @@ def job_states(session: Session, project_id: int, job_ids: Sequence[str]) -> lis
         Job.max_attempts,
         Job.started_at,
         Job.finished_at,
-        compared.label("comparison_id"),
+        _verdicts_comparison().label("comparison_id"),
     ).where(Job.project_id == project_id, Job.id.in_(job_ids))
     return list(session.execute(q))
 
@@ -168,14 +179,6 @@ def list_jobs(
 def job_in_project(session: Session, project_id: int, job_id: str) -> Row[*tuple[Any, ...]] | None:
     """A job of the project with its testbed's name and whether its run has a comparison (None: no such job
     in this project)."""
-    compared = (
-        select(Comparison.id)
-        .where(Comparison.candidate_run_id == Job.run_id)
-        .order_by(Comparison.created_at.desc())
-        .limit(1)
-        .correlate(Job)
-        .scalar_subquery()
-    )
     q = (
         select(
             Job.id,
@@ -199,7 +202,7 @@ def job_in_project(session: Session, project_id: int, job_id: str) -> Row[*tuple
             Job.finished_at,
             Job.updated_at,
             Testbed.name.label("testbed"),
-            compared.label("comparison_id"),
+            _verdicts_comparison().label("comparison_id"),
         )
         .join(Testbed, Testbed.id == Job.testbed_id)
         .where(Job.project_id == project_id, Job.id == job_id)

@@ -13,13 +13,18 @@ from typing import Any
 import httpx
 import pytest
 from markupsafe import escape
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, insert, select, update
 
 from service.comparisons.models import Comparison
-from service.db import make_engine
+from service.db import make_engine, make_sessionmaker
+from service.jobs.models import Job
+from service.projects.models import Project as ProjectRow
+from service.runs.models import Run
+from service.testbeds.models import Testbed as StoredTestbed
+from service.web import repository
 from tests.paired_docs import AMBIGUOUS, BASE_RUN, SAME, paired_comparison, paired_sides
 from tests.web.pagehelp import Project, fresh_project, login, upload
-from tests.web.webstack import Site
+from tests.web.webstack import CPU_SUITE, Site
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +113,50 @@ def test_the_run_page_and_its_comparison_link_put_the_paired_comparison_first(si
     assert html.index(f"/comparisons/{paired_id}") < html.index(f"/comparisons/{history_id}")
     r = _get(site, project, f"/runs/{run_id}/comparison")
     assert r.status_code == 303 and r.headers["location"] == f"/ui/p/{project.name}/comparisons/{paired_id}"
+
+
+def test_a_paired_jobs_row_names_the_paired_comparison(site: Site, paired_job: Any) -> None:
+    """The job's page and the jobs' poll take the comparison of the job's run from one subquery: of the run's two,
+    the paired one (the verdict's), whichever the table gives first."""
+    project, _, paired_id, doc = paired_job
+    run_id = project.runs[-1]
+    engine = make_engine(site.db_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            testbed = session.scalar(
+                select(StoredTestbed.name).join(Run, Run.testbed_id == StoredTestbed.id).where(Run.id == run_id)
+            )
+            project_id = session.scalar(select(ProjectRow.id).where(ProjectRow.name == project.name))
+        with site.api(project.tokens.submit) as client:
+            answer = client.post(
+                f"/api/v1/projects/{project.name}/jobs",
+                files={"spec": ("cpu.toml", CPU_SUITE.read_bytes(), "application/toml")},
+                data={"branch": "feature", "commit": "a" * 40, "pr": "5", "testbed": str(testbed)},
+            )
+        assert answer.status_code == 202, answer.text
+        job_id = answer.json()["id"]
+        # as the worker's result and the analysis leave it
+        with engine.begin() as conn:
+            conn.execute(update(Job).where(Job.id == job_id).values(status="done", run_id=run_id, verdict=doc.verdict))
+        assert project_id is not None
+        with make_sessionmaker(engine)() as session:
+            (state,) = repository.job_states(session, project_id, [job_id])
+            row = repository.job_in_project(session, project_id, job_id)
+        assert state.comparison_id == paired_id
+        assert row is not None and row.comparison_id == paired_id
+    finally:
+        engine.dispose()
+    with httpx.Client(base_url=site.url) as client:
+        login(client, project.tokens.read)
+        polled = client.get(f"/ui/p/{project.name}/jobs/state", params={"ids": job_id}).json()
+        link = polled["links"][f"{job_id}.comparison"]
+        assert link == f"/ui/p/{project.name}/runs/{run_id}/comparison"
+        assert (
+            f'href="{link}" data-link="{job_id}.comparison"' in client.get(f"/ui/p/{project.name}/jobs/{job_id}").text
+        )
+        followed = client.get(link)
+    assert followed.status_code == 303
+    assert followed.headers["location"] == f"/ui/p/{project.name}/comparisons/{paired_id}"
 
 
 def test_a_history_only_run_page_reads_as_before(site: Site) -> None:
