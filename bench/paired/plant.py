@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import plant_config
 import torch
 import torch.nn.functional as F
-
-import plant_config
 
 
 def _spinning(fn: Any, name: str) -> Any:
