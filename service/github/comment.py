@@ -50,7 +50,8 @@ def marker(project: str) -> str:
 class CommentInput:
     """What the comment shows about one job (or one upload: ``job_id`` empty). ``baseline`` is one of the pooled
     baseline runs' documents. ``traces``: the names of the run's stored traces, the only ones linked (None: every
-    trace the candidate names, as for an upload, whose client sends its traces after the answer)."""
+    trace the candidate names, as for an upload, whose client sends its traces after the answer). ``base_commit``: a
+    paired job's merge base, the tree profiled beside the head (None: not a paired job)."""
 
     project: str
     job_id: str
@@ -71,6 +72,7 @@ class CommentInput:
     suite_path: str | None = None
     history: ComparisonDocument | None = None
     history_id: str | None = None
+    base_commit: str | None = None
 
 
 def _paired(inp: CommentInput) -> bool:
@@ -114,15 +116,19 @@ def _no_path(inp: CommentInput) -> str:
 
 def _reproduce(inp: CommentInput, cases: list[str], *, compare: bool = True) -> list[str]:
     """How to run it locally, from the repository's root: the suite by its stored path (quoted for a POSIX shell);
-    ``compare`` adds the baseline side and the comparison (not for a failed job)."""
+    ``compare`` adds the baseline side and the comparison (not for a failed job). A paired job's is its paired run,
+    which profiles both sides and compares them in one command."""
     suite = shlex.quote(inp.suite_path) if inp.suite_path else _NO_PATH_SUITE
     lines = ["<details><summary>Reproduce locally</summary>", ""]
     if not inp.suite_path:
         lines += [_no_path(inp), ""]
     lines += ["```sh", f"git checkout {shlex.quote(inp.commit)}"]
     selected = "".join(f" --case {shlex.quote(c)}" for c in cases[:5])
-    lines.append(f"attnprof profile {suite}{selected} --out candidate.json")
-    if compare:
+    if _paired(inp) or inp.base_commit:
+        lines += _reproduce_paired(inp, suite, selected)
+    else:
+        lines.append(f"attnprof profile {suite}{selected} --out candidate.json")
+    if compare and not _paired(inp) and not inp.base_commit:
         lines += [
             "# the same on the base commit, written to baseline.json, then:",
             "attnprof compare baseline.json candidate.json",
@@ -133,6 +139,22 @@ def _reproduce(inp: CommentInput, cases: list[str], *, compare: bool = True) -> 
         "</details>",
     ]
     return lines
+
+
+_BASE_TREE = "../attnprof-base"
+"""Where the reproduction checks the merge base out, beside the repository (a worktree: the head stays checked out)."""
+
+
+def _reproduce_paired(inp: CommentInput, suite: str, selected: str) -> list[str]:
+    """The paired run, as the worker made it: the merge base checked out beside the head, both profiled interleaved
+    on one GPU by the head's suite; the merge base by its commit when the job names it."""
+    base = shlex.quote(inp.base_commit) if inp.base_commit else '"$(git merge-base origin/HEAD HEAD)"'
+    return [
+        f"git worktree add --detach {_BASE_TREE} {base}",
+        f"attnprof ab {suite} --base {_BASE_TREE} --head .{selected} --out attnprof-ab",
+        "# attnprof-ab/comparison.json: the paired comparison; remove the base with:",
+        f"git worktree remove {_BASE_TREE}",
+    ]
 
 
 def _headline(inp: CommentInput) -> str:

@@ -90,3 +90,40 @@ def test_a_paired_comment_of_thousands_of_cases_stays_within_its_budget_and_says
         assert "**Left out**" in text and "the paired rounds of " in text
         assert "**Cut**" not in text, "every part is bounded: nothing is cut at the end"
         assert text.rstrip().endswith("</details>"), "the links and the reproduction are kept"
+
+
+def _reproduction(text: str) -> list[str]:
+    section = text.split("<details><summary>Reproduce locally</summary>", 1)[1]
+    return section.split("```sh\n", 1)[1].split("\n```", 1)[0].split("\n")
+
+
+def test_a_paired_comment_reproduces_the_paired_run_beside_a_worktree_of_the_merge_base() -> None:
+    doc, base = paired_comparison(), "9" * 40
+    text = render(_input(comparison=doc, candidate=None, baseline=None, base_commit=base))
+    assert _reproduction(text) == [
+        "git checkout abcdef0123456789",
+        f"git worktree add --detach ../attnprof-base {base}",
+        f"attnprof ab benches/llama7b.toml --base ../attnprof-base --head . --case '{SLOWER.case}' --out attnprof-ab",
+        "# attnprof-ab/comparison.json: the paired comparison; remove the base with:",
+        "git worktree remove ../attnprof-base",
+    ]
+    assert "attnprof compare" not in text and "attnprof profile" not in text
+
+
+def test_a_paired_reproduction_without_the_base_commit_finds_the_merge_base() -> None:
+    text = render(_input(comparison=paired_comparison(), candidate=None, baseline=None, suite_path=None))
+    lines = _reproduction(text)
+    assert lines[1] == 'git worktree add --detach ../attnprof-base "$(git merge-base origin/HEAD HEAD)"'
+    assert (
+        lines[2]
+        == f"attnprof ab attnprof.toml --base ../attnprof-base --head . --case '{SLOWER.case}' --out attnprof-ab"
+    )
+
+
+def test_a_failed_paired_job_reproduces_its_paired_run() -> None:
+    text = render(
+        _input(status="failed", reason="boom", comparison=None, candidate=None, baseline=None, base_commit="8" * 40)
+    )
+    lines = _reproduction(text)
+    assert lines[1] == f"git worktree add --detach ../attnprof-base {'8' * 40}"
+    assert lines[2] == "attnprof ab benches/llama7b.toml --base ../attnprof-base --head . --out attnprof-ab"
