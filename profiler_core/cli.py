@@ -54,6 +54,7 @@ class Counters(StrEnum):
 class SchemaName(StrEnum):
     result = "result"
     comparison = "comparison"
+    paired = "paired"
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -321,10 +322,14 @@ def changepoints(
 
 
 @app.command()
-def schema(name: Annotated[SchemaName, typer.Argument(help="result or comparison")]) -> None:
+def schema(name: Annotated[SchemaName, typer.Argument(help="result, comparison or paired")]) -> None:
     """Print the JSON Schema of a document."""
     if name is SchemaName.result:
         typer.echo(json.dumps(result_json_schema(), indent=2))
+    elif name is SchemaName.paired:
+        from profiler_core.documents.paired import paired_json_schema
+
+        typer.echo(json.dumps(paired_json_schema(), indent=2))
     else:
         from profiler_core.documents.comparison import comparison_json_schema
 

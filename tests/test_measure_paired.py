@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from profiler_core.documents import load_result
@@ -107,6 +108,14 @@ def test_each_side_sees_its_own_tree_only_and_rounds_alternate(tmp_path: Path) -
     comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
     assert comparison["mode"] == "paired" and comparison["paired"]["base_run"] == base_doc.run.id
     assert (tmp_path / "out" / "traces").is_dir() and (tmp_path / "out" / "base-traces").is_dir()
+    # The documents written are valid against the schemas `attnprof schema paired|comparison` prints.
+    for name, document in (("paired", "paired.json"), ("comparison", "comparison.json")):
+        printed = subprocess.run(
+            [sys.executable, "-m", "profiler_core", "schema", name], capture_output=True, text=True, check=True
+        )
+        schema = json.loads(printed.stdout)
+        jsonschema.Draft202012Validator.check_schema(schema)
+        jsonschema.Draft202012Validator(schema).validate(json.loads((tmp_path / "out" / document).read_text()))
 
 
 def test_a_planted_slowdown_stops_early_as_slower(tmp_path: Path) -> None:
