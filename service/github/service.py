@@ -127,7 +127,8 @@ def status_of(job: Job) -> tuple[str, str]:
     if job.status != "done" or job.verdict is None:
         return "pending", f"job {job.status}"
     state = "failure" if job.verdict == "fail" else "success"
-    return state, f"verdict {job.verdict}" + (" (warnings)" if job.verdict == "warn" else "")
+    paired = ", paired run on one GPU" if job.paired else ""
+    return state, f"verdict {job.verdict}" + (" (warnings)" if job.verdict == "warn" else "") + paired
 
 
 def _target_url(settings: Settings, project: str, job: Job) -> str:

@@ -23,8 +23,15 @@ from tests.worker.wkstack import (
 )
 
 
+@pytest.fixture(scope="module")
+def service_env() -> dict[str, str]:
+    """Settings the service and the analysis worker get beside the stack's own (a module overrides it, e.g. with a
+    GitHub stand-in's address and token; the profile workers never get them, as a GPU host holds no GitHub token)."""
+    return {}
+
+
 @pytest.fixture(scope="module", name="stack")
-def stack_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack_fixture(tmp_path_factory: pytest.TempPathFactory, service_env: dict[str, str]) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("stack")
     logs = tmp / "logs"
     logs.mkdir()
@@ -44,10 +51,11 @@ def stack_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             worker_tokens=tokens,
             tmp=tmp,
         )
-        s.procs["service"] = start("service", [*ATTNPROF, "serve", "--port", str(port)], env, logs, tmp)
+        served = {**env, **service_env}
+        s.procs["service"] = start("service", [*ATTNPROF, "serve", "--port", str(port)], served, logs, tmp)
         procs.append(s.procs["service"])
         s.procs["analysis"] = start(
-            "analysis", [*ATTNPROF, "worker", "--analysis", "--beat-schedule", str(tmp / "beat")], env, logs, tmp
+            "analysis", [*ATTNPROF, "worker", "--analysis", "--beat-schedule", str(tmp / "beat")], served, logs, tmp
         )
         procs.append(s.procs["analysis"])
         # Two profile workers serve tb-main (one is killed mid-job) and share a host's scratch root; one serves

@@ -8,14 +8,32 @@ verdict the job takes."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from service.github.comment import marker
+from tests.github.fakegithub import FakeGitHub
 from tests.profiling_support import tar_gz
-from tests.worker.wkstack import Stack, custom_case, sql, suite
+from tests.worker.wkstack import Stack, custom_case, sql, suite, wait_for
 
 pytestmark = pytest.mark.slow
 BASE_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+REPO = "acme/paired"
+PR = 11
+
+
+@pytest.fixture(scope="module")
+def github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def service_env(github: FakeGitHub) -> dict[str, str]:
+    """The stack's service and analysis worker tell the GitHub stand-in of the job."""
+    return {"ATTNPROF_GITHUB_API_URL": github.url, "ATTNPROF_GITHUB_TOKEN": "test-token-1"}
 
 
 def _tree(sleep_ms: float) -> bytes:
@@ -36,9 +54,20 @@ def _tree(sleep_ms: float) -> bytes:
     )
 
 
-def test_a_paired_job_profiles_both_trees_and_the_paired_comparison_gives_the_verdict(stack: Stack) -> None:
+def test_a_paired_job_profiles_both_trees_and_the_paired_comparison_gives_the_verdict(
+    stack: Stack, github: FakeGitHub
+) -> None:
     spec = suite("paired", custom_case("sleepy", "ab.work:make_case"))
-    data = {"testbed": "tb-main", "branch": "feature", "commit": uuid.uuid4().hex[:12], "base_commit": BASE_COMMIT}
+    commit = uuid.uuid4().hex[:12]
+    data = {
+        "testbed": "tb-main",
+        "branch": "feature",
+        "commit": commit,
+        "base_commit": BASE_COMMIT,
+        "repo": REPO,
+        "pr": str(PR),
+        "suite_path": "attnprof.toml",
+    }
     files = {
         "spec": ("attnprof.toml", spec.encode()),
         "bundle": ("head.tar.gz", _tree(6.0)),
@@ -72,3 +101,28 @@ def test_a_paired_job_profiles_both_trees_and_the_paired_comparison_gives_the_ve
     assert sql(stack.database_url, "SELECT id FROM runs WHERE document_run_id = %s", base_run_id) == []
     assert [r["id"] for r in listed["runs"] if r["id"] == job["run_id"]] == [job["run_id"]]
     assert base_run_id not in {r["document_run_id"] for r in listed["runs"]}
+    _told_github(stack, github, job, commit)
+
+
+def _told_github(stack: Stack, github: FakeGitHub, job: dict[str, Any], commit: str) -> None:
+    """The commit status names the paired verdict, and the pull request's comment says where it came from and how
+    to run it again: the merge base (the job's) in a worktree beside the head, both profiled by ``attnprof ab``."""
+    final = "failure" if job["verdict"] == "fail" else "success"
+    # The verdict is committed first and its feedback sent after: the job reads done a moment before GitHub has it.
+    wait_for("the final status", lambda: [s["state"] for s in github.statuses(REPO, commit)][-1:] == [final], 30)
+    status = github.statuses(REPO, commit)[-1]
+    warned = " (warnings)" if job["verdict"] == "warn" else ""
+    assert status["description"] == f"verdict {job['verdict']}{warned}, paired run on one GPU", status
+    assert status["context"] == f"attnprof/{stack.project}"
+    ours = wait_for(
+        "the comment",
+        lambda: [c for c in github.comments(REPO, PR) if c["body"].startswith(marker(stack.project))],
+        30,
+    )
+    assert len(ours) == 1
+    body = ours[0]["body"]
+    assert f"**{job['verdict']}**" in body
+    assert "**Paired run on one GPU:** this verdict comes from the merge base and the head profiled interleaved" in body
+    assert "### Paired rounds per case (1)" in body and "| `sleepy" in body
+    assert f"git worktree add --detach ../attnprof-base {BASE_COMMIT}" in body
+    assert "attnprof ab attnprof.toml --base ../attnprof-base --head ." in body
