@@ -21,7 +21,8 @@ import torch
 from profiler_core.documents import Case, ResultDocument, parse_result, result_json_schema
 from profiler_core.errors import CountersUnavailable, DeviceError
 from profiler_core.measure.accuracy import NON_FINITE_ERROR, check_accuracy
-from profiler_core.measure.runner import ProfileOptions, _with_reasons, profile_suite, resolve_device
+from profiler_core.measure.case import _with_reasons
+from profiler_core.measure.runner import ProfileOptions, profile_suite, resolve_device
 from profiler_core.suite import parse_suite
 from tests.profiling_support import suite_text
 

@@ -1,4 +1,4 @@
-"""The runner: profile a suite, case by case, into a result document.
+"""The runner: profile a suite, case by case, into a result document (one case's rounds: ``measure.case``).
 
 Per case: build the workload; the timing pass (uninstrumented); the trace pass (Kineto) from which
 the kernels, their launch configuration, their phases and the backend that ran are read; the
@@ -12,42 +12,59 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import platform
-import re
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
 
 import torch
 
 from profiler_core import __version__
-from profiler_core.analysis.bursts import find_burst
-from profiler_core.attribution import ParsedTrace, parse_trace
-from profiler_core.attribution.reconcile import reconcile
 from profiler_core.documents import (
     Case,
-    CaseError,
     Environment,
-    LatencyStats,
     ResultDocument,
     RunInfo,
     SuiteInfo,
 )
 from profiler_core.errors import DeviceError
 from profiler_core.measure import environment as env
-from profiler_core.measure.accuracy import check_accuracy
-from profiler_core.measure.kernels import case_achieved, kernel_records
+from profiler_core.measure.case import (
+    _case_failure,
+    _first_record,
+    _Pending,
+    _pool,
+    _Prepared,
+    _time_round,
+    _Timing,
+    disturbance_reasons,
+    run_case,
+    run_round,
+    safe_name,
+)
 from profiler_core.measure.peaks import cache_path, load_or_measure
-from profiler_core.measure.targets import SkipCase, Workload, WorkloadError, build_workload, capture_warnings
-from profiler_core.measure.timing import Flusher, TimingResult, summarize, time_iterations
+from profiler_core.measure.targets import build_workload, capture_warnings
+from profiler_core.measure.timing import Flusher
 from profiler_core.measure.trace import trace_iterations
 from profiler_core.suite import CaseSpec, Suite, TimingConfig
 
 # progress(event, done, total, case_id): event is "case" before each case and "done" at the end.
 Progress = Callable[[str, int, int, str], None]
+
+__all__ = [
+    "ProfileOptions",
+    "SuiteSession",
+    "calibrate",
+    "collect_environment",
+    "disturbance_reasons",
+    "profile_suite",
+    "resolve_device",
+    "run_case",
+    "run_round",
+    "safe_name",
+]
 
 
 @dataclass
@@ -76,337 +93,6 @@ def resolve_device(requested: str) -> str:
     if requested == "auto":
         return "cuda" if has_cuda else "cpu"
     return requested
-
-
-def safe_name(case_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", case_id)
-
-
-def _failed(spec: CaseSpec, type_: str, message: str, status: Literal["failed", "skipped"] = "failed") -> Case:
-    return Case(
-        id=spec.id,
-        name=spec.name,
-        target=spec.target,
-        params=spec.params,
-        thresholds=spec.thresholds,
-        status=status,
-        error=CaseError(type=type_, message=message[:4000]),
-        backend_requested=spec.backend,
-    )
-
-
-# The source location PyTorch appends to warnings raised from C++.
-_TRIGGERED_AT = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
-
-
-def _with_reasons(exc: BaseException, warnings: list[str]) -> str:
-    """The exception's text, followed by the warnings that say why a backend was not eligible.
-
-    PyTorch explains an ineligible SDPA backend only in warnings emitted before its "No available
-    kernel" error: "Flash attention kernel not used because:", then one warning per failed check
-    ("... require query, key and value to have the same num_heads", "... do not support non-zero
-    dropout"), all raised from ``sdp_utils``. Those checks are worded in many ways, so they are
-    recognised by where they come from, not by their words.
-    """
-    reasons = []
-    for w in warnings:
-        if "sdp_utils" in w or "not used because" in w or "Expected" in w or "requires" in w:
-            text = _TRIGGERED_AT.sub("", w).strip()
-            if text:
-                reasons.append(text)
-    text = str(exc).strip()
-    return text + ("\n" + "\n".join(dict.fromkeys(reasons)) if reasons else "")
-
-
-def _reference_name(spec: CaseSpec) -> str:
-    if spec.is_custom:
-        return f"the reference returned by {spec.target}, on float64 copies of the arguments"
-    if spec.target == "block":
-        return "float64 block: projections, FFN and attention written out (matmul, softmax, matmul)"
-    return "float64 attention written out (matmul, softmax, matmul)"
-
-
-def disturbance_reasons(
-    samples_us: list[float], *, waits_before: env.ThreadTimes | None = None, waits_after: env.ThreadTimes | None = None
-) -> list[str]:
-    """Why a case's timing is doubtful: a burst of slow samples (``samples_us`` in time order, microseconds), or on
-    CPU its threads waiting for a core between ``waits_before`` and ``waits_after`` (a busy host slows every sample
-    alike, which no look at the samples can tell). Empty when neither happened."""
-    reasons = []
-    burst = find_burst(samples_us)
-    if burst is not None:
-        reasons.append(burst.describe())
-    busy = env.host_wait_reason(waits_before, waits_after)
-    if busy is not None:
-        reasons.append(busy)
-    return reasons
-
-
-@dataclass
-class _Timing:
-    """A case's samples over the rounds (in time order) and what each round left, pooled by :func:`_pool`."""
-
-    samples: list[float] = field(default_factory=list)
-    stopped_by: list[str] = field(default_factory=list)
-    clocks: list[float] = field(default_factory=list)
-    running_ns: int = 0
-    waiting_ns: int = 0
-    waits_known: bool = True
-    rounds: int = 0
-    last: TimingResult | None = None  # the latest round's own result (a paired run compares rounds)
-
-    def add(self, timing: TimingResult, before: env.ThreadTimes | None, after: env.ThreadTimes | None) -> None:
-        self.last = timing
-        self.samples.extend(timing.samples_us)
-        self.stopped_by.append(timing.stopped_by)
-        self.clocks.extend(timing.clocks_mhz or [])
-        self.rounds += 1
-        if before is None or after is None:
-            self.waits_known = False
-        else:
-            self.running_ns += after.running_ns - before.running_ns
-            self.waiting_ns += after.waiting_ns - before.waiting_ns
-
-    def waits(self) -> tuple[env.ThreadTimes | None, env.ThreadTimes | None]:
-        if not self.waits_known:
-            return None, None
-        return env.ThreadTimes(0, 0), env.ThreadTimes(self.running_ns, self.waiting_ns)
-
-
-@dataclass
-class _Pending:
-    """A case timed in its first round, kept for the later rounds and for pooling: what its rates and the
-    reconciliation are recomputed from once all its samples are in."""
-
-    spec: CaseSpec
-    case: Case
-    timing: _Timing
-    parsed: ParsedTrace
-    warmup: int
-    host_us: float | None
-
-
-@dataclass
-class _Prepared:
-    """A case built and warmed up, waiting for its timed round (a paired run's side)."""
-
-    workload: Workload
-    stack: contextlib.ExitStack
-    warns: list[str]
-    started: float
-
-
-# What ended a case's sampling, pooled over rounds: the one that says least about precision wins.
-_STOP_ORDER = ("budget", "max_samples", "precision")
-
-
-def _time_round(
-    workload: Workload,
-    config: TimingConfig,
-    *,
-    device: str,
-    flusher: Flusher,
-    nvml: env.Nvml | None,
-    timing: _Timing,
-) -> TimingResult:
-    waits_before = env.thread_times() if device == "cpu" else None
-    result = time_iterations(
-        workload.step,
-        device=device,
-        config=config,
-        before_each=workload.zero_grads,
-        flusher=flusher,
-        clock=nvml.sm_clock if nvml is not None else None,
-    )
-    timing.add(result, waits_before, env.thread_times() if device == "cpu" else None)
-    return result
-
-
-def _case_failure(spec: CaseSpec, exc: BaseException, warns: list[str], device: str) -> Case:
-    """The case's record for an exception its workload raised (anywhere: build, timing, tracing, a later round)."""
-    if isinstance(exc, SkipCase):
-        return _failed(spec, "Skipped", str(exc), status="skipped")
-    if isinstance(exc, WorkloadError):
-        return _failed(spec, exc.type, str(exc))
-    if isinstance(exc, torch.OutOfMemoryError):
-        if device == "cuda":
-            torch.cuda.empty_cache()
-        return _failed(spec, "OutOfMemoryError", str(exc).split("\n")[0])
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-    return _failed(spec, type(exc).__name__, _with_reasons(exc, warns))
-
-
-def run_case(
-    spec: CaseSpec,
-    suite: Suite,
-    *,
-    device: str,
-    environment: Environment,
-    flusher: Flusher,
-    trace_dir: Path | None,
-    seed: int,
-    nvml: env.Nvml | None,
-    config: TimingConfig | None = None,
-) -> Case | _Pending:
-    """Profile one case's first round: build it, time its share of the samples, trace it, check its accuracy.
-    Returns the failed case's record, or what the later rounds and :func:`_pool` finish. Never raises for a problem
-    of the case itself."""
-    started = time.perf_counter()
-    trace_path = trace_dir / f"{safe_name(spec.id)}.trace.json.gz" if trace_dir else None
-    warns: list[str] = []
-    timing = _Timing()
-    try:
-        with capture_warnings() as warns:
-            workload = build_workload(spec, device, seed=seed)
-            with workload.context():
-                first = _time_round(
-                    workload,
-                    config or suite.timing.round_config(),
-                    device=device,
-                    flusher=flusher,
-                    nvml=nvml,
-                    timing=timing,
-                )
-                trace = trace_iterations(
-                    workload, device=device, iterations=suite.timing.trace_iters, flusher=flusher, out_path=trace_path
-                )
-                outputs = workload.outputs()
-            reference = workload.reference() if workload.reference else None
-    except Exception as exc:  # the workload is arbitrary code: every failure is the case's, not the run's
-        return _case_failure(spec, exc, warns, device)
-
-    return _first_record(
-        spec,
-        device=device,
-        environment=environment,
-        timing=timing,
-        first=first,
-        trace=trace,
-        outputs=outputs,
-        reference=reference,
-        declared_work=workload.declared_work,
-        trace_path=trace_path,
-        started=started,
-    )
-
-
-def _first_record(
-    spec: CaseSpec,
-    *,
-    device: str,
-    environment: Environment,
-    timing: _Timing,
-    first: TimingResult,
-    trace: Any,
-    outputs: Any,
-    reference: Any,
-    declared_work: Any,
-    trace_path: Path | None,
-    started: float,
-) -> Case | _Pending:
-    """A case's record after its first round: kernels from its trace, its accuracy, its rates."""
-    median = summarize(timing.samples)["median"]
-    parsed = parse_trace(trace)
-    kernels, backend_used = kernel_records(trace, spec, environment, declared_work, parsed)
-    accuracy = None
-    if reference is not None:
-        try:
-            accuracy = check_accuracy(
-                outputs,
-                reference,
-                dtype=spec.dtype,
-                tolerance=spec.thresholds.accuracy,
-                reference_name=_reference_name(spec),
-            )
-        except (TypeError, ValueError) as exc:  # a custom factory's reference that does not match its output
-            return _failed(spec, type(exc).__name__, f"the accuracy check cannot compare the output: {exc}")
-    work, achieved = case_achieved(spec, backend_used, median, kernels, environment)
-    case = Case(
-        id=spec.id,
-        name=spec.name,
-        target=spec.target,
-        params=spec.params,
-        thresholds=spec.thresholds,
-        status="ok",
-        backend_requested=spec.backend,
-        backend_used=backend_used,
-        work=work,
-        achieved=achieved,
-        accuracy=accuracy,
-        kernels=kernels,
-        trace=trace_path.name if trace_path else None,
-        wall_s=round(time.perf_counter() - started, 3),
-    )
-    return _Pending(spec, case, timing, parsed, first.warmup, first.host_us)
-
-
-def run_round(
-    pending: _Pending,
-    suite: Suite,
-    *,
-    device: str,
-    flusher: Flusher,
-    seed: int,
-    nvml: env.Nvml | None,
-    config: TimingConfig | None = None,
-) -> Case | None:
-    """One more round of a case timed before: built again (its tensors land elsewhere), warmed up, its share of the
-    samples added. Returns the failed case's record if this round failed, else None."""
-    started = time.perf_counter()
-    warns: list[str] = []
-    try:
-        with capture_warnings() as warns:
-            workload = build_workload(pending.spec, device, seed=seed)
-            with workload.context():
-                _time_round(
-                    workload,
-                    config or suite.timing.round_config(),
-                    device=device,
-                    flusher=flusher,
-                    nvml=nvml,
-                    timing=pending.timing,
-                )
-    except Exception as exc:  # as in run_case: the case's failure
-        failed = _case_failure(pending.spec, exc, warns, device)
-        if failed.error is not None:
-            failed.error.message = f"in timing round {pending.timing.rounds + 1}: {failed.error.message}"[:4000]
-        return failed
-    finally:
-        pending.case.wall_s = round((pending.case.wall_s or 0.0) + time.perf_counter() - started, 3)
-    return None
-
-
-def _pool(pending: _Pending, environment: Environment, *, device: str) -> Case:
-    """The case's record from all its rounds' samples: latency, rates, reconciliation and disturbances."""
-    timing = pending.timing
-    stats = summarize(timing.samples)
-    latency = LatencyStats(
-        samples=[round(s, 4) for s in timing.samples],
-        warmup=pending.warmup,
-        stopped_by=min(timing.stopped_by, key=_STOP_ORDER.index),
-        rounds=timing.rounds,
-        host_us=round(pending.host_us, 2) if pending.host_us is not None else None,
-        sm_clock_mhz_min=min(timing.clocks) if timing.clocks else None,
-        sm_clock_mhz_max=max(timing.clocks) if timing.clocks else None,
-        **stats,
-    )
-    case = pending.case
-    kernels = case.kernels
-    work, achieved = case_achieved(pending.spec, case.backend_used, stats["median"], kernels, environment)
-    reconciliation = reconcile(kernels, stats["median"], parsed=pending.parsed, on_gpu=device == "cuda")
-    waits_before, waits_after = timing.waits()
-    suspect = disturbance_reasons(timing.samples, waits_before=waits_before, waits_after=waits_after) or None
-    return case.model_copy(
-        update={
-            "latency_us": latency,
-            "work": work,
-            "achieved": achieved,
-            "reconciliation": reconciliation,
-            "suspect": suspect,
-        }
-    )
 
 
 def collect_environment(device: str, nvml: env.Nvml | None, cache_dir: Path | None) -> Environment:

@@ -31,7 +31,7 @@ from typing import Any
 
 
 def _round_answer(record: Any) -> dict[str, Any]:
-    from profiler_core.measure.runner import _Pending
+    from profiler_core.measure.case import _Pending
 
     if isinstance(record, _Pending):
         last = record.timing.last
