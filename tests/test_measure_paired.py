@@ -168,3 +168,19 @@ def test_a_side_environment_drops_both_trees_from_the_inherited_path(tmp_path: P
     env = side_environment(base, [base, head], {"PYTHONPATH": inherited, "HOME": "/h"})
     assert env["PYTHONPATH"].split(os.pathsep) == [str(base), str(lib)]
     assert env["HOME"] == "/h"
+
+
+def test_a_case_both_sides_skip_stops_as_skipped(tmp_path: Path) -> None:
+    base, head = tmp_path / "base", tmp_path / "head"
+    base.mkdir()
+    head.mkdir()
+    suite = tmp_path / "attnprof.toml"
+    suite.write_text(
+        '[suite]\nname = "skip"\n[suite.timing]\nwarmup = 1\nmin_samples = 6\nmax_samples = 12\nbudget_s = 0.2\n'
+        '[[cases]]\nname = "s"\ntarget = "sdpa"\nbackends = ["cudnn"]\nbatch = 1\nq_heads = 2\nseq_q = 16\n'
+        'head_dim = 16\ndtype = "fp32"\n'
+    )
+    done = _ab(tmp_path, suite, base, head)
+    assert done.returncode == 0, done.stderr
+    (case,) = _paired(tmp_path).cases
+    assert case.stopped_by == "skipped" and case.pairs == []

@@ -54,8 +54,9 @@ _STOP_WORDS = {
     "same": "the same",
     "max_rounds": "ambiguous",
     "failed": "failed",
+    "skipped": "skipped",
 }
-STOP_ORDER = ("slower", "faster", "same", "max_rounds", "failed")
+STOP_ORDER = ("slower", "faster", "same", "max_rounds", "failed", "skipped")
 """A paired comparison's stopping reasons, in the order they are counted."""
 
 

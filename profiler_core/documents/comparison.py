@@ -72,7 +72,7 @@ class Finding(_Model):
     detail: str | None = Field(None, description="why, in words")
     rounds: int | None = Field(None, description="paired comparisons: the pairs of rounds the test used")
     stopped_by: str | None = Field(
-        None, description="paired comparisons: slower, faster, same, max_rounds (ambiguous) or failed"
+        None, description="paired comparisons: slower, faster, same, max_rounds (ambiguous), failed or skipped"
     )
     more_rounds: int | None = Field(
         None, description="paired comparisons, ambiguous: about how many more pairs of rounds would settle it"

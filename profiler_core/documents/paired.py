@@ -20,8 +20,9 @@ from profiler_core.documents.result import Mode
 PAIRED_SCHEMA: Final = "attnprof.paired/v1"
 
 # Why a case's rounds ended: the answer settled (slower, faster, same within the minimum effect), the rounds ran
-# out with no answer (max_rounds), or a side did not give a round (failed: see the sides' result documents).
-StoppedBy = Literal["slower", "faster", "same", "max_rounds", "failed"]
+# out with no answer (max_rounds), a side did not give a round (failed: see the sides' result documents), or both
+# sides skipped the case (skipped: a backend this device does not have).
+StoppedBy = Literal["slower", "faster", "same", "max_rounds", "failed", "skipped"]
 
 
 class _Model(BaseModel):

@@ -247,7 +247,8 @@ def _run_case(sides: dict[str, _Side], rounds: _CaseRounds, *, stop_early: bool,
                 answers[name] = sides[name].ask({"op": "time", "case": rounds.spec.id})
         failed = [name for name in SIDES if not answers[name].get("ok")]
         if failed:
-            rounds.stopped_by = "failed"
+            skipped = all(answers[name].get("status") == "skipped" for name in SIDES)
+            rounds.stopped_by = "skipped" if skipped else "failed"
             rounds.detail = "; ".join(
                 f"the {name} side's round {n} failed: {answers[name].get('error')}" for name in failed
             )
