@@ -7,7 +7,9 @@ pull-request comments; a real HTTP receiver as the project's alert webhook. Its 
 a few weeks: default-branch runs with a step (which raises an alert, sent to the webhook), a pull request uploaded
 with ``attnprof upload`` and its traces (a 61% slower softmax kernel), one profiled on a runner by the GitHub
 Action's script in local mode (a failed case and a backend switch), a job profiled and analysed (the test plays the
-GPU worker and runs the analysis task's plain code), a job that failed with its worker's log, one still queued.
+GPU worker and runs the analysis task's plain code), a paired job (its merge base and head profiled interleaved:
+its run's paired comparison gives the verdict, its history one beside it), a job that failed with its worker's log,
+one still queued.
 
 Every URL emitted on the way is collected, as ``tests/service/test_links.py`` does: the upload answers' ``url``
 fields and summaries, the CLI's printed lines, the action's outputs and job summary, the statuses' target URLs and
@@ -15,7 +17,9 @@ the comments' links sent to GitHub, the webhook bodies. Then, signed in, the cra
 dashboard's own links breadth-first (same origin, ``/ui`` only, at most ``PER_ROUTE`` pages of one route and
 ``PAGES_MAX`` in all), plus every emitted link meant for a person. On every page, at both widths: the page and what
 it loads answer under 400, the console has no error, and the page does not scroll sideways (a wide table scrolls in
-its own box). The API's URLs are requested with a token; the traces a page links are downloaded.
+its own box). The API's URLs are requested with a token; the traces a page links are downloaded. The paired
+comparison's page shows its paired box, names the base side as text no link leads to, and its link to the history
+comparison opens.
 """
 
 from __future__ import annotations
@@ -40,13 +44,16 @@ import httpx
 import pytest
 import redis
 import uvicorn
+from sqlalchemy import select
 
 from attnprof.contract.links import PATHS
 from service import migrate
 from service.app import create_app
 from service.auth import service as auth
+from service.comparisons.models import Comparison
 from service.config import Settings
 from service.db import make_engine, make_sessionmaker
+from service.jobs.models import Job
 from service.projects import service as projects
 from service.testbeds import service as testbeds
 from tests.claiming import bearer, claim, claim_secret
@@ -54,6 +61,7 @@ from tests.github.fakegithub import FakeGitHub
 from tests.pgcluster import free_port
 from tests.pgtest import create_database, drop_database
 from tests.service.stack import REDIS_URL, make_settings
+from tests.web import crawlpaired
 from tests.web.cmpdocs import SOFTMAX_CASE, SOFTMAX_KERNEL, SOFTMAX_SLOWER, broken, slower_kernel
 from tests.web.webstack import docs
 from worker.cpu import verdict as analysis
@@ -158,6 +166,8 @@ class Crawl:
     tmp: Path
     emitted: Emitted = field(default_factory=Emitted)
     queued_job: str = ""
+    paired: tuple[str, str, str] = ("", "", "")
+    """The paired job's comparisons, paired then history, and its base side's result document id."""
     seed_s: float = 0.0
 
     def api(self, token: str | None = None) -> httpx.Client:
@@ -252,11 +262,13 @@ def _upload(crawl: Crawl, doc: dict[str, Any], source: str, **provenance: Any) -
     return body
 
 
-def _job(crawl: Crawl, commit: str, pr: int) -> str:
+def _job(crawl: Crawl, commit: str, pr: int, trees: dict[str, bytes] | None = None) -> str:
+    """Submit a job; ``trees``: its bundles by field (``bundle`` and ``base_bundle``: a paired job)."""
+    files: dict[str, Any] = {name: (f"{name}.tar.gz", data) for name, data in (trees or {}).items()}
     with crawl.api() as api:
         answer = api.post(
             PATHS.api_jobs(crawl.project),
-            files={"spec": ("attnprof.toml", SPEC.encode(), "application/toml")},
+            files={"spec": ("attnprof.toml", SPEC.encode(), "application/toml"), **files},
             data={
                 "testbed": crawl.testbed,
                 "branch": f"feat-{pr}",
@@ -321,9 +333,19 @@ def _seed(crawl: Crawl, hook_url: str) -> None:
         log = "Traceback (most recent call last):\n" + '  File "bench.py", line 9, in <module>\n' * 30
         body = {"attempt": 1, "reason": f"every case failed (1): {log}RuntimeError: CUDA error: misaligned address"}
         assert http.post(f"/internal/jobs/{failed}/failure", json=body, headers=worker).status_code == 200
+        # Pull request 11: a paired job (its merge base and head profiled interleaved), the head 20% slower.
+        trees = {"bundle": crawlpaired.tree(b"SLOW = 1.2\n"), "base_bundle": crawlpaired.tree(b"SLOW = 1.0\n")}
+        paired_job = _job(crawl, "b" * 40, 11, trees)
+        worker = _claimed(crawl, http, paired_job)
+        body = crawlpaired.result(1.2)
+        answer = http.post(f"/internal/jobs/{paired_job}/result", json=body, headers=worker)
+        assert answer.status_code == 200, answer.text
+        redis.Redis.from_url(REDIS_URL).delete("analysis")
+        assert analysis.run(paired_job, crawl.settings) == "fail"
+    crawl.paired = (*_paired_comparisons(crawl, paired_job), body["base"]["run"]["id"])
     crawl.queued_job = _job(crawl, "a" * 40, 10)
     with crawl.api() as api:
-        for job_id in (job, failed, crawl.queued_job):
+        for job_id in (job, failed, paired_job, crawl.queued_job):
             for path in (PATHS.api_job(job_id), PATHS.api_job_comment(job_id)):
                 answer = api.get(path)
                 assert answer.status_code == 200, answer.text
@@ -349,9 +371,23 @@ def _seed(crawl: Crawl, hook_url: str) -> None:
 
 def _sent(crawl: Crawl) -> bool:
     """Each pull request's comment and the failed job's error status have reached GitHub."""
-    commented = {pr for pr in (7, 8, 9) if crawl.github.comments(REPO, pr)}
+    commented = {pr for pr in (7, 8, 9, 11) if crawl.github.comments(REPO, pr)}
     failed = any(s["state"] == "error" for s in crawl.github.statuses(REPO, "8" * 39 + "9"))
-    return commented == {7, 8, 9} and failed
+    return commented == {7, 8, 9, 11} and failed
+
+
+def _paired_comparisons(crawl: Crawl, job_id: str) -> tuple[str, str]:
+    """The paired job's run's comparisons: (the paired one, the history one), as the database holds them."""
+    engine = make_engine(crawl.settings.database_url)
+    try:
+        with engine.connect() as conn:
+            run_id = conn.execute(select(Job.run_id).where(Job.id == job_id)).scalar_one()
+            rows = conn.execute(select(Comparison.mode, Comparison.id).where(Comparison.candidate_run_id == run_id))
+            by_mode = {mode: str(id_) for mode, id_ in rows}
+    finally:
+        engine.dispose()
+    assert set(by_mode) == {"paired", "history"}, by_mode
+    return by_mode["paired"], by_mode["history"]
 
 
 def _action(crawl: Crawl, doc: dict[str, Any]) -> None:
@@ -475,6 +511,26 @@ def _followed(url: str, origin: str) -> str | None:
     return urlunsplit(parts._replace(fragment=""))
 
 
+def _paired_page(tab: Any, crawl: Crawl, errors: list[str]) -> None:
+    """The paired job's comparison, in the browser: the paired box shows, the base side's id is text that no link
+    leads to (it is no stored run), and the history comparison beside it opens."""
+    paired_id, history_id, base_run = crawl.paired
+    problems, _ = _check(tab, crawl.url + PATHS.ui_comparison(crawl.project, paired_id), max(WIDTHS), errors, "test")
+    assert problems == []
+    box = tab.locator("#paired")
+    assert box.is_visible() and "Paired run on one GPU" in box.inner_text()
+    assert tab.locator("#paired-base").inner_text() == base_run and base_run in tab.locator("main").inner_text()
+    assert tab.locator(f'a[href*="{base_run}"]').count() == 0
+    history = tab.locator("#beside a")
+    assert history.get_attribute("href") == PATHS.ui_comparison(crawl.project, history_id)
+    with tab.expect_navigation() as opened:
+        history.click()
+    assert opened.value is not None and opened.value.status == 200, tab.url
+    assert urlsplit(tab.url).path == PATHS.ui_comparison(crawl.project, history_id)
+    assert tab.locator("#paired").count() == 0 and errors == []
+    assert tab.locator(f'#beside a[href="{PATHS.ui_comparison(crawl.project, paired_id)}"]').count() == 1
+
+
 def test_every_page_and_every_emitted_link_opens_and_fits_a_phone_and_a_desktop(crawl: Crawl, browser: Any) -> None:
     started = time.monotonic()
     origin = urlsplit(crawl.url).netloc
@@ -523,6 +579,7 @@ def test_every_page_and_every_emitted_link_opens_and_fits_a_phone_and_a_desktop(
         answer = context.request.get(u)
         if answer.status >= 400:
             problems.append(f"{u}: HTTP {answer.status} ({emitted.get(u, 'a dashboard link')})")
+    _paired_page(tab, crawl, errors)
     context.close()
     # Then every other width opens the same routes: PER_ROUTE pages of each (the emitted links of one route, such as
     # every upload's comparison, lay out as the crawled ones do; each answered on the desktop).
@@ -547,6 +604,7 @@ def test_every_page_and_every_emitted_link_opens_and_fits_a_phone_and_a_desktop(
     for must in ("", "/jobs", "/jobs/{}", "/runs", "/runs/{}", "/pulls/{}", "/comparisons/{}", "/trends"):
         assert project + must in reached, (must, sorted(reached))
     assert {_followed(u, origin) for u in people} <= set(pages) | set(downloads)
+    assert crawl.url + PATHS.ui_comparison(crawl.project, crawl.paired[0]) in pages, "the paired comparison"
     assert downloads, "no trace was linked"
     print(
         f"{len(pages)} pages at {max(WIDTHS)} px, {len(narrow)} at {min(WIDTHS)} px, {len(downloads)} traces, "
