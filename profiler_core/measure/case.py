@@ -1,8 +1,9 @@
-"""One case's rounds: build it, time a round, trace it once, check its accuracy, pool its samples.
+"""One case's record over its rounds: a round's timing, the record after the first round (kernels from its trace,
+accuracy, rates), a failure's record, and the pooling of every round's samples.
 
-The runner (``runner.profile_suite``) and a paired run's sides (``SuiteSession``) drive these case by case and
-round by round. A case that fails (not eligible, out of memory, user code raising) is recorded with its reason;
-nothing here raises for a problem of the case itself.
+``runner.SuiteSession`` builds and times each round (``prepare`` then ``time_prepared``), for a profile run and for a
+paired run's sides alike. A case that fails (not eligible, out of memory, user code raising) is recorded with its
+reason; nothing here raises for a problem of the case itself.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ from profiler_core.documents import Case, CaseError, Environment, LatencyStats
 from profiler_core.measure import environment as env
 from profiler_core.measure.accuracy import check_accuracy
 from profiler_core.measure.kernels import case_achieved, kernel_records
-from profiler_core.measure.targets import SkipCase, Workload, WorkloadError, build_workload, capture_warnings
+from profiler_core.measure.targets import SkipCase, Workload, WorkloadError
 from profiler_core.measure.timing import Flusher, TimingResult, summarize, time_iterations
-from profiler_core.measure.trace import trace_iterations
-from profiler_core.suite import CaseSpec, Suite, TimingConfig
+from profiler_core.suite import CaseSpec, TimingConfig
 
 
 def safe_name(case_id: str) -> str:
@@ -139,10 +139,11 @@ class _Pending:
 
 @dataclass
 class _Prepared:
-    """A case built and warmed up, waiting for its timed round (a paired run's side)."""
+    """A case built and warmed up, waiting for its timed round."""
 
     workload: Workload
-    stack: contextlib.ExitStack
+    stack: contextlib.ExitStack  # the warnings' capture, holding ``context``
+    context: contextlib.ExitStack  # the workload's own context
     warns: list[str]
     started: float
 
@@ -187,60 +188,6 @@ def _case_failure(spec: CaseSpec, exc: BaseException, warns: list[str], device: 
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     return _failed(spec, type(exc).__name__, _with_reasons(exc, warns))
-
-
-def run_case(
-    spec: CaseSpec,
-    suite: Suite,
-    *,
-    device: str,
-    environment: Environment,
-    flusher: Flusher,
-    trace_dir: Path | None,
-    seed: int,
-    nvml: env.Nvml | None,
-    config: TimingConfig | None = None,
-) -> Case | _Pending:
-    """Profile one case's first round: build it, time its share of the samples, trace it, check its accuracy.
-    Returns the failed case's record, or what the later rounds and :func:`_pool` finish. Never raises for a problem
-    of the case itself."""
-    started = time.perf_counter()
-    trace_path = trace_dir / f"{safe_name(spec.id)}.trace.json.gz" if trace_dir else None
-    warns: list[str] = []
-    timing = _Timing()
-    try:
-        with capture_warnings() as warns:
-            workload = build_workload(spec, device, seed=seed)
-            with workload.context():
-                first = _time_round(
-                    workload,
-                    config or suite.timing.round_config(),
-                    device=device,
-                    flusher=flusher,
-                    nvml=nvml,
-                    timing=timing,
-                )
-                trace = trace_iterations(
-                    workload, device=device, iterations=suite.timing.trace_iters, flusher=flusher, out_path=trace_path
-                )
-                outputs = workload.outputs()
-            reference = workload.reference() if workload.reference else None
-    except Exception as exc:  # the workload is arbitrary code: every failure is the case's, not the run's
-        return _case_failure(spec, exc, warns, device)
-
-    return _first_record(
-        spec,
-        device=device,
-        environment=environment,
-        timing=timing,
-        first=first,
-        trace=trace,
-        outputs=outputs,
-        reference=reference,
-        declared_work=workload.declared_work,
-        trace_path=trace_path,
-        started=started,
-    )
 
 
 def _first_record(
@@ -291,42 +238,6 @@ def _first_record(
         wall_s=round(time.perf_counter() - started, 3),
     )
     return _Pending(spec, case, timing, parsed, first.warmup, first.host_us)
-
-
-def run_round(
-    pending: _Pending,
-    suite: Suite,
-    *,
-    device: str,
-    flusher: Flusher,
-    seed: int,
-    nvml: env.Nvml | None,
-    config: TimingConfig | None = None,
-) -> Case | None:
-    """One more round of a case timed before: built again (its tensors land elsewhere), warmed up, its share of the
-    samples added. Returns the failed case's record if this round failed, else None."""
-    started = time.perf_counter()
-    warns: list[str] = []
-    try:
-        with capture_warnings() as warns:
-            workload = build_workload(pending.spec, device, seed=seed)
-            with workload.context():
-                _time_round(
-                    workload,
-                    config or suite.timing.round_config(),
-                    device=device,
-                    flusher=flusher,
-                    nvml=nvml,
-                    timing=pending.timing,
-                )
-    except Exception as exc:  # as in run_case: the case's failure
-        failed = _case_failure(pending.spec, exc, warns, device)
-        if failed.error is not None:
-            failed.error.message = f"in timing round {pending.timing.rounds + 1}: {failed.error.message}"[:4000]
-        return failed
-    finally:
-        pending.case.wall_s = round((pending.case.wall_s or 0.0) + time.perf_counter() - started, 3)
-    return None
 
 
 def _pool(pending: _Pending, environment: Environment, *, device: str) -> Case:

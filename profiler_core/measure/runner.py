@@ -40,8 +40,6 @@ from profiler_core.measure.case import (
     _time_round,
     _Timing,
     disturbance_reasons,
-    run_case,
-    run_round,
     safe_name,
 )
 from profiler_core.measure.peaks import cache_path, load_or_measure
@@ -61,8 +59,6 @@ __all__ = [
     "disturbance_reasons",
     "profile_suite",
     "resolve_device",
-    "run_case",
-    "run_round",
     "safe_name",
 ]
 
@@ -176,48 +172,29 @@ class SuiteSession:
 
     def first(self, spec: CaseSpec) -> Case | _Pending:
         """The case's first round, its trace and its accuracy check."""
-        record = run_case(
-            spec,
-            self.suite,
-            device=self.device,
-            environment=self.environment,
-            flusher=self.flusher,
-            trace_dir=self.options.trace_dir,
-            seed=self.options.seed,
-            nvml=self.nvml,
-            config=self.round_config,
-        )
-        self.records[spec.id] = record
-        return record
+        return self.prepare(spec) or self.time_prepared(spec)
 
     def again(self, case_id: str) -> Case | _Pending:
         """One more round of a case whose first round ran; a case that failed stays failed."""
         record = self.records[case_id]
-        if isinstance(record, _Pending):
-            failed = run_round(
-                record,
-                self.suite,
-                device=self.device,
-                flusher=self.flusher,
-                seed=self.options.seed,
-                nvml=self.nvml,
-                config=self.round_config,
-            )
-            if failed is not None:
-                self.records[case_id] = record = failed
-        return record
+        if not isinstance(record, _Pending):
+            return record
+        return self.prepare(record.spec) or self.time_prepared(record.spec)
 
     def prepare(self, spec: CaseSpec) -> Case | None:
         """Build the case and run its warm-up, ready for :meth:`time_prepared`; the failure's record if it failed.
 
-        A paired run prepares both sides before timing either, so that the two timed windows of a pair follow each
-        other closely (the GPU's clocks move within a fraction of a second under a compute-bound load)."""
+        A profile run times right after; a paired run prepares both sides before timing either, so that the two
+        timed windows of a pair follow each other closely (the GPU's clocks move within a fraction of a second under
+        a compute-bound load)."""
         started = time.perf_counter()
         stack = contextlib.ExitStack()
         warns = stack.enter_context(capture_warnings())
+        # The workload's own context closes before the accuracy reference is computed; the warnings' after it.
+        context = stack.enter_context(contextlib.ExitStack())
         try:
             workload = build_workload(spec, self.device, seed=self.options.seed)
-            stack.enter_context(workload.context())
+            context.enter_context(workload.context())
             for _ in range(self.round_config.warmup):
                 workload.zero_grads()
                 workload.step()
@@ -226,7 +203,7 @@ class SuiteSession:
         except Exception as exc:  # the workload is arbitrary code: the case's failure
             stack.close()
             return self._failed_round(spec, exc, warns)
-        self._prepared[spec.id] = _Prepared(workload, stack, warns, started)
+        self._prepared[spec.id] = _Prepared(workload, stack, context, warns, started)
         return None
 
     def time_prepared(self, spec: CaseSpec) -> Case | _Pending:
@@ -239,29 +216,35 @@ class SuiteSession:
         workload = prepared.workload
         try:
             with prepared.stack:
+                with prepared.context:
+                    if record is None:
+                        timing = _Timing()
+                        timed = _time_round(
+                            workload, config, device=self.device, flusher=self.flusher, nvml=self.nvml, timing=timing
+                        )
+                        # The warm-up ran in prepare: the record counts it.
+                        first = dataclasses.replace(timed, warmup=self.round_config.warmup)
+                        trace = trace_iterations(
+                            workload,
+                            device=self.device,
+                            iterations=self.suite.timing.trace_iters,
+                            flusher=self.flusher,
+                            out_path=trace_path,
+                        )
+                        outputs = workload.outputs()
+                    elif isinstance(record, _Pending):
+                        _time_round(
+                            workload,
+                            config,
+                            device=self.device,
+                            flusher=self.flusher,
+                            nvml=self.nvml,
+                            timing=record.timing,
+                        )
                 if record is None:
-                    timing = _Timing()
-                    first = _time_round(
-                        workload, config, device=self.device, flusher=self.flusher, nvml=self.nvml, timing=timing
-                    )
-                    trace = trace_iterations(
-                        workload,
-                        device=self.device,
-                        iterations=self.suite.timing.trace_iters,
-                        flusher=self.flusher,
-                        out_path=trace_path,
-                    )
-                    outputs = workload.outputs()
-                elif isinstance(record, _Pending):
-                    _time_round(
-                        workload, config, device=self.device, flusher=self.flusher, nvml=self.nvml, timing=record.timing
-                    )
-            if record is None:
-                reference = workload.reference() if workload.reference else None
-        except Exception as exc:  # as in run_case: the case's failure
-            failed = self._failed_round(spec, exc, prepared.warns)
-            self.records[spec.id] = failed
-            return failed
+                    reference = workload.reference() if workload.reference else None
+        except Exception as exc:  # the workload is arbitrary code: every failure is the case's, not the run's
+            return self._failed_round(spec, exc, prepared.warns)
         if record is None:
             record = _first_record(
                 spec,
