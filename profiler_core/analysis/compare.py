@@ -167,14 +167,7 @@ def compare(
     for b in baselines:
         if b.run.suspect:
             notes.append(f"baseline run {b.run.id} is suspect: {'; '.join(b.run.suspect)}")
-    if candidate.run.suspect:
-        reasons = "; ".join(candidate.run.suspect)
-        if verdict == "fail":
-            notes.append(f"would fail, but the candidate run is suspect ({reasons}): a suspect run never fails")
-            verdict = "warn"
-        else:
-            verdict = _worst(verdict, "warn")
-            notes.append(f"the candidate run is suspect ({reasons}): its numbers are doubtful")
+    verdict = _suspect_run(verdict, candidate.run.suspect, notes, "candidate")
     findings.sort(key=_order)
     return ComparisonDocument(
         verdict=verdict,
@@ -190,6 +183,19 @@ def compare(
         summary=_summary(candidate, len(common), findings),
         settings=settings,
     )
+
+
+def _suspect_run(verdict: Verdict, suspect: list[str] | None, notes: list[str], side: str) -> Verdict:
+    """The verdict once the ``side`` run's suspect marks are weighed (a note says so): a suspect run warns at least,
+    and never fails."""
+    if not suspect:
+        return verdict
+    reasons = "; ".join(suspect)
+    if verdict == "fail":
+        notes.append(f"would fail, but the {side} run is suspect ({reasons}): a suspect run never fails")
+        return "warn"
+    notes.append(f"the {side} run is suspect ({reasons}): its numbers are doubtful")
+    return _worst(verdict, "warn")
 
 
 def _no_baseline(case_id: str, status: str) -> Finding:

@@ -14,7 +14,15 @@ import statistics
 from collections import Counter
 
 from profiler_core.analysis.checks import accuracy_finding, backend_finding, status_finding
-from profiler_core.analysis.compare import _excuse_suspect_cases, _no_baseline, _order, _software_diff, _summary, _worst
+from profiler_core.analysis.compare import (
+    _excuse_suspect_cases,
+    _no_baseline,
+    _order,
+    _software_diff,
+    _summary,
+    _suspect_run,
+    _worst,
+)
 from profiler_core.analysis.config import PRECEDENCE, PRIOR_RUNS, default_noise_floor, resolve
 from profiler_core.analysis.errors import AnalysisError
 from profiler_core.analysis.kernels import kernel_moves
@@ -122,14 +130,7 @@ def compare_paired(
     verdict = _worst(verdict, *(f.verdict for f in findings))
     if base.run.suspect:
         notes.append(f"the base side is suspect: {'; '.join(base.run.suspect)}")
-    if head.run.suspect:
-        reasons = "; ".join(head.run.suspect)
-        if verdict == "fail":
-            notes.append(f"would fail, but the head run is suspect ({reasons}): a suspect run never fails")
-            verdict = "warn"
-        else:
-            verdict = _worst(verdict, "warn")
-            notes.append(f"the head run is suspect ({reasons}): its numbers are doubtful")
+    verdict = _suspect_run(verdict, head.run.suspect, notes, "head")
     findings.sort(key=_order)
     return ComparisonDocument(
         mode="paired",
