@@ -45,7 +45,7 @@ from profiler_core.measure.case import (
 from profiler_core.measure.peaks import cache_path, load_or_measure
 from profiler_core.measure.targets import build_workload, capture_warnings
 from profiler_core.measure.timing import Flusher
-from profiler_core.measure.trace import trace_iterations
+from profiler_core.measure.trace import start_profiler_once, trace_iterations
 from profiler_core.suite import CaseSpec, Suite, TimingConfig
 
 # progress(event, done, total, case_id): event is "case" before each case and "done" at the end.
@@ -166,6 +166,7 @@ class SuiteSession:
         self.environment = collect_environment(self.device, self.nvml, options.cache_dir)
         self.environment.health_start = self.nvml.health() if self.nvml else None
         self.flusher = Flusher(self.device)
+        start_profiler_once(self.device, self.flusher)
         self.round_config = round_config or suite.timing.round_config()
         self.records: dict[str, Case | _Pending] = {}
         self._prepared: dict[str, _Prepared] = {}

@@ -55,6 +55,19 @@ def _filtered_stderr() -> Iterator[None]:
                 sys.stderr.flush()
 
 
+def start_profiler_once(device: str, flusher: Flusher) -> None:
+    """Start and stop the profiler once over a flush, before any case: its first start in a process loads and
+    initialises CUPTI and Kineto, which would otherwise fall inside the first case's trace pass (and, in a paired
+    run, happen on one side while the other waits; both sides start at once)."""
+    activities = [ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with _filtered_stderr(), profile(activities=activities):
+        flusher()
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+
 def trace_iterations(
     workload: Workload, *, device: str, iterations: int, flusher: Flusher, out_path: Path | None
 ) -> dict[str, Any]:
