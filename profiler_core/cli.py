@@ -46,6 +46,11 @@ class DeviceChoice(StrEnum):
     cuda = "cuda"
 
 
+class FirstBuildsChoice(StrEnum):
+    apart = "apart"
+    together = "together"
+
+
 class Counters(StrEnum):
     none = "none"
     ncu = "ncu"
@@ -153,6 +158,13 @@ def ab(
         int | None, typer.Option(min=2, max=1000, help="pairs of rounds a case may take at most")
     ] = None,
     record: Annotated[bool, typer.Option(help="run every case to --max-pairs, without stopping early")] = False,
+    first_builds: Annotated[
+        FirstBuildsChoice,
+        typer.Option(
+            help="a case's first build on each side: apart (one after the other, so code that tunes itself by "
+            "timing, e.g. Triton's autotune, tunes on an idle device) or together (both at once: faster)"
+        ),
+    ] = FirstBuildsChoice.apart,
     quiet: Annotated[bool, typer.Option(help="print no report and no progress")] = False,
     seed: Annotated[int, typer.Option(help="seed of the random inputs")] = 0,
     cache_dir: Annotated[Path, typer.Option(help="peaks cache")] = Path.home() / ".cache" / "attnprof",
@@ -187,6 +199,7 @@ def ab(
         cases=selected,
         max_pairs=max_pairs,
         stop_early=not record,
+        first_builds="together" if first_builds is FirstBuildsChoice.together else "apart",
     )
     try:
         outcome = _paired_with_progress(parsed, suite, base, head, options, quiet)

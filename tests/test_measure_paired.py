@@ -184,3 +184,32 @@ def test_a_case_both_sides_skip_stops_as_skipped(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     (case,) = _paired(tmp_path).cases
     assert case.stopped_by == "skipped" and case.pairs == []
+
+
+@pytest.mark.parametrize("first_builds", ["apart", "together"])
+def test_a_cases_first_builds_run_apart_or_together_as_asked(tmp_path: Path, first_builds: str) -> None:
+    log = tmp_path / "builds.log"
+    # Each build takes 0.5 s and logs which side built and when.
+    build = (
+        f"t0 = time.time(); time.sleep(0.5); "
+        f"open({str(log)!r}, 'a').write(f'{{Path.cwd().name}} {{t0}} {{time.time()}}\\n')"
+    )
+    base, head = _tree(tmp_path / "base", 1, crash=build), _tree(tmp_path / "head", 1, crash=build)
+    suite = _suite(tmp_path, base, head)
+    done = _ab(tmp_path, suite, base, head, "--record", "--max-pairs", "2", "--first-builds", first_builds)
+    assert done.returncode in (0, 1), done.stderr
+    assert [p.order for p in _paired(tmp_path).cases[0].pairs] == ["AB", "BA"]
+    builds: dict[str, list[tuple[float, float]]] = {"base": [], "head": []}
+    for line in log.read_text().splitlines():
+        side, start, end = line.split()
+        builds[side].append((float(start), float(end)))
+    assert [len(b) for b in builds.values()] == [2, 2]
+    (base_start, base_end), (head_start, head_end) = builds["base"][0], builds["head"][0]
+    overlap = min(base_end, head_end) - max(base_start, head_start)
+    if first_builds == "apart":  # the base (first in AB) built and warmed up before the head began
+        assert head_start >= base_end, builds
+    else:
+        assert overlap > 0.25, builds
+    # The second pair's builds run at once either way.
+    (b2s, b2e), (h2s, h2e) = builds["base"][1], builds["head"][1]
+    assert min(b2e, h2e) - max(b2s, h2s) > 0.25, builds

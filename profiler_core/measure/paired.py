@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Literal, cast
 
 from profiler_core.analysis.config import resolve
 from profiler_core.analysis.paired_stats import Assessment, Rule, assess, log_ratios
@@ -42,6 +42,7 @@ from profiler_core.suite import CaseSpec, Suite
 # progress(event, done, total, case_id): "case" as each pair of rounds starts, "done" at the end.
 Progress = Callable[[str, int, int, str], None]
 SIDES = ("base", "head")
+FirstBuilds = Literal["apart", "together"]
 
 
 class PairedRunError(AttnprofError):
@@ -64,6 +65,9 @@ class PairedOptions:
     cases: list[CaseSpec] | None = None
     max_pairs: int | None = None  # default: the suite's paired_max_pairs
     stop_early: bool = True  # False: every case runs max_pairs (to record long series)
+    # "apart": a case's first builds run one side after the other, so code that tunes itself by timing on its first
+    # call (Triton's autotune, max-autotune compiles) tunes on an idle device; "together": both at once (faster).
+    first_builds: FirstBuilds = "apart"
     python: str = sys.executable
 
 
@@ -220,7 +224,14 @@ def _describe(a: Assessment) -> str:
     return f"head/base {a.change:+.2%} [{a.low:+.2%}, {a.high:+.2%}] after {a.pairs} pairs"
 
 
-def _run_case(sides: dict[str, _Side], rounds: _CaseRounds, *, stop_early: bool, on_pair: Callable[[], None]) -> None:
+def _run_case(
+    sides: dict[str, _Side],
+    rounds: _CaseRounds,
+    *,
+    stop_early: bool,
+    first_apart: bool,
+    on_pair: Callable[[], None],
+) -> None:
     """Pairs of rounds of one case until the rule settles it, the rounds run out, or a side fails."""
     rule = rounds.rule
     looks = set(rule.looks)
@@ -231,15 +242,17 @@ def _run_case(sides: dict[str, _Side], rounds: _CaseRounds, *, stop_early: bool,
         # Both sides built and warmed up first, then timed back to back, so the pair's two timed windows are
         # milliseconds apart; both sides run their round even when the other failed, so each document holds the case.
         # After the first pair the two builds run at the same time (nothing is timed while they do); the first is
-        # one side after the other, since a first call may tune itself by timing (Triton's autotune, cuDNN's).
+        # one side after the other unless the run says "together", since a first call may tune itself by timing
+        # (Triton's autotune, max-autotune compiles).
+        apart = first_apart and n == 1
         answers: dict[str, dict[str, Any]] = {}
         prepare = {"op": "prepare", "case": rounds.spec.id}
         for name in turn:
             sides[name].send(prepare)
-            if n == 1:
+            if apart:
                 answers[name] = sides[name].receive(prepare)
         for name in turn:
-            ready = answers.pop(name) if n == 1 else sides[name].receive(prepare)
+            ready = answers.pop(name) if apart else sides[name].receive(prepare)
             if not ready.get("ok"):
                 answers[name] = ready
         for name in turn:
@@ -329,7 +342,13 @@ def profile_paired(
                     progress("case", done, total, spec_id)
                 done += 1
 
-            _run_case(sides, rounds, stop_early=options.stop_early, on_pair=on_pair)
+            _run_case(
+                sides,
+                rounds,
+                stop_early=options.stop_early,
+                first_apart=options.first_builds == "apart",
+                on_pair=on_pair,
+            )
             done = (specs.index(spec) + 1) * max_pairs
             cases.append(
                 PairedCase(
