@@ -184,8 +184,6 @@ def ab(
         selected = select_cases(parsed, case) if case else None
     except AttnprofError as exc:
         raise fail(str(exc)) from None
-    from profiler_core.analysis.paired import compare_paired
-    from profiler_core.analysis.render import render_table
     from profiler_core.measure.paired import PairedOptions, PairedRunError
 
     options = PairedOptions(
@@ -207,6 +205,10 @@ def ab(
         raise fail(str(exc), code=1) from None
     except AttnprofError as exc:
         raise fail(str(exc)) from None
+    # Imported once the sides are done: the statistics import SciPy, which the sides' start need not wait for.
+    from profiler_core.analysis.paired import compare_paired
+    from profiler_core.analysis.render import render_table
+
     out.mkdir(parents=True, exist_ok=True)
     comparison = compare_paired(outcome.base, outcome.head, outcome.paired)
     (out / "result.json").write_text(outcome.head.to_json() + "\n")
