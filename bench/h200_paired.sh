@@ -7,7 +7,7 @@
 #                                        the unpaired cost; then `attnprof ab` as a job runs it (early stopping), twice
 #                                        per head, for the paired cost and its stops
 #   bash bench/h200_paired.sh jobs    -> after a change to how a paired run spends its time: the base profiled and
-#                                        `attnprof ab` of the A/A and 1% heads, twice each, alternating, with the
+#                                        `attnprof ab` of the A/A and 1% heads, JOBS_N (2) times each, alternating, with the
 #                                        first builds apart (the default) and together; bench/h200_startup.py
 #                                        before and after (what one process pays once, piece by piece)
 # Everything is packed into $OUT/paired-<mode>.tar.gz after every step. BUDGET_S stops starting steps that would not fit.
@@ -63,7 +63,7 @@ if [ "$MODE" = costs ]; then
 fi
 if [ "$MODE" = jobs ]; then  # the cost of a job-like paired run against one unpaired profile, side by side
   step startup-1 40 python3 bench/h200_startup.py
-  for i in 1 2; do
+  for i in $(seq 1 "${JOBS_N:-2}"); do
     step "jobs-profile-base$i" 40 profile base "jobs-profile-base$i"
     for v in aa p1; do
       step "jobs-$v-$i" 40 ab "$v" "jobs-$v-$i"
