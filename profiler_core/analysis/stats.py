@@ -14,8 +14,6 @@ from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import special
-from scipy import stats as sps
 
 FloatArray = NDArray[np.float64]
 
@@ -116,6 +114,8 @@ def _median_pmf(n: int) -> FloatArray:
     """P(bootstrap median of n samples = the j-th smallest), j = 1..n. It depends on n alone, and runs of a
     suite mostly share a sample count: computed once per n (read-only)."""
     k = (n + 1) // 2
+    from scipy import stats as sps  # here: SciPy takes a second to import, and a profiling process never needs it
+
     cdf = sps.binom.sf(k - 1, n, np.arange(1, n + 1) / n)
     pmf = np.diff(np.concatenate(([0.0], cdf)))
     pmf = np.clip(pmf, 0.0, None)
@@ -162,6 +162,8 @@ def hierarchical_test(baseline: list[RunStat], candidate: RunStat, *, prior_sd: 
     df = float(max(total_df, 1))
     # Zero variance (identical constant runs, no noise floor): any difference at all is certain.
     # special.stdtr(df, -t) is what scipy.stats.t.sf(t, df) computes, without its argument checking (~0.2 ms).
+    from scipy import special
+
     p = (1.0 if diff == 0.0 else 0.0) if se <= 0.0 else float(2.0 * special.stdtr(df, -abs(diff) / se))
     spread = float(values.max() - values.min()) if k > 1 else 0.0
     return TestResult(diff, se, df, min(p, 1.0), float(np.sqrt(tau2)), spread)
@@ -229,4 +231,6 @@ def benjamini_hochberg(p_values: list[float]) -> list[float]:
     (its default ``method="bh"``), as plain floats."""
     if not p_values:
         return []
+    from scipy import stats as sps
+
     return [float(q) for q in sps.false_discovery_control(np.asarray(p_values, dtype=np.float64), method="bh")]
