@@ -8,22 +8,18 @@ them directly (that is how a worker runs a suite in its sandboxed subprocess). E
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import os
 import shlex
-import signal
 import sys
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from profiler_core.documents import load_result, result_json_schema
 from profiler_core.errors import AttnprofError
+from profiler_core.process_exit import exit_with
 
 if TYPE_CHECKING:  # the runner imports torch: only the profile verb loads it, at run time
     from profiler_core.documents import ResultDocument
@@ -205,7 +201,6 @@ def ab(
         raise fail(str(exc), code=1) from None
     except AttnprofError as exc:
         raise fail(str(exc)) from None
-    # Imported once the sides are done: the statistics import SciPy, which the sides' start need not wait for.
     from profiler_core.analysis.paired import compare_paired
     from profiler_core.analysis.render import render_table
 
@@ -231,8 +226,14 @@ def _paired_with_progress(
 
     from profiler_core.measure.paired import profile_paired
 
+    def load_the_comparison() -> None:  # the comparison's imports (SciPy's: a second or more) while the sides start
+        import scipy.stats  # noqa: F401
+
+        import profiler_core.analysis.paired
+        import profiler_core.analysis.render  # noqa: F401
+
     if quiet:
-        return profile_paired(suite_path, parsed, base, head, options)
+        return profile_paired(suite_path, parsed, base, head, options, while_starting=load_the_comparison)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, transient=True, console=None) as bar:
         task = bar.add_task("starting both sides", total=None)
@@ -241,7 +242,7 @@ def _paired_with_progress(
             label = "pairs of rounds" if event == "case" else "done"
             bar.update(task, completed=done, total=total, description=f"{label} {case_id}"[:70])
 
-        return profile_paired(suite_path, parsed, base, head, options, progress)
+        return profile_paired(suite_path, parsed, base, head, options, progress, load_the_comparison)
 
 
 def _profile_with_progress(parsed: Suite, options: ProfileOptions, quiet: bool) -> ResultDocument:
@@ -349,64 +350,6 @@ def schema(name: Annotated[SchemaName, typer.Argument(help="result, comparison o
         from profiler_core.documents.comparison import comparison_json_schema
 
         typer.echo(json.dumps(comparison_json_schema(), indent=2))
-
-
-def exit_with(run: Callable[[], object]) -> NoReturn:
-    """Run a command line (``run`` raises ``SystemExit``, as Typer's apps do) and end the process with its code.
-
-    Once torch is loaded, the process ends without the interpreter's teardown, which took 7-10 s after a
-    profiling run with warm compile caches on an H200 (bench/reports/profile-exit-h200.md); nothing of ours needs
-    it: the result and the traces are written and closed before the verb returns. The processes it started are
-    killed first: Inductor's compile workers, which that teardown would have stopped (6-7 s of it, shut down
-    politely), and which left alone would outlive it by up to a minute. Standard output and error are flushed.
-    """
-    try:
-        run()
-        code: int | str | None = 0
-    except SystemExit as exc:
-        code = exc.code
-    if "torch" not in sys.modules:
-        sys.exit(code)
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-    _kill_descendants()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes below ``pid`` (children first), from /proc; empty where there is no /proc."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:  # ended meanwhile
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after its last ')'.
-        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found: list[int] = []
-    queue = [pid]
-    while queue:
-        for child in children.get(queue.pop(0), []):
-            found.append(child)
-            queue.append(child)
-    return found
-
-
-def _kill_descendants() -> None:
-    for pid in _descendants(os.getpid()):
-        with contextlib.suppress(OSError):  # ended meanwhile
-            os.kill(pid, signal.SIGKILL)
 
 
 def main() -> None:

@@ -133,7 +133,9 @@ def side_environment(root: Path, roots: Sequence[Path], base_env: dict[str, str]
 
 
 @contextlib.contextmanager
-def _sides(suite_path: Path, roots: dict[str, Path], options: PairedOptions) -> Iterator[dict[str, _Side]]:
+def _sides(
+    suite_path: Path, roots: dict[str, Path], options: PairedOptions, while_starting: Callable[[], object] | None
+) -> Iterator[dict[str, _Side]]:
     started: dict[str, _Side] = {}
     # One after the other when the peaks are not cached yet: the first measures them into the cache, which the
     # second then reads (two at once would each measure under the other's load). A worker host calibrates before it
@@ -142,6 +144,9 @@ def _sides(suite_path: Path, roots: dict[str, Path], options: PairedOptions) -> 
     try:
         for name in SIDES:
             started[name] = _start(name, suite_path, roots, options)
+            if while_starting is not None:
+                while_starting()  # the coordinator's own work, while the side imports torch and opens the device
+                while_starting = None
             if not cached:
                 _ready(started[name])
         if cached:
@@ -302,9 +307,11 @@ def profile_paired(
     head_root: Path,
     options: PairedOptions,
     progress: Progress | None = None,
+    while_starting: Callable[[], object] | None = None,
 ) -> PairedOutcome:
     """Profile ``suite`` (read from ``suite_path``) on the trees ``base_root`` and ``head_root``, interleaved; returns
-    both sides' result documents and the pairs. Raises ``PairedRunError`` when a side cannot start or dies."""
+    both sides' result documents and the pairs. ``while_starting`` runs once the first side's process is started
+    (e.g. imports the comparison needs). Raises ``PairedRunError`` when a side cannot start or dies."""
     if base_root.resolve() == head_root.resolve():
         raise PairedInputError(f"--base and --head are the same directory ({base_root}): a paired run needs two trees")
     for what, root in (("--base", base_root), ("--head", head_root)):
@@ -314,7 +321,10 @@ def profile_paired(
     specs = options.cases if options.cases is not None else suite.cases
     max_pairs = options.max_pairs or suite.timing.paired_max_pairs
     roots = {"base": base_root, "head": head_root}
-    with tempfile.TemporaryDirectory(prefix="attnprof-ab-") as tmp, _sides(suite_path, roots, options) as sides:
+    with (
+        tempfile.TemporaryDirectory(prefix="attnprof-ab-") as tmp,
+        _sides(suite_path, roots, options, while_starting) as sides,
+    ):
         mode = sides["head"].mode
         if sides["base"].mode != mode:
             raise PairedRunError(f"the sides run on different devices: base {sides['base'].mode}, head {mode}")

@@ -125,4 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Ends without the interpreter's teardown once the document is written (as `attnprof profile` does).
+    from profiler_core.process_exit import exit_with
+
+    exit_with(lambda: sys.exit(main()))
