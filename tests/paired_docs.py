@@ -93,6 +93,7 @@ def paired_sides(
             min_pairs=RULE.min_pairs,
             max_pairs=RULE.max_pairs,
             looks=RULE.looks,
+            trim=RULE.trim,
             samples_per_round="as many as a profile run's round takes",
         ),
         cases=rounds,

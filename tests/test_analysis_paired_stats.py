@@ -1,14 +1,16 @@
-"""The sequential paired test: Student's t without scipy, the looks, the four answers, the error rates it promises."""
+"""The sequential paired test: Student's t without scipy, the looks, the four answers, the trimmed location, the error
+rates it promises."""
 
 from __future__ import annotations
 
 import math
 import random
 
+import numpy as np
 import pytest
 from scipy import stats
 
-from profiler_core.analysis.paired_stats import Rule, assess, log_ratios, run, t_quantile, t_sf
+from profiler_core.analysis.paired_stats import Rule, assess, location, log_ratios, run, t_quantile, t_sf
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 7, 14, 30, 200])
@@ -32,6 +34,8 @@ def test_looks_start_at_min_pairs_step_and_end_at_max() -> None:
         ({"min_effect": -0.1}, "min_effect"),
         ({"min_effect": 0.01, "alpha": 1.5}, "alpha"),
         ({"min_effect": 0.01, "min_pairs": 9, "max_pairs": 5}, "min_pairs"),
+        ({"min_effect": 0.01, "trim": 0.3}, "trim"),
+        ({"min_effect": 0.01, "trim": -0.1}, "trim"),
     ],
 )
 def test_rule_refuses_impossible_settings(kwargs: dict[str, float], field: str) -> None:
@@ -59,7 +63,8 @@ def test_identical_code_with_small_noise_is_the_same() -> None:
 
 def test_a_change_at_the_margin_stays_ambiguous_and_says_how_many_more_pairs() -> None:
     d = _pairs(0.004, 0.004, 15, 5)
-    settled = run(d, Rule(0.005))
+    rule = Rule(0.005, trim=0.0)  # the padding below spreads pairs by the plain standard deviation
+    settled = run(d, rule)
     assert settled.state == "ambiguous" and settled.pairs == 15
     assert settled.more_pairs is not None and settled.more_pairs >= 1
     # The estimate is what it will stay; given the pairs it asked for at the spread it saw, the interval is as narrow
@@ -67,7 +72,7 @@ def test_a_change_at_the_margin_stays_ambiguous_and_says_how_many_more_pairs() -
     more = settled.more_pairs
     mean = math.log1p(settled.change)
     padded = d + [mean + (settled.sd if i % 2 else -settled.sd) for i in range(more + 2)]
-    longer = assess(padded, Rule(0.005, max_pairs=len(padded)), final=True)
+    longer = assess(padded, Rule(0.005, max_pairs=len(padded), trim=0.0), final=True)
     assert longer.high - longer.low < settled.high - settled.low
     assert longer.state != "ambiguous"
 
@@ -91,3 +96,29 @@ def test_error_rates_hold_over_many_simulated_cases() -> None:
     caught = sum(run(_pairs(0.01, 0.003, 15, 10_000 + s), rule).state == "slower" for s in range(trials))
     assert false_alarms / trials <= 0.01
     assert caught / trials >= 0.95
+
+
+def test_the_trimmed_location_is_yuens() -> None:
+    d = [*_pairs(0.01, 0.004, 15, 7), 0.06, -0.05]
+    mean, spread, df, g = location(d, 0.1)
+    n = len(d)
+    assert g == 1 and df == n - 2 * g - 1
+    assert mean == pytest.approx(stats.trim_mean(d, 0.1))
+    winsorized = np.asarray(stats.mstats.winsorize(np.asarray(d), limits=(0.1, 0.1)))
+    # Yuen's standard error, s_w / ((1 - 2g/n) sqrt(n)), is what the spread gives as spread / sqrt(n).
+    assert spread / math.sqrt(n) == pytest.approx(np.std(winsorized, ddof=1) / ((1 - 2 * g / n) * math.sqrt(n)))
+    # Under 10 pairs nothing is trimmed: Student's t on the mean.
+    assert location(d[:9], 0.1) == pytest.approx((np.mean(d[:9]), np.std(d[:9], ddof=1), 8, 0))
+    assert assess(d[:9], Rule(0.005)) == assess(d[:9], Rule(0.005, trim=0.0))
+
+
+def test_one_pair_across_a_clock_step_does_not_hide_a_one_percent_change() -> None:
+    """14 pairs at +1% and one that read -6% (its two windows straddled a clock step): the trimmed rule still calls
+    the change; the plain mean's interval, widened by that one pair, does not settle."""
+    d = _pairs(0.01, 0.002, 15, 8)
+    d[9] = math.log(0.94)
+    trimmed = assess(d, Rule(0.005), final=True)
+    plain = assess(d, Rule(0.005, trim=0.0), final=True)
+    assert trimmed.state == "slower" and trimmed.trimmed == 1
+    assert trimmed.change == pytest.approx(0.01, abs=0.002)
+    assert plain.state == "ambiguous"

@@ -46,7 +46,9 @@ def rule_for(paired: PairedDocument, min_effect: float) -> Rule:
     """The document's rule with a case's own minimum effect."""
     r = paired.rule
     step = r.looks[1] - r.looks[0] if len(r.looks) > 1 else 1
-    return Rule(min_effect=min_effect, alpha=r.alpha, min_pairs=r.min_pairs, max_pairs=r.max_pairs, step=step)
+    return Rule(
+        min_effect=min_effect, alpha=r.alpha, min_pairs=r.min_pairs, max_pairs=r.max_pairs, step=step, trim=r.trim
+    )
 
 
 def compare_paired(
@@ -184,6 +186,8 @@ def _paired_finding(case: Case, before: Case, rounds: PairedCase, rule: Rule) ->
         f"{fmt_duration_us(h_med, ascii=True)}, medians of the rounds); head/base time {result.change:+.2%} "
         f"[{result.low:+.2%}, {result.high:+.2%}] at {result.level:.2%}; sd of the pairs {math.expm1(result.sd):.2%}"
     )
+    if result.trimmed:
+        detail += f" ({result.trimmed} set aside at each end: a trimmed mean)"
     if cycles is not None:
         detail += f"; time x SM clock {cycles:+.2%}"
     if result.state == "ambiguous" and result.more_pairs is not None:

@@ -5,9 +5,15 @@ Each pair is a base round and a head round run back to back on the same device; 
 a pair cancels over pairs too. ``d`` of successive pairs are taken as independent draws around the true log
 ratio (the workload is built again for every round, so where its tensors land varies from pair to pair as well).
 
-The rule looks at the pairs after ``min_pairs`` and then every ``step`` pairs up to ``max_pairs``; at each look a
-t interval on the mean of ``d`` at level ``1 - alpha / K`` (K looks planned: Bonferroni, so the chance that any
-look of an A/A case errs is at most ``alpha``) decides:
+The rule looks at the pairs after ``min_pairs`` and then every ``step`` pairs up to ``max_pairs``; at each look an
+interval on the location of ``d`` at level ``1 - alpha / K`` (K looks planned: Bonferroni, so the chance that any
+look of an A/A case errs is at most ``alpha``) decides. The location is the mean of ``d`` trimmed by ``trim`` at each
+end (Yuen's trimmed-mean t: ``g = floor(trim x n)`` pairs dropped from each end, the spread from the winsorized
+variance, ``n - 2g - 1`` degrees of freedom), so below ``1 / trim`` pairs (10 by default) it is Student's t on the
+plain mean. Why trim: on the H200 a pair whose two timed windows straddle an SM clock step reads 2-6% off either way
+(the clock NVML reports is the same for both sides: it is sampled too rarely to see the step), one or two in 15 on
+a compute-bound case after it has run for seconds; such a pair alone can keep the plain mean's interval from
+settling a 1% change. Measured on recorded pairs: bench/reports/h200-paired.md. The rule:
 
 - **slower** (faster): the interval lies above (below) zero and the estimate is at least the minimum effect;
 - **same**: the interval lies within +-ln(1 + minimum effect): whatever changed is smaller than the minimum effect;
@@ -36,6 +42,7 @@ class Rule:
     min_pairs: int = 4
     max_pairs: int = 15
     step: int = 2
+    trim: float = 0.1  # fraction of the pairs set aside at each end; 0: Student's t on the mean
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_effect < 1:
@@ -46,6 +53,8 @@ class Rule:
             raise ValueError(f"need 2 <= min_pairs <= max_pairs, got {self.min_pairs} and {self.max_pairs}")
         if self.step < 1:
             raise ValueError(f"step must be >= 1, got {self.step}")
+        if not 0 <= self.trim < 0.25:
+            raise ValueError(f"trim must be in [0, 0.25), got {self.trim}")
 
     @property
     def looks(self) -> list[int]:
@@ -74,8 +83,9 @@ class Assessment:
     high: float
     level: float
     p: float
-    sd: float  # standard deviation of d (log ratios): the pairs' own noise
+    sd: float  # the spread of d (log ratios) the interval uses: sqrt(n) x its standard error
     more_pairs: int | None = None
+    trimmed: int = 0  # pairs set aside at each end
 
 
 def log_ratios(base_us: Sequence[float], head_us: Sequence[float]) -> list[float]:
@@ -91,15 +101,13 @@ def assess(d: Sequence[float], rule: Rule, *, final: bool = False) -> Assessment
         raise ValueError("a paired test needs at least 2 pairs")
     k = len(rule.looks)
     level_alpha = rule.alpha / k
-    mean = math.fsum(d) / n
-    var = math.fsum((x - mean) ** 2 for x in d) / (n - 1)
-    sd = math.sqrt(var)
+    mean, sd, df, g = location(d, rule.trim)
     se = sd / math.sqrt(n)
-    t_crit = t_quantile(1 - level_alpha / 2, n - 1)
+    t_crit = t_quantile(1 - level_alpha / 2, df)
     half = t_crit * se
     low, high = mean - half, mean + half
     no_spread = 0.0 if mean != 0 else 1.0
-    p = min(1.0, k * 2 * t_sf(abs(mean) / se, n - 1)) if se > 0 else no_spread
+    p = min(1.0, k * 2 * t_sf(abs(mean) / se, df)) if se > 0 else no_spread
     bound = math.log1p(rule.min_effect)
     state: State = "ambiguous"
     if low > 0 and mean >= bound:
@@ -121,7 +129,27 @@ def assess(d: Sequence[float], rule: Rule, *, final: bool = False) -> Assessment
         p=p,
         sd=sd,
         more_pairs=more,
+        trimmed=g,
     )
+
+
+def location(d: Sequence[float], trim: float) -> tuple[float, float, int, int]:
+    """The trimmed mean of ``d``, its spread (``sqrt(n)`` x its standard error), the degrees of freedom and the
+    pairs set aside at each end. ``g = floor(trim x n)``; with ``g = 0`` these are the mean, the standard
+    deviation and ``n - 1``."""
+    n = len(d)
+    g = math.floor(trim * n + 1e-9)
+    if g == 0:
+        mean = math.fsum(d) / n
+        return mean, math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (n - 1)), n - 1, 0
+    s = sorted(d)
+    h = n - 2 * g
+    kept = s[g : n - g]
+    winsorized = [kept[0]] * g + kept + [kept[-1]] * g
+    w_mean = math.fsum(winsorized) / n
+    w_sd = math.sqrt(math.fsum((x - w_mean) ** 2 for x in winsorized) / (n - 1))
+    # Yuen: se = s_w / ((1 - 2 g / n) sqrt(n)), so the spread that gives it as sd / sqrt(n) is s_w n / h.
+    return math.fsum(kept) / h, w_sd * n / h, h - 1, g
 
 
 def _more_pairs(mean: float, sd: float, n: int, bound: float, t_crit: float) -> int:

@@ -49,6 +49,13 @@ class PairedRule(_Model):
     min_pairs: int = Field(ge=2, description="pairs before the first look")
     max_pairs: int = Field(ge=2, description="pairs at most")
     looks: list[int] = Field(description="pair counts at which the rule looks (alpha is split evenly among them)")
+    trim: float = Field(
+        0.0,
+        ge=0,
+        lt=0.25,
+        description="fraction of the pairs set aside at each end before the interval on their location (Yuen's "
+        "trimmed-mean t; 0: Student's t on the mean, as documents without this field were judged)",
+    )
     samples_per_round: str = Field(description="how a round's samples are chosen, in words")
 
 

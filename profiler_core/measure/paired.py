@@ -329,12 +329,14 @@ def profile_paired(
         if sides["base"].mode != mode:
             raise PairedRunError(f"the sides run on different devices: base {sides['base'].mode}, head {mode}")
         defaults = resolve(cast(Mode, mode), suite.thresholds)
+        default_rule = Rule(defaults.paired, defaults.fdr, min(4, max_pairs), max_pairs)
         rule_doc = PairedRule(
             min_effect=defaults.paired,
             alpha=defaults.fdr,
-            min_pairs=min(4, max_pairs),
+            min_pairs=default_rule.min_pairs,
             max_pairs=max_pairs,
-            looks=Rule(defaults.paired, defaults.fdr, min(4, max_pairs), max_pairs).looks,
+            looks=default_rule.looks,
+            trim=default_rule.trim,
             samples_per_round=_samples_text(suite),
         )
         done = 0
@@ -342,7 +344,7 @@ def profile_paired(
         cases: list[PairedCase] = []
         for spec in specs:
             th = resolve(cast(Mode, mode), suite.thresholds, spec.thresholds)
-            rule = Rule(th.paired, rule_doc.alpha, rule_doc.min_pairs, max_pairs)
+            rule = Rule(th.paired, rule_doc.alpha, rule_doc.min_pairs, max_pairs, trim=rule_doc.trim)
             rounds = _CaseRounds(spec, rule)
             case_started = time.perf_counter()
 
