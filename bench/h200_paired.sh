@@ -10,6 +10,8 @@
 #                                        `attnprof ab` of the A/A and 1% heads, JOBS_N (2) times each, alternating, with the
 #                                        first builds apart (the default) and together; bench/h200_startup.py
 #                                        before and after (what one process pays once, piece by piece)
+#   bash bench/h200_paired.sh trials  -> `attnprof ab` of the 1% and A/A heads as a job runs it, alternating, JOBS_N
+#                                        (10) times each or as many as BUDGET_S allows: direct trials of the rule
 # Everything is packed into $OUT/paired-<mode>.tar.gz after every step. BUDGET_S stops starting steps that would not fit.
 set -u
 MODE=${1:-record}; MAX_PAIRS=${MAX_PAIRS:-40}
@@ -71,6 +73,12 @@ if [ "$MODE" = jobs ]; then  # the cost of a job-like paired run against one unp
     done
   done
   step startup-2 40 python3 bench/h200_startup.py
+fi
+if [ "$MODE" = trials ]; then  # direct trials of the rule as a job runs it: the 1% and A/A heads, alternating
+  for i in $(seq 1 "${JOBS_N:-10}"); do
+    step "jobs-p1-$i" 15 ab p1 "jobs-p1-$i" || break
+    step "jobs-aa-$i" 15 ab aa "jobs-aa-$i" || break
+  done
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$RAW/nvidia-smi-$MODE-end.csv" 2>&1
 pack
