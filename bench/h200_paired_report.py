@@ -278,17 +278,20 @@ def startup_pieces(files: dict[str, bytes]) -> dict[str, list[float]]:
     return out
 
 
-def direct_trials(leases: list[dict[str, bytes]]) -> dict[tuple[str, str], list[str]]:
-    """(variant, case) -> how each job-like run (a paired job as the worker runs it, stopping early) ended."""
-    out: dict[tuple[str, str], list[str]] = defaultdict(list)
+def direct_trials(leases: list[dict[str, bytes]]) -> dict[tuple[bool, str, str], list[str]]:
+    """(trimmed rule?, variant, case) -> how each job-like run (a paired job as the worker runs it, stopping early)
+    ended."""
+    out: dict[tuple[bool, str, str], list[str]] = defaultdict(list)
     for files in leases:
         for name in sorted(files):
             step = name.split("/")[0]
             if not (name.endswith("/paired.json") and step.startswith(("job-", "jobs-"))):
                 continue
             variant = step.removeprefix("jobs-").removeprefix("job-").removeprefix("together-").rsplit("-", 1)[0]
-            for case in json.loads(files[name])["cases"]:
-                out[(variant, case["case"])].append(case["stopped_by"])
+            doc = json.loads(files[name])
+            trimmed = doc["rule"].get("trim", 0.0) > 0
+            for case in doc["cases"]:
+                out[(trimmed, variant, case["case"])].append(case["stopped_by"])
     return out
 
 
@@ -345,7 +348,7 @@ def render(data: Path, out: Path) -> str:
         for label, f in leases
     ]
     untrimmed = paired_rates(recs, dataclasses.replace(RULE, trim=0.0))
-    trials = direct_trials([files, jobs_files, *(f for _, f in leases)])
+    trials = direct_trials([files, jobs_files, *(f for _, f in leases), _members(data / "paired-trials.tar.gz")])
     plant = json.loads(files["plant.json"])
     versions = files["versions.txt"].decode().strip()
     smi = files["nvidia-smi-record-start.csv"].decode().strip().splitlines()[-1]
@@ -364,6 +367,7 @@ def render(data: Path, out: Path) -> str:
     w("BUDGET_S=480 bash bench/h200_paired.sh jobs    # (a new lease) after the profiler's first start moved to the")
     w("                                               # session's; first builds apart and together; h200_startup.py")
     w("JOBS_N=3 BUDGET_S=470 bash bench/h200_paired.sh jobs   # (two more leases) after each later change")
+    w("BUDGET_S=170 bash bench/h200_paired.sh trials  # (a last lease) the trimmed rule as a job runs it")
     w("```")
     w("")
     w(f"Analysis here: `python bench/h200_paired_report.py {data}` (this page and `{out.with_suffix('.png').name}`).")
@@ -437,13 +441,18 @@ def render(data: Path, out: Path) -> str:
         f"- **GPU time: {ratio_median:.2f}x** one unpaired profile (median process time, `ab` over `profile`, the last "
         f"lease; {ratio_mean:.2f}x by the means), target at most 1.5x: {met}. See [Cost](#cost)."
     )
-    p1_trials = [s for c in CASES for s in trials[("p1", c)]]
-    aa_trials = [s for c in CASES for s in trials[("aa", c)]]
+    said = []
+    for trimmed, label in ((False, "the plain mean, before the trim"), (True, "the trimmed rule, one more lease")):
+        p1_trials = [s for c in CASES for s in trials[(trimmed, "p1", c)]]
+        aa_trials = [s for c in CASES for s in trials[(trimmed, "aa", c)]]
+        said.append(
+            f"with {label}: 1% slowdowns (as planted) called slower in {sum(s == 'slower' for s in p1_trials)} of "
+            f"{len(p1_trials)}, A/A called slower in {sum(s == 'slower' for s in aa_trials)} of {len(aa_trials)}"
+        )
     w(
-        f"- **Direct trials**, the job-like runs of all leases (a paired job as the worker runs it, stopping early; "
-        f"the rule of the time, untrimmed): 1% slowdowns (as planted) called slower in "
-        f"{sum(s == 'slower' for s in p1_trials)} of {len(p1_trials)}, A/A called slower in "
-        f"{sum(s == 'slower' for s in aa_trials)} of {len(aa_trials)}; per case in [Direct trials](#direct-trials)."
+        "- **Direct trials**, job-like runs (a paired job as the worker runs it, stopping early), case by case: "
+        + "; ".join(said)
+        + ". Per case in [Direct trials](#direct-trials)."
     )
     w("")
     w("![detection](h200-paired.png)")
@@ -502,26 +511,40 @@ def render(data: Path, out: Path) -> str:
     w("")
     w(
         "Every job-like run of every lease (`attnprof ab` without `--record`: it stops early as a job does), how each "
-        "case ended. These ran the rule of the time, the plain mean, and their 1% head is the plant as it came out "
-        "(+1.15–1.21%). Few trials: they check the resampled rates, they do not replace them."
+        "case ended, by the rule the run applied: the plain mean (the cost leases) or the trimmed one (a last lease, "
+        "`bash bench/h200_paired.sh trials`). Their 1% head is the plant as it came out (+1.15–1.21%). Few trials: "
+        "they check the resampled rates, they do not replace them."
     )
     w("")
-    w("| head | case | slower | faster | same | ambiguous (max_rounds) |")
-    w("|---|---|---:|---:|---:|---:|")
-    for v in VARIANTS:
-        for case in CASES:
-            got = trials.get((v, case), [])
-            if got:
-                n = len(got)
-                w(
-                    f"| {v} | {case} | {sum(s == 'slower' for s in got)}/{n} | {sum(s == 'faster' for s in got)}/{n} | "
-                    f"{sum(s == 'same' for s in got)}/{n} | {sum(s == 'max_rounds' for s in got)}/{n} |"
-                )
+    w("| rule | head | case | slower | faster | same | ambiguous (max_rounds) |")
+    w("|---|---|---|---:|---:|---:|---:|")
+    for trimmed in (False, True):
+        for v in VARIANTS:
+            for case in CASES:
+                got = trials.get((trimmed, v, case), [])
+                if got:
+                    n = len(got)
+                    w(
+                        f"| {'trimmed' if trimmed else 'plain'} | {v} | {case} | {sum(s == 'slower' for s in got)}/{n} "
+                        f"| {sum(s == 'faster' for s in got)}/{n} | {sum(s == 'same' for s in got)}/{n} | "
+                        f"{sum(s == 'max_rounds' for s in got)}/{n} |"
+                    )
     w("")
+    last = _members(data / "paired-trials.tar.gz")
+    reached = [
+        (name.split("/")[0], case["case"], len(case["pairs"]), case["stopped_by"])
+        for name in sorted(last)
+        if name.endswith("/paired.json")
+        for case in json.loads(last[name])["cases"]
+        if len(case["pairs"]) >= round(1 / RULE.trim)
+    ]
     w(
         "The fused 1% runs that ended ambiguous took all 15 pairs: after seconds of the compute-bound prefill the "
         "SM clock steps (NVML read 1,860–1,980 MHz within a run) and single pairs read 2–6% off, the pattern the "
-        "trim answers (section above)."
+        "trim answers (section above). In the trimmed lease the trim only acts from "
+        f"{round(1 / RULE.trim)} pairs on; the cases that got that far: "
+        + (", ".join(f"{run} {case} ({n} pairs, {how})" for run, case, n, how in reached) or "none")
+        + "."
     )
     w("")
     w("## Pair noise, per recording")
