@@ -1,6 +1,6 @@
 """Measurement truth on the H200: the committed report, generated from the raw data beside it.
 
-    .venv/bin/python bench/h200_truth_report.py --data bench/reports/data/h200-truth-2026-12-02-rounds10 \\
+    .venv/bin/python bench/h200_truth_report.py --data bench/reports/data/h200-truth-2026-12-02-lead \\
         --also bench/reports/data/h200-truth-2026-12-02-rounds5 --out bench/reports/h200-truth.md
 
 Reads what ``bench/h200_truth.sh runs 5`` and ``bench/h200_truth.sh ncu`` gathered (and ``bench/h200_hold.py``,
@@ -9,7 +9,10 @@ over the example suite and the validation set), ``runN/<suite>-dobench.json.gz``
 median mode, in the same process, with its own zero_() flush and with the profiler's clean flush),
 ``ncu.csv.gz`` (Nsight Compute over one iteration of every case, default cache control, ``--clock-control
 none``), ``ncu-none.csv.gz`` (the same with ``--cache-control none``, duration only), ``hold.json`` and the
-versions. Writes the markdown report and ``h200-truth.png``. Torch-free and deterministic.
+versions. ``--also``: the same runs gathered another way (another number of rounds), for the spread and the slow
+samples. Every figure in the prose is computed from these files; the auxiliary experiments' figures (hold, flush
+variants, ncu's overhead, placement, outliers) are named as such where they are quoted. Writes the markdown report and
+``h200-truth.png``. Torch-free and deterministic.
 """
 
 # ruff: noqa: E501 - the markdown rows and sentences this script writes are kept whole, as they read in the report
@@ -17,9 +20,12 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
+import re
 import statistics as st
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,11 +35,17 @@ sys.path.insert(0, str(ROOT))
 
 from profiler_core.documents import Case, Kernel, ResultDocument, parse_result  # noqa: E402
 from profiler_core.measure.counters import base_name, parse_ncu_csv  # noqa: E402
-from profiler_core.model.roofline import BUSY, LATENCY_US, counter_bound  # noqa: E402
+from profiler_core.model.roofline import BUSY, COUNTER_BUSY_PCT, LATENCY_US, counter_bound  # noqa: E402
+from profiler_core.suite import TimingConfig, load_suite  # noqa: E402
+from profiler_core.units import fmt_duration_us  # noqa: E402
 
 SUITES = {
     "llama7b": "example suite (`examples/llama7b.toml`)",
     "validation": "validation set (`bench/validation/suite.toml`)",
+}
+SUITE_FILES = {
+    "llama7b": ROOT / "examples" / "llama7b.toml",
+    "validation": ROOT / "bench" / "validation" / "suite.toml",
 }
 RUNS = 5
 HEAVY = 0.05
@@ -201,6 +213,35 @@ def _spread(values: list[float]) -> float:
     return (max(values) - min(values)) / st.median(values)
 
 
+def _span(values: list[float], show: Any = _pct, sep: str = " to ") -> str:
+    """``lo to hi`` of the values as ``show`` prints them (one figure where both print alike); "—" when empty."""
+    if not values:
+        return "—"
+    lo, hi = show(min(values)), show(max(values))
+    return lo if lo == hi else f"{lo}{sep}{hi}"
+
+
+def _upct(values: list[float], digits: int = 0) -> str:
+    """``lo–hi%`` of fractions, unsigned."""
+    return _span(values, lambda x: f"{100 * x:.{digits}f}", "–") + "%"
+
+
+def _ncu_overhead(d: Data) -> float:
+    """What ncu adds to every replayed launch, µs: its reading of a spin kernel of known length, less the length
+    (median over the lengths; ``ncu-overhead/``, an earlier lease)."""
+    return st.median(v - float(k) for k, v in d.spin_ncu.items())
+
+
+def _timing(d: Data) -> TimingConfig | None:
+    """The suites' timing, read from the suite files when both are the bytes the runs profiled (and time alike)."""
+    timings = []
+    for s, path in SUITE_FILES.items():
+        if hashlib.sha256(path.read_bytes()).hexdigest() != d.docs[s][0].suite.source_sha256:
+            return None
+        timings.append(load_suite(path).timing)
+    return timings[0] if all(t == timings[0] for t in timings) else None
+
+
 @dataclass
 class CaseRow:
     suite: str
@@ -267,14 +308,15 @@ def confusion(rows: list[KernelRow]) -> tuple[list[str], int, int]:
     return lines, agree, len(heavy)
 
 
-def render(d: Data, out: Path, plot: Path) -> str:
+def render(d: Data, out: Path, plot: Path, also: Data | None = None) -> str:
     cases = case_rows(d)
     env = d.docs["llama7b"][0].environment
     peaks = env.peaks
+    day = d.docs["llama7b"][0].run.created_at.date().isoformat()
     lines = [
         "# Measurement truth on the H200: flush, decode, custom kernels, bounds and durations against Nsight Compute",
         "",
-        "Everything below comes from one H200 on 2026-12-02 and is recomputed from the raw data in "
+        f"Everything below comes from one H200 on {day} and is recomputed from the raw data in "
         f"`{_rel(d.dir)}` by this report's script: the five profile processes "
         "(`h200_truth.sh runs`) and the two Nsight Compute passes (`h200_truth.sh ncu`) "
         f"{d.provenance.get('leases', 'in two leases minutes apart')}; "
@@ -305,10 +347,11 @@ def render(d: Data, out: Path, plot: Path) -> str:
         "python3 bench/h200_flush_variants.py examples/llama7b.toml bench/validation/suite.toml --case ... --out flush-variants.json",
         "python3 bench/h200_ncu_overhead.py events --out events.json; ncu ... python3 bench/h200_ncu_overhead.py ncu-driver",
         "for i in 1 2 3; do python3 bench/h200_placement.py examples/llama7b.toml bench/validation/suite.toml --case ... --seed $i --out placement$i.json; done",
-        f"BUDGET_S={d.provenance.get('budget_s', 480)} bash bench/h200_truth.sh runs 5",
+        f"BUDGET_S={d.provenance.get('budget_s', 480)} bash bench/h200_truth.sh runs {RUNS}",
         "bash bench/h200_truth.sh ncu",
         f"python bench/h200_truth_report.py --data {_rel(d.dir)} "
-        "--also bench/reports/data/h200-truth-2026-12-02-rounds5 --out bench/reports/h200-truth.md",
+        + (f"--also {_rel(also.dir)} " if also is not None else "")
+        + f"--out {_rel(out)}",
         "```",
         "",
     ]
@@ -316,7 +359,7 @@ def render(d: Data, out: Path, plot: Path) -> str:
     lines += _flush_section(d, cases)
     lines += _bound_section(d)
     lines += _duration_section(d)
-    lines += _level_spread_section(cases)
+    lines += _level_spread_section(d, cases)
     lines += _custom_and_decode(d)
     lines += _reconcile_section(d)
     lines += _kernel_tables(d)
@@ -349,7 +392,9 @@ def _targets(d: Data, cases: list[CaseRow]) -> list[str]:
         rows = [r for r in d.rows if r.suite == s and r.heavy and r.ncu_us]
         ok = sum(1 for r in rows if abs(r.delta or 1) <= TOL_KERNEL)
         out.append(
-            f"| per-kernel medians within 3% of ncu, kernels ≥ 5%, {s} | {ok}/{len(rows)} | **not met**: gaps in section 3 |"
+            f"| per-kernel medians within 3% of ncu, kernels ≥ 5%, {s} | {ok}/{len(rows)} | "
+            + ("met" if ok == len(rows) else "**not met**: gaps in section 3")
+            + " |"
         )
     device = [c for c in cases if not c.host_bound]
     within = sum(1 for c in device if abs(c.ours_med / c.clean_med - 1) <= TOL_LEVEL)
@@ -361,7 +406,7 @@ def _targets(d: Data, cases: list[CaseRow]) -> list[str]:
     no_wider = sum(1 for c in cases if _spread(c.ours) <= _spread(c.clean) + 1e-12)
     no_wider_z = sum(1 for c in cases if _spread(c.ours) <= _spread(c.zero) + 1e-12)
     out.append(
-        f"| spread of 5 processes' medians no wider than do_bench's on ≥ 80% of cases | against do_bench's clean "
+        f"| spread of {RUNS} processes' medians no wider than do_bench's on ≥ 80% of cases | against do_bench's clean "
         f"flush {no_wider}/{len(cases)} = {no_wider / len(cases):.0%}; against its own zero_() flush {no_wider_z}/"
         f"{len(cases)} = {no_wider_z / len(cases):.0%} | "
         + ("met" if no_wider >= 0.8 * len(cases) else "**not met**")
@@ -378,6 +423,17 @@ def _targets(d: Data, cases: list[CaseRow]) -> list[str]:
     return out
 
 
+def _flush_us(d: Data, copies: float = 1.0) -> float:
+    """A sweep that moves ``copies`` times the 256 MiB flush buffer, µs at the runs' measured copy bandwidth."""
+    return copies * 2**28 / (d.docs["llama7b"][0].environment.peaks.dram_gbps.value * 1e3)
+
+
+def _lengthened(d: Data) -> dict[str, float]:
+    """The flush-variant cases the one-read flush read more than 0.5% longer than the int64 sum (``flush-variants.json``)."""
+    ratios = {k: v["amax"] / v["sum-int64"] - 1 for k, v in d.flushes.items()}
+    return {k: x for k, x in ratios.items() if x > 0.005}
+
+
 def _flush_section(d: Data, cases: list[CaseRow]) -> list[str]:
     out = [
         "## 1. The clean flush",
@@ -390,14 +446,36 @@ def _flush_section(d: Data, cases: list[CaseRow]) -> list[str]:
         "| case | do_bench, zero_() flush µs | do_bench, clean flush µs | change | ours µs |",
         "|---|---:|---:|---:|---:|",
     ]
+    shown = []
     for c in cases:
         if c.host_bound:
             continue
         change = c.clean_med / c.zero_med - 1
         if abs(change) >= 0.02 or "decode" in c.case.id:
+            shown.append((c, change))
             out.append(
                 f"| {c.suite}/{c.case.id} | {fmt_us(c.zero_med)} | {fmt_us(c.clean_med)} | {_pct(change)} | {fmt_us(c.ours_med)} |"
             )
+    up = [(c, x) for c, x in shown if x > 0]
+    if shown:
+        out += [
+            "",
+            f"do_bench's clean flush read shorter than its zero_() flush on {sum(1 for _, x in shown if x < 0)} of "
+            f"these {len(shown)} rows"
+            + (
+                f" and longer on {len(up)}, each by less than do_bench's own five medians spread: "
+                + "; ".join(
+                    f"{c.suite}/{c.case.id} {_pct(x)}, spread {_pct(_spread(c.clean), 0, False)} (clean) and "
+                    f"{_pct(_spread(c.zero), 0, False)} (zero_())"
+                    for c, x in up
+                )
+                if up and all(x < min(_spread(c.clean), _spread(c.zero)) for c, x in up)
+                else f" and longer on {len(up)}: " + ", ".join(f"{c.suite}/{c.case.id} {_pct(x)}" for c, x in up)
+                if up
+                else ""
+            )
+            + ".",
+        ]
     top: dict[str, KernelRow] = {}
     for r in d.rows:
         key = f"{r.suite}/{r.case.id}"
@@ -407,33 +485,49 @@ def _flush_section(d: Data, cases: list[CaseRow]) -> list[str]:
         c for c in cases if not c.host_bound and (t := top.get(f"{c.suite}/{c.case.id}")) and t.ncu_bound == "compute"
     ]
     moved = {f"{c.suite}/{c.case.id}": c.clean_med / c.zero_med - 1 for c in compute}
+    by_key = {f"{c.suite}/{c.case.id}": c for c in cases}
+    f = d.flushes
+    decode = [k for k in f if "decode" in k]
+    penalty = [f[k]["zero_"] / f[k]["sum-int64"] - 1 for k in decode]
+    lengthened = _lengthened(d)
     out += [
         "",
-        f"Compute-bound cases (their largest kernel compute-bound by ncu; {len(compute)} device-bound ones) barely "
-        "moved: " + ", ".join(f"{k} {_pct(v)}" for k, v in moved.items()) + "."
+        f"Compute-bound cases (their largest kernel compute-bound by ncu; {len(compute)} device-bound ones) moved "
+        f"{_span(list(moved.values()))}: " + ", ".join(f"{k} {_pct(v)}" for k, v in moved.items()) + "."
         if moved
         else "",
         "",
-        "**Which read sweep.** The runs above flush with one read (a max in the buffer's own dtype, ~70 µs). An "
-        "earlier version summed into int64, which first writes an int64 copy of the buffer (512 MiB) and then reads "
-        "it: it ends on a read, so the L2 holds clean lines, but it takes ~350 µs. Measured side "
-        "by side after the hold, interleaved in blocks of 10, 300 iterations each (`bench/h200_flush_variants.py`, "
-        "same day, another lease), medians in µs:",
+        "**Which read sweep.** The runs above flush with one read (a max in the buffer's own dtype: 256 MiB read, "
+        f"~{_flush_us(d):.0f} µs at the measured copy bandwidth). An earlier version summed into int64, which first "
+        "writes an int64 copy of the buffer (512 MiB) and then reads it: it ends on a read, so the L2 holds clean "
+        f"lines, but it moves five times the bytes (~{_flush_us(d, 5):.0f} µs). Measured side by side after the "
+        "hold, interleaved in blocks of 10, 300 iterations each (`bench/h200_flush_variants.py`, same day, an "
+        "earlier lease: `flush-variants.json`), medians in µs:",
         "",
         "| case | sum into int64 (before) | one read (now) | zero_() |",
         "|---|---:|---:|---:|",
         *[
             f"| {k} | {fmt_us(v['sum-int64'])} | {fmt_us(v['amax'])} ({_pct(v['amax'] / v['sum-int64'] - 1)}) | "
             f"{fmt_us(v['zero_'])} ({_pct(v['zero_'] / v['sum-int64'] - 1)}) |"
-            for k, v in d.flushes.items()
+            for k, v in f.items()
         ],
         "",
-        "Both reads remove the dirty-line penalty that `zero_()` leaves (decode +9–19%). The one-read flush reads the "
-        "compute-bound kernels about 1.2% longer (cuDNN, Triton) and the decode kernels the same or shorter: after "
-        "the shorter flush the kernel starts on a GPU that was busy for less time, which section 3 shows matters to "
+        f"Both reads remove the dirty-line penalty that `zero_()` leaves (decode {_span(penalty, lambda x: _pct(x, 0))} "
+        "against the int64 sum). The one read lengthened "
+        + (", ".join(f"{k} {_pct(v)}" for k, v in lengthened.items()) or "no case by more than 0.5%")
+        + f" and read the decode cases {_span([f[k]['amax'] / f[k]['sum-int64'] - 1 for k in decode])}: after the "
+        "shorter flush the kernel starts on a GPU that was busy for less time, which section 3 shows matters to "
         "compute-bound kernels (and is closer to ncu, which replays each kernel after an idle gap). do_bench given "
-        "the same flush has no idle gap before it: section 4's compute-bound levels differ from it by about that "
-        "1%.",
+        "the same flush has no idle gap before it"
+        + (
+            ": in section 4 those cases read "
+            + ", ".join(
+                f"{k} {_pct(by_key[k].ours_med / by_key[k].clean_med - 1, 2)}" for k in lengthened if k in by_key
+            )
+            + " against it."
+            if any(k in by_key for k in lengthened)
+            else "."
+        ),
         "",
         "Memory-bound kernels (ncu's class, ≥ 10 µs, ≥ 5% of a case) against ncu's `gpu__time_duration` (ncu replays "
         "each kernel alone on flushed caches; 'ncu, cache none' replays it where it ran, after its predecessors):",
@@ -441,21 +535,44 @@ def _flush_section(d: Data, cases: list[CaseRow]) -> list[str]:
         "| case | kernel | ours µs | ncu µs | Δ | ncu, cache none µs |",
         "|---|---|---:|---:|---:|---:|",
     ]
-    for r in d.rows:
-        if r.heavy and r.ncu_bound == "memory" and r.ncu_us and r.ncu_us >= 10:
-            out.append(
-                f"| {r.suite}/{r.case.id} | `{r.kernel.key[:48]}` | {fmt_us(r.ours_us)} | {fmt_us(r.ncu_us)} | "
-                f"{_pct(r.delta)} | {fmt_us(r.ncu_none_us)} |"
+    mem = [r for r in d.rows if r.heavy and r.ncu_bound == "memory" and r.ncu_us and r.ncu_us >= 10]
+    for r in mem:
+        out.append(
+            f"| {r.suite}/{r.case.id} | `{r.kernel.key[:48]}` | {fmt_us(r.ours_us)} | {fmt_us(r.ncu_us)} | "
+            f"{_pct(r.delta)} | {fmt_us(r.ncu_none_us)} |"
+        )
+    shorter = [r for r in mem if (r.delta or 0) < -TOL_KERNEL]
+    longer = [r for r in mem if (r.delta or 0) > TOL_KERNEL]
+    longer_none = [r for r in longer if r.ncu_none_us and r.ncu_us]
+    words = []
+    if shorter:
+        where = (
+            "all in decode cases"
+            if all(r.case.id.startswith("decode") for r in shorter)
+            else ", ".join(dict.fromkeys(f"{r.suite}/{r.case.id}" for r in shorter))
+        )
+        words.append(
+            f"Where a memory-bound kernel reads more than 3% shorter here ({len(shorter)} kernels, {where}), ncu's reading is "
+            f"{_span([(r.ncu_us or 0) - r.ours_us for r in shorter], fmt_us, '–')} µs longer; ncu adds a fixed "
+            f"{_ncu_overhead(d):.1f} µs to every replayed launch (section 3)."
+        )
+    if longer:
+        words.append(
+            f"Where one reads more than 3% longer here ({len(longer)} kernels, in "
+            + ", ".join(dict.fromkeys(f"{r.suite}/{r.case.id}" for r in longer))
+            + "), it follows a kernel that wrote the matrix it reads (the unfused paths' passes over the score "
+            "matrix): it starts with an L2 full of its predecessor's dirty lines, which ncu's replay flushes first"
+            + (
+                f"; ncu with cache control none, which replays it after its predecessors, reads these kernels a median "
+                f"{_pct(st.median((r.ncu_none_us or 0) / (r.ncu_us or 1) - 1 for r in longer_none))} longer than "
+                f"with its flush (ours: {_pct(st.median(r.delta or 0 for r in longer_none))})"
+                if longer_none
+                else ""
             )
-    out += [
-        "",
-        "Where a memory-bound kernel reads shorter here (the decode kernels), ncu's reading carries its fixed ~1.6 µs "
-        "per replayed launch (section 3). Where one reads > 3% longer here than under ncu, it follows a kernel that wrote the "
-        "matrix it reads (the unfused path's passes over the score matrix): it starts with an L2 full of its "
-        "predecessor's dirty lines, which ncu's replay flushes first. That is the kernel as the model runs it, not "
-        "an artefact of our flush: the flush comes once per iteration, before its first kernel.",
-        "",
-    ]
+            + ". That is the kernel as the model runs it, not an artefact of our flush: the flush comes once per "
+            "iteration, before its first kernel."
+        )
+    out += ["", " ".join(words), ""] if words else [""]
     return out
 
 
@@ -464,11 +581,10 @@ def _bound_section(d: Data) -> list[str]:
         "## 2. Bound without counters against ncu's class",
         "",
         "ncu's class is NVIDIA's speed-of-light rule with the tensor pipe counted as compute: compute = max(SM %, "
-        "tensor %); both compute and memory SOL under 60%: latency; else the higher (no `balanced`). Ours "
-        f"(`classify_bound`): a kernel under {LATENCY_US:.0f} µs per launch is latency; a unit is busy at ≥ {BUSY} "
-        "of the measured peak in useful work (formula FLOPs, minimum bytes); neither busy: latency; else the busier. "
-        "The threshold was chosen on the example suite; any value from 0.50 to 0.60 gives the validation set's "
-        "figure below.",
+        f"tensor %); both compute and memory SOL under {COUNTER_BUSY_PCT:.0f}%: latency; else the higher (no "
+        f"`balanced`). Ours (`classify_bound`): a kernel under {LATENCY_US:.0f} µs per launch is latency; a unit is "
+        f"busy at ≥ {BUSY} of the measured peak in useful work (formula FLOPs, minimum bytes); neither busy: latency; "
+        "else the busier. The threshold was chosen on the example suite" + _threshold_words(d),
         "",
     ]
     for s, title in SUITES.items():
@@ -488,32 +604,145 @@ def _bound_section(d: Data) -> list[str]:
                 f"{_pct(r.kernel.compute_util, 0, False)} / {_pct(r.kernel.bandwidth_util, 0, False)} | "
                 f"{c[SM]:.0f} / {c.get(TENSOR, 0):.0f} / {c[MEM]:.0f} |"
             )
-    out += [
-        "",
-        "What the rule cannot see: CUDA-core kernels whose issue slots are busy while their bytes are not (Inductor's "
-        "fused softmax at SM 84–86%, a cast at SM 62%), and kernels at ncu's edge (the softmax at SM 65% and memory "
-        "64%, or the causal cuDNN kernel whose useful FLOPs read 53–55% of the measured peak while its tensor pipe is 62% "
-        "busy). `--counters ncu` records both bounds.",
-        "",
-    ]
+    out += ["", _disagreement_words(d), ""]
     return out
+
+
+def _bound_at(k: Kernel, busy: float) -> str | None:
+    """``classify_bound``'s rule on a kernel's recorded utilisations, with ``busy`` as the threshold."""
+    if k.duration_us.median / max(k.launches_per_iter, 1.0) < LATENCY_US:
+        return "latency"
+    if k.compute_util is None and k.bandwidth_util is None:
+        return None
+    compute, memory = k.compute_util or 0.0, k.bandwidth_util or 0.0
+    if compute < busy and memory < busy:
+        return "latency"
+    return "compute" if compute >= memory else "memory"
+
+
+def _threshold_words(d: Data) -> str:
+    """Each suite's agreement at ``BUSY`` against the other thresholds (0.01 apart): where it holds, and the best."""
+    heavy = [r for r in d.rows if r.heavy and r.counters]
+    if any(_bound_at(r.kernel, BUSY) != predicted(r.kernel) for r in heavy):
+        return "."  # the documents' bounds are not this rule on their utilisations: no sweep to show
+    steps = [round(BUSY + i / 100, 2) for i in range(-25, 26)]
+
+    def runs(picked: list[float]) -> str:
+        """The picked thresholds as ranges of neighbours: 0.52–0.54, 0.58."""
+        groups: list[list[float]] = []
+        for t in picked:
+            if groups and steps.index(t) == steps.index(groups[-1][-1]) + 1:
+                groups[-1].append(t)
+            else:
+                groups.append([t])
+        return ", ".join(f"{g[0]:.2f}" if len(g) == 1 else f"{g[0]:.2f}–{g[-1]:.2f}" for g in groups)
+
+    words = []
+    for s, name in (("llama7b", "example suite"), ("validation", "validation set")):
+        rows = [r for r in heavy if r.suite == s]
+        agree = {t: sum(1 for r in rows if _bound_at(r.kernel, t) == r.ncu_bound) for t in steps}
+        at, best = agree[BUSY], max(agree.values())
+        i = j = steps.index(BUSY)
+        while i > 0 and agree[steps[i - 1]] == at:
+            i -= 1
+        while j < len(steps) - 1 and agree[steps[j + 1]] == at:
+            j += 1
+        holds = f"only at {BUSY:.2f}" if i == j else f"from {steps[i]:.2f} to {steps[j]:.2f}"
+        words.append(
+            f"the {name}'s {at}/{len(rows)} holds {holds}"
+            + (
+                ", the most any gives"
+                if best == at
+                else f", and {runs([t for t in steps if agree[t] == best])} give {best}/{len(rows)}"
+            )
+        )
+    return (
+        f" of earlier runs. On these runs, of the thresholds from {steps[0]:.2f} to {steps[-1]:.2f} in steps of "
+        "0.01: " + "; ".join(words) + "."
+    )
+
+
+def _disagreement_words(d: Data) -> str:
+    """The kernels the rule and ncu class differently, by why, with their figures."""
+    kinds: dict[str, dict[str, list[KernelRow]]] = {}
+    for r in d.rows:
+        if not (r.heavy and r.counters) or predicted(r.kernel) == r.ncu_bound:
+            continue
+        c, ours = r.counters, predicted(r.kernel)
+        if r.ncu_bound == "compute" and ours == "latency":
+            kind = "tensor" if c.get(TENSOR, 0) > c[SM] else "issue"
+        elif r.ncu_bound == "compute" and ours == "memory":
+            kind = "edge"
+        elif r.ncu_bound == "memory" and ours == "latency":
+            kind = "bytes"
+        else:
+            kind = "other"
+        kinds.setdefault(kind, {}).setdefault(f"`{r.kernel.key[:40]}`", []).append(r)
+    if not kinds:
+        return "The rule and ncu class every kernel ≥ 5% alike."
+
+    def counter(rows: list[KernelRow], key: str) -> str:
+        return _span([(r.counters or {}).get(key, 0.0) for r in rows], lambda x: f"{x:.0f}", "–") + "%"
+
+    def util(rows: list[KernelRow], compute: bool) -> str:
+        values = [(r.kernel.compute_util if compute else r.kernel.bandwidth_util) or 0.0 for r in rows]
+        return _span(values, lambda x: f"{100 * x:.0f}", "–") + "%"
+
+    phrases: dict[str, tuple[str, Callable[[list[KernelRow]], str]]] = {
+        "issue": (
+            "CUDA-core kernels whose issue slots are busy while their useful bytes are not, latency here and compute "
+            "under ncu: ",
+            lambda rows: f"SM {counter(rows, SM)} moving {util(rows, False)} of the measured bandwidth",
+        ),
+        "edge": (
+            "kernels busy on both units, memory here and compute under ncu (its SM figure ahead): ",
+            lambda rows: f"SM {counter(rows, SM)}, memory {counter(rows, MEM)}",
+        ),
+        "tensor": (
+            "tensor-core kernels, latency here and compute under ncu, whose useful FLOPs read under the threshold "
+            "while the tensor pipe is busy: ",
+            lambda rows: f"{util(rows, True)} of the measured peak, tensor pipe {counter(rows, TENSOR)}",
+        ),
+        "bytes": (
+            f"kernels whose useful bytes read under {BUSY} of the measured bandwidth while ncu's memory SOL is over "
+            f"{COUNTER_BUSY_PCT:.0f}%: ",
+            lambda rows: f"{util(rows, False)} of the bandwidth, memory {counter(rows, MEM)}",
+        ),
+        "other": (
+            "others: ",
+            lambda rows: (
+                f"{predicted(rows[0].kernel) or 'no bound'} here, {rows[0].ncu_bound} under ncu, SM "
+                f"{counter(rows, SM)}, tensor {counter(rows, TENSOR)}, memory {counter(rows, MEM)}"
+            ),
+        ),
+    }
+    return (
+        "What the rule cannot see: "
+        + "; ".join(
+            head + ", ".join(f"{name} ({figures(rows)})" for name, rows in kinds[kind].items())
+            for kind, (head, figures) in phrases.items()
+            if kind in kinds
+        )
+        + ". `--counters ncu` records both bounds."
+    )
 
 
 def _duration_section(d: Data) -> list[str]:
     out = [
         "## 3. Kernel durations against ncu",
         "",
-        "Ours: the per-launch median of the trace pass (Kineto), median over the five processes. ncu: "
+        f"Ours: the per-launch median of the trace pass (Kineto), median over the {RUNS} processes. ncu: "
         "`gpu__time_duration` of the launch in one profiled iteration.",
         "",
         "| kernels ≥ 5% of a case | n | within 3% | median Δ | ours shorter by > 3% (median µs shorter) | "
         "ours longer by > 3% |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    groups = {
+    groups: dict[str, Callable[[KernelRow], bool]] = {
         "under 10 µs": lambda r: r.ncu_us is not None and r.ncu_us < 10,
         "10 µs and over": lambda r: r.ncu_us is not None and r.ncu_us >= 10,
     }
+    gaps: list[float] = []  # the µs column
     for s in SUITES:
         for label, pred in groups.items():
             rows = [r for r in d.rows if r.suite == s and r.heavy and pred(r)]
@@ -522,6 +751,7 @@ def _duration_section(d: Data) -> list[str]:
             deltas = [r.delta or 0 for r in rows]
             shorter = [(r.ncu_us or 0) - r.ours_us for r in rows if (r.delta or 0) < -TOL_KERNEL]
             gap = f" ({st.median(shorter):.1f})" if shorter else ""
+            gaps += [st.median(shorter)] if shorter else []
             out.append(
                 f"| {s}, {label} | {len(rows)} | {sum(abs(x) <= TOL_KERNEL for x in deltas)} | {_pct(st.median(deltas))} "
                 f"| {len(shorter)}{gap} | {sum(x > TOL_KERNEL for x in deltas)} |"
@@ -529,37 +759,91 @@ def _duration_section(d: Data) -> list[str]:
     h = d.hold
     cud = h.get("llama7b/sdpa[backend=cudnn,pass=fwd]", {})
     tri = h.get("validation/triton[causal=false]", {})
+    ovh = _ncu_overhead(d)
+    heavy = [r for r in d.rows if r.heavy and r.ncu_us is not None]
+    short_rows = [r for r in heavy if (r.delta or 0) < -TOL_KERNEL]
+    short = [r for r in heavy if (r.ncu_us or 0) < 10]
+    decode = [
+        r for r in heavy if r.case.id.startswith("decode") and r.ncu_bound == "memory" and 10 <= (r.ncu_us or 0) < 100
+    ]
+    both = [r for r in short_rows if r.ncu_none_us is not None]
+    # ncu's flush before the replay is most of the gap: over twice the fixed overhead with it, under it without
+    cache = [r for r in both if (r.ncu_us or 0) - r.ours_us > 2 * ovh and (r.ncu_none_us or 0) - r.ours_us < ovh]
+    # an idle gap before the replay: over twice the fixed overhead with ncu's flush and more than it without
+    idle = [
+        r
+        for r in both
+        if r.ncu_bound in ("compute", "latency")
+        and (r.ncu_us or 0) - r.ours_us > 2 * ovh
+        and (r.ncu_none_us or 0) - r.ours_us > ovh
+    ]
+    held = [v["flush-hold"] / v["hold-flush"] - 1 for k, v in h.items() if "decode" in k]
+    none_gap = st.median((r.ncu_none_us or 0) - r.ours_us for r in both) if both else 0.0
+    flush_gap = st.median((r.ncu_us or 0) - r.ours_us for r in both) if both else 0.0
     out += [
         "",
         "The gaps, and what was measured about them:",
         "",
-        "- **Ours shorter by a few microseconds.** Where ours is shorter, ncu's reading is longer by a near-constant "
-        "1–4 µs per launch, whatever the kernel's length (the µs column above). Measured on a kernel of known "
-        "length (`torch.cuda._sleep`, which spins a number of SM cycles; `bench/h200_ncu_overhead.py`): "
+        "- **Ours shorter by a few microseconds.** Where ours is shorter by more than 3%, ncu's reading is longer by "
+        f"{_span(gaps, lambda x: f'{x:.1f}', '–')} µs per launch in the median of each group (the µs column above). "
+        "Measured on a kernel of known length (`torch.cuda._sleep`, which spins a number of SM cycles; "
+        "`bench/h200_ncu_overhead.py`, an earlier lease: `ncu-overhead/`): "
         + ", ".join(f"{float(k):g} µs → ncu {v:.2f}" for k, v in d.spin_ncu.items())
-        + f" (SM clock {d.spin_events.get('sm_clock_mhz')} MHz): ncu adds "
-        f"{st.median(v - float(k) for k, v in d.spin_ncu.items()):.1f} µs to every replayed launch. Under 10 µs "
-        "that is 15–50%; for the 20–40 µs decode kernels 4–8%, most of their gap. ncu with cache control none "
-        "reads the same, so it is not the cache.",
-        "- **Compute- and latency-bound kernels, ours 2–7% shorter.** They ran back to back after the flush in our "
-        "trace; ncu replays each one after an idle gap (its save and restore between passes). The same gap was "
-        "measured without ncu (`bench/h200_hold.py`, section 4): with a nearly idle blocking kernel right before "
-        f"the step, cuDNN forward read {cud.get('flush-hold', 0):.1f} µs against {cud.get('hold-flush', 0):.1f} µs "
-        f"when the flush came last, the Triton kernel {tri.get('flush-hold', 0):.1f} against "
-        f"{tri.get('hold-flush', 0):.1f} µs; decode kernels did not move (section 4's table).",
+        + f" (SM clock {d.spin_events.get('sm_clock_mhz')} MHz): ncu adds {ovh:.1f} µs to every replayed launch. "
+        f"For the kernels under 10 µs that is {_upct([ovh / r.ours_us for r in short])} of ours"
+        + (
+            f"; for the {_span([r.ours_us for r in decode], fmt_us, '–')} µs memory-bound decode kernels "
+            f"{_upct([ovh / r.ours_us for r in decode])}, against their gaps of {_upct([-(r.delta or 0) for r in decode])}"
+            if decode
+            else ""
+        )
+        + (
+            f". With cache control none (no flush before the replay) ncu reads these kernels a median "
+            f"{none_gap:.1f} µs longer than ours, against {flush_gap:.1f} µs with its flush"
+            + (": its flush is not what makes it longer" if none_gap >= flush_gap / 2 else "")
+            if both
+            else ""
+        )
+        + (
+            ", except where it is most of the gap (over twice the fixed overhead with it, under it without): "
+            "kernels that read what their predecessor left in L2, "
+            + ", ".join(
+                f"`{r.kernel.key[:40]}` in {r.suite}/{r.case.id} ({fmt_us((r.ncu_us or 0) - r.ours_us)} µs longer "
+                f"with the flush, {fmt_us((r.ncu_none_us or 0) - r.ours_us)} without)"
+                for r in cache
+            )
+            if cache
+            else ""
+        )
+        + ".",
+        f"- **Compute- and latency-bound kernels, ours {_upct([-(r.delta or 0) for r in idle], 1)} shorter** ({len(idle)} "
+        "kernels: those ncu reads longer than ours by more than twice its fixed overhead with its flush, and by more "
+        "than it without). They ran back to back after the flush in our trace; ncu replays each one after an idle gap (its "
+        "save and restore between passes). The same gap was measured without ncu (`bench/h200_hold.py`, an earlier "
+        "lease, section 4's hold table): with a nearly idle blocking kernel right before the step, cuDNN forward "
+        f"read {cud.get('flush-hold', 0):.1f} µs against {cud.get('hold-flush', 0):.1f} µs when the flush came "
+        f"last, the Triton kernel {tri.get('flush-hold', 0):.1f} against {tri.get('hold-flush', 0):.1f} µs; the "
+        f"decode cases moved {_span(held)} between the two orders.",
         "- **Memory-bound passes after a writer, ours longer** (section 1): the predecessor's dirty lines.",
         "",
     ]
     return out
 
 
-def _level_spread_section(cases: list[CaseRow]) -> list[str]:
+def _level_spread_section(d: Data, cases: list[CaseRow]) -> list[str]:
+    t = _timing(d)
+    rounds = (
+        f"the samples taken in {t.effective_rounds} rounds over the suite, each case built again in each round and "
+        f"sampled until its round's median is within ±{t.round_config().target_rel_ci:.2%}, so the pooled median's "
+        f"95% CI is about ±{t.target_rel_ci:.1%}"
+        if t is not None
+        else "the samples taken in rounds over the suite, each case built again in each round"
+    )
     out = [
         "## 4. Case medians and spreads against do_bench",
         "",
-        "Five independent processes. Ours: `attnprof profile` (events around each iteration, the hold, the clean "
-        "flush; the samples taken in 10 rounds over the suite, each case built again in each round and sampled "
-        "until its round's median is within ±0.63%, so the pooled median's 95% CI is about ±0.2%). do_bench: "
+        f"{RUNS} independent processes. Ours: `attnprof profile` (events around each iteration, the hold, the clean "
+        f"flush; {rounds}). do_bench: "
         "median mode, 25 ms warm-up, 100 ms of repetitions, in the same process right after, with its own `zero_()` "
         "flush and with ours patched in. Spread = (max − min) / median of the five medians.",
         "",
@@ -585,15 +869,28 @@ def _level_spread_section(cases: list[CaseRow]) -> list[str]:
         if above
         else "From 80 µs up, no case reads more than 0.5% above do_bench"
     )
+    held = d.hold.get("llama7b/block")
     block_text = (
-        f"`block` reads {_pct(block.ours_med / block.clean_med - 1, 1)} against do_bench: in the interleaved experiment "
-        "below, the same order as do_bench's (flush, step, no hold) read 1,175.7 µs, ours 1,178.0, and do_bench itself "
-        f"1,226.2 — its own loop reads higher (its host time, {fmt_us(block.host_us)} µs per iteration, is close to "
-        f"the step's), and its five medians spread {_pct(_spread(block.clean), 1, False)} (clean) and "
-        f"{_pct(_spread(block.zero), 1, False)} (zero_()). "
+        (
+            f"`block` reads {_pct(block.ours_med / block.clean_med - 1, 1)} against do_bench. "
+            + (
+                f"In the hold experiment below (an earlier lease) the same order as do_bench's (flush, step, no hold) "
+                f"read {fmt_us(held['no-hold'])} µs, ours (hold, flush, step) {fmt_us(held['hold-flush'])}, and "
+                f"do_bench itself {fmt_us(held['do_bench_clean'])}: its own loop read "
+                f"{_pct(held['do_bench_clean'] / held['no-hold'] - 1, 1)} against the same order timed by events, the "
+                f"host needing {fmt_us(held['host_us'])} µs per iteration there. "
+                if held
+                else ""
+            )
+            + f"In these runs the host needs {fmt_us(block.host_us)} µs per iteration against our "
+            f"{fmt_us(block.ours_med)} µs, and do_bench's five medians spread {_pct(_spread(block.clean), 1, False)} "
+            f"(clean) and {_pct(_spread(block.zero), 1, False)} (zero_()). "
+        )
         if block is not None
         else ""
     )
+    flush = _span([c.flush_us for c in cases], lambda x: f"{x:.0f}", "–")
+    lengthened = _lengthened(d)
     out += [
         "",
         f"**Level.** {len(device) - len(off)} of {len(device)} device-bound cases are within 1% of do_bench's clean "
@@ -605,18 +902,23 @@ def _level_spread_section(cases: list[CaseRow]) -> list[str]:
         )
         + ". Under 50 µs do_bench is not a reference on this host: its loop queues the flush and the step from "
         "Python with nothing holding the stream, and where the host needs about as long as the device (`host µs` "
-        f"against `ours µs` + 63 µs of flush) its five medians spread "
+        f"against `ours µs` + {flush} µs of flush) its five medians spread "
         f"{_pct(min(short), 0, False) if short else '-'}–{_pct(max(short), 0, False) if short else '-'} "
         f"(the column above). {above_text}: after the hold (a nearly idle GPU) "
         "the flush is a short read, and a compute-bound kernel that starts on a GPU busy for less time runs "
-        "longer; section 1's variants measured the shipped one-read flush 1.2% longer than the int64 sum on "
-        "cuDNN and Triton, and the table below the hold's own share. do_bench's loop has no idle gap. "
+        "longer; section 1's variants (an earlier lease) measured the shipped one-read flush "
+        + (
+            "longer than the int64 sum on " + ", ".join(f"{k} ({_pct(v, 1)})" for k, v in lengthened.items())
+            if lengthened
+            else "no more than 0.5% longer than the int64 sum on any case"
+        )
+        + ", and the table below the hold's own share. do_bench's loop has no idle gap. "
         + block_text
         + "A host-bound case (the host needs longer to queue one "
-        "iteration than the flush and the step take to run: `host µs` against `ours µs` + 63 µs) is timed by do_bench "
+        f"iteration than the flush and the step take to run: `host µs` against `ours µs` + {flush} µs) is timed by do_bench "
         "at the host's pace; ours holds the stream with a blocking kernel while the host queues, so it times the device.",
         "",
-        "**The hold's place** (`bench/h200_hold.py`, the earlier lease, int64-sum flush, interleaved blocks of 10, "
+        "**The hold's place** (`bench/h200_hold.py`, an earlier lease: `hold.json`, int64-sum flush, interleaved blocks of 10, "
         "300 iterations each): "
         "medians in µs.",
         "",
@@ -653,14 +955,15 @@ def _placement_rows(d: Data) -> list[str]:
     runs = [json.loads(p.read_text()) for p in sorted(d.dir.glob("placement*.json"))]
     if not runs:
         return []
+    n_rounds = len(next(iter(runs[0].values()))["same"])
     out = [
         "",
-        f"**Where the spread came from** (`bench/h200_placement.py`, {len(runs)} processes; in each, per case, 8 "
-        "rounds of 150 iterations timed as the profiler times them: `same` one workload back to back, `rebuilt` the "
+        f"**Where the spread came from** (`bench/h200_placement.py`, an earlier lease: `placement*.json`, {len(runs)} "
+        f"processes; in each, per case, {n_rounds} rounds of 150 iterations timed as the profiler times them: `same` one workload back to back, `rebuilt` the "
         "workload built again each round after a pad of random size, `do_bench` once per round). Ranges as "
         "(max − min) / median:",
         "",
-        "| case | µs | range of 8 round medians in one process: same / rebuilt / do_bench | range of the processes' "
+        f"| case | µs | range of {n_rounds} round medians in one process: same / rebuilt / do_bench | range of the processes' "
         "pooled medians: same / rebuilt / do_bench | range of the processes' first rounds: same |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -687,39 +990,76 @@ def _spread_words(d: Data, cases: list[CaseRow], also: Data | None) -> list[str]
         rel_o = [c.ours[i] / c.ours_med - 1 for c in cases]
         rel_d = [c.clean[i] / c.clean_med - 1 for c in cases]
         offsets.append((i + 1, st.median(rel_o), st.median(rel_d)))
+    t = _timing(d)
+    ci = t.target_rel_ci if t is not None else None
+    largest = max(max(abs(o), abs(x)) for _, o, x in offsets)
+    runs = [json.loads(p.read_text()) for p in sorted(d.dir.glob("placement*.json"))]
+    keys = [k for k in runs[0] if all(k in r for r in runs)] if runs else []
+    placement = ""
+    if keys:
+        n_rounds = len(runs[0][keys[0]]["same"])
+        first = [_spread([r[k]["same"][0] for r in runs]) for k in keys]
+        same = [st.median(_spread(r[k]["same"]) for r in runs) for k in keys]
+        rebuilt = [st.median(_spread(r[k]["rebuilt"]) for r in runs) for k in keys]
+        wide = sum(1 for a, b in zip(same, rebuilt, strict=True) if a >= b)
+        placement = (
+            f"The placement experiment below (an earlier lease) shows it: one round's medians of the same workload "
+            f"range {_pct(st.median(first), 2, False)} apart between its {len(runs)} processes in the median case "
+            f"({_upct(first, 2)}); the {n_rounds} round medians of one workload in one process range at least as "
+            f"widely as rebuilt workloads' in {wide} of its {len(keys)} cases (medians over the cases "
+            f"{_pct(st.median(same), 2, False)} and {_pct(st.median(rebuilt), 2, False)})"
+            + (", so where the tensors land is not the cause" if 2 * wide >= len(keys) else "")
+            + f", and pooling the {n_rounds} rounds narrows the processes' range below one round's for "
+            f"{_pooling_helps(d)}. "
+        )
     out = [
         "",
-        "**Spread.** Timed in one stretch, a case's median is precise within its process (sampling stopped at "
-        "±0.2%) and still lands 0.5–1.5% apart between processes: the GPU's speed wanders over seconds, and the "
-        "medians of one stretch inherit its level. The placement experiment below shows it: the 8 round medians of "
-        "one workload in one process range as widely as rebuilt workloads do (so where the tensors land is not the "
-        f"cause), and pooling the 8 rounds narrows the processes' range below one round's for {_pooling_helps(d)}. "
-        "The profiler now takes each case's samples in rounds over the whole suite. Per process, the median over "
-        "cases of (its "
-        "median / the five-process median − 1) is "
+        "**Spread.** Timed in one stretch, a case's median still lands apart between processes: the GPU's speed "
+        "wanders over seconds, and the medians of one stretch inherit its level. "
+        + placement
+        + "The profiler now takes each case's samples in rounds over the whole suite. Per process, the median over "
+        "cases of (its median / the five-process median − 1) is "
         + ", ".join(f"run {i} {_pct(o, 2)}" for i, o, _ in offsets)
         + " for ours, and "
         + ", ".join(f"{_pct(x, 2)}" for _, _, x in offsets)
-        + " for do_bench in the same processes: no process-wide offset is left.",
+        + " for do_bench in the same processes"
+        + (
+            f": no process-wide offset beyond the pooled median's ±{ci:.1%} is left."
+            if ci is not None and largest <= ci
+            else f": the largest is {_pct(largest, 2, False)}."
+        ),
     ]
     if also is not None:
         a = _spread_counts(case_rows(also))
         b = _spread_counts(cases)
+        named = re.search(r"rounds(\d+)", also.dir.name)
+        at = also.docs["llama7b"][0].run.created_at
         out.append(
-            f"The same five-process protocol with 5 rounds (`{_rel(also.dir)}`, the lease before): spread no wider "
-            f"than do_bench's on {a[0]}/{a[1]} cases, ≤ 0.5% on {a[2]}/{a[3]} cases ≥ 100 µs; with 10 rounds (the "
-            f"shipped GPU suites, this report): {b[0]}/{b[1]} and {b[2]}/{b[3]}. The cases still wider than 0.5% "
-            "are named in the table above; more rounds narrow them further at the cost of a build and warm-up per "
-            "round."
+            "The same five-process protocol"
+            + (f" with {named[1]} rounds" if named else "")
+            + f" and no lead hold (`{_rel(also.dir)}`, {at:%Y-%m-%d %H:%M} UTC): spread no wider than do_bench's on "
+            f"{a[0]}/{a[1]} cases, ≤ 0.5% on {a[2]}/{a[3]} cases ≥ 100 µs; this report's runs"
+            + " ("
+            + ", ".join(
+                ([f"{t.effective_rounds} rounds"] if t is not None else []) + (["the lead hold"] if _lead(d) else [])
+            )
+            + ")"
+            + f": {b[0]}/{b[1]} and {b[2]}/{b[3]}. The cases still wider than 0.5% are named in the table above."
         )
-    out += _outlier_words(d)
+    out += _outlier_words(d, also)
     out += _placement_rows(d)
     out.append("")
     return out
 
 
-def _outlier_words(d: Data) -> list[str]:
-    """Slow samples by their place in the timing batches (10 iterations each), over every case of every run."""
+def _lead(d: Data) -> bool:
+    """Whether the data folder's provenance says its runs had the lead hold."""
+    return "lead hold" in str(d.provenance.get("leases", ""))
+
+
+def _slow_samples(d: Data) -> tuple[int, int, int, int, list[int]]:
+    """(cases marked suspect for a burst, timed cases, slow samples that opened a timing batch of 10, samples over
+    twice their case's median, the decode cases' slow samples per case and run), over every case of every run."""
     slow = first = suspect = timed = 0
     decode: list[int] = []
     for docs in d.docs.values():
@@ -735,24 +1075,52 @@ def _outlier_words(d: Data) -> list[str]:
                 first += sum(1 for i in at if i % 10 == 0)
                 if c.id.startswith("decode"):
                     decode.append(len(at))
-    after = d.dir / "outliers-after-lead.txt"
-    words = [
-        "",
-        f"**Slow samples at batch starts.** In these runs {suspect} of {timed} timed cases were marked suspect for a "
-        f"burst of slow samples; of all samples over twice their case's median, {first} of {slow} were the first "
-        "of a timing batch (one sample in ten is). After each batch the profiler synchronises, so the device is idle "
-        "when the next batch starts; the host's first iteration then took longer to queue than the one-iteration "
-        "hold ahead of it, and the step started late behind its start event. The profiler now queues a lead hold "
-        "(500 µs plus three iterations' host time) before each batch and pauses Python's garbage collector while "
-        "it queues.",
-    ]
-    if after.exists():
-        words[-1] += (
-            f" Measured after the change (`bench/h200_outliers.py`, two processes, `{_rel(after)}`): the decode "
-            f"cases' samples over twice the median fell to 0–2 per case and run, from {min(decode)}–{max(decode)} "
-            f"(median {st.median(decode):.0f}) in the runs above."
+    return suspect, timed, first, slow, decode
+
+
+def _outlier_words(d: Data, also: Data | None) -> list[str]:
+    """Slow samples by their place in the timing batches, before the lead hold (``also``) and with it."""
+    suspect, timed, first, slow, decode = _slow_samples(d)
+    words = (
+        "**Slow samples at batch starts.** After each batch the profiler synchronises, so the device is idle when "
+        "the next batch starts; with only the one-iteration hold ahead of it, the host's first iteration took longer "
+        "to queue than the hold ran, and the step started late behind its start event. "
+    )
+    if also is not None:
+        b_suspect, b_timed, b_first, b_slow, b_decode = _slow_samples(also)
+        words += (
+            f"Before the change (`{_rel(also.dir)}`) {b_suspect} of {b_timed} timed cases were marked suspect for a "
+            f"burst of slow samples, and of all samples over twice their case's median {b_first} of {b_slow} were the "
+            "first of a timing batch (one sample in ten is). "
         )
-    return words
+    words += (
+        "The profiler now queues a lead hold (500 µs plus three iterations' host time) before each batch and pauses "
+        f"Python's garbage collector while it queues. In this report's runs{', with it,' if _lead(d) else ''} {suspect} of {timed} timed cases "
+        f"were marked suspect, and {first} of {slow} samples over twice their case's median were the first of a batch"
+    )
+    if decode:
+        words += (
+            f"; the decode cases had {_span([float(x) for x in decode], lambda x: f'{x:.0f}', '–')} such samples per "
+            f"case and run (median {st.median(decode):.0f})"
+        )
+        if also is not None and b_decode:
+            words += (
+                f", against {_span([float(x) for x in b_decode], lambda x: f'{x:.0f}', '–')} (median "
+                f"{st.median(b_decode):.0f}) before"
+            )
+    words += "."
+    after = d.dir / "outliers-after-lead.txt"
+    if after.exists():
+        text = after.read_text()
+        counts = [int(m[1]) for m in re.finditer(r"^decode\S* \d+ \S+ outliers (\d+)", text, re.M)]
+        processes = len(re.findall(r"^wall ", text, re.M))
+        if counts:
+            words += (
+                f" `bench/h200_outliers.py` ({processes} processes in an earlier lease, after the change: "
+                f"`{_rel(after)}`) counted {_span([float(x) for x in counts], lambda x: f'{x:.0f}', '–')} per decode "
+                "case and run."
+            )
+    return ["", words]
 
 
 def _custom_and_decode(d: Data) -> list[str]:
@@ -769,12 +1137,18 @@ def _custom_and_decode(d: Data) -> list[str]:
                 f"| {r.suite}/{r.case.id} | `{k.key[:40]}` | {k.phase} | {fmt_us(k.duration_us.median)} | "
                 f"{k.flops or 0:.3g} | {k.bytes or 0:.3g} | {k.work_source or '—'} | {k.bound or '—'} | {r.ncu_bound or '—'} |"
             )
+    undeclared = next((r for r in d.rows if r.case.id == "triton-undeclared" and r.heavy), None)
     out += [
         "",
         "The Triton kernel declares its FLOPs (4·B·H·pairs·D, halved by its causal mask) and bytes through "
         "`launch_metadata`; the profiler reads them at each launch of the trace pass (`work from: launch_metadata`). "
-        "The same kernel without the declaration holds 100% of its case and gets the case's attention formula "
-        "(`case`). Decode runs as a split-KV kernel and a combine step (flash) or a kernel and a reduction (cuDNN), "
+        + (
+            f"The same kernel without the declaration holds {undeclared.share:.0%} of its case and gets the case's "
+            f"attention formula (`{undeclared.kernel.work_source or '—'}`). "
+            if undeclared is not None
+            else ""
+        )
+        + "Decode runs as a split-KV kernel and a combine step (flash) or a kernel and a reduction (cuDNN), "
         "all attributed to `fused_attention`.",
         "",
     ]
@@ -847,8 +1221,12 @@ def _plot(d: Data, cases: list[CaseRow], path: Path) -> None:
     b.plot(x, [100 * _spread(c.zero) for c in order], "^-", ms=3, alpha=0.6, label="do_bench, zero_() flush")
     b.axhline(0.5, color="k", lw=0.8, ls="--")
     b.set_yscale("log")
-    b.set_xlabel("cases, by median latency (8 µs … 7.3 ms)")
-    b.set_ylabel("spread of 5 processes' medians (%)")
+    b.set_xlabel(
+        f"cases, by median latency ({fmt_duration_us(order[0].ours_med)} … {fmt_duration_us(order[-1].ours_med)})"
+        if order
+        else "cases, by median latency"
+    )
+    b.set_ylabel(f"spread of {RUNS} processes' medians (%)")
     b.set_title("Spread across processes")
     b.legend(fontsize=8)
     fig.tight_layout()
@@ -864,7 +1242,7 @@ def main() -> int:
     args = parser.parse_args()
     data = Data(args.data.resolve())
     also = Data(args.also.resolve()) if args.also else None
-    text = render(data, args.out, args.out.with_name("h200-truth.png"))
+    text = render(data, args.out.resolve(), args.out.with_name("h200-truth.png"), also)
     cases = case_rows(data)
     # the hold table and the spread words belong in section 4, after its case table
     marker = "|---|---:|---:|---:|---:|\n"
@@ -879,6 +1257,7 @@ def main() -> int:
         + "\n".join(_hold_rows(data))
         + "\n"
         + "\n".join(_spread_words(data, cases, also))
+        + "\n"
         + tail
     )
     args.out.write_text(text)
