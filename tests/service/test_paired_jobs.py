@@ -4,9 +4,6 @@ the two comparisons of the run, the paired one giving the verdict."""
 
 from __future__ import annotations
 
-import io
-import random
-import tarfile
 from typing import Any
 
 from sqlalchemy import func, select
@@ -18,6 +15,7 @@ from service.jobs import service as jobs
 from service.jobs.models import Job, PairedResult
 from service.projects.models import Project
 from service.runs.models import Run
+from tests import paired_jobs
 from tests.claiming import bearer, claim, claim_secret
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL
@@ -27,18 +25,9 @@ from tests.service.svcdocs import SPEC
 BASE_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def _tar(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-HEAD = _tar({"pkg/mod.py": b"SLEEP_S = 0.003\n"})
-BASE = _tar({"pkg/mod.py": b"SLEEP_S = 0.001\n"})
+# The two trees differ: the head's module sleeps longer than its merge base's.
+TREES = paired_jobs.trees(head=b"SLEEP_S = 0.003\n", base=b"SLEEP_S = 0.001\n")
+HEAD, BASE = TREES["bundle"], TREES["base_bundle"]
 
 
 def _post(client, tenant: Tenant, testbed: str, *, files: dict[str, bytes], **fields: str):
@@ -48,39 +37,9 @@ def _post(client, tenant: Tenant, testbed: str, *, files: dict[str, bytes], **fi
     return client.post(f"/api/v1/projects/{tenant.name}/jobs", files=upload, data=data, headers=tenant.h("submit"))
 
 
-def _paired_documents(ratio: float, *, pairs: int = 12) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(head, base, paired): the head's and the base's result documents, the head ``ratio`` times the base's time, and
-    the paired document of their rounds (each pair's head round ``ratio`` times its base round, 0.1% noise)."""
-    base, head = docs.h200(), docs.h200(slower=ratio)
-    rng = random.Random(3)
-    cases = []
-    for case in head["cases"]:
-        rounds = []
-        for i in range(pairs):
-            base_us = 100.0 * (1 + 0.001 * rng.gauss(0, 1))
-            head_us = base_us * ratio * (1 + 0.001 * rng.gauss(0, 1))
-            rounds.append(
-                {"order": "AB" if i % 2 == 0 else "BA", "base_us": base_us, "head_us": head_us}
-                | {"base_samples": 5, "head_samples": 5}
-            )
-        stopped = "slower" if ratio > 1.01 else "same"
-        cases.append({"case": case["id"], "min_effect": 0.005, "stopped_by": stopped, "pairs": rounds})
-    paired = {
-        "schema": "attnprof.paired/v1",
-        "mode": head["run"]["mode"],
-        "base_run": base["run"]["id"],
-        "head_run": head["run"]["id"],
-        "rule": {
-            "min_effect": 0.005,
-            "alpha": 0.05,
-            "min_pairs": 4,
-            "max_pairs": 16,
-            "looks": [4, 8, 12, 16],
-            "samples_per_round": "as a profile run's round",
-        },
-        "cases": cases,
-    }
-    return head, base, paired
+def _paired_documents(ratio: float) -> paired_jobs.PairedResult:
+    """(head, base, paired): 12 pairs of rounds a case, under a rule of at most 16."""
+    return paired_jobs.paired_result(ratio, pairs=12, max_pairs=16, seed=3)
 
 
 def _project_id(db: Session, tenant: Tenant) -> int:
@@ -194,17 +153,17 @@ def test_bad_paired_submissions_answer_naming_the_field_and_store_nothing(
     )
     assert as_text.status_code == 422
     assert as_text.json()["detail"] == "body.base_bundle: a file (tar.gz), not a text field"
-    escape = _tar({"../outside.py": b"1\n"})
+    escape = paired_jobs.bundle({"../outside.py": b"1\n"})
     traversal = _post(client, tenant, testbed, files={"bundle": HEAD, "base_bundle": escape}, base_commit=BASE_COMMIT)
     assert traversal.status_code == 422 and traversal.json()["detail"].startswith("base_bundle: member"), traversal.text
     assert ".." in traversal.json()["detail"]
     # Each tree has the bundle's limits of its own: a base bundle over them is refused as a bundle would be.
     settings.limits.bundle_bytes = 50_000
-    big = _tar({"rand.bin": __import__("os").urandom(60_000)})
+    big = paired_jobs.bundle({"rand.bin": __import__("os").urandom(60_000)})
     over = _post(client, tenant, testbed, files={"bundle": HEAD, "base_bundle": big}, base_commit=BASE_COMMIT)
     assert over.status_code == 413 and "base_bundle" in over.json()["detail"], over.text
     settings.limits.bundle_unpacked_bytes = 100_000
-    bomb = _tar({"zeros.bin": b"\0" * 1_000_000})
+    bomb = paired_jobs.bundle({"zeros.bin": b"\0" * 1_000_000})
     unpacked = _post(client, tenant, testbed, files={"bundle": HEAD, "base_bundle": bomb}, base_commit=BASE_COMMIT)
     assert unpacked.status_code == 413 and unpacked.json()["detail"].startswith("base_bundle:"), unpacked.text
     # The quota counts the two trees together: one fits, both do not.

@@ -56,12 +56,12 @@ from service.db import make_engine, make_sessionmaker
 from service.jobs.models import Job
 from service.projects import service as projects
 from service.testbeds import service as testbeds
+from tests import paired_jobs
 from tests.claiming import bearer, claim, claim_secret
 from tests.github.fakegithub import FakeGitHub
 from tests.pgcluster import free_port
 from tests.pgtest import create_database, drop_database
 from tests.service.stack import REDIS_URL, make_settings
-from tests.web import crawlpaired
 from tests.web.cmpdocs import SOFTMAX_CASE, SOFTMAX_KERNEL, SOFTMAX_SLOWER, broken, slower_kernel
 from tests.web.webstack import docs
 from worker.cpu import verdict as analysis
@@ -334,10 +334,10 @@ def _seed(crawl: Crawl, hook_url: str) -> None:
         body = {"attempt": 1, "reason": f"every case failed (1): {log}RuntimeError: CUDA error: misaligned address"}
         assert http.post(f"/internal/jobs/{failed}/failure", json=body, headers=worker).status_code == 200
         # Pull request 11: a paired job (its merge base and head profiled interleaved), the head 20% slower.
-        trees = {"bundle": crawlpaired.tree(b"SLOW = 1.2\n"), "base_bundle": crawlpaired.tree(b"SLOW = 1.0\n")}
+        trees = paired_jobs.trees(head=b"SLOW = 1.2\n", base=b"SLOW = 1.0\n")
         paired_job = _job(crawl, "b" * 40, 11, trees)
         worker = _claimed(crawl, http, paired_job)
-        body = crawlpaired.result(1.2)
+        body = paired_jobs.paired_result(1.2, pairs=8, seed=5, wall_s=42.0).body()
         answer = http.post(f"/internal/jobs/{paired_job}/result", json=body, headers=worker)
         assert answer.status_code == 200, answer.text
         redis.Redis.from_url(REDIS_URL).delete("analysis")
