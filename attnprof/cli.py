@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         if verb in ("profile", "ab") and argv is None:
             # The console script's profiling process ends as soon as its result is written (``exit_with``); called
             # in process with ``argv``, the caller's process is left alone.
-            from profiler_core.cli import exit_with
+            from profiler_core.process_exit import exit_with
 
             exit_with(lambda: app(args=args, prog_name="attnprof"))
         app(args=args, prog_name="attnprof")

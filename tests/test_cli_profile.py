@@ -278,7 +278,7 @@ def test_a_profiling_process_ends_without_torchs_teardown(load_torch: bool, code
         [
             "import atexit, sys",
             "import torch" if load_torch else "",
-            "from profiler_core.cli import exit_with",
+            "from profiler_core.process_exit import exit_with",
             "atexit.register(lambda: print('teardown ran'))",
             "def command():",
             "    print('result written', end='')",  # no newline: still flushed
@@ -303,7 +303,7 @@ def test_a_profiling_process_takes_the_processes_it_started_with_it(tmp_path: Pa
     script = "\n".join(
         [
             "import subprocess, sys, time, torch",
-            "from profiler_core.cli import exit_with",
+            "from profiler_core.process_exit import exit_with",
             f"subprocess.Popen([sys.executable, '-c', {inner!r}])",
             "time.sleep(1.0)",  # both started
             "exit_with(lambda: sys.exit(0))",
