@@ -9,12 +9,10 @@ typed paired documents the renderers' tests draw.)
 
 from __future__ import annotations
 
-import io
 import random
-import tarfile
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from tests.profiling_support import tar_gz
 from tests.service import svcdocs as docs
 
 MODULE = "pkg/mod.py"
@@ -22,21 +20,10 @@ MIN_PAIRS = 4
 """The rule's first look, and the step between looks."""
 
 
-def bundle(members: Mapping[str, bytes]) -> bytes:
-    """A source bundle (tar.gz) holding ``members`` (path in the tree: its bytes)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def trees(head: bytes, base: bytes) -> dict[str, bytes]:
     """A paired job's two trees as its submission's files: ``bundle`` (the head) and ``base_bundle`` (its merge
     base), each holding one module (``MODULE``) of the given source."""
-    return {"bundle": bundle({MODULE: head}), "base_bundle": bundle({MODULE: base})}
+    return {"bundle": tar_gz({MODULE: head}), "base_bundle": tar_gz({MODULE: base})}
 
 
 class PairedResult(NamedTuple):

@@ -17,6 +17,7 @@ from service.projects.models import Project
 from service.runs.models import Run
 from tests import paired_jobs
 from tests.claiming import bearer, claim, claim_secret
+from tests.profiling_support import tar_gz
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL
 from tests.service.svcconf import Tenant
@@ -153,17 +154,17 @@ def test_bad_paired_submissions_answer_naming_the_field_and_store_nothing(
     )
     assert as_text.status_code == 422
     assert as_text.json()["detail"] == "body.base_bundle: a file (tar.gz), not a text field"
-    escape = paired_jobs.bundle({"../outside.py": b"1\n"})
+    escape = tar_gz({"../outside.py": b"1\n"})
     traversal = _post(client, tenant, testbed, files={"bundle": HEAD, "base_bundle": escape}, base_commit=BASE_COMMIT)
     assert traversal.status_code == 422 and traversal.json()["detail"].startswith("base_bundle: member"), traversal.text
     assert ".." in traversal.json()["detail"]
     # Each tree has the bundle's limits of its own: a base bundle over them is refused as a bundle would be.
     settings.limits.bundle_bytes = 50_000
-    big = paired_jobs.bundle({"rand.bin": __import__("os").urandom(60_000)})
+    big = tar_gz({"rand.bin": __import__("os").urandom(60_000)})
     over = _post(client, tenant, testbed, files={"bundle": HEAD, "base_bundle": big}, base_commit=BASE_COMMIT)
     assert over.status_code == 413 and "base_bundle" in over.json()["detail"], over.text
     settings.limits.bundle_unpacked_bytes = 100_000
-    bomb = paired_jobs.bundle({"zeros.bin": b"\0" * 1_000_000})
+    bomb = tar_gz({"zeros.bin": b"\0" * 1_000_000})
     unpacked = _post(client, tenant, testbed, files={"bundle": HEAD, "base_bundle": bomb}, base_commit=BASE_COMMIT)
     assert unpacked.status_code == 413 and unpacked.json()["detail"].startswith("base_bundle:"), unpacked.text
     # The quota counts the two trees together: one fits, both do not.
