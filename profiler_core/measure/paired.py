@@ -20,6 +20,7 @@ differences and stops the case when it settles: slower, faster, or the same with
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -344,7 +345,7 @@ def profile_paired(
         cases: list[PairedCase] = []
         for spec in specs:
             th = resolve(cast(Mode, mode), suite.thresholds, spec.thresholds)
-            rule = Rule(th.paired, rule_doc.alpha, rule_doc.min_pairs, max_pairs, trim=rule_doc.trim)
+            rule = dataclasses.replace(default_rule, min_effect=th.paired)
             rounds = _CaseRounds(spec, rule)
             case_started = time.perf_counter()
 
