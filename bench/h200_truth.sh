@@ -6,6 +6,9 @@
 #                                        ncu-driver): default cache control (flushed before each replay), clocks as
 #                                        found, the bound and duration metrics; then cache control none with the
 #                                        duration alone (one pass: the kernel as it runs after its predecessors)
+#   bash bench/h200_truth.sh isolation -> every kernel traced in ncu's conditions without ncu (bench/h200_isolation.py:
+#                                        a flush, an idle gap, or both before each operator), the cause of the gaps
+# ROUNDS=R runs the suites with R timing rounds (copies of the suite files, min_samples raised to 3 per round).
 # Everything is packed into $OUT/truth-<mode>.tar.gz after every step (run 1's traces into truth-traces.tar.gz). BUDGET_S stops starting runs that would not fit.
 set -u
 MODE=${1:-runs}; N=${2:-5}
@@ -15,6 +18,15 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=/tmp/attnprof-inductor TRITON_CACHE_DIR=/tmp/attnprof-triton
 BUDGET_S=${BUDGET_S:-540}
+if [ -n "${ROUNDS:-}" ]; then
+  mkdir -p /tmp/attnprof-rounds; copies=""
+  for s in $SUITES; do
+    least=$(( 3 * ROUNDS > 50 ? 3 * ROUNDS : 50 ))
+    sed -E "s/^rounds = [0-9]+/rounds = $ROUNDS/; s/^min_samples = [0-9]+/min_samples = $least/" "$s" > "/tmp/attnprof-rounds/$(basename "$s")"
+    copies="$copies /tmp/attnprof-rounds/$(basename "$s")"
+  done
+  SUITES=$copies; echo "rounds $ROUNDS:$(grep -h -E '^(rounds|min_samples) =' $SUITES | tr '\n' ' ')" | tee "$RAW/rounds.txt"
+fi
 START=$(date +%s)
 pack() { (cd "$RAW/.." && tar czf "$DEST/truth-$MODE.tar.gz" raw); }
 python3 -c "import torch, triton, platform; print({'torch': torch.__version__, 'cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version(), 'triton': triton.__version__, 'python': platform.python_version()})" > "$RAW/versions.txt" 2>&1
@@ -33,6 +45,11 @@ if [ "$MODE" = runs ]; then
     rm -rf "$RAW/run$i"/traces-*
     pack
   done
+fi
+if [ "$MODE" = isolation ]; then
+  t0=$(date +%s)
+  python3 bench/h200_isolation.py $SUITES --out "$RAW/isolation.json" --gap-ms "${GAP_MS:-1}" > "$RAW/isolation.log" 2>&1
+  echo "isolation rc=$? wall=$(( $(date +%s) - t0 ))s"; grep -c "not covered\|Error" "$RAW/isolation.log"; tail -3 "$RAW/isolation.log"
 fi
 if [ "$MODE" = ncu ]; then
   NCU=${NCU:-/usr/local/cuda/bin/ncu}

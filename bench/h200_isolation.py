@@ -1,0 +1,254 @@
+"""Each kernel as Nsight Compute replays it, timed without Nsight Compute: the cause of per-kernel gaps.
+
+    PYTHONPATH=. python3 bench/h200_isolation.py SUITE... [--case GLOB...] --out FILE [--gap-ms 2]
+
+ncu replays every kernel alone: caches flushed before it (its default cache control) and the GPU idle while it
+saves and restores memory between passes. The profiler's trace pass times the kernels where they run: back to
+back after one flush per iteration, each starting on the L2 its predecessor left. Here every case's kernels are
+traced (Kineto, as the trace pass does) in four contexts, interleaved in blocks so that drift cancels:
+
+  sequence    zero_grads, flush, step: the trace pass itself
+  flush       the clean flush queued before every operator (and every Triton launch): no predecessor's lines
+  idle        before every operator, the host synchronises and waits --gap-ms: the kernel starts on an idle GPU
+  flush-idle  both, as ncu's replay
+
+Operators are intercepted with a TorchDispatchMode (eager PyTorch, autograd's backward included) and Triton
+launches with Triton's launch_enter_hook (custom Triton kernels, Inductor's kernels when it honours the hook). A
+case whose kernel sequence differs between contexts (e.g. a compiled graph that falls back to eager under the
+mode) is recorded as not covered, with the reason. The flush's own kernels are recognised by their name, grid and
+block, measured alone first, and dropped.
+
+Writes {case: {"kernels": [{"name", "grid", "us": {context: median per launch}}], "iterations": n} or
+{"error": ...}} and prints one line per case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from profiler_core.measure.targets import SkipCase, WorkloadError, build_workload
+from profiler_core.measure.timing import Flusher
+
+CONTEXTS = ("sequence", "flush", "idle", "flush-idle")
+Launch = tuple[str, tuple[int, ...], tuple[int, ...], float]  # name, grid, block, µs
+
+
+class _Before(TorchDispatchMode):
+    """Runs ``hook`` before every operator the step dispatches."""
+
+    def __init__(self, hook: Callable[[], None]) -> None:
+        super().__init__()
+        self.hook = hook
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.hook()
+        return func(*args, **(kwargs or {}))
+
+
+class _Switch:
+    """What runs before each operator and Triton launch; set per context, nothing outside one."""
+
+    def __init__(self) -> None:
+        self.hook: Callable[[], None] | None = None
+        self.triton_calls = 0
+
+    def __call__(self, *_: Any) -> None:
+        if self.hook is not None:
+            self.triton_calls += 1
+            self.hook()
+
+
+@contextlib.contextmanager
+def triton_hook(switch: _Switch) -> Iterator[None]:
+    """Install ``switch`` as a Triton launch_enter_hook (before anything compiles, so launchers built later see it)."""
+    try:
+        from triton import knobs
+    except Exception:  # no Triton
+        yield
+        return
+    chain = knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add"):
+        chain.add(switch)
+        try:
+            yield
+        finally:
+            chain.remove(switch)
+        return
+    knobs.runtime.launch_enter_hook = switch
+    try:
+        yield
+    finally:
+        knobs.runtime.launch_enter_hook = chain
+
+
+def _kernels(prof: Any) -> list[Launch]:
+    fd, tmp = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(tmp)
+        events = json.loads(Path(tmp).read_text()).get("traceEvents", [])
+    finally:
+        os.unlink(tmp)
+    ks = [e for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    ks.sort(key=lambda e: float(e["ts"]))
+    return [
+        (
+            e["name"],
+            tuple(e.get("args", {}).get("grid", ())),
+            tuple(e.get("args", {}).get("block", ())),
+            float(e["dur"]),
+        )
+        for e in ks
+    ]
+
+
+def _marker() -> None:
+    """A spin kernel of one cycle: the step's kernels are those between two of them (not zero_grads')."""
+    torch.cuda._sleep(1)  # type: ignore[no-untyped-call]
+
+
+def _between_markers(launches: list[Launch], drop: set[tuple[str, tuple[int, ...], tuple[int, ...]]]) -> list[Launch]:
+    out, inside = [], False
+    for k in launches:
+        if "spin_kernel" in k[0]:
+            inside = not inside
+        elif inside and k[:3] not in drop:
+            out.append(k)
+    return out
+
+
+def _signature(launches: list[Launch]) -> set[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    return {(n, g, b) for n, g, b, _ in launches}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("suites", nargs="+")
+    parser.add_argument("--case", action="append", default=None)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--gap-ms", type=float, default=2.0)
+    parser.add_argument("--blocks", type=int, default=3)
+    parser.add_argument("--per-block", type=int, default=8)
+    args = parser.parse_args()
+    from bench.h200_hold import cases_matching
+
+    # Inductor's static launcher skips Triton's launch hooks; its regular launcher calls them.
+    with contextlib.suppress(Exception):
+        import torch._inductor.config as inductor_config
+
+        inductor_config.use_static_cuda_launcher = False  # type: ignore[attr-defined]
+
+    flush = Flusher("cuda")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        flush()
+        torch.cuda.synchronize()
+    flush_kernels = _signature(_kernels(prof))
+    gap_s = args.gap_ms / 1000.0
+
+    def idle() -> None:
+        torch.cuda.synchronize()
+        time.sleep(gap_s)
+
+    def flush_idle() -> None:
+        flush()
+        idle()
+
+    hooks: dict[str, Callable[[], None] | None] = {
+        "sequence": None, "flush": flush, "idle": idle, "flush-idle": flush_idle,
+    }  # fmt: skip
+    switch = _Switch()
+    results: dict[str, Any] = {}
+    started = time.perf_counter()
+    with triton_hook(switch):
+        chosen = cases_matching(args.suites, args.case or ["*"])
+        for n, (suite, spec) in enumerate(chosen, 1):
+            key = f"{suite.name}/{spec.id}"
+            try:
+                results[key] = _case(spec, flush, flush_kernels, hooks, switch, args.blocks, args.per_block)
+            except (SkipCase, WorkloadError, RuntimeError) as exc:
+                results[key] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            torch.cuda.empty_cache()
+            r = results[key]
+            line = r.get("error") or ", ".join(
+                f"{k['name'][:40]} " + "/".join(f"{k['us'][c]:.1f}" for c in CONTEXTS) for k in r["kernels"][:4]
+            )
+            print(f"[{n}/{len(chosen)} {time.perf_counter() - started:.0f}s] {key}: {line}", flush=True)
+            args.out.write_text(json.dumps({"gap_ms": args.gap_ms, "contexts": CONTEXTS, "cases": results}, indent=1))
+    return 0
+
+
+def _case(
+    spec: Any,
+    flush: Flusher,
+    flush_kernels: set[tuple[str, tuple[int, ...], tuple[int, ...]]],
+    hooks: dict[str, Callable[[], None] | None],
+    switch: _Switch,
+    blocks: int,
+    per_block: int,
+) -> dict[str, Any]:
+    w = build_workload(spec, "cuda")
+    per_iter: dict[str, list[list[Launch]]] = {c: [] for c in CONTEXTS}
+    reference: list[tuple[str, tuple[int, ...]]] = []
+    with w.context():
+        for _ in range(3):
+            w.zero_grads()
+            w.step()
+        torch.cuda.synchronize()
+        for b in range(blocks):
+            for context in CONTEXTS if b % 2 == 0 else tuple(reversed(CONTEXTS)):
+                hook = hooks[context]
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(per_block):
+                        w.zero_grads()
+                        flush()  # the trace pass's own flush, once per iteration
+                        _marker()
+                        switch.hook = hook
+                        with _Before(hook) if hook is not None else contextlib.nullcontext():
+                            w.step()
+                        switch.hook = None
+                        _marker()
+                    torch.cuda.synchronize()
+                launches = _between_markers(_kernels(prof), flush_kernels)
+                if not reference:  # the first block is the trace pass's context
+                    if len(launches) % per_block:
+                        raise RuntimeError(f"{len(launches)} launches in {per_block} iterations: not covered")
+                    reference = [(n, g) for n, g, _, _ in launches[: len(launches) // per_block]]
+                k = len(reference)
+                names = [(n, g) for n, g, _, _ in launches]
+                if names != reference * per_block:
+                    shown = [n[:30] for n, _ in names[:6]]
+                    raise RuntimeError(
+                        f"kernel sequence under {context} differs from the trace pass ({len(names)} launches in "
+                        f"{per_block} iterations against {k} each; first {shown}): not covered"
+                    )
+                per_iter[context] += [launches[i * k : (i + 1) * k] for i in range(per_block)]
+    return {
+        "iterations": blocks * per_block,
+        "triton_hook_calls": switch.triton_calls,
+        "kernels": [
+            {
+                "name": name,
+                "grid": list(grid),
+                "us": {c: statistics.median(it[j][3] for it in per_iter[c]) for c in CONTEXTS},
+            }
+            for j, (name, grid) in enumerate(reference)
+        ],
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
