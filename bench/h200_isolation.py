@@ -59,6 +59,13 @@ class _Before(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@contextlib.contextmanager
+def _before_each(hook: Callable[[], None]) -> Iterator[None]:
+    """Run ``hook`` before every operator dispatched inside the block (autograd's backward included)."""
+    with _Before(hook):
+        yield
+
+
 class _Switch:
     """What runs before each operator and Triton launch; set per context, nothing outside one."""
 
@@ -217,7 +224,7 @@ def _case(
                         flush()  # the trace pass's own flush, once per iteration
                         _marker()
                         switch.hook = hook
-                        with _Before(hook) if hook is not None else contextlib.nullcontext():
+                        with _before_each(hook) if hook is not None else contextlib.nullcontext():
                             w.step()
                         switch.hook = None
                         _marker()
