@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/h200_truth_report.py --data bench/reports/data/h200-truth-2026-12-02-lead \\
         --also bench/reports/data/h200-truth-2026-12-02-rounds5 \\
-        --isolation bench/reports/data/h200-truth-2026-12-02-r20 --out bench/reports/h200-truth.md
+        --isolation bench/reports/data/h200-truth-2026-12-02-r20 \\
+        --same bench/reports/data/h200-same-process-2026-12-02 --out bench/reports/h200-truth.md
 
 Reads what ``bench/h200_truth.sh runs 5`` and ``bench/h200_truth.sh ncu`` gathered (and ``bench/h200_hold.py``,
 ``bench/h200_flush_variants.py``, ``bench/h200_ncu_overhead.py`` and ``bench/h200_placement.py`` before them): ``runN/<suite>.json.gz`` (result documents of five independent processes
@@ -13,7 +14,8 @@ none``), ``ncu-none.csv.gz`` (the same with ``--cache-control none``, duration o
 versions. ``--also``: the same runs gathered another way (another number of rounds), for the spread and the slow
 samples. ``--isolation``: a lease's own runs and ncu passes with ``bench/h200_isolation.py``'s traces
 (``isolation.json``: every kernel after a flush, an idle gap or both) and ``bench/h200_ncu_grid.py``'s
-(``ncu-grid/``), for the cause of each per-kernel gap. Every figure in the prose is computed from these files; the auxiliary experiments' figures (hold, flush
+(``ncu-grid/``), for the cause of each per-kernel gap. ``--same``: ``bench/h200_same_process.py``'s sessions (five
+in one process, one in each of five), for whether the spread is the process's. Every figure in the prose is computed from these files; the auxiliary experiments' figures (hold, flush
 variants, ncu's overhead, placement, outliers) are named as such where they are quoted. Writes the markdown report and
 ``h200-truth.png``. Torch-free and deterministic.
 """
@@ -327,7 +329,9 @@ def confusion(rows: list[KernelRow]) -> tuple[list[str], int, int]:
     return lines, agree, len(heavy)
 
 
-def render(d: Data, out: Path, plot: Path, also: Data | None = None, iso: Isolation | None = None) -> str:
+def render(
+    d: Data, out: Path, plot: Path, also: Data | None = None, iso: Isolation | None = None, same: Path | None = None
+) -> str:
     cases = case_rows(d)
     env = d.docs["llama7b"][0].environment
     peaks = env.peaks
@@ -381,9 +385,19 @@ def render(d: Data, out: Path, plot: Path, also: Data | None = None, iso: Isolat
             if iso is not None
             else []
         ),
+        *(
+            [
+                "# the process or the time: one process, five sessions; then five processes",
+                "python3 bench/h200_same_process.py bench/validation/suite.toml --times 5 --out one",
+                "for i in 1 2 3 4 5; do python3 bench/h200_same_process.py bench/validation/suite.toml --times 1 --out proc$i; done",
+            ]
+            if same is not None
+            else []
+        ),
         f"python bench/h200_truth_report.py --data {_rel(d.dir)} "
         + (f"--also {_rel(also.dir)} " if also is not None else "")
         + (f"--isolation {_rel(iso.d.dir)} " if iso is not None else "")
+        + (f"--same {_rel(same)} " if same is not None else "")
         + f"--out {_rel(out)}",
         "```",
         "",
@@ -1166,6 +1180,54 @@ def _level_spread_section(d: Data, cases: list[CaseRow]) -> list[str]:
     return out
 
 
+def _same_process_words(folder: Path) -> str:
+    """``bench/h200_same_process.py``: the validation set profiled five times in one process and once in each of five
+    processes, one lease: the spread of the case medians ≥ 100 µs both ways."""
+
+    def medians(paths: list[Path]) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for path in paths:
+            for c in parse_result(_json(path)).cases:
+                if c.status == "ok" and c.latency_us is not None:
+                    out.setdefault(c.id, []).append(c.latency_us.median)
+        return out
+
+    one = medians(sorted((folder / "one").glob("session*.json.gz")))
+    procs = medians(sorted(folder.glob("proc*.json.gz")))
+    keys = [k for k in procs if k in one and len(one[k]) == len(procs[k]) == RUNS and st.median(procs[k]) >= LONG_US]
+    a = [_spread(one[k]) for k in keys]
+    b = [_spread(procs[k]) for k in keys]
+    wide = sorted((k for k in keys if _spread(procs[k]) > SPREAD_LONG), key=lambda k: -_spread(procs[k]))
+    at = (folder / "at.txt").read_text().strip()
+    return (
+        f"Is it the process? The validation set profiled {RUNS} times in one process and then once in each of {RUNS} "
+        f"processes (`bench/h200_same_process.py`, one lease ending {at}, `{_rel(folder)}`): of its {len(keys)} cases of "
+        f"100 µs and more, {sum(x <= SPREAD_LONG for x in a)} spread ≤ 0.5% across the sessions of one process and "
+        f"{sum(x <= SPREAD_LONG for x in b)} across the processes (median spreads {_pct(st.median(a), 2, False)} and "
+        f"{_pct(st.median(b), 2, False)})"
+        + (
+            ": sessions of one process spread as widely as separate processes, so for most cases the process is not "
+            "what sets the level; the GPU's level at the time is"
+            if st.median(a) >= 0.8 * st.median(b)
+            else ": sessions of one process spread less than separate processes, so the process sets part of the level"
+        )
+        + (
+            ". Wider than 0.5% across the processes: "
+            + ", ".join(
+                f"{k} ({_pct(_spread(procs[k]), 2, False)}: "
+                + " ".join(_pct(v / st.median(procs[k]) - 1, 2) for v in procs[k])
+                + f"; within one process {_pct(_spread(one[k]), 2, False)}"
+                + (", so this case's level is the process's" if _spread(one[k]) <= SPREAD_LONG else "")
+                + ")"
+                for k in wide
+            )
+            if wide
+            else ""
+        )
+        + "."
+    )
+
+
 def _rounds_words(r: Data, here: tuple[int, int, int, int]) -> str:
     """The isolation lease's five processes with more rounds: the spread, and the processes whose cases of a suite sat
     together away from the five-process medians (beyond the pooled median's ±0.2%)."""
@@ -1190,8 +1252,8 @@ def _rounds_words(r: Data, here: tuple[int, int, int, int]) -> str:
             "The median over a suite's device-bound cases of a process's offset from the five-process medians went "
             "beyond ±0.2% for "
             + ", ".join(shifted)
-            + ": a level the cases of one process share, which more rounds in the same process cannot average out; "
-            "its source (where the process's buffers land, or the GPU's state while it ran) is not yet measured."
+            + ": a level the cases of one process share while it runs, which more rounds over the same seconds cannot "
+            "average out (the next paragraph asks whether it belongs to the process or to the time)."
             if shifted
             else "No process's cases sat together beyond ±0.2% of the five-process medians."
         )
@@ -1254,7 +1316,9 @@ def _placement_rows(d: Data) -> list[str]:
     return out
 
 
-def _spread_words(d: Data, cases: list[CaseRow], also: Data | None, iso: Isolation | None = None) -> list[str]:
+def _spread_words(
+    d: Data, cases: list[CaseRow], also: Data | None, iso: Isolation | None = None, sessions: Path | None = None
+) -> list[str]:
     offsets = []
     for i in range(RUNS):
         rel_o = [c.ours[i] / c.ours_med - 1 for c in cases]
@@ -1318,6 +1382,8 @@ def _spread_words(d: Data, cases: list[CaseRow], also: Data | None, iso: Isolati
         )
     if iso is not None:
         out.append(_rounds_words(iso.d, _spread_counts(cases)))
+    if sessions is not None:
+        out.append(_same_process_words(sessions))
     out += _outlier_words(d, also)
     out += _placement_rows(d)
     out.append("")
@@ -1512,11 +1578,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--also", type=Path, help="the same runs with another number of rounds, for the spread")
     parser.add_argument("--isolation", type=Path, help="a lease's runs, ncu passes and bench/h200_isolation.py data")
+    parser.add_argument("--same", type=Path, help="bench/h200_same_process.py's sessions in one process and in five")
     args = parser.parse_args()
     data = Data(args.data.resolve())
     also = Data(args.also.resolve()) if args.also else None
     iso = Isolation(args.isolation.resolve()) if args.isolation else None
-    text = render(data, args.out.resolve(), args.out.with_name("h200-truth.png"), also, iso)
+    same = args.same.resolve() if args.same else None
+    text = render(data, args.out.resolve(), args.out.with_name("h200-truth.png"), also, iso, same)
     cases = case_rows(data)
     # the hold table and the spread words belong in section 4, after its case table
     marker = "|---|---:|---:|---:|---:|\n"
@@ -1530,7 +1598,7 @@ def main() -> int:
         + marker
         + "\n".join(_hold_rows(data))
         + "\n"
-        + "\n".join(_spread_words(data, cases, also, iso))
+        + "\n".join(_spread_words(data, cases, also, iso, same))
         + "\n"
         + tail
     )
