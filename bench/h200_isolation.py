@@ -148,8 +148,8 @@ def main() -> int:
     parser.add_argument("--case", action="append", default=None)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--gap-ms", type=float, default=2.0)
-    parser.add_argument("--blocks", type=int, default=3)
-    parser.add_argument("--per-block", type=int, default=8)
+    parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--per-block", type=int, default=12)
     args = parser.parse_args()
     from bench.h200_hold import cases_matching
 
