@@ -345,7 +345,15 @@ def render(
         f"{d.provenance.get('leases', 'in two leases minutes apart')}; "
         "the flush variants, the hold's place and ncu's per-launch overhead in a lease earlier that day, with the "
         "flush that summed the buffer into an int64 (section 1 compares it with the shipped one); the placement "
-        "experiment (section 4) in a lease before the profile runs. Two sets of cases: "
+        "experiment (section 4) in a lease before the profile runs"
+        + (
+            "; each kernel in ncu's conditions without ncu (section 3) in a lease of its own, later that day, with its "
+            "own five profile processes and ncu passes"
+            if iso is not None
+            else ""
+        )
+        + ("; the sessions in one process against separate processes (section 4) in a lease after that" if same else "")
+        + ". Two sets of cases: "
         "the example suite (prefill of one LLaMA-7B layer through every path, and decode: one token against "
         "KV caches of 4k–32k, GQA 8:1 and MQA, batch 1 and 16) and the validation set (head dims 64, 96 and 256, "
         "fp16 and bf16, cross-attention causal and not, 128-token sequences, forward and backward, and a custom "
@@ -378,6 +386,16 @@ def render(
                 "ROUNDS=20 BUDGET_S=480 bash bench/h200_truth.sh runs 5; bash bench/h200_truth.sh ncu",
                 f"python3 bench/h200_isolation.py examples/llama7b.toml bench/validation/suite.toml --gap-ms {iso.gap_ms:g} "
                 "--blocks 4 --per-block 12 --out isolation.json",
+                *(
+                    [
+                        "# a later lease: a longer idle gap over the cases with gaps left",
+                        "python3 bench/h200_isolation.py examples/llama7b.toml bench/validation/suite.toml --case 'decode*' "
+                        "--case 'sdpa[backend=math,pass=fwd]' --case naive-bwd --gap-ms 20 --blocks 2 --per-block 8 "
+                        "--out isolation-gap20.json",
+                    ]
+                    if iso.longer
+                    else []
+                ),
                 "python3 bench/h200_ncu_grid.py kineto --out ncu-grid/grid-kineto.json; ncu --profile-from-start off "
                 "--clock-control none --metrics gpu__time_duration.sum --csv --print-units base python3 "
                 "bench/h200_ncu_grid.py ncu-driver > ncu-grid/grid-ncu.csv",
@@ -964,6 +982,8 @@ class Isolation:
         raw = _json(data / "isolation.json")
         self.gap_ms: float = raw["gap_ms"]
         self.cases: dict[str, Any] = raw["cases"]
+        longer = data / "isolation-gap20.json"  # a later lease: a longer idle gap over some cases
+        self.longer: dict[str, Any] = _json(longer) if longer.exists() else {}
         self.grid = _grid_costs(data / "ncu-grid")
         # ncu's reading less ours for the same kernel: the largest over the grids that run in one wave
         self.overhead = max(self.grid.values()) if self.grid else _ncu_overhead(self.d)
@@ -976,8 +996,10 @@ class Isolation:
             us, why = self._contexts(key, r)
             self.rows.append(IsoRow(r, us, why, cause_of(r, us, self.overhead)))
 
-    def _contexts(self, key: str, r: KernelRow) -> tuple[dict[str, float] | None, str]:
-        entry = self.cases.get(key)
+    def _contexts(
+        self, key: str, r: KernelRow, cases: dict[str, Any] | None = None
+    ) -> tuple[dict[str, float] | None, str]:
+        entry = (self.cases if cases is None else cases).get(key)
         if entry is None:
             return None, "not traced"
         if "error" in entry:
@@ -1006,9 +1028,26 @@ def _unexplained_words(iso: Isolation) -> list[str]:
     if shorter:
         extra = [(x.row.ncu_us or 0) - x.row.ours_us for x in shorter]
         none = [x.row.ncu_none_us - x.row.ours_us for x in shorter if x.row.ncu_none_us is not None]
+        idle = []
+        if iso.longer:
+            for x in shorter:
+                us, _ = iso._contexts(f"{x.row.suite}/{x.row.case.id}", x.row, iso.longer["cases"])
+                if us is not None:
+                    idle.append(us["idle"] / us["sequence"] - 1)
         parts.append(
             f"{len(shorter)} read shorter than ncu by {_span(extra, fmt_us, '–')} µs, more than its fixed cost"
             + (f", and ncu without its flush reads them {_span(none, fmt_us, '–')} µs longer than ours" if none else "")
+            + (
+                f"; an idle gap of {iso.longer['gap_ms']:g} ms before each (a later lease, `isolation-gap20.json`) read "
+                f"{len(idle)} of them {_span(idle)} against their sequence"
+                + (
+                    ", so a longer idle is not it either"
+                    if max(idle) < 0.5 * min(e / x.row.ours_us for e, x in zip(extra, shorter, strict=True))
+                    else ""
+                )
+                if idle
+                else ""
+            )
             + " ("
             + ", ".join(sorted({f"`{x.row.kernel.key[:40]}`" for x in shorter}))
             + ")"
