@@ -207,6 +207,7 @@ def _case(
     blocks: int,
     per_block: int,
 ) -> dict[str, Any]:
+    switch.triton_calls = 0
     w = build_workload(spec, "cuda")
     per_iter: dict[str, list[list[Launch]]] = {c: [] for c in CONTEXTS}
     reference: list[tuple[str, tuple[int, ...]]] = []
