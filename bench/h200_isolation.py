@@ -1,6 +1,6 @@
 """Each kernel as Nsight Compute replays it, timed without Nsight Compute: the cause of per-kernel gaps.
 
-    PYTHONPATH=. python3 bench/h200_isolation.py SUITE... [--case GLOB...] --out FILE [--gap-ms 2]
+    PYTHONPATH=. python3 bench/h200_isolation.py SUITE... [--case GLOB...] --out FILE [--gap-ms 1]
 
 ncu replays every kernel alone: caches flushed before it (its default cache control) and the GPU idle while it
 saves and restores memory between passes. The profiler's trace pass times the kernels where they run: back to
@@ -18,7 +18,8 @@ case whose kernel sequence differs between contexts (e.g. a compiled graph that 
 mode) is recorded as not covered, with the reason. The flush's own kernels are recognised by their name, grid and
 block, measured alone first, and dropped.
 
-Writes {case: {"kernels": [{"name", "grid", "us": {context: median per launch}}], "iterations": n} or
+Writes {case: {"kernels": [{"name", "grid", "us": {context: median per launch}, "after_flush": share}],
+"iterations": n} or
 {"error": ...}} and prints one line per case.
 """
 
@@ -129,12 +130,24 @@ def _marker() -> None:
 
 
 def _between_markers(launches: list[Launch], drop: set[tuple[str, tuple[int, ...], tuple[int, ...]]]) -> list[Launch]:
-    out, inside = [], False
+    return [k for k, _ in _between_markers_flagged(launches, drop)]
+
+
+def _between_markers_flagged(
+    launches: list[Launch], drop: set[tuple[str, tuple[int, ...], tuple[int, ...]]]
+) -> list[tuple[Launch, bool]]:
+    """The step's kernels (between two markers, the flush's own dropped), each with whether a flush kernel ran right
+    before it: the hook runs once per operator, so the second kernel of one operator call starts without its own."""
+    out: list[tuple[Launch, bool]] = []
+    inside, after_flush = False, False
     for k in launches:
         if "spin_kernel" in k[0]:
-            inside = not inside
-        elif inside and k[:3] not in drop:
-            out.append(k)
+            inside, after_flush = not inside, False
+        elif k[:3] in drop:
+            after_flush = True
+        elif inside:
+            out.append((k, after_flush))
+            after_flush = False
     return out
 
 
@@ -147,7 +160,7 @@ def main() -> int:
     parser.add_argument("suites", nargs="+")
     parser.add_argument("--case", action="append", default=None)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--gap-ms", type=float, default=2.0)
+    parser.add_argument("--gap-ms", type=float, default=1.0)
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--per-block", type=int, default=12)
     args = parser.parse_args()
@@ -208,9 +221,13 @@ def _case(
     per_block: int,
 ) -> dict[str, Any]:
     switch.triton_calls = 0
+    switch.hook = None
+    # a case that failed under the dispatch mode can leave Dynamo's caches holding an eager fallback for the next
+    torch._dynamo.reset()
     w = build_workload(spec, "cuda")
     per_iter: dict[str, list[list[Launch]]] = {c: [] for c in CONTEXTS}
     reference: list[tuple[str, tuple[int, ...]]] = []
+    after_flush: list[bool] = []  # under the flush context, per launch in order
     with w.context():
         for _ in range(3):
             w.zero_grads()
@@ -225,12 +242,17 @@ def _case(
                         flush()  # the trace pass's own flush, once per iteration
                         _marker()
                         switch.hook = hook
-                        with _before_each(hook) if hook is not None else contextlib.nullcontext():
-                            w.step()
-                        switch.hook = None
+                        try:
+                            with _before_each(hook) if hook is not None else contextlib.nullcontext():
+                                w.step()
+                        finally:  # a step that raises must not leave the hook on for the next case
+                            switch.hook = None
                         _marker()
                     torch.cuda.synchronize()
-                launches = _between_markers(_kernels(prof), flush_kernels)
+                flagged = _between_markers_flagged(_kernels(prof), flush_kernels)
+                launches = [k for k, _ in flagged]
+                if context == "flush":
+                    after_flush += [flag for _, flag in flagged]
                 if not reference:  # the first block is the trace pass's context
                     if len(launches) % per_block:
                         raise RuntimeError(f"{len(launches)} launches in {per_block} iterations: not covered")
@@ -252,6 +274,8 @@ def _case(
                 "name": name,
                 "grid": list(grid),
                 "us": {c: statistics.median(it[j][3] for it in per_iter[c]) for c in CONTEXTS},
+                # the share of its launches under the flush context that came right after a flush of their own
+                "after_flush": sum(after_flush[j :: len(reference)]) / max(1, len(after_flush[j :: len(reference)])),
             }
             for j, (name, grid) in enumerate(reference)
         ],
