@@ -107,20 +107,90 @@ def ncu_class(values: dict[str, float]) -> str:
     return counter_bound(values[SM], values[MEM], values.get(TENSOR))
 
 
+_NAME_NOISE = frozenset(
+    [
+        "void",
+        "at",
+        "native",
+        "std",
+        "array",
+        "char",
+        "int",
+        "long",
+        "unsigned",
+        "const",
+        "cuda",
+        "detail",
+        "TensorInfo",
+        "T1",
+        "T2",
+        "T3",
+        "T4",
+        "operator",
+        "lambda",
+        "instance",
+        "anonymous",
+        "unnamed",
+        "namespace",
+        "ul",
+        "u",
+        "l",
+        "bool",
+        "float",
+        "double",
+        "Half",
+        "BFloat16",
+        "c10",
+        "signed",
+        "short",
+    ]
+)
+
+
+def name_signature(name: str) -> tuple[str, ...]:
+    """A launched kernel's name as words, the same from Kineto's demangler and ncu's: namespaces, numbers, scalar
+    types and the demanglers' own spellings (``{lambda()#3}`` against ``[lambda() (instance 3)]``) dropped, so the
+    functor and template words that tell one elementwise kernel from another remain."""
+    words = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", name)
+    return tuple(w for w in words if w not in _NAME_NOISE)
+
+
+def same_signature(a: tuple[str, ...], b: tuple[str, ...], words: int = 4) -> bool:
+    """Two signatures of one kernel: their first ``words`` words agree (ncu prints the template arguments, Kineto the
+    function's parameters as well)."""
+    k = min(len(a), len(b), words)
+    return k > 0 and a[:k] == b[:k]
+
+
 def match_launches(kernels: list[Kernel], launches: list[tuple[str, Any]]) -> dict[int, list[int]]:
-    """Which launches (name, grid, in launch order) are which of the case's kernels: each launch goes to the first
-    kernel of its name (and grid, where both have one) that still lacks launches of its ``launches_per_iter``."""
+    """Which launches (name, grid, in launch order) are which of the case's kernels.
+
+    A kernel takes up to its ``launches_per_iter`` launches, in order; its record keeps its first launch's grid, so only
+    its first launch must agree with it. First each launch goes to the first kernel whose name reads the same word for
+    word (``name_signature``): several elementwise kernels share a base name and differ in their functor; then the
+    launches left go, in order, to the kernels left of the same base name (templates stripped)."""
     left = [round(k.launches_per_iter) for k in kernels]
+    taken: dict[int, int] = {}
+    sigs = [name_signature(k.name) for k in kernels]
+    for same in (
+        lambda i, name: same_signature(sigs[i], name_signature(name)),
+        lambda i, name: base_name(kernels[i].name) == base_name(name),
+    ):
+        for j, (name, grid) in enumerate(launches):
+            if j in taken:
+                continue
+            for i, k in enumerate(kernels):
+                if left[i] <= 0 or not same(i, name):
+                    continue
+                first = left[i] == round(k.launches_per_iter)
+                if first and grid and k.grid and tuple(k.grid) != tuple(grid):
+                    continue
+                left[i] -= 1
+                taken[j] = i
+                break
     out: dict[int, list[int]] = {i: [] for i in range(len(kernels))}
-    for j, (name, grid) in enumerate(launches):
-        for i, k in enumerate(kernels):
-            if left[i] <= 0 or base_name(k.name) != base_name(name):
-                continue
-            if grid and k.grid and tuple(k.grid) != tuple(grid):
-                continue
-            left[i] -= 1
-            out[i].append(j)
-            break
+    for j in sorted(taken):
+        out[taken[j]].append(j)
     return out
 
 
@@ -407,7 +477,8 @@ def render(
             [
                 "# the process or the time: one process, five sessions; then five processes",
                 "python3 bench/h200_same_process.py bench/validation/suite.toml --times 5 --out one",
-                "for i in 1 2 3 4 5; do python3 bench/h200_same_process.py bench/validation/suite.toml --times 1 --out proc$i; done",
+                "for i in 1 2 3 4 5; do python3 bench/h200_same_process.py bench/validation/suite.toml --times 1 --out p$i; "
+                "mv p$i/session1.json.gz proc$i.json.gz; done",
             ]
             if same is not None
             else []
@@ -919,7 +990,7 @@ def _duration_section(d: Data) -> list[str]:
 CONTEXTS = ("sequence", "flush", "idle", "flush-idle")
 CAUSES = {
     "agrees": "within 3% of ncu",
-    "fixed": "ncu's fixed cost per replayed launch",
+    "fixed": "within 3% of ncu less its fixed cost per replayed launch",
     "flush": "its predecessor's lines in L2 (with a flush before it, ours reads as ncu)",
     "idle": "its start right behind other work (with an idle gap before it, ours reads as ncu)",
     "flush-idle": "both (with a flush and an idle gap before it, ours reads as ncu)",
@@ -944,7 +1015,7 @@ def consistent(x: float, ncu: float, overhead: float) -> bool:
 def cause_of(r: KernelRow, us: dict[str, float] | None, overhead: float) -> str:
     """The first measured cause that accounts for the gap between ours and ncu's reading (``CAUSES``)."""
     ncu = r.ncu_us or 0.0
-    if abs(r.delta or 1) <= TOL_KERNEL:
+    if r.delta is not None and abs(r.delta) <= TOL_KERNEL:
         return "agrees"
     if consistent(r.ours_us, ncu, overhead):
         return "fixed"
@@ -974,6 +1045,22 @@ def _grid_costs(folder: Path) -> dict[str, float]:
     return out
 
 
+def _grid_words(grid: dict[str, float]) -> str:
+    """How much ncu's fixed cost moves with the grid (at one length) and with the length (at one grid)."""
+    by_length: dict[str, list[float]] = {}
+    by_grid: dict[str, list[float]] = {}
+    for key, v in grid.items():
+        g, length = key.split("x")
+        by_length.setdefault(length, []).append(v)
+        by_grid.setdefault(g, []).append(v)
+    across_grids = max(max(v) - min(v) for v in by_length.values() if v)
+    across_lengths = max(max(v) - min(v) for v in by_grid.values() if v)
+    return (
+        f"at one length it moves by at most {across_grids:.2f} µs with the grid, and at one grid by at most "
+        f"{across_lengths:.2f} µs with the length"
+    )
+
+
 class Isolation:
     """``bench/h200_isolation.py``'s data (``isolation.json``) with the same lease's runs and ncu passes."""
 
@@ -987,6 +1074,9 @@ class Isolation:
         self.grid = _grid_costs(data / "ncu-grid")
         # ncu's reading less ours for the same kernel: the largest over the grids that run in one wave
         self.overhead = max(self.grid.values()) if self.grid else _ncu_overhead(self.d)
+        rounds = data / "rounds.txt"
+        found = re.search(r"rounds (\d+)", rounds.read_text()) if rounds.exists() else None
+        self.rounds_words = f" ({found[1]} rounds)" if found else ""
         self.rows: list[IsoRow] = []
         self.covered: dict[str, str] = {}  # case -> "" or why not
         for r in self.d.rows:
@@ -1008,11 +1098,24 @@ class Isolation:
         got = match_launches(r.case.kernels, [(k["name"], k["grid"]) for k in ks])
         expected = sum(round(k.launches_per_iter) for k in r.case.kernels)
         if len(ks) != expected:
-            # e.g. a compiled graph that ran eagerly under the dispatch mode: other kernels than the trace pass's
+            # e.g. a compiled case whose compiled kernels did not run in the traces: other kernels than the trace pass's
             return None, f"other kernels than the trace pass ({len(ks)} launches against {expected})"
         js = got[r.index]
         if len(js) != round(r.kernel.launches_per_iter):
             return None, "this kernel launched with another grid"
+        # The hook runs once per operator: a kernel right behind another of its own operator call starts without a
+        # flush or gap of its own. Traces that say so (``after_flush``) are read; older ones only name each kernel's
+        # operator, and a kernel right behind another of an operator of the same name is counted as such.
+        if any("after_flush" in ks[j] for j in js):
+            alone = all(ks[j].get("after_flush", 0.0) >= 0.5 for j in js)
+        else:
+            owner = {j: i for i, launched in got.items() for j in launched}
+            op = r.kernel.op
+            alone = op is None or not any(
+                j > 0 and (i := owner.get(j - 1)) is not None and r.case.kernels[i].op == op for j in js
+            )
+        if not alone:
+            return None, "launched right behind another kernel of an operator of its name (no flush or gap of its own)"
         return {c: sum(ks[j]["us"][c] for j in js) / len(js) for c in CONTEXTS}, ""
 
 
@@ -1075,7 +1178,11 @@ def _isolation_section(iso: Isolation) -> list[str]:
     counts = {c: sum(1 for x in gaps if x.cause == c) for c in CAUSES if c != "agrees"}
     seq = [x.us["sequence"] / x.row.ours_us - 1 for x in covered if x.us is not None]
     at = iso.d.docs["llama7b"][0].run.created_at
-    uncovered = sorted({f"{x.row.suite}/{x.row.case.id} ({x.why})" for x in rows if x.us is None})
+    reasons: dict[str, list[str]] = {}
+    for x in rows:
+        if x.us is None:
+            reasons.setdefault(x.why, []).append(f"{x.row.suite}/{x.row.case.id} `{x.row.kernel.key[:40]}`")
+    uncovered = [f"{len(v)} {why} ({', '.join(v)})" for why, v in sorted(reasons.items(), key=lambda kv: -len(kv[1]))]
     out = [
         "### Each kernel in ncu's conditions, without ncu",
         "",
@@ -1083,7 +1190,7 @@ def _isolation_section(iso: Isolation) -> list[str]:
         "interleaved: `sequence` (the trace pass: one flush per iteration, then the kernels back to back), `flush` (the "
         f"clean flush queued before every operator and Triton launch), `idle` (before each, the host synchronises and "
         f"waits {iso.gap_ms:g} ms) and `flush-idle` (both, as ncu replays a kernel). It ran in one lease "
-        f"({at:%Y-%m-%d %H:%M} UTC, `{_rel(iso.d.dir)}`) with that lease's own five profile processes (20 rounds) and "
+        f"({at:%Y-%m-%d %H:%M} UTC, `{_rel(iso.d.dir)}`) with that lease's own five profile processes{iso.rounds_words} and "
         f"both ncu passes, which give the ours and ncu columns here. Its `sequence` reads within "
         f"{_upct([abs(x) for x in seq], 1)} of the profile runs' medians (median {_pct(st.median(seq), 1)}).",
         "",
@@ -1092,7 +1199,7 @@ def _isolation_section(iso: Isolation) -> list[str]:
             "`%clock64` of 5–50 µs in one-warp blocks, ncu's reading less Kineto's, per blocks × length): "
             + ", ".join(f"{k.split('x')[0]} × {k.split('x')[1]} µs: {v:.2f}" for k, v in iso.grid.items())
             + f" µs (against Kineto's reading of the same launches, not the spin's nominal length as in the list above); "
-            f"it does not grow with the grid, and its largest, {iso.overhead:.2f} µs, is the fixed cost below. "
+            f"{_grid_words(iso.grid)}; its largest, {iso.overhead:.2f} µs, is the fixed cost below. "
             if iso.grid
             else ""
         )
@@ -1103,7 +1210,7 @@ def _isolation_section(iso: Isolation) -> list[str]:
         f"Of {len(rows)} kernels ≥ 5% of a case, {len(rows) - len(gaps)} are within 3% of ncu; the other {len(gaps)}: "
         + ", ".join(f"{n} {CAUSES[c]}" for c, n in counts.items() if n)
         + f". Covered by the isolation traces: {len(covered)} of {len(rows)}"
-        + (f"; not covered: {', '.join(uncovered)}" if uncovered else "")
+        + (f"; not covered: {'; '.join(uncovered)}" if uncovered else "")
         + ".",
         "",
         *_unexplained_words(iso),
@@ -1267,7 +1374,7 @@ def _same_process_words(folder: Path) -> str:
     )
 
 
-def _rounds_words(r: Data, here: tuple[int, int, int, int]) -> str:
+def _rounds_words(r: Data, here: tuple[int, int, int, int], kept: int | None, then: bool) -> str:
     """The isolation lease's five processes with more rounds: the spread, and the processes whose cases of a suite sat
     together away from the five-process medians (beyond the pooled median's ±0.2%)."""
     cases = case_rows(r)
@@ -1285,14 +1392,15 @@ def _rounds_words(r: Data, here: tuple[int, int, int, int]) -> str:
         f"With {rounds[1] if rounds else 'more'} rounds (the isolation lease, `{_rel(r.dir)}`, five processes with both "
         f"suites' rounds raised): spread no wider than do_bench's on {a[0]}/{a[1]} cases, ≤ 0.5% on {a[2]}/{a[3]} cases "
         f"≥ 100 µs, against {here[0]}/{here[1]} and {here[2]}/{here[3]} here"
-        + (": more rounds did not narrow it, so the suites keep 10" if a[2] <= here[2] else "")
+        + (f": more rounds did not narrow it, so the suites keep {kept}" if a[2] <= here[2] and kept else "")
         + ". "
         + (
             "The median over a suite's device-bound cases of a process's offset from the five-process medians went "
             "beyond ±0.2% for "
             + ", ".join(shifted)
             + ": a level the cases of one process share while it runs, which more rounds over the same seconds cannot "
-            "average out (the next paragraph asks whether it belongs to the process or to the time)."
+            "average out"
+            + (" (the next paragraph asks whether it belongs to the process or to the time)." if then else ".")
             if shifted
             else "No process's cases sat together beyond ±0.2% of the five-process medians."
         )
@@ -1420,7 +1528,7 @@ def _spread_words(
             + f": {b[0]}/{b[1]} and {b[2]}/{b[3]}. The cases still wider than 0.5% are named in the table above."
         )
     if iso is not None:
-        out.append(_rounds_words(iso.d, _spread_counts(cases)))
+        out.append(_rounds_words(iso.d, _spread_counts(cases), t.effective_rounds if t else None, sessions is not None))
     if sessions is not None:
         out.append(_same_process_words(sessions))
     out += _outlier_words(d, also)

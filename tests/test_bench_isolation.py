@@ -10,8 +10,17 @@ from typing import Any
 import pytest
 import torch
 
-from bench.h200_isolation import _before_each, _between_markers
-from bench.h200_truth_report import CONTEXTS, Isolation, KernelRow, cause_of, consistent, match_launches
+from bench.h200_isolation import _before_each, _between_markers, _between_markers_flagged
+from bench.h200_truth_report import (
+    CONTEXTS,
+    Isolation,
+    KernelRow,
+    cause_of,
+    consistent,
+    match_launches,
+    name_signature,
+    same_signature,
+)
 from tests.profiling_support import REPO
 
 R20 = REPO / "bench" / "reports" / "data" / "h200-truth-2026-12-02-r20"
@@ -42,6 +51,28 @@ def test_the_steps_kernels_are_those_between_markers_less_the_flush() -> None:
     launches = [fill, flush, spin, flush, gemm, flush, soft, spin, fill, flush, spin, gemm, soft, spin]
     got = _between_markers(launches, {flush[:3]})
     assert got == [gemm, soft, gemm, soft]
+    # which of them had a flush of their own right before (the second iteration's ran without the hook)
+    assert [after for _, after in _between_markers_flagged(launches, {flush[:3]})] == [True, True, False, False]
+
+
+def test_kineto_and_ncu_spell_one_kernel_alike_and_two_elementwise_kernels_apart() -> None:
+    kineto = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
+        "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, at::native::BinaryFunctor<"
+        "float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul>)"
+    )
+    ncu = (
+        "void at::vectorized_elementwise_kernel<4, at::BinaryFunctor<float, float, float, "
+        "binary_internal::MulFunctor<float>>, std::array<char *, 3>>(int, T2, T3)"
+    )
+    copy = (
+        "void at::native::vectorized_elementwise_kernel<4, "
+        "at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >"
+        "(int, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}, "
+        "std::array<char*, 2ul>)"
+    )
+    assert same_signature(name_signature(kineto), name_signature(ncu))
+    assert not same_signature(name_signature(copy), name_signature(ncu))
 
 
 def _row(ours: float, ncu: float, none: float | None = None) -> KernelRow:
@@ -111,7 +142,23 @@ def test_launches_match_the_documents_kernels_by_name_and_grid_in_order() -> Non
         assert all(entry["kernels"][j]["grid"] == case.kernels[i].grid for j in js)
 
 
-def test_a_compiled_graph_that_ran_eagerly_under_the_mode_is_not_covered() -> None:
+def test_every_heavy_kernel_finds_its_ncu_launches_where_elementwise_kernels_share_a_base_name() -> None:
+    rows = [r for r in _isolation().d.rows if r.heavy and r.case.id == "sdpa[backend=math,pass=fwd_bwd]"]
+    assert rows and all(r.ncu_us is not None for r in rows)
+    (mul,) = [r for r in rows if r.kernel.key == "elementwise:mul"]
+    assert abs(mul.delta or 1) < 0.05  # its own launch (365 µs), not a copy's
+
+
+def test_the_second_kernel_of_one_operator_call_is_not_counted_as_isolated() -> None:
+    rows = _find(
+        "llama7b/decode[backend=flash,batch=1,seq_kv=32768]", "pytorch_flash::flash_fwd_splitkv_combine_kernel"
+    )
+    assert all(x.us is None and "no flush or gap of its own" in x.why for x in rows)
+    (main,) = _find("llama7b/decode[backend=flash,batch=1,seq_kv=32768]", "pytorch_flash::flash_fwd_splitkv_kernel")
+    assert main.us is not None
+
+
+def test_a_compiled_case_whose_compiled_kernels_did_not_run_is_not_covered() -> None:
     rows = [x for x in _isolation().rows if x.row.case.id.startswith("compiled_naive")]
     assert rows and all(x.us is None for x in rows)
     assert any("other kernels than the trace pass" in x.why for x in rows)
