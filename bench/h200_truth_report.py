@@ -1160,7 +1160,7 @@ def _unexplained_words(iso: Isolation) -> list[str]:
         parts.append(
             f"{len(longer)} read longer than ncu by {_upct([x.row.delta or 0 for x in longer], 1)}"
             + (
-                f"; a flush or an idle gap before them moved the covered ones by {_upct(moved, 1)}, not toward ncu"
+                f"; a flush or an idle gap before them moved the covered ones by {_upct(moved, 1)}, not enough to read as ncu"
                 if moved
                 else ""
             )
