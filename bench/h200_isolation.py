@@ -43,6 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from profiler_core.measure.targets import SkipCase, WorkloadError, build_workload
 from profiler_core.measure.timing import Flusher
+from profiler_core.measure.triton_hooks import launch_enter_hook
 
 CONTEXTS = ("sequence", "flush", "idle", "flush-idle")
 Launch = tuple[str, tuple[int, ...], tuple[int, ...], float]  # name, grid, block, µs
@@ -80,29 +81,6 @@ class _Switch:
             self.hook()
 
 
-@contextlib.contextmanager
-def triton_hook(switch: _Switch) -> Iterator[None]:
-    """Install ``switch`` as a Triton launch_enter_hook (before anything compiles, so launchers built later see it)."""
-    try:
-        from triton import knobs
-    except Exception:  # no Triton
-        yield
-        return
-    chain = knobs.runtime.launch_enter_hook
-    if hasattr(chain, "add"):
-        chain.add(switch)
-        try:
-            yield
-        finally:
-            chain.remove(switch)
-        return
-    knobs.runtime.launch_enter_hook = switch
-    try:
-        yield
-    finally:
-        knobs.runtime.launch_enter_hook = chain
-
-
 def _kernels(prof: Any) -> list[Launch]:
     fd, tmp = tempfile.mkstemp(suffix=".json")
     os.close(fd)
@@ -127,10 +105,6 @@ def _kernels(prof: Any) -> list[Launch]:
 def _marker() -> None:
     """A spin kernel of one cycle: the step's kernels are those between two of them (not zero_grads')."""
     torch.cuda._sleep(1)  # type: ignore[no-untyped-call]
-
-
-def _between_markers(launches: list[Launch], drop: set[tuple[str, tuple[int, ...], tuple[int, ...]]]) -> list[Launch]:
-    return [k for k, _ in _between_markers_flagged(launches, drop)]
 
 
 def _between_markers_flagged(
@@ -193,7 +167,8 @@ def main() -> int:
     switch = _Switch()
     results: dict[str, Any] = {}
     started = time.perf_counter()
-    with triton_hook(switch):
+    # installed before anything compiles, so launchers built later see it
+    with launch_enter_hook(switch):
         chosen = cases_matching(args.suites, args.case or ["*"])
         for n, (suite, spec) in enumerate(chosen, 1):
             key = f"{suite.name}/{spec.id}"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from bench.h200_isolation import _before_each, _between_markers, _between_markers_flagged
+from bench.h200_isolation import _before_each, _between_markers_flagged
 from bench.h200_truth_report import (
     CONTEXTS,
     Isolation,
@@ -49,10 +49,10 @@ def test_the_steps_kernels_are_those_between_markers_less_the_flush() -> None:
     gemm = ("gemm", (66, 1, 1), (256, 1, 1), 80.0)
     soft = ("softmax", (32, 1, 1), (128, 1, 1), 20.0)
     launches = [fill, flush, spin, flush, gemm, flush, soft, spin, fill, flush, spin, gemm, soft, spin]
-    got = _between_markers(launches, {flush[:3]})
-    assert got == [gemm, soft, gemm, soft]
+    got = _between_markers_flagged(launches, {flush[:3]})
+    assert [k for k, _ in got] == [gemm, soft, gemm, soft]
     # which of them had a flush of their own right before (the second iteration's ran without the hook)
-    assert [after for _, after in _between_markers_flagged(launches, {flush[:3]})] == [True, True, False, False]
+    assert [after for _, after in got] == [True, True, False, False]
 
 
 def test_kineto_and_ncu_spell_one_kernel_alike_and_two_elementwise_kernels_apart() -> None:

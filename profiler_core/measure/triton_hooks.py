@@ -42,14 +42,41 @@ def record_of(name: str | None, metadata: dict[str, Any]) -> dict[str, Any] | No
 
 
 @contextlib.contextmanager
+def launch_enter_hook(hook: Any) -> Iterator[bool]:
+    """Install ``hook`` as a Triton launch-enter hook while the block runs, beside any already installed (a hook
+    chain where Triton has one, else chained by hand); yields whether Triton was there to take it."""
+    try:
+        from triton import knobs
+    except Exception:  # no Triton, or one without knobs: nothing launches through it
+        yield False
+        return
+
+    chain = knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add") and hasattr(chain, "remove"):
+        chain.add(hook)
+        try:
+            yield True
+        finally:
+            chain.remove(hook)
+        return
+    previous = chain
+
+    def chained(lazy: Any) -> None:
+        hook(lazy)
+        if previous is not None:
+            previous(lazy)
+
+    knobs.runtime.launch_enter_hook = chained
+    try:
+        yield True
+    finally:
+        knobs.runtime.launch_enter_hook = previous
+
+
+@contextlib.contextmanager
 def declared_launches() -> Iterator[list[dict[str, Any]]]:
     """Collect the work each Triton launch declares while the block runs (an empty list without Triton)."""
     records: list[dict[str, Any]] = []
-    try:
-        from triton import knobs
-    except Exception:  # no Triton, or one without knobs: nothing can declare anything
-        yield records
-        return
 
     def hook(lazy: Any) -> None:
         try:
@@ -64,23 +91,5 @@ def declared_launches() -> Iterator[list[dict[str, Any]]]:
             if record is not None:
                 records.append(record)
 
-    chain = knobs.runtime.launch_enter_hook
-    if hasattr(chain, "add") and hasattr(chain, "remove"):
-        chain.add(hook)
-        try:
-            yield records
-        finally:
-            chain.remove(hook)
-        return
-    previous = chain
-
-    def chained(lazy: Any) -> None:
-        hook(lazy)
-        if previous is not None:
-            previous(lazy)
-
-    knobs.runtime.launch_enter_hook = chained
-    try:
+    with launch_enter_hook(hook):
         yield records
-    finally:
-        knobs.runtime.launch_enter_hook = previous
