@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
+from bench.h200_isolation import _kernels
 from profiler_core.measure.timing import Flusher
 
 GRIDS = (1, 132, 528, 1056, 4096)
@@ -61,15 +60,7 @@ def kineto(path: Path) -> None:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         _launches(flush, out)
         torch.cuda.synchronize()
-    fd, tmp = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(tmp)
-        events = json.loads(Path(tmp).read_text())["traceEvents"]
-    finally:
-        os.unlink(tmp)
-    spins = sorted((e for e in events if e.get("cat") == "kernel" and "grid_spin" in e["name"]), key=lambda e: e["ts"])
-    durations = [float(e["dur"]) for e in spins]
+    durations = [dur for name, _grid, _block, dur in _kernels(prof) if "grid_spin" in name]  # in launch order
     result: dict[str, float] = {}
     i = 0
     for grid in GRIDS:
