@@ -172,15 +172,18 @@ def match_launches(kernels: list[Kernel], launches: list[tuple[str, Any]]) -> di
     left = [round(k.launches_per_iter) for k in kernels]
     taken: dict[int, int] = {}
     sigs = [name_signature(k.name) for k in kernels]
+    bases = [base_name(k.name) for k in kernels]
+    launch_sigs = [name_signature(name) for name, _ in launches]
+    launch_bases = [base_name(name) for name, _ in launches]
     for same in (
-        lambda i, name: same_signature(sigs[i], name_signature(name)),
-        lambda i, name: base_name(kernels[i].name) == base_name(name),
+        lambda i, j: same_signature(sigs[i], launch_sigs[j]),
+        lambda i, j: bases[i] == launch_bases[j],
     ):
-        for j, (name, grid) in enumerate(launches):
+        for j, (_name, grid) in enumerate(launches):
             if j in taken:
                 continue
             for i, k in enumerate(kernels):
-                if left[i] <= 0 or not same(i, name):
+                if left[i] <= 0 or not same(i, j):
                     continue
                 first = left[i] == round(k.launches_per_iter)
                 if first and grid and k.grid and tuple(k.grid) != tuple(grid):
@@ -510,10 +513,9 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
     mem_ok = sum(1 for r in mem if abs(r.delta or 1) <= TOL_KERNEL)
     known = ""
     if iso is not None:
-        gaps = [
-            x for x in iso.rows if x.row.ncu_bound == "memory" and (x.row.ncu_us or 0) >= 10 and x.cause != "agrees"
-        ]
-        ok_iso = sum(1 for x in iso.rows if x.row.ncu_bound == "memory" and (x.row.ncu_us or 0) >= 10) - len(gaps)
+        memory_iso = [x for x in iso.rows if x.row.ncu_bound == "memory" and (x.row.ncu_us or 0) >= 10]
+        gaps = [x for x in memory_iso if x.cause != "agrees"]
+        ok_iso = len(memory_iso) - len(gaps)
         known = (
             f"; in the isolation lease {ok_iso} within 3%, and {sum(1 for x in gaps if x.cause != 'unexplained')} of the "
             f"other {len(gaps)} with a measured cause (section 3)"
@@ -1119,6 +1121,11 @@ class Isolation:
         return {c: sum(ks[j]["us"][c] for j in js) / len(js) for c in CONTEXTS}, ""
 
 
+def _kernel_keys(rows: list[IsoRow]) -> str:
+    """`` (`key`, `key`)``: the distinct kernels of ``rows``, as the tables print them."""
+    return " (" + ", ".join(sorted({f"`{x.row.kernel.key[:40]}`" for x in rows})) + ")"
+
+
 def _unexplained_words(iso: Isolation) -> list[str]:
     """What the gaps without a measured cause look like: ncu's extra µs, with and without its flush, and whether any
     context moved them."""
@@ -1151,9 +1158,7 @@ def _unexplained_words(iso: Isolation) -> list[str]:
                 if idle
                 else ""
             )
-            + " ("
-            + ", ".join(sorted({f"`{x.row.kernel.key[:40]}`" for x in shorter}))
-            + ")"
+            + _kernel_keys(shorter)
         )
     if longer:
         moved = [max(abs(x.us[c] / x.us["sequence"] - 1) for c in CONTEXTS[1:]) for x in longer if x.us is not None]
@@ -1164,9 +1169,7 @@ def _unexplained_words(iso: Isolation) -> list[str]:
                 if moved
                 else ""
             )
-            + " ("
-            + ", ".join(sorted({f"`{x.row.kernel.key[:40]}`" for x in longer}))
-            + ")"
+            + _kernel_keys(longer)
         )
     return ["Without a measured cause: " + "; ".join(parts) + ".", ""]
 
