@@ -6,6 +6,9 @@
 #                                        ncu-driver): default cache control (flushed before each replay), clocks as
 #                                        found, the bound and duration metrics; then cache control none with the
 #                                        duration alone (one pass: the kernel as it runs after its predecessors)
+#   bash bench/h200_truth.sh clock     -> the SM clock of every kernel without ncu (bench/h200_clock.py: clock probes
+#                                        between and beside the kernels, NVML alongside), then ncu's clock and duration
+#                                        in one pass, with its default cache control and with none
 #   bash bench/h200_truth.sh isolation -> every kernel traced in ncu's conditions without ncu (bench/h200_isolation.py:
 #                                        a flush, an idle gap, or both before each operator), the cause of the gaps
 # ROUNDS=R runs the suites with R timing rounds (copies of the suite files, min_samples raised to 3 per round).
@@ -50,6 +53,22 @@ if [ "$MODE" = isolation ]; then
   t0=$(date +%s)
   python3 bench/h200_isolation.py $SUITES --out "$RAW/isolation.json" --gap-ms "${GAP_MS:-1}" > "$RAW/isolation.log" 2>&1
   echo "isolation rc=$? wall=$(( $(date +%s) - t0 ))s"; grep -c "not covered\|Error" "$RAW/isolation.log"; tail -3 "$RAW/isolation.log"
+fi
+if [ "$MODE" = clock ]; then
+  t0=$(date +%s)
+  python3 bench/h200_clock.py $SUITES --out "$RAW/clock.json" > "$RAW/clock.log" 2>&1
+  echo "clock rc=$? wall=$(( $(date +%s) - t0 ))s"; grep -c "Error" "$RAW/clock.log"; tail -3 "$RAW/clock.log"
+  pack
+  NCU=${NCU:-/usr/local/cuda/bin/ncu}
+  for cache in all none; do
+    t0=$(date +%s)
+    $NCU --profile-from-start off --clock-control none --cache-control $cache --target-processes all \
+        --kernel-name-base demangled --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second --csv \
+        --print-units base python3 bench/h200_truth.py ncu-driver $SUITES --map "$RAW/ncu-clock-$cache-map.json" \
+        > "$RAW/ncu-clock-$cache.csv" 2> "$RAW/ncu-clock-$cache.log"
+    echo "ncu clock (cache control $cache) rc=$? wall=$(( $(date +%s) - t0 ))s rows=$(wc -l < "$RAW/ncu-clock-$cache.csv")"
+    tail -2 "$RAW/ncu-clock-$cache.log"; pack
+  done
 fi
 if [ "$MODE" = ncu ]; then
   NCU=${NCU:-/usr/local/cuda/bin/ncu}

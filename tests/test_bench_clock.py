@@ -1,0 +1,59 @@
+"""The clock study `bench/h200_clock.py` runs on the H200, its pure parts on the CPU: which kernels and probes belong
+to which iteration, the clock a probe's reading gives, and NVML's summary."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.h200_clock import Sampler, _overlap, mhz, split_step
+
+SPIN = "at::cuda::(anonymous namespace)::spin_kernel(long)"
+
+
+def _e(name: str, start: float, dur: float, grid: tuple[int, ...] = (1, 1, 1)) -> tuple:
+    return (name, grid, (128, 1, 1), start, dur)
+
+
+def test_each_iteration_gets_its_kernels_and_probes_and_the_flush_is_dropped() -> None:
+    flush = _e("reduce_kernel<amax>", 0, 60, (528, 1, 1))
+    events = [
+        _e("fill", 0, 1),  # zero_grads, outside the markers
+        flush,
+        _e(SPIN, 61, 1),
+        _e("clock_probe", 62, 10),
+        _e("gemm", 63, 80),  # the second stream's probe started first
+        _e("clock_probe", 150, 10),
+        _e("softmax", 151, 20),
+        _e(SPIN, 172, 1),
+        _e(SPIN, 180, 1),
+        _e("clock_probe", 181, 10),
+        _e("gemm", 182, 80),
+        _e(SPIN, 263, 1),
+        _e("clock_probe", 264, 10),  # a late probe of the second stream: it belongs to the last iteration
+    ]
+    got = split_step(events, {flush[:3]})
+    assert [[k[0] for k in ks] for ks, _ in got] == [["gemm", "softmax"], ["gemm"]]
+    assert [[i for i, _ in ps] for _, ps in got] == [[0, 1], [2, 3]]
+
+
+def test_a_probe_reading_is_cycles_over_nanoseconds_in_mhz() -> None:
+    assert mhz((19_800, 10_000)) == pytest.approx(1980.0)
+    assert mhz((17_000, 10_000)) == pytest.approx(1700.0)
+    assert mhz((100, 0)) is None  # a timer that did not advance gives no clock
+
+
+def test_overlap_is_the_shared_time_of_two_launches() -> None:
+    assert _overlap(_e("a", 0, 10), _e("b", 5, 10)) == 5
+    assert _overlap(_e("a", 0, 10), _e("b", 10, 10)) == 0
+    assert _overlap(_e("a", 0, 10), _e("b", 20, 1)) == 0
+
+
+def test_nvml_summary_counts_each_reason_by_its_bit() -> None:
+    s = Sampler.__new__(Sampler)
+    s.samples = [(1980.0, 300.0, 0), (1755.0, 690.0, 0x4), (1700.0, 700.0, 0x4 | 0x80), (1980.0, 310.0, 0)]
+    got = s.summary()
+    assert got["sm_mhz"] == {"median": 1867.5, "min": 1700.0}
+    assert got["reasons"]["sw_power_cap"] == 0.5
+    assert got["reasons"]["hw_power_brake"] == 0.25
+    assert got["reasons"]["hw_slowdown"] == 0.0
+    assert s.samples == []  # the next case starts with none
