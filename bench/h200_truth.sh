@@ -9,6 +9,8 @@
 #   bash bench/h200_truth.sh clock     -> the SM clock of every kernel without ncu (bench/h200_clock.py: clock probes
 #                                        between and beside the kernels, NVML alongside), then ncu's clock and duration
 #                                        in one pass, with its default cache control and with none
+#   bash bench/h200_truth.sh cost      -> what ncu adds to a launch of kernels that differ in warps, shared memory and
+#                                        tensor cores (bench/h200_ncu_cost.py), by Kineto and by ncu with both cache controls
 #   bash bench/h200_truth.sh isolation -> every kernel traced in ncu's conditions without ncu (bench/h200_isolation.py:
 #                                        a flush, an idle gap, or both before each operator), the cause of the gaps
 # ROUNDS=R runs the suites with R timing rounds (copies of the suite files, min_samples raised to 3 per round).
@@ -68,6 +70,18 @@ if [ "$MODE" = clock ]; then
         > "$RAW/ncu-clock-$cache.csv" 2> "$RAW/ncu-clock-$cache.log"
     echo "ncu clock (cache control $cache) rc=$? wall=$(( $(date +%s) - t0 ))s rows=$(wc -l < "$RAW/ncu-clock-$cache.csv")"
     tail -2 "$RAW/ncu-clock-$cache.log"; pack
+  done
+fi
+if [ "$MODE" = cost ]; then
+  mkdir -p "$RAW/ncu-cost"
+  python3 bench/h200_ncu_cost.py kineto --out "$RAW/ncu-cost/cost-kineto.json" > "$RAW/ncu-cost/kineto.log" 2>&1
+  echo "cost kineto rc=$?"; tail -c 600 "$RAW/ncu-cost/kineto.log"
+  NCU=${NCU:-/usr/local/cuda/bin/ncu}
+  for cache in all none; do
+    $NCU --profile-from-start off --clock-control none --cache-control $cache --kernel-name-base demangled \
+        --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second --csv --print-units base \
+        python3 bench/h200_ncu_cost.py ncu-driver > "$RAW/ncu-cost/cost-ncu-$cache.csv" 2> "$RAW/ncu-cost/ncu-$cache.log"
+    echo "cost ncu (cache control $cache) rc=$? rows=$(wc -l < "$RAW/ncu-cost/cost-ncu-$cache.csv")"; tail -2 "$RAW/ncu-cost/ncu-$cache.log"
   done
 fi
 if [ "$MODE" = ncu ]; then
