@@ -12,6 +12,13 @@ traced (Kineto, as the trace pass does) in four contexts, interleaved in blocks 
   idle        before every operator, the host synchronises and waits --gap-ms: the kernel starts on an idle GPU
   flush-idle  both, as ncu's replay
 
+and, with ``--extra``, contexts that test what else ncu's replay may leave behind:
+
+  tlb         before every operator, a read of one byte in every 64 KiB of a 32 GiB buffer: the GPU's address
+              translations of the kernel's buffers evicted, its caches otherwise as the flush leaves them
+  unmap       before every operator, the host synchronises and allocates and frees 64 MiB through the driver
+              (``cuMemAlloc``/``cuMemFree``), as a tool that maps and unmaps memory between launches does
+
 Operators are intercepted with a TorchDispatchMode (eager PyTorch, autograd's backward included) and Triton
 launches with Triton's launch_enter_hook (custom Triton kernels, Inductor's kernels when it honours the hook). A
 case whose kernel sequence differs between contexts (e.g. a compiled graph that falls back to eager under the
@@ -46,6 +53,8 @@ from profiler_core.measure.timing import Flusher
 from profiler_core.measure.triton_hooks import launch_enter_hook
 
 CONTEXTS = ("sequence", "flush", "idle", "flush-idle")
+EXTRA = ("tlb", "unmap")
+TLB_SPAN, TLB_STRIDE = 32 << 30, 64 << 10
 Launch = tuple[str, tuple[int, ...], tuple[int, ...], float]  # name, grid, block, µs
 
 
@@ -125,6 +134,37 @@ def _between_markers_flagged(
     return out
 
 
+def _tlb_hook() -> Callable[[], None]:
+    """One byte read in every ``TLB_STRIDE`` of a ``TLB_SPAN`` buffer: as many address translations as it has
+    strides, few bytes."""
+    span = torch.empty(TLB_SPAN, dtype=torch.uint8, device="cuda")
+    strided = span[::TLB_STRIDE]
+
+    def hook() -> None:
+        strided.sum(dtype=torch.int64)
+
+    return hook
+
+
+def _unmap_hook() -> Callable[[], None]:
+    """Synchronise, then allocate and free 64 MiB through the driver API (the context torch made current)."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    size = ctypes.c_size_t(64 << 20)
+
+    def hook() -> None:
+        torch.cuda.synchronize()
+        ptr = ctypes.c_uint64()
+        if cuda.cuMemAlloc_v2(ctypes.byref(ptr), size) != 0:
+            raise RuntimeError("cuMemAlloc failed")
+        cuda.cuMemsetD8_v2(ptr, ctypes.c_ubyte(0), size)  # touched, so its pages are really mapped
+        if cuda.cuMemFree_v2(ptr) != 0:
+            raise RuntimeError("cuMemFree failed")
+
+    return hook
+
+
 def _signature(launches: list[Launch]) -> set[tuple[str, tuple[int, ...], tuple[int, ...]]]:
     return {(n, g, b) for n, g, b, _ in launches}
 
@@ -137,7 +177,9 @@ def main() -> int:
     parser.add_argument("--gap-ms", type=float, default=1.0)
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--per-block", type=int, default=12)
+    parser.add_argument("--extra", action="append", choices=EXTRA, default=[])
     args = parser.parse_args()
+    contexts = CONTEXTS + tuple(args.extra)
     from bench.h200_hold import cases_matching
 
     # Inductor's static launcher skips Triton's launch hooks; its regular launcher calls them.
@@ -164,6 +206,13 @@ def main() -> int:
     hooks: dict[str, Callable[[], None] | None] = {
         "sequence": None, "flush": flush, "idle": idle, "flush-idle": flush_idle,
     }  # fmt: skip
+    makers = {"tlb": _tlb_hook, "unmap": _unmap_hook}
+    for extra in args.extra:
+        hooks[extra] = makers[extra]()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            hooks[extra]()  # type: ignore[misc]
+            torch.cuda.synchronize()
+        flush_kernels |= _signature(_kernels(prof))  # the hook's own kernels are dropped like the flush's
     switch = _Switch()
     results: dict[str, Any] = {}
     started = time.perf_counter()
@@ -173,16 +222,16 @@ def main() -> int:
         for n, (suite, spec) in enumerate(chosen, 1):
             key = f"{suite.name}/{spec.id}"
             try:
-                results[key] = _case(spec, flush, flush_kernels, hooks, switch, args.blocks, args.per_block)
+                results[key] = _case(spec, flush, flush_kernels, hooks, switch, args.blocks, args.per_block, contexts)
             except (SkipCase, WorkloadError, RuntimeError) as exc:
                 results[key] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
             torch.cuda.empty_cache()
             r = results[key]
             line = r.get("error") or ", ".join(
-                f"{k['name'][:40]} " + "/".join(f"{k['us'][c]:.1f}" for c in CONTEXTS) for k in r["kernels"][:4]
+                f"{k['name'][:40]} " + "/".join(f"{k['us'][c]:.1f}" for c in contexts) for k in r["kernels"][:4]
             )
             print(f"[{n}/{len(chosen)} {time.perf_counter() - started:.0f}s] {key}: {line}", flush=True)
-            args.out.write_text(json.dumps({"gap_ms": args.gap_ms, "contexts": CONTEXTS, "cases": results}, indent=1))
+            args.out.write_text(json.dumps({"gap_ms": args.gap_ms, "contexts": contexts, "cases": results}, indent=1))
     return 0
 
 
@@ -194,13 +243,14 @@ def _case(
     switch: _Switch,
     blocks: int,
     per_block: int,
+    contexts: tuple[str, ...] = CONTEXTS,
 ) -> dict[str, Any]:
     switch.triton_calls = 0
     switch.hook = None
     # a case that failed under the dispatch mode can leave Dynamo's caches holding an eager fallback for the next
     torch._dynamo.reset()
     w = build_workload(spec, "cuda")
-    per_iter: dict[str, list[list[Launch]]] = {c: [] for c in CONTEXTS}
+    per_iter: dict[str, list[list[Launch]]] = {c: [] for c in contexts}
     reference: list[tuple[str, tuple[int, ...]]] = []
     after_flush: list[bool] = []  # under the flush context, per launch in order
     with w.context():
@@ -209,7 +259,7 @@ def _case(
             w.step()
         torch.cuda.synchronize()
         for b in range(blocks):
-            for context in CONTEXTS if b % 2 == 0 else tuple(reversed(CONTEXTS)):
+            for context in contexts if b % 2 == 0 else tuple(reversed(contexts)):
                 hook = hooks[context]
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     for _ in range(per_block):
@@ -248,7 +298,7 @@ def _case(
             {
                 "name": name,
                 "grid": list(grid),
-                "us": {c: statistics.median(it[j][3] for it in per_iter[c]) for c in CONTEXTS},
+                "us": {c: statistics.median(it[j][3] for it in per_iter[c]) for c in contexts},
                 # the share of its launches under the flush context that came right after a flush of their own
                 "after_flush": sum(after_flush[j :: len(reference)]) / max(1, len(after_flush[j :: len(reference)])),
             }
