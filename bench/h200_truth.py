@@ -10,6 +10,11 @@ PYTHONPATH=. python3 bench/h200_truth.py ncu-driver SUITE... --map FILE
     What Nsight Compute replays: for each case, warm-up, the flush, then between cudaProfilerStart and
     Stop a marker kernel launched with grid (case index + 1, 1, 1), then one iteration of the case. The
     marker's grid tells whose kernels follow in ncu's launch-ordered output; FILE maps index to case.
+
+PYTHONPATH=. python3 bench/h200_truth.py driver-kineto SUITE... --out FILE [--repeats 5]
+    The same iterations as ncu-driver, without ncu: each (flush, synchronise, one iteration) traced by Kineto,
+    repeated; FILE holds {case: [[kernel name, grid, median µs], ...]} in launch order. It tells whether a kernel
+    that ncu reads apart from the trace pass reads so because of how the driver runs it or because of ncu.
 """
 
 from __future__ import annotations
@@ -87,8 +92,12 @@ def run(suites: list[str], out: Path) -> None:
         (out / f"{suite.name}-dobench.json").write_text(json.dumps(medians, indent=1))
 
 
-def ncu_driver(suites: list[str], map_path: Path) -> None:
+def ncu_driver(suites: list[str], map_path: Path, kineto_out: Path | None = None, repeats: int = 1) -> None:
+    import statistics
+
     import triton
+
+    from bench.h200_isolation import _kernels
 
     @triton.jit
     def attnprof_case_marker(ptr):  # type: ignore[no-untyped-def]
@@ -97,6 +106,7 @@ def ncu_driver(suites: list[str], map_path: Path) -> None:
     marker_buf = torch.zeros(1, device="cuda")
     flush = Flusher("cuda")
     index: dict[int, str] = {}
+    traced: dict[str, list[list[Any]]] = {}
     i = 0
     for path in suites:
         suite = load_suite(path)
@@ -108,19 +118,42 @@ def ncu_driver(suites: list[str], map_path: Path) -> None:
                     for _ in range(3):
                         workload.zero_grads()
                         workload.step()
-                    workload.zero_grads()
-                    flush()
-                    torch.cuda.synchronize()
-                    torch.cuda.cudart().cudaProfilerStart()
-                    attnprof_case_marker[(i, 1, 1)](marker_buf)
-                    workload.step()
-                    torch.cuda.synchronize()
-                    torch.cuda.cudart().cudaProfilerStop()
+                    if kineto_out is None:
+                        workload.zero_grads()
+                        flush()
+                        torch.cuda.synchronize()
+                        torch.cuda.cudart().cudaProfilerStart()
+                        attnprof_case_marker[(i, 1, 1)](marker_buf)
+                        workload.step()
+                        torch.cuda.synchronize()
+                        torch.cuda.cudart().cudaProfilerStop()
+                    else:
+                        runs = []
+                        for _ in range(repeats):
+                            workload.zero_grads()
+                            flush()
+                            torch.cuda.synchronize()
+                            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                                attnprof_case_marker[(i, 1, 1)](marker_buf)
+                                workload.step()
+                                torch.cuda.synchronize()
+                            launches = _kernels(prof)
+                            at = next(j for j, k in enumerate(launches) if "attnprof_case_marker" in k[0])
+                            runs.append(launches[at + 1 :])
+                        if any([k[:2] for k in r] != [k[:2] for k in runs[0]] for r in runs):
+                            raise RuntimeError("the iterations launched different kernels")
+                        traced[f"{suite.name}/{spec.id}"] = [
+                            [name, list(grid), statistics.median(r[j][3] for r in runs)]
+                            for j, (name, grid, _b, _us) in enumerate(runs[0])
+                        ]
                 index[i] = f"{suite.name}/{spec.id}"
             except Exception as exc:
                 print(f"ncu-driver: {spec.id}: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
             torch.cuda.empty_cache()
-            map_path.write_text(json.dumps(index, indent=1))
+            if kineto_out is None:
+                map_path.write_text(json.dumps(index, indent=1))
+            else:
+                kineto_out.write_text(json.dumps(traced, indent=1))
 
 
 def main() -> int:
@@ -132,11 +165,17 @@ def main() -> int:
     n = sub.add_parser("ncu-driver")
     n.add_argument("suites", nargs="+")
     n.add_argument("--map", type=Path, required=True)
+    k = sub.add_parser("driver-kineto")
+    k.add_argument("suites", nargs="+")
+    k.add_argument("--out", type=Path, required=True)
+    k.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     if args.cmd == "run":
         run(args.suites, args.out)
-    else:
+    elif args.cmd == "ncu-driver":
         ncu_driver(args.suites, args.map)
+    else:
+        ncu_driver(args.suites, Path("/dev/null"), args.out, args.repeats)
     return 0
 
 
