@@ -32,6 +32,7 @@ import statistics as st
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -426,6 +427,12 @@ def render(
             else ""
         )
         + ("; the sessions in one process against separate processes (section 4) in a lease after that" if same else "")
+        + (
+            "; the SM clock, ncu's cost per kind of kernel, two more contexts and the driver's iterations without ncu "
+            "(sections 3 and 4) in short leases that evening"
+            if iso is not None and iso.later is not None
+            else ""
+        )
         + ". Two sets of cases: "
         "the example suite (prefill of one LLaMA-7B layer through every path, and decode: one token against "
         "KV caches of 4k–32k, GQA 8:1 and MQA, batch 1 and 16) and the validation set (head dims 64, 96 and 256, "
@@ -486,10 +493,25 @@ def render(
             if same is not None
             else []
         ),
+        *(
+            [
+                "# the later leases: the SM clock, ncu's cost per kernel kind, two more contexts, the driver's iterations",
+                "bash bench/h200_truth.sh clock; bash bench/h200_truth.sh cost",
+                "python3 bench/h200_isolation.py examples/llama7b.toml bench/validation/suite.toml --extra tlb --extra unmap "
+                "--blocks 2 --per-block 8 --out isolation-extra.json",
+                "python3 bench/h200_truth.py driver-kineto examples/llama7b.toml bench/validation/suite.toml --out "
+                "driver-kineto.json",
+                "for i in 1 2 3 4 5; do python3 bench/h200_clock.py examples/llama7b.toml bench/validation/suite.toml "
+                "--out processes/clock-p$i.json; done",
+            ]
+            if iso is not None and iso.later is not None
+            else []
+        ),
         f"python bench/h200_truth_report.py --data {_rel(d.dir)} "
         + (f"--also {_rel(also.dir)} " if also is not None else "")
         + (f"--isolation {_rel(iso.d.dir)} " if iso is not None else "")
         + (f"--same {_rel(same)} " if same is not None else "")
+        + (f"--later {_rel(iso.later)} " if iso is not None and iso.later is not None else "")
         + f"--out {_rel(out)}",
         "```",
         "",
@@ -573,7 +595,17 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
     tight = sum(1 for c in long_ if _spread(c.ours) <= SPREAD_LONG)
     out.append(
         f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)} | "
-        + ("met" if tight == len(long_) else "**not met**: section 4")
+        + (
+            "met"
+            if tight == len(long_)
+            else "**not met**: section 4"
+            + (
+                " (a measured part of it is the SM clock the GPU grants tensor-core work in each process; its clocks "
+                "are not ours to lock)"
+                if iso is not None and iso.later is not None and (iso.later / "processes").exists()
+                else ""
+            )
+        )
         + " |"
     )
     out.append("")
@@ -997,8 +1029,11 @@ CAUSES = {
     "idle": "its start right behind other work (with an idle gap before it, ours reads as ncu)",
     "flush-idle": "both (with a flush and an idle gap before it, ours reads as ncu)",
     "ncu-flush": "ncu's flush before the replay (ncu without it reads as ours)",
+    "tlb": "its address translations cold (with the GPU's TLB entries evicted before it, ours reads as ncu)",
+    "unmap": "memory mapped and unmapped right before it (with the driver doing so before it, ours reads as ncu)",
     "unexplained": "no measured cause",
 }
+EXTRA_CONTEXTS = ("tlb", "unmap")  # a later lease's isolation traces (``--extra``), read as ratios to their sequence
 
 
 @dataclass
@@ -1007,6 +1042,7 @@ class IsoRow:
     us: dict[str, float] | None  # per context, per launch; None where the case was not covered
     why: str  # why not covered
     cause: str
+    extra: dict[str, float] | None = None  # the later lease's EXTRA_CONTEXTS and their sequence, per launch
 
 
 def consistent(x: float, ncu: float, overhead: float) -> bool:
@@ -1014,8 +1050,9 @@ def consistent(x: float, ncu: float, overhead: float) -> bool:
     return (ncu - overhead) * (1 - TOL_KERNEL) <= x <= ncu * (1 + TOL_KERNEL)
 
 
-def cause_of(r: KernelRow, us: dict[str, float] | None, overhead: float) -> str:
-    """The first measured cause that accounts for the gap between ours and ncu's reading (``CAUSES``)."""
+def cause_of(r: KernelRow, us: dict[str, float] | None, overhead: float, extra: dict[str, float] | None = None) -> str:
+    """The first measured cause that accounts for the gap between ours and ncu's reading (``CAUSES``); ``extra``
+    holds a later lease's traces of the kernel in the ``EXTRA_CONTEXTS`` (and their own ``sequence``)."""
     ncu = r.ncu_us or 0.0
     if r.delta is not None and abs(r.delta) <= TOL_KERNEL:
         return "agrees"
@@ -1027,6 +1064,13 @@ def cause_of(r: KernelRow, us: dict[str, float] | None, overhead: float) -> str:
             return context
     if r.ncu_none_us is not None and consistent(r.ours_us, r.ncu_none_us, overhead):
         return "ncu-flush"
+    for context in EXTRA_CONTEXTS:
+        if (
+            extra is not None
+            and context in extra
+            and consistent(r.ours_us * extra[context] / extra["sequence"], ncu, overhead)
+        ):
+            return context
     return "unexplained"
 
 
@@ -1045,6 +1089,147 @@ def _grid_costs(folder: Path) -> dict[str, float]:
         if abs(ours - length) <= 1.0 + 0.05 * length:
             out[key] = st.median(ncu[i * per : (i + 1) * per]) - ours
     return out
+
+
+HZ = "sm__cycles_elapsed.avg.per_second"
+PLAIN_MHZ = 1900  # the clock ncu reads for kernels without tensor cores; tensor-core kernels run below it
+
+
+@cache
+def _clock_json(folder: Path) -> Any:
+    return _json(folder / "clock.json.gz")
+
+
+@cache
+def clock_pairs(folder: Path) -> dict[tuple[str, int], tuple[dict[str, Any], dict[str, float], dict[str, float], bool]]:
+    """``bench/h200_clock.py``'s kernels, each with ncu's readings of the same launch (the same place in the case and
+    the same grid) with its flush and without: {(case, index): (ours, ncu, ncu none, ≥ 5% of the case)}."""
+    clock = _clock_json(folder)
+    with_flush = _ncu(folder, "ncu-clock-all.csv.gz", "ncu-clock-all-map.json")
+    without = _ncu(folder, "ncu-clock-none.csv.gz", "ncu-clock-none-map.json")
+    out = {}
+    for case, c in clock["cases"].items():
+        ks, a, n = c.get("kernels", []), with_flush.get(case, []), without.get(case, [])
+        if not ks or not len(ks) == len(a) == len(n):
+            continue
+        if any(tuple(k["grid"]) != tuple(g or ()) for k, (_, g, _v) in zip(ks, a, strict=True)):
+            continue
+        total = sum(k["us"]["sequence"] for k in ks)
+        for j, (k, (_, _g, va), (_, _h, vn)) in enumerate(zip(ks, a, n, strict=True)):
+            if HZ in va:
+                out[(case, j)] = (k, va, vn, k["us"]["sequence"] >= 0.05 * total)
+    return out
+
+
+def _later_pair(folder: Path, r: KernelRow) -> tuple[dict[str, Any], dict[str, float], dict[str, float], bool] | None:
+    """``r``'s kernel (its first launch) in the later lease's clock traces, with that lease's ncu readings."""
+    key = f"{r.suite}/{r.case.id}"
+    ks = _clock_json(folder)["cases"].get(key, {}).get("kernels", [])
+    js = match_launches(r.case.kernels, [(k["name"], k["grid"]) for k in ks]).get(r.index, [])
+    return clock_pairs(folder).get((key, js[0])) if js else None
+
+
+def clock_of(folder: Path, r: KernelRow) -> tuple[float, float] | None:
+    """The clock the probe beside ``r``'s kernel read and the clock ncu replayed it at, MHz (its first launch)."""
+    pair = _later_pair(folder, r)
+    if pair is None or not pair[0]["mhz"]["during"]:
+        return None
+    return pair[0]["mhz"]["during"], pair[1][HZ] / 1e6
+
+
+def driver_of(folder: Path, r: KernelRow) -> float | None:
+    """``r``'s kernel in the iterations ncu's driver hands to ncu, traced by Kineto without ncu (µs per launch)."""
+    path = folder / "driver-kineto.json.gz"
+    if not path.exists():
+        return None
+    ks = _json(path).get(f"{r.suite}/{r.case.id}", [])
+    js = match_launches(r.case.kernels, [(name, grid) for name, grid, _us in ks]).get(r.index, [])
+    return sum(ks[j][2] for j in js) / len(js) if js else None
+
+
+def _clock_words(folder: Path) -> str:
+    """Whether ncu replays a kernel at another SM clock than the trace pass runs it at."""
+    if not (folder / "clock.json.gz").exists():
+        return ""
+    pairs = [p for p in clock_pairs(folder).values() if p[3]]
+    beside = [(k["mhz"]["during"], va[HZ] / 1e6) for k, va, _vn, _h in pairs if k["mhz"]["during"]]
+    between = [k["mhz"]["before"] for k, _va, _vn, _h in pairs if k["mhz"]["before"]]
+    if not beside:
+        return ""
+    off = [ours / ncu - 1 for ours, ncu in beside]
+    plain = [ours / ncu - 1 for ours, ncu in beside if ncu >= PLAIN_MHZ]
+    heavy = [ours / ncu - 1 for ours, ncu in beside if ncu < PLAIN_MHZ]
+    close = sum(1 for x in off if abs(x) <= 0.02)
+    clock = _clock_json(folder)
+    nvml = [c["nvml_sequence"] for c in clock["cases"].values() if c.get("nvml_sequence")]
+    reasons = max((max(n["reasons"].values()) for n in nvml), default=0.0)
+    nvml_mhz = sorted({n["sm_mhz"]["median"] for n in nvml})
+    return (
+        "Nor is the SM clock (`bench/h200_clock.py`, the later lease): ncu reports the clock each replayed kernel ran at "
+        f"({_span([n for _o, n in beside], lambda x: f'{x:,.0f}', '–')} MHz for the {len(beside)} kernels ≥ 5% of a "
+        "case that a probe overlapped), and a one-warp probe on a second stream, started with each operator, reads the "
+        "clock (`%clock64` over `%globaltimer`) the trace pass's kernels run at: within 2% of ncu's for "
+        f"{close} of {len(off)} (median {_pct(st.median(off), 1)}, at most {_upct([max(abs(x) for x in off)], 1)}); for "
+        f"the {len(plain)} that ncu ran at {PLAIN_MHZ:,} MHz or more (the elementwise and softmax passes and the fp32 "
+        f"GEMMs) {_span(plain)}, for the other {len(heavy)} "
+        f"(tensor-core kernels) {_span(heavy)}. Between kernels the probe "
+        f"reads {_span(between, lambda x: f'{x:,.0f}', '–')} MHz: the clock drops while a heavy kernel runs, in both. "
+        f"NVML read {', '.join(f'{x:,.0f}' for x in nvml_mhz)} MHz throughout (the clock it targets, not what a "
+        "tensor-core kernel gets) and "
+        + (
+            "no reason for holding the clock down (power cap, thermal, power brake)"
+            if reasons == 0
+            else f"a reason for holding the clock down in up to {reasons:.0%} of its samples"
+        )
+        + ". "
+    )
+
+
+def cost_variants(folder: Path) -> dict[str, dict[str, float]]:
+    """``bench/h200_ncu_cost.py``: ncu's reading less Kineto's, µs, per variant@grid, with ncu's flush ("all") and
+    without ("none")."""
+    kineto = json.loads((folder / "cost-kineto.json").read_text())
+    out: dict[str, dict[str, float]] = {}
+    for control in ("all", "none"):
+        with gzip.open(folder / f"cost-ncu-{control}.csv.gz", "rt") as f:
+            ncu = [v[DUR] / 1000 for name, _g, _b, v in parse_ncu_csv(f.read()) if name.startswith("cost_")]
+        per = len(ncu) // len(kineto["after_flush"])
+        out[control] = {
+            key: st.median(ncu[i * per : (i + 1) * per]) - ours
+            for i, (key, ours) in enumerate(kineto["after_flush"].items())
+        }
+    return out
+
+
+def _cost_words(folder: Path) -> str:
+    if not (folder / "cost-kineto.json").exists():
+        return ""
+    costs = cost_variants(folder)
+    shared = json.loads((folder / "cost-kineto.json").read_text())["shared_bytes"]
+    every = [v for per in costs.values() for v in per.values()]
+    return (
+        "The fixed cost does not depend on what a kernel uses (`bench/h200_ncu_cost.py`, the later lease: a spin of 20 "
+        "µs after work over one and two blocks per SM, with one or eight warps, with "
+        + " and ".join(f"{shared[k] // 1024} KiB" for k in ("dot64", "dot128"))
+        + " of shared memory and the tensor cores, or after 64 KiB of DRAM reads per block): ncu's reading less "
+        f"Kineto's is {_span(every, lambda x: f'{x:.2f}', '–')} µs over all of them, with ncu's flush and without. "
+    )
+
+
+def _later_words(iso: Isolation) -> str:
+    if iso.later is None:
+        return ""
+    prov = _json(iso.later / "provenance.json") if (iso.later / "provenance.json").exists() else {}
+    return (
+        f"A later lease (`{_rel(iso.later)}`: {prov.get('leases', 'the same day')}) traced the cases again in two more "
+        "contexts (`bench/h200_isolation.py --extra tlb --extra unmap`): `tlb`, one byte read in every 64 KiB of a "
+        "32 GiB buffer before every operator (the GPU's address translations of the kernel's buffers evicted, few "
+        "bytes moved), and `unmap`, the host synchronising and the driver allocating, touching and freeing 64 MiB "
+        "before every operator, as a tool that maps and unmaps memory between launches does; their effect against "
+        "that lease's own `sequence` is applied to ours (the tlb and unmap columns). "
+        + _cost_words(iso.later / "ncu-cost")
+        + _clock_words(iso.later)
+    )
 
 
 def _grid_words(grid: dict[str, float]) -> str:
@@ -1066,9 +1251,12 @@ def _grid_words(grid: dict[str, float]) -> str:
 class Isolation:
     """``bench/h200_isolation.py``'s data (``isolation.json``) with the same lease's runs and ncu passes."""
 
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, later: Path | None = None) -> None:
         self.d = Data(data)
         raw = _json(data / "isolation.json")
+        # a later lease's traces with the EXTRA_CONTEXTS (``bench/h200_isolation.py --extra``)
+        self.later = later
+        self.extra: dict[str, Any] = _json(later / "isolation-extra.json.gz") if later else {}
         self.gap_ms: float = raw["gap_ms"]
         self.cases: dict[str, Any] = raw["cases"]
         longer = data / "isolation-gap20.json"  # a later lease: a longer idle gap over some cases
@@ -1086,7 +1274,8 @@ class Isolation:
                 continue
             key = f"{r.suite}/{r.case.id}"
             us, why = self._contexts(key, r)
-            self.rows.append(IsoRow(r, us, why, cause_of(r, us, self.overhead)))
+            extra = self._contexts(key, r, self.extra["cases"])[0] if self.extra else None
+            self.rows.append(IsoRow(r, us, why, cause_of(r, us, self.overhead, extra), extra))
 
     def _contexts(
         self, key: str, r: KernelRow, cases: dict[str, Any] | None = None
@@ -1118,7 +1307,7 @@ class Isolation:
             )
         if not alone:
             return None, "launched right behind another kernel of an operator of its name (no flush or gap of its own)"
-        return {c: sum(ks[j]["us"][c] for j in js) / len(js) for c in CONTEXTS}, ""
+        return {c: sum(ks[j]["us"][c] for j in js) / len(js) for c in ks[js[0]]["us"]}, ""
 
 
 def _kernel_keys(rows: list[IsoRow]) -> str:
@@ -1144,8 +1333,10 @@ def _unexplained_words(iso: Isolation) -> list[str]:
                 us, _ = iso._contexts(f"{x.row.suite}/{x.row.case.id}", x.row, iso.longer["cases"])
                 if us is not None:
                     idle.append(us["idle"] / us["sequence"] - 1)
+        alone = {x.why for x in shorter if x.us is None}
         parts.append(
             f"{len(shorter)} read shorter than ncu by {_span(extra, fmt_us, '–')} µs, more than its fixed cost"
+            + (f" ({sum(1 for x in shorter if x.us is None)} not covered: {'; '.join(sorted(alone))})" if alone else "")
             + (f", and ncu without its flush reads them {_span(none, fmt_us, '–')} µs longer than ours" if none else "")
             + (
                 f"; an idle gap of {iso.longer['gap_ms']:g} ms before each (a later lease, `isolation-gap20.json`) read "
@@ -1161,15 +1352,46 @@ def _unexplained_words(iso: Isolation) -> list[str]:
             + _kernel_keys(shorter)
         )
     if longer:
-        moved = [max(abs(x.us[c] / x.us["sequence"] - 1) for c in CONTEXTS[1:]) for x in longer if x.us is not None]
+        moved = [
+            max(
+                [abs(x.us[c] / x.us["sequence"] - 1) for c in CONTEXTS[1:]]
+                + [abs(x.extra[c] / x.extra["sequence"] - 1) for c in EXTRA_CONTEXTS if x.extra and c in x.extra]
+            )
+            for x in longer
+            if x.us is not None
+        ]
+        clocks = [c for x in longer if iso.later and (c := clock_of(iso.later, x.row))]
         parts.append(
             f"{len(longer)} read longer than ncu by {_upct([x.row.delta or 0 for x in longer], 1)}"
             + (
-                f"; a flush or an idle gap before them moved the covered ones by {_upct(moved, 1)}, not enough to read as ncu"
+                f"; the probe beside {len(clocks)} of them read their clock within "
+                f"{_upct([max(abs(o / n - 1) for o, n in clocks)], 1)} of the clock ncu replayed them at, less than their gap"
+                if clocks
+                else ""
+            )
+            + (
+                f"; a flush, an idle gap{', evicted translations or unmapped memory' if iso.extra else ''} before them "
+                f"moved the covered ones by {_upct(moved, 1)}, and none of them made them read as ncu"
                 if moved
                 else ""
             )
             + _kernel_keys(longer)
+        )
+    # the later lease's own readings: its trace pass (the clock study's sequence), its ncu pass, and the driver's
+    # iterations traced without ncu
+    later = []
+    for x in left:
+        pair = _later_pair(iso.later, x.row) if iso.later else None
+        driver = driver_of(iso.later, x.row) if iso.later else None
+        if pair is not None and driver is not None:
+            later.append((driver / pair[0]["us"]["sequence"] - 1, driver / (pair[1][DUR] / 1000) - 1))
+    if later:
+        nearer = sum(1 for seq, ncu in later if abs(seq) < abs(ncu))
+        parts.append(
+            "the iterations ncu's driver hands to ncu, traced by Kineto without ncu (the later lease, "
+            f"`driver-kineto.json.gz`), read {nearer} of {len(later)} of these as that lease's trace pass does "
+            f"({_span([seq for seq, _n in later])} against it, {_span([n for _s, n in later])} against that lease's "
+            "ncu): what reads them apart is ncu's replay itself, with its flush or without"
         )
     return ["Without a measured cause: " + "; ".join(parts) + ".", ""]
 
@@ -1206,6 +1428,7 @@ def _isolation_section(iso: Isolation) -> list[str]:
             if iso.grid
             else ""
         )
+        + _later_words(iso)
         + "A gap's cause is the first of these that makes the reading agree with ncu's, where agree means within 3% of "
         f"the interval from ncu's reading less its fixed cost ({iso.overhead:.2f} µs per launch) to "
         "ncu's reading: " + "; ".join(f"{CAUSES[c]}" for c in CAUSES if c not in ("agrees", "unexplained")) + ".",
@@ -1217,15 +1440,22 @@ def _isolation_section(iso: Isolation) -> list[str]:
         + ".",
         "",
         *_unexplained_words(iso),
-        "| case | kernel | ours µs | ncu µs | Δ | sequence | flush | idle | flush-idle | ncu, cache none | cause |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| case | kernel | ours µs | ncu µs | Δ | sequence | flush | idle | flush-idle | ncu, cache none | "
+        + ("tlb | unmap | " if iso.extra else "")
+        + "cause |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if iso.extra else "") + "---|",
     ]
     for x in gaps:
         r = x.row
         ctx = [fmt_us(x.us[c]) if x.us else "—" for c in CONTEXTS]
+        later = [_pct(x.extra[c] / x.extra["sequence"] - 1) if x.extra else "—" for c in EXTRA_CONTEXTS]
         out.append(
             f"| {r.suite}/{r.case.id} | `{r.kernel.key[:40]}` | {fmt_us(r.ours_us)} | {fmt_us(r.ncu_us)} | "
-            f"{_pct(r.delta)} | " + " | ".join(ctx) + f" | {fmt_us(r.ncu_none_us)} | {CAUSES[x.cause]} |"
+            f"{_pct(r.delta)} | "
+            + " | ".join(ctx)
+            + f" | {fmt_us(r.ncu_none_us)} | "
+            + ("".join(f"{v} | " for v in later) if iso.extra else "")
+            + f"{CAUSES[x.cause]} |"
         )
     out.append("")
     return out
@@ -1534,10 +1764,67 @@ def _spread_words(
         out.append(_rounds_words(iso.d, _spread_counts(cases), t.effective_rounds if t else None, sessions is not None))
     if sessions is not None:
         out.append(_same_process_words(sessions))
+    if iso is not None and iso.later is not None and (iso.later / "processes").exists():
+        out.append(_clock_spread_words(iso.later / "processes"))
     out += _outlier_words(d, also)
     out += _placement_rows(d)
     out.append("")
     return out
+
+
+def clock_spread(folder: Path, least_us: float = 50.0) -> list[tuple[str, str, float, float, float, float, float]]:
+    """``bench/h200_clock.py`` run in several processes: per kernel ≥ 5% of its case and ≥ ``least_us``, with a probe
+    beside it in every process, the spread over the processes of its duration, of its clock and of the two's product
+    (its cycles), the correlation of duration with clock, and its median clock in MHz: (case, kernel, duration, clock,
+    cycles, correlation, MHz)."""
+    runs = [_json(path)["cases"] for path in sorted(folder.glob("clock-p*.json.gz"))]
+    out: list[tuple[str, str, float, float, float, float, float]] = []
+    for case, first in runs[0].items():
+        entries = [r.get(case, {}) for r in runs]
+        if any("kernels" not in e for e in entries) or len({len(e["kernels"]) for e in entries}) != 1:
+            continue
+        total = sum(k["us"]["sequence"] for k in first["kernels"])
+        for j, k in enumerate(first["kernels"]):
+            us = [e["kernels"][j]["us"]["sequence"] for e in entries]
+            mhz = [e["kernels"][j]["mhz"]["during"] for e in entries]
+            if us[0] < max(least_us, 0.05 * total) or None in mhz or len(set(mhz)) < 2:
+                continue
+            cycles = [a * b for a, b in zip(us, mhz, strict=True)]
+            out.append(
+                (case, k["name"], _spread(us), _spread(mhz), _spread(cycles), st.correlation(us, mhz), st.median(mhz))
+            )
+    return out
+
+
+def _clock_spread_words(folder: Path) -> str:
+    """Whether the level a kernel lands on in a process is the SM clock it runs at there."""
+    rows = clock_spread(folder)
+    if not rows:
+        return ""
+    wide = [r for r in rows if r[2] >= 0.009]
+    narrow = [r for r in rows if r[2] < 0.009]
+    tied = [r for r in wide if r[5] <= -0.7]
+    steadier = [r for r in tied if r[4] < r[2]]
+    slow = {(r[0], r[1]) for r in rows if r[6] < PLAIN_MHZ}
+    return (
+        f"Where that level comes from (`bench/h200_clock.py` in {len(list(folder.glob('clock-p*.json.gz')))} "
+        f"processes back to back, the later lease `{_rel(folder.parent)}`; a probe beside each kernel reads the SM "
+        f"clock it runs at): of {len(rows)} kernels ≥ 50 µs and ≥ 5% of a case, {len(wide)} spread 0.9% or more "
+        f"across the processes ({_upct([r[2] for r in wide], 2)}), {sum(1 for r in wide if (r[0], r[1]) in slow)} of "
+        f"them running below {PLAIN_MHZ:,} MHz (tensor-core kernels); for {len(tied)} of them the clock moved against "
+        f"the duration (correlation {_span([r[5] for r in tied], lambda x: f'{x:+.2f}', ' to ')}, clock spread median "
+        f"{st.median(r[3] for r in tied):.2%}), and the cycles (duration × clock) spread less than the duration for "
+        f"{len(steadier)} of them (median {st.median(r[4] for r in tied):.2%} against "
+        f"{st.median(r[2] for r in tied):.2%}): the clock the GPU grants tensor-core work in a process is a measured "
+        "part of their level, one that only locked clocks would hold still (this lent GPU's clocks are not ours to "
+        f"lock), and the rest of it is not the clock. The other {len(narrow)} spread {_upct([r[2] for r in narrow], 2)}, "
+        f"{sum(1 for r in narrow if (r[0], r[1]) not in slow)} of them running at {PLAIN_MHZ:,} MHz or more."
+        + _kernel_words(tied)
+    )
+
+
+def _kernel_words(rows: list[tuple[str, str, float, float, float, float, float]]) -> str:
+    return " (" + ", ".join(f"{case} `{base_name(name)[:32]}`" for case, name, *_ in rows) + ")" if rows else ""
 
 
 def _lead(d: Data) -> bool:
@@ -1729,10 +2016,13 @@ def main() -> int:
     parser.add_argument("--also", type=Path, help="the same runs with another number of rounds, for the spread")
     parser.add_argument("--isolation", type=Path, help="a lease's runs, ncu passes and bench/h200_isolation.py data")
     parser.add_argument("--same", type=Path, help="bench/h200_same_process.py's sessions in one process and in five")
+    parser.add_argument(
+        "--later", type=Path, help="a later lease's clock study, ncu cost variants and extra isolation contexts"
+    )
     args = parser.parse_args()
     data = Data(args.data.resolve())
     also = Data(args.also.resolve()) if args.also else None
-    iso = Isolation(args.isolation.resolve()) if args.isolation else None
+    iso = Isolation(args.isolation.resolve(), args.later.resolve() if args.later else None) if args.isolation else None
     same = args.same.resolve() if args.same else None
     text = render(data, args.out.resolve(), args.out.with_name("h200-truth.png"), also, iso, same)
     cases = case_rows(data)
