@@ -10,13 +10,15 @@ blocks so that drift cancels:
             reasons the driver gives for holding the clock down)
   between   a clock probe queued before every operator on the step's stream: the clock right after its
             predecessor ends and right before it starts
-  during    a clock probe queued before every operator on a second stream that waits for the step's stream: it
-            starts with the operator's first kernel and runs beside it on one warp of one SM
+  during    a shorter clock probe queued before every operator on a second stream that waits for the step's stream:
+            it starts when the step's stream reaches the operator (later, when the probe before it still runs) and
+            runs beside the operator's first kernel on one warp of one SM
 
 A probe is one warp that spins ``--probe-cycles`` SM cycles and records ``%clock64`` and ``%globaltimer`` at its
-start and end: the clock is the cycles over the nanoseconds. A step kernel gets the probe that overlaps it most
-(during) or the probes before and after it (between). Its durations under the probes are recorded too, so a probe
-that moved the kernel is seen.
+start and end: the clock is the cycles over the nanoseconds (``%globaltimer`` steps by 32 ns on the H200). A step
+kernel gets the probes right before and after it (between) and the probe beside it that lies at least 90% inside it
+(during): that probe samples the clock over its own few microseconds, not over the whole kernel as ncu's average
+does. Its durations under the probes are recorded too, so a probe that moved the kernel is seen.
 
 Writes {case: {"kernels": [{"name", "grid", "us": {context: median}, "mhz": {"before", "after", "during"}}],
 "nvml": {...}} or {"error": ...}} and prints one line per case.
@@ -47,6 +49,7 @@ CONTEXTS = ("sequence", "between", "during")
 SLOTS = 1 << 16
 # Kineto reads a one-warp spin of n cycles as n / clock + 0.70 µs on the H200 (the ncu-grid data, 5-50 µs spins)
 KINETO_SPIN_OFFSET_US = 0.70
+INSIDE = 0.9  # the share of a beside-probe's time that must fall inside the kernel it is read for
 Event = tuple[str, tuple[int, ...], tuple[int, ...], float, float]  # name, grid, block, start µs, duration µs
 
 
@@ -147,6 +150,25 @@ def _overlap(a: Event, b: Event) -> float:
     return max(0.0, min(a[3] + a[4], b[3] + b[4]) - max(a[3], b[3]))
 
 
+def around(kernels: list[Event], clocks: list[tuple[Event, float | None]]) -> tuple[list[float | None], ...]:
+    """Per kernel, the clock of the last probe that ended before it started and of the first that started after it
+    ended (probes on the kernels' own stream)."""
+    before = [next((c for e, c in reversed(clocks) if e[3] + e[4] <= k[3]), None) for k in kernels]
+    after = [next((c for e, c in clocks if e[3] >= k[3] + k[4]), None) for k in kernels]
+    return before, after
+
+
+def inside(kernels: list[Event], clocks: list[tuple[Event, float | None]], share: float = INSIDE) -> list[float | None]:
+    """Per kernel, the clock of the probe (on the second stream) that lies most inside it, if at least ``share`` of
+    that probe's time does: a probe that ran only partly beside the kernel read another kernel's clock as well."""
+    out: list[float | None] = []
+    for k in kernels:
+        best = max(clocks, key=lambda ec: _overlap(ec[0], k), default=None)
+        ok = best is not None and best[0][4] > 0 and _overlap(best[0], k) >= share * best[0][4]
+        out.append(best[1] if ok and best is not None else None)
+    return out
+
+
 class Sampler:
     """NVML in a thread: SM clock (MHz), power (W) and the clock event reasons, every ``period_s``."""
 
@@ -208,7 +230,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--per-block", type=int, default=8)
-    parser.add_argument("--probe-cycles", type=int, default=20000)
+    parser.add_argument("--probe-cycles", type=int, default=20000, help="the probe between operators")
+    parser.add_argument(
+        "--beside-cycles", type=int, default=8000, help="the probe beside a kernel: short, so it fits inside one"
+    )
     args = parser.parse_args()
     from bench.h200_hold import cases_matching
     from bench.h200_isolation import _kernels, _signature
@@ -223,7 +248,7 @@ def main() -> int:
         flush()
         torch.cuda.synchronize()
     flush_kernels = _signature(_kernels(prof))
-    probes = {"between": Probe(args.probe_cycles, None), "during": Probe(args.probe_cycles, torch.cuda.Stream())}
+    probes = {"between": Probe(args.probe_cycles, None), "during": Probe(args.beside_cycles, torch.cuda.Stream())}
     for p in probes.values():  # compile
         p()
         p.readings()
@@ -235,7 +260,13 @@ def main() -> int:
     idle_mhz = [mhz(r) for r in probes["between"].readings()]
     sampler = Sampler()
     switch = _Switch()
-    results: dict[str, Any] = {"probe_cycles": args.probe_cycles, "after_flush_mhz": idle_mhz, "cases": {}}
+    results: dict[str, Any] = {
+        "probe_cycles": args.probe_cycles,
+        "beside_cycles": args.beside_cycles,
+        "inside": INSIDE,
+        "after_flush_mhz": idle_mhz,
+        "cases": {},
+    }
     started = time.perf_counter()
     with launch_enter_hook(switch):
         chosen = cases_matching(args.suites, args.case or ["*"])
@@ -327,15 +358,11 @@ def _case(
                             for i, e in its_probes
                             if i < len(readings) and e[4] > KINETO_SPIN_OFFSET_US
                         ]
-                        # the last probe that ended before the kernel started, the first that started after it ended
-                        before.append([_med([c for e, c in clocks if e[3] + e[4] <= k[3]][-1:]) for k in kernels])
-                        after.append([_med([c for e, c in clocks if e[3] >= k[3] + k[4]][:1]) for k in kernels])
+                        b_row, a_row = around(kernels, clocks)
+                        before.append(b_row)
+                        after.append(a_row)
                     elif context == "during":
-                        row: list[float | None] = []
-                        for k in kernels:
-                            best = max(clocks, key=lambda ec: _overlap(ec[0], k), default=None)
-                            row.append(best[1] if best is not None and _overlap(best[0], k) > 0 else None)
-                        during.append(row)
+                        during.append(inside(kernels, clocks))
         nvml = sampler.summary()
     return {
         "iterations": blocks * per_block,

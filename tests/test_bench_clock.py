@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.h200_clock import Sampler, _overlap, mhz, split_step
+from bench.h200_clock import Sampler, _overlap, around, inside, mhz, split_step
 
 SPIN = "at::cuda::(anonymous namespace)::spin_kernel(long)"
 
@@ -57,3 +57,30 @@ def test_nvml_summary_counts_each_reason_by_its_bit() -> None:
     assert got["reasons"]["hw_power_brake"] == 0.25
     assert got["reasons"]["hw_slowdown"] == 0.0
     assert s.samples == []  # the next case starts with none
+
+
+def test_a_probe_beside_a_kernel_counts_only_when_it_lies_inside_it() -> None:
+    gemm, soft = _e("gemm", 100, 80), _e("softmax", 181, 20)
+    probes = [
+        (_e("clock_probe", 101, 4), 1750.0),  # inside the GEMM
+        (_e("clock_probe", 178, 4), 1950.0),  # mostly after it: a sliver of the GEMM, most of the softmax
+    ]
+    assert inside([gemm, soft], probes) == [1750.0, None]  # 1 µs of its 4 inside the softmax: not its clock
+    late = [(_e("clock_probe", 182, 4), 1960.0)]
+    assert inside([gemm, soft], late) == [None, 1960.0]
+    assert inside([gemm], []) == [None]
+    assert inside([_e("short", 0, 2)], [(_e("clock_probe", 0, 4), 1900.0)]) == [None]  # longer than the kernel
+
+
+def test_the_probes_between_kernels_are_the_nearest_before_and_after() -> None:
+    gemm, soft = _e("gemm", 100, 80), _e("softmax", 200, 20)
+    probes = [
+        (_e("clock_probe", 80, 10), 1960.0),
+        (_e("clock_probe", 90, 10), 1955.0),  # the last to end before the GEMM
+        (_e("clock_probe", 180, 10), 1800.0),  # right after the GEMM, before the softmax
+        (_e("clock_probe", 225, 10), 1965.0),
+    ]
+    before, after = around([gemm, soft], probes)
+    assert before == [1955.0, 1800.0]
+    assert after == [1800.0, 1965.0]
+    assert around([gemm], []) == ([None], [None])
