@@ -6,7 +6,7 @@ import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from service.audit.address import ClientAddressMiddleware
 from service.comparisons import alert_outbox
@@ -18,6 +18,7 @@ from service.limits import BodyLimitMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.openapi import LICENSE, SERVERS, operation_id
 from service.openapi import install as install_openapi
+from service.query import known_query_only
 from service.ratelimit import make_rate_limiter
 from service.routers import ROUTERS
 from service.timing import ServerTimingMiddleware
@@ -59,7 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.send_feedback = FeedbackSender(lambda: request_session(app), settings)
     install_handlers(app)
     for router in ROUTERS:
-        app.include_router(router)
+        app.include_router(router, dependencies=[Depends(known_query_only)])
     install_web(app, settings)
     install_openapi(app)
     app.add_middleware(

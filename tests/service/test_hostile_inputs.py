@@ -288,3 +288,24 @@ def test_a_worker_token_gets_the_same_403_for_a_project_that_exists_or_not(clien
             assert answers[0].json()["detail"].startswith("a worker token opens no project route")
     assert client.get(f"/api/v1/projects/{tenant.name}/runs", headers=tenant.h("read")).json()["runs"] == []
     assert _jobs(client, tenant) == []
+
+
+# --- query parameters -----------------------------------------------------------------------------------
+
+
+def test_a_query_parameter_the_route_does_not_take_is_a_422_that_names_it(client, tenant) -> None:
+    alerts = f"/api/v1/projects/{tenant.name}/alerts"
+    assert client.get(f"{alerts}?regressions_only=false", headers=tenant.h("read")).status_code == 200
+    for query, named in [
+        ("regresions_only=false", "'regresions_only'"),  # a misspelt filter is not silently dropped
+        ("after=1&=null", "''"),  # a parameter with no name
+        ("limit=5&foo=1&bar=2", "'bar', 'foo'"),
+    ]:
+        r = client.get(f"{alerts}?{query}", headers=tenant.h("read"))
+        assert r.status_code == 422, (query, r.text)
+        body = r.json()
+        assert body["error"] == "invalid_payload"
+        assert named in body["detail"] and "it takes: after, limit, regressions_only" in body["detail"], body
+    # a dependency's own query parameters count as the route's (the job list's paging)
+    assert client.get(f"/api/v1/projects/{tenant.name}/jobs?limit=5", headers=tenant.h("read")).status_code == 200
+    assert client.get(f"/api/v1/projects/{tenant.name}/jobs?limt=5", headers=tenant.h("read")).status_code == 422
