@@ -15,7 +15,8 @@ traced (Kineto, as the trace pass does) in four contexts, interleaved in blocks 
 and, with ``--extra``, contexts that test what else ncu's replay may leave behind:
 
   tlb         before every operator, a read of one byte in every 64 KiB of a 32 GiB buffer: the GPU's address
-              translations of the kernel's buffers evicted, its caches otherwise as the flush leaves them
+              translations evicted (about 16,000 at 2 MiB pages); the reads also bring 16-64 MiB into L2, which
+              the flush context tells apart, since it replaces all of L2
   unmap       before every operator, the host synchronises and allocates and frees 64 MiB through the driver
               (``cuMemAlloc``/``cuMemFree``), as a tool that maps and unmaps memory between launches does
 
@@ -135,8 +136,8 @@ def _between_markers_flagged(
 
 
 def _tlb_hook() -> Callable[[], None]:
-    """One byte read in every ``TLB_STRIDE`` of a ``TLB_SPAN`` buffer: as many address translations as it has
-    strides, few bytes."""
+    """One byte read in every ``TLB_STRIDE`` of a ``TLB_SPAN`` buffer: every page of it touched (about 16,000 at 2 MiB
+    pages), so the translations cached for other buffers are evicted; each read brings a sector or more into L2."""
     span = torch.empty(TLB_SPAN, dtype=torch.uint8, device="cuda")
     strided = span[::TLB_STRIDE]
 

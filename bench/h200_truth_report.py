@@ -3,7 +3,8 @@
     .venv/bin/python bench/h200_truth_report.py --data bench/reports/data/h200-truth-2026-12-02-lead \\
         --also bench/reports/data/h200-truth-2026-12-02-rounds5 \\
         --isolation bench/reports/data/h200-truth-2026-12-02-r20 \\
-        --same bench/reports/data/h200-same-process-2026-12-02 --out bench/reports/h200-truth.md
+        --same bench/reports/data/h200-same-process-2026-12-02 \\
+        --later bench/reports/data/h200-clock-2026-12-02 --out bench/reports/h200-truth.md
 
 Reads what ``bench/h200_truth.sh runs 5`` and ``bench/h200_truth.sh ncu`` gathered (and ``bench/h200_hold.py``,
 ``bench/h200_flush_variants.py``, ``bench/h200_ncu_overhead.py`` and ``bench/h200_placement.py`` before them): ``runN/<suite>.json.gz`` (result documents of five independent processes
@@ -15,7 +16,10 @@ versions. ``--also``: the same runs gathered another way (another number of roun
 samples. ``--isolation``: a lease's own runs and ncu passes with ``bench/h200_isolation.py``'s traces
 (``isolation.json``: every kernel after a flush, an idle gap or both) and ``bench/h200_ncu_grid.py``'s
 (``ncu-grid/``), for the cause of each per-kernel gap. ``--same``: ``bench/h200_same_process.py``'s sessions (five
-in one process, one in each of five), for whether the spread is the process's. Every figure in the prose is computed from these files; the auxiliary experiments' figures (hold, flush
+in one process, one in each of five), for whether the spread is the process's. ``--later``: later runs'
+``bench/h200_clock.py`` traces and ncu's clock (``clock.json.gz``, ``ncu-clock-*``, ``processes/``),
+``bench/h200_ncu_cost.py``'s (``ncu-cost/``), the ``--extra`` isolation contexts (``isolation-extra.json.gz``) and
+the driver's iterations without ncu (``driver-kineto.json.gz``). Every figure in the prose is computed from these files; the auxiliary experiments' figures (hold, flush
 variants, ncu's overhead, placement, outliers) are named as such where they are quoted. Writes the markdown report and
 ``h200-truth.png``. Torch-free and deterministic.
 """
@@ -429,7 +433,7 @@ def render(
         + ("; the sessions in one process against separate processes (section 4) in a lease after that" if same else "")
         + (
             "; the SM clock, ncu's cost per kind of kernel, two more contexts and the driver's iterations without ncu "
-            "(sections 3 and 4) in short leases that evening"
+            "(sections 3 and 4) in later runs that evening"
             if iso is not None and iso.later is not None
             else ""
         )
@@ -495,7 +499,7 @@ def render(
         ),
         *(
             [
-                "# the later leases: the SM clock, ncu's cost per kernel kind, two more contexts, the driver's iterations",
+                "# later runs: the SM clock, ncu's cost per kernel kind, two more contexts, the driver's iterations",
                 "bash bench/h200_truth.sh clock; bash bench/h200_truth.sh cost",
                 "python3 bench/h200_isolation.py examples/llama7b.toml bench/validation/suite.toml --extra tlb --extra unmap "
                 "--blocks 2 --per-block 8 --out isolation-extra.json",
@@ -595,17 +599,7 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
     tight = sum(1 for c in long_ if _spread(c.ours) <= SPREAD_LONG)
     out.append(
         f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)} | "
-        + (
-            "met"
-            if tight == len(long_)
-            else "**not met**: section 4"
-            + (
-                " (a measured part of it is the SM clock the GPU grants tensor-core work in each process; its clocks "
-                "are not ours to lock)"
-                if iso is not None and iso.later is not None and (iso.later / "processes").exists()
-                else ""
-            )
-        )
+        + ("met" if tight == len(long_) else "**not met**: section 4")
         + " |"
     )
     out.append("")
@@ -1129,14 +1123,6 @@ def _later_pair(folder: Path, r: KernelRow) -> tuple[dict[str, Any], dict[str, f
     return clock_pairs(folder).get((key, js[0])) if js else None
 
 
-def clock_of(folder: Path, r: KernelRow) -> tuple[float, float] | None:
-    """The clock the probe beside ``r``'s kernel read and the clock ncu replayed it at, MHz (its first launch)."""
-    pair = _later_pair(folder, r)
-    if pair is None or not pair[0]["mhz"]["during"]:
-        return None
-    return pair[0]["mhz"]["during"], pair[1][HZ] / 1e6
-
-
 def driver_of(folder: Path, r: KernelRow) -> float | None:
     """``r``'s kernel in the iterations ncu's driver hands to ncu, traced by Kineto without ncu (µs per launch)."""
     path = folder / "driver-kineto.json.gz"
@@ -1147,39 +1133,41 @@ def driver_of(folder: Path, r: KernelRow) -> float | None:
     return sum(ks[j][2] for j in js) / len(js) if js else None
 
 
+def beside(k: dict[str, Any], moved: float = 0.02) -> float | None:
+    """The clock the probe beside a kernel read (MHz), unless the probe moved the kernel by more than ``moved``."""
+    mhz = k["mhz"].get("during")
+    return mhz if mhz and abs(k["us"]["during"] / k["us"]["sequence"] - 1) <= moved else None
+
+
 def _clock_words(folder: Path) -> str:
-    """Whether ncu replays a kernel at another SM clock than the trace pass runs it at."""
+    """What the clock probes read against ncu's clock for the same kernels, and NVML's reading."""
     if not (folder / "clock.json.gz").exists():
         return ""
     pairs = [p for p in clock_pairs(folder).values() if p[3]]
-    beside = [(k["mhz"]["during"], va[HZ] / 1e6) for k, va, _vn, _h in pairs if k["mhz"]["during"]]
+    read = [(b, va[HZ] / 1e6) for k, va, _vn, _h in pairs if (b := beside(k))]
     between = [k["mhz"]["before"] for k, _va, _vn, _h in pairs if k["mhz"]["before"]]
-    if not beside:
+    if not read:
         return ""
-    off = [ours / ncu - 1 for ours, ncu in beside]
-    plain = [ours / ncu - 1 for ours, ncu in beside if ncu >= PLAIN_MHZ]
-    heavy = [ours / ncu - 1 for ours, ncu in beside if ncu < PLAIN_MHZ]
-    close = sum(1 for x in off if abs(x) <= 0.02)
+    off = [ours / ncu - 1 for ours, ncu in read]
     clock = _clock_json(folder)
     nvml = [c["nvml_sequence"] for c in clock["cases"].values() if c.get("nvml_sequence")]
     reasons = max((max(n["reasons"].values()) for n in nvml), default=0.0)
-    nvml_mhz = sorted({n["sm_mhz"]["median"] for n in nvml})
+    low = min((n["sm_mhz"]["min"] for n in nvml), default=0.0)
+    high = max((n["sm_mhz"]["median"] for n in nvml), default=0.0)
     return (
-        "Nor is the SM clock (`bench/h200_clock.py`, the later lease): ncu reports the clock each replayed kernel ran at "
-        f"({_span([n for _o, n in beside], lambda x: f'{x:,.0f}', '–')} MHz for the {len(beside)} kernels ≥ 5% of a "
-        "case that a probe overlapped), and a one-warp probe on a second stream, started with each operator, reads the "
-        "clock (`%clock64` over `%globaltimer`) the trace pass's kernels run at: within 2% of ncu's for "
-        f"{close} of {len(off)} (median {_pct(st.median(off), 1)}, at most {_upct([max(abs(x) for x in off)], 1)}); for "
-        f"the {len(plain)} that ncu ran at {PLAIN_MHZ:,} MHz or more (the elementwise and softmax passes and the fp32 "
-        f"GEMMs) {_span(plain)}, for the other {len(heavy)} "
-        f"(tensor-core kernels) {_span(heavy)}. Between kernels the probe "
-        f"reads {_span(between, lambda x: f'{x:,.0f}', '–')} MHz: the clock drops while a heavy kernel runs, in both. "
-        f"NVML read {', '.join(f'{x:,.0f}' for x in nvml_mhz)} MHz throughout (the clock it targets, not what a "
-        "tensor-core kernel gets) and "
+        "The SM clock (`bench/h200_clock.py`, the later runs) could not be settled either way: ncu reports the clock "
+        f"each replayed kernel ran at, averaged over it ({_span([n for _o, n in read], lambda x: f'{x:,.0f}', '–')} "
+        "MHz for the kernels below), and a one-warp probe on a second stream, started with each operator and counted "
+        f"when at least 90% of it lies inside the kernel and it moved the kernel by 2% or less, read {len(read)} of the "
+        f"{len(pairs)} kernels ≥ 5% of a case: {_span(off)} against ncu's clock (median {_pct(st.median(off), 1)}). The "
+        "probe samples a kernel's first microseconds, ncu its whole length, so this neither shows nor rules out a "
+        f"different clock over the kernel. Between kernels the probe reads {_span(between, lambda x: f'{x:,.0f}', '–')} "
+        f"MHz; NVML read {_span([low, high], lambda x: f'{x:,.0f}', '–')} MHz in every sample, above ncu's clock for "
+        f"{sum(1 for _o, n in read if n < low)} of these {len(read)} kernels, and "
         + (
-            "no reason for holding the clock down (power cap, thermal, power brake)"
+            "gave no reason for holding the clock down (power cap, thermal, power brake)"
             if reasons == 0
-            else f"a reason for holding the clock down in up to {reasons:.0%} of its samples"
+            else f"gave a reason for holding the clock down in up to {reasons:.0%} of its samples"
         )
         + ". "
     )
@@ -1208,11 +1196,13 @@ def _cost_words(folder: Path) -> str:
     shared = json.loads((folder / "cost-kineto.json").read_text())["shared_bytes"]
     every = [v for per in costs.values() for v in per.values()]
     return (
-        "The fixed cost does not depend on what a kernel uses (`bench/h200_ncu_cost.py`, the later lease: a spin of 20 "
-        "µs after work over one and two blocks per SM, with one or eight warps, with "
-        + " and ".join(f"{shared[k] // 1024} KiB" for k in ("dot64", "dot128"))
-        + " of shared memory and the tensor cores, or after 64 KiB of DRAM reads per block): ncu's reading less "
-        f"Kineto's is {_span(every, lambda x: f'{x:.2f}', '–')} µs over all of them, with ncu's flush and without. "
+        "The fixed cost does not depend on what a kernel uses, as far as tried (`bench/h200_ncu_cost.py`, the later "
+        "runs: a spin of 20 µs after work over one and two blocks per SM, with one or eight warps, after one tile "
+        "product on the tensor cores through "
+        + " or ".join(f"{shared[k] // 1024} KiB" for k in ("dot64", "dot128"))
+        + " of shared memory, or after 64 KiB of DRAM reads per block): ncu's reading less "
+        f"Kineto's is {_span(every, lambda x: f'{x:.2f}', '–')} µs over all of them, with ncu's flush and without; "
+        "a kernel that keeps the tensor cores busy for its whole length was not among them. "
     )
 
 
@@ -1221,12 +1211,13 @@ def _later_words(iso: Isolation) -> str:
         return ""
     prov = _json(iso.later / "provenance.json") if (iso.later / "provenance.json").exists() else {}
     return (
-        f"A later lease (`{_rel(iso.later)}`: {prov.get('leases', 'the same day')}) traced the cases again in two more "
+        f"Later runs (`{_rel(iso.later)}`: {prov.get('leases', 'the same day')}) traced the cases again in two more "
         "contexts (`bench/h200_isolation.py --extra tlb --extra unmap`): `tlb`, one byte read in every 64 KiB of a "
-        "32 GiB buffer before every operator (the GPU's address translations of the kernel's buffers evicted, few "
-        "bytes moved), and `unmap`, the host synchronising and the driver allocating, touching and freeing 64 MiB "
+        "32 GiB buffer before every operator (about 16,000 address translations at 2 MiB pages evicted; the reads "
+        "also bring 16–64 MiB into L2, but the `flush` context, which replaces all of L2, did not move the kernels "
+        "`tlb` moves), and `unmap`, the host synchronising and the driver allocating, touching and freeing 64 MiB "
         "before every operator, as a tool that maps and unmaps memory between launches does; their effect against "
-        "that lease's own `sequence` is applied to ours (the tlb and unmap columns). "
+        "those runs' own `sequence` is applied to ours (the tlb and unmap columns). "
         + _cost_words(iso.later / "ncu-cost")
         + _clock_words(iso.later)
     )
@@ -1256,7 +1247,8 @@ class Isolation:
         raw = _json(data / "isolation.json")
         # a later lease's traces with the EXTRA_CONTEXTS (``bench/h200_isolation.py --extra``)
         self.later = later
-        self.extra: dict[str, Any] = _json(later / "isolation-extra.json.gz") if later else {}
+        extra = later / "isolation-extra.json.gz" if later else None
+        self.extra: dict[str, Any] = _json(extra) if extra is not None and extra.exists() else {}
         self.gap_ms: float = raw["gap_ms"]
         self.cases: dict[str, Any] = raw["cases"]
         longer = data / "isolation-gap20.json"  # a later lease: a longer idle gap over some cases
@@ -1274,7 +1266,7 @@ class Isolation:
                 continue
             key = f"{r.suite}/{r.case.id}"
             us, why = self._contexts(key, r)
-            extra = self._contexts(key, r, self.extra["cases"])[0] if self.extra else None
+            extra = self._contexts(key, r, self.extra["cases"])[0] if self.extra and us is not None else None
             self.rows.append(IsoRow(r, us, why, cause_of(r, us, self.overhead, extra), extra))
 
     def _contexts(
@@ -1360,15 +1352,8 @@ def _unexplained_words(iso: Isolation) -> list[str]:
             for x in longer
             if x.us is not None
         ]
-        clocks = [c for x in longer if iso.later and (c := clock_of(iso.later, x.row))]
         parts.append(
             f"{len(longer)} read longer than ncu by {_upct([x.row.delta or 0 for x in longer], 1)}"
-            + (
-                f"; the probe beside {len(clocks)} of them read their clock within "
-                f"{_upct([max(abs(o / n - 1) for o, n in clocks)], 1)} of the clock ncu replayed them at, less than their gap"
-                if clocks
-                else ""
-            )
             + (
                 f"; a flush, an idle gap{', evicted translations or unmapped memory' if iso.extra else ''} before them "
                 f"moved the covered ones by {_upct(moved, 1)}, and none of them made them read as ncu"
@@ -1388,10 +1373,12 @@ def _unexplained_words(iso: Isolation) -> list[str]:
     if later:
         nearer = sum(1 for seq, ncu in later if abs(seq) < abs(ncu))
         parts.append(
-            "the iterations ncu's driver hands to ncu, traced by Kineto without ncu (the later lease, "
-            f"`driver-kineto.json.gz`), read {nearer} of {len(later)} of these as that lease's trace pass does "
-            f"({_span([seq for seq, _n in later])} against it, {_span([n for _s, n in later])} against that lease's "
-            "ncu): what reads them apart is ncu's replay itself, with its flush or without"
+            "the iterations ncu's driver hands to ncu, traced by Kineto without ncu (the later runs, "
+            f"`driver-kineto.json.gz`), read {nearer} of {len(later)} of these nearer to those runs' own trace pass than "
+            f"to their ncu ({_upct([abs(seq) for seq, _n in later], 1)} from the trace pass, "
+            f"{_upct([abs(n) for _s, n in later], 1)} from ncu). No trace of ours, in any of the contexts above, reads "
+            "them as ncu does, and the iterations ncu replays read as ours without it: by elimination the difference "
+            "arises in ncu's replay, with its flush or without; what in the replay does it is not measured"
         )
     return ["Without a measured cause: " + "; ".join(parts) + ".", ""]
 
@@ -1786,7 +1773,7 @@ def clock_spread(folder: Path, least_us: float = 50.0) -> list[tuple[str, str, f
         total = sum(k["us"]["sequence"] for k in first["kernels"])
         for j, k in enumerate(first["kernels"]):
             us = [e["kernels"][j]["us"]["sequence"] for e in entries]
-            mhz = [e["kernels"][j]["mhz"]["during"] for e in entries]
+            mhz = [beside(e["kernels"][j]) for e in entries]
             if us[0] < max(least_us, 0.05 * total) or None in mhz or len(set(mhz)) < 2:
                 continue
             cycles = [a * b for a, b in zip(us, mhz, strict=True)]
@@ -1797,34 +1784,33 @@ def clock_spread(folder: Path, least_us: float = 50.0) -> list[tuple[str, str, f
 
 
 def _clock_spread_words(folder: Path) -> str:
-    """Whether the level a kernel lands on in a process is the SM clock it runs at there."""
+    """Whether the level a kernel lands on in a process follows the SM clock a probe reads beside it."""
     rows = clock_spread(folder)
     if not rows:
         return ""
-    wide = [r for r in rows if r[2] >= 0.009]
-    narrow = [r for r in rows if r[2] < 0.009]
+    runs = len(list(folder.glob("clock-p*.json.gz")))
+    wide = sorted((r for r in rows if r[2] >= 0.005), key=lambda r: -r[2])
     tied = [r for r in wide if r[5] <= -0.7]
-    steadier = [r for r in tied if r[4] < r[2]]
-    slow = {(r[0], r[1]) for r in rows if r[6] < PLAIN_MHZ}
     return (
-        f"Where that level comes from (`bench/h200_clock.py` in {len(list(folder.glob('clock-p*.json.gz')))} "
-        f"processes back to back, the later lease `{_rel(folder.parent)}`; a probe beside each kernel reads the SM "
-        f"clock it runs at): of {len(rows)} kernels ≥ 50 µs and ≥ 5% of a case, {len(wide)} spread 0.9% or more "
-        f"across the processes ({_upct([r[2] for r in wide], 2)}), {sum(1 for r in wide if (r[0], r[1]) in slow)} of "
-        f"them running below {PLAIN_MHZ:,} MHz (tensor-core kernels); for {len(tied)} of them the clock moved against "
-        f"the duration (correlation {_span([r[5] for r in tied], lambda x: f'{x:+.2f}', ' to ')}, clock spread median "
-        f"{st.median(r[3] for r in tied):.2%}), and the cycles (duration × clock) spread less than the duration for "
-        f"{len(steadier)} of them (median {st.median(r[4] for r in tied):.2%} against "
-        f"{st.median(r[2] for r in tied):.2%}): the clock the GPU grants tensor-core work in a process is a measured "
-        "part of their level, one that only locked clocks would hold still (this lent GPU's clocks are not ours to "
-        f"lock), and the rest of it is not the clock. The other {len(narrow)} spread {_upct([r[2] for r in narrow], 2)}, "
-        f"{sum(1 for r in narrow if (r[0], r[1]) not in slow)} of them running at {PLAIN_MHZ:,} MHz or more."
-        + _kernel_words(tied)
+        f"Whether that level follows the SM clock (`bench/h200_clock.py` in {runs} processes back to back, the later "
+        f"runs, `{_rel(folder.parent)}`): a probe beside each kernel read it in every process for {len(rows)} kernels "
+        f"≥ 50 µs and ≥ 5% of a case; {len(wide)} of them spread 0.5% or more across the processes "
+        f"({_upct([r[2] for r in wide], 2)}), and their clock moved against their duration (correlation ≤ −0.7 over "
+        f"the {runs} processes) for {len(tied)} of those {len(wide)}; over all {len(rows)} the correlation spans "
+        f"{_span([r[5] for r in rows], lambda x: f'{x:+.2f}', ' to ')}. So the clock a probe reads at a kernel's start "
+        "does not account for the level a process lands on: the runs here had their clocks unlocked, and whether "
+        "locked clocks would narrow the spread below 0.5% is not measured."
+        + (
+            " Spreading 0.5% or more: "
+            + ", ".join(
+                f"{case} `{base_name(name)[:32]}` {_pct(sp, 2, False)} (r {c:+.2f})"
+                for case, name, sp, _f, _y, c, _m in wide
+            )
+            + "."
+            if wide
+            else ""
+        )
     )
-
-
-def _kernel_words(rows: list[tuple[str, str, float, float, float, float, float]]) -> str:
-    return " (" + ", ".join(f"{case} `{base_name(name)[:32]}`" for case, name, *_ in rows) + ")" if rows else ""
 
 
 def _lead(d: Data) -> bool:

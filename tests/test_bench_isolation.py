@@ -15,8 +15,8 @@ from bench.h200_truth_report import (
     CONTEXTS,
     Isolation,
     KernelRow,
+    beside,
     cause_of,
-    clock_of,
     clock_pairs,
     clock_spread,
     consistent,
@@ -206,17 +206,26 @@ def test_on_the_h200_cold_translations_explain_the_long_decode_kernels() -> None
     assert split.cause == "tlb"
 
 
-def test_on_the_h200_the_probe_beside_a_kernel_reads_the_clock_ncu_replays_it_at() -> None:
-    pairs = [p for p in clock_pairs(LATER).values() if p[3] and p[0]["mhz"]["during"]]
-    assert len(pairs) >= 30
-    off = sorted(
-        abs(k["mhz"]["during"] / (va["sm__cycles_elapsed.avg.per_second"] / 1e6) - 1) for k, va, _n, _h in pairs
-    )
-    assert sum(1 for x in off if x <= 0.02) >= 0.75 * len(off)  # three in four within 2%
-    # tensor-core kernels run below 1.9 GHz and the probe between kernels reads above it: the clock drops within them
-    (flash,) = _find("llama7b/sdpa[backend=flash,pass=fwd]", "pytorch_flash::flash_fwd_kernel")
-    ours, ncu = clock_of(LATER, flash.row) or (0.0, 0.0)
-    assert 1600 < ours < 1900 and abs(ours / ncu - 1) < 0.02
+def test_a_probe_reading_counts_only_where_the_probe_left_the_kernel_alone() -> None:
+    k = {"us": {"sequence": 410.5, "between": 455.8, "during": 456.4}, "mhz": {"during": 1950.0}}
+    assert beside(k) is None  # the probe beside it made it 11% longer: its clock is not the kernel's
+    k["us"]["during"] = 412.0
+    assert beside(k) == 1950.0
+    k["mhz"]["during"] = None
+    assert beside(k) is None
+
+
+def test_on_the_h200_the_probes_read_the_clock_between_kernels_above_the_tensor_core_kernels() -> None:
+    pairs = [p for p in clock_pairs(LATER).values() if p[3]]
+    assert len(pairs) >= 90  # every covered case pairs with ncu's launches
+    read = [(b, va["sm__cycles_elapsed.avg.per_second"] / 1e6) for k, va, _n, _h in pairs if (b := beside(k))]
+    assert len(read) >= 25
+    # between kernels the clock is near the top; ncu's average over a tensor-core kernel is well under it
+    before = [k["mhz"]["before"] for k, _va, _n, _h in pairs if k["mhz"]["before"]]
+    assert min(before) > 1800
+    assert min(n for _b, n in read) < 1700
+    # the probe at a kernel's start and ncu's average over it part by more than the per-kernel tolerance somewhere
+    assert max(abs(b / n - 1) for b, n in read) > 0.05
 
 
 def test_on_the_h200_ncus_cost_does_not_depend_on_what_the_kernel_uses() -> None:
@@ -237,10 +246,12 @@ def test_on_the_h200_the_drivers_iterations_without_ncu_read_as_the_trace_pass()
     assert abs(driver / where.row.ours_us - 1) < 0.02 < abs((where.row.ncu_us or 0) / where.row.ours_us - 1)
 
 
-def test_on_the_h200_the_widest_spreading_kernels_move_with_their_clock() -> None:
+def test_on_the_h200_the_clock_at_a_kernels_start_does_not_follow_its_level_across_processes() -> None:
     rows = clock_spread(LATER / "processes")
-    wide = [r for r in rows if r[2] >= 0.009]
-    assert wide and all(r[6] < 1900 for r in wide)  # tensor-core kernels, every one
-    assert sum(1 for r in wide if r[5] <= -0.7) >= len(wide) // 2
-    narrow = [r for r in rows if r[2] < 0.009]
-    assert narrow and max(r[2] for r in narrow) < 0.009
+    assert len(rows) >= 20
+    wide = [r for r in rows if r[2] >= 0.005]
+    assert wide  # some kernels land 0.5% or more apart between the processes
+    # and their clock does not move against their duration in step: no clock-bound story for the spread
+    assert sum(1 for r in wide if r[5] <= -0.7) < len(wide) / 2
+    correlations = [r[5] for r in rows]
+    assert min(correlations) < -0.5 and max(correlations) > 0.5
