@@ -27,7 +27,6 @@ Writes {case: {"kernels": [{"name", "grid", "us": {context: median}, "mhz": {"be
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
@@ -38,9 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-from bench.h200_isolation import _before_each, _marker, _Switch
+from bench.h200_isolation import Event, _events, _Switch, trace_block
 from profiler_core.measure.targets import build_workload
 from profiler_core.measure.timing import Flusher
 from profiler_core.measure.triton_hooks import launch_enter_hook
@@ -50,7 +48,6 @@ SLOTS = 1 << 16
 # Kineto reads a one-warp spin of n cycles as n / clock + 0.70 µs on the H200 (the ncu-grid data, 5-50 µs spins)
 KINETO_SPIN_OFFSET_US = 0.70
 INSIDE = 0.9  # the share of a beside-probe's time that must fall inside the kernel it is read for
-Event = tuple[str, tuple[int, ...], tuple[int, ...], float, float]  # name, grid, block, start µs, duration µs
 
 
 class Probe:
@@ -88,31 +85,6 @@ class Probe:
         raw = self.buf[: 2 * self.slot].view(-1, 2).tolist()
         self.slot = 0
         return [(int(c), int(ns)) for c, ns in raw]
-
-
-def _events(prof: Any) -> list[Event]:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(tmp)
-        events = json.loads(Path(tmp).read_text()).get("traceEvents", [])
-    finally:
-        os.unlink(tmp)
-    ks = [e for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
-    ks.sort(key=lambda e: float(e["ts"]))
-    return [
-        (
-            e["name"],
-            tuple(e.get("args", {}).get("grid", ())),
-            tuple(e.get("args", {}).get("block", ())),
-            float(e["ts"]),
-            float(e["dur"]),
-        )
-        for e in ks
-    ]
 
 
 def split_step(
@@ -236,24 +208,14 @@ def main() -> int:
     )
     args = parser.parse_args()
     from bench.h200_hold import cases_matching
-    from bench.h200_isolation import _kernels, _signature
+    from bench.h200_isolation import flush_and_signature
 
-    with contextlib.suppress(Exception):
-        import torch._inductor.config as inductor_config
-
-        inductor_config.use_static_cuda_launcher = False  # type: ignore[attr-defined]
-
-    flush = Flusher("cuda")
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        flush()
-        torch.cuda.synchronize()
-    flush_kernels = _signature(_kernels(prof))
+    flush, flush_kernels = flush_and_signature()
     probes = {"between": Probe(args.probe_cycles, None), "during": Probe(args.beside_cycles, torch.cuda.Stream())}
     for p in probes.values():  # compile
         p()
         p.readings()
     # the probe alone, on an otherwise idle GPU and right after the flush
-    idle_mhz = []
     for _ in range(20):
         flush()
         probes["between"]()
@@ -321,22 +283,9 @@ def _case(
         for b in range(blocks):
             for context in CONTEXTS if b % 2 == 0 else tuple(reversed(CONTEXTS)):
                 hook = hooks[context]
-                with (
-                    sampler if context == "sequence" else contextlib.nullcontext(),
-                    profile(activities=[ProfilerActivity.CUDA]) as prof,
-                ):
-                    for _ in range(per_block):
-                        w.zero_grads()
-                        flush()
-                        _marker()
-                        switch.hook = hook
-                        try:
-                            with _before_each(hook) if hook is not None else contextlib.nullcontext():
-                                w.step()
-                        finally:
-                            switch.hook = None
-                        _marker()
-                    torch.cuda.synchronize()
+                prof = trace_block(
+                    w, flush, hook, switch, per_block, alongside=sampler if context == "sequence" else None
+                )
                 readings = probes[context].readings() if context in probes else []
                 iterations = split_step(_events(prof), flush_kernels)
                 if len(iterations) != per_block:

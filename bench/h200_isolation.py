@@ -57,6 +57,7 @@ CONTEXTS = ("sequence", "flush", "idle", "flush-idle")
 EXTRA = ("tlb", "unmap")
 TLB_SPAN, TLB_STRIDE = 32 << 30, 64 << 10
 Launch = tuple[str, tuple[int, ...], tuple[int, ...], float]  # name, grid, block, µs
+Event = tuple[str, tuple[int, ...], tuple[int, ...], float, float]  # name, grid, block, start µs, duration µs
 
 
 class _Before(TorchDispatchMode):
@@ -91,7 +92,8 @@ class _Switch:
             self.hook()
 
 
-def _kernels(prof: Any) -> list[Launch]:
+def _events(prof: Any) -> list[Event]:
+    """The trace's kernels in start order: name, grid, block, start µs, duration µs."""
     fd, tmp = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:
@@ -106,10 +108,16 @@ def _kernels(prof: Any) -> list[Launch]:
             e["name"],
             tuple(e.get("args", {}).get("grid", ())),
             tuple(e.get("args", {}).get("block", ())),
+            float(e["ts"]),
             float(e["dur"]),
         )
         for e in ks
     ]
+
+
+def _kernels(prof: Any) -> list[Launch]:
+    """The trace's kernels in start order, without their start: name, grid, block, duration µs."""
+    return [(name, grid, block, dur) for name, grid, block, _ts, dur in _events(prof)]
 
 
 def _marker() -> None:
@@ -170,6 +178,20 @@ def _signature(launches: list[Launch]) -> set[tuple[str, tuple[int, ...], tuple[
     return {(n, g, b) for n, g, b, _ in launches}
 
 
+def flush_and_signature() -> tuple[Flusher, set[tuple[str, tuple[int, ...], tuple[int, ...]]]]:
+    """The clean flush and its kernels' (name, grid, block), for dropping them from a trace; Inductor's regular
+    launcher set, since its static launcher skips Triton's launch hooks. Call before anything compiles."""
+    with contextlib.suppress(Exception):
+        import torch._inductor.config as inductor_config
+
+        inductor_config.use_static_cuda_launcher = False  # type: ignore[attr-defined]
+    flush = Flusher("cuda")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        flush()
+        torch.cuda.synchronize()
+    return flush, _signature(_kernels(prof))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("suites", nargs="+")
@@ -183,17 +205,7 @@ def main() -> int:
     contexts = CONTEXTS + tuple(args.extra)
     from bench.h200_hold import cases_matching
 
-    # Inductor's static launcher skips Triton's launch hooks; its regular launcher calls them.
-    with contextlib.suppress(Exception):
-        import torch._inductor.config as inductor_config
-
-        inductor_config.use_static_cuda_launcher = False  # type: ignore[attr-defined]
-
-    flush = Flusher("cuda")
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        flush()
-        torch.cuda.synchronize()
-    flush_kernels = _signature(_kernels(prof))
+    flush, flush_kernels = flush_and_signature()
     gap_s = args.gap_ms / 1000.0
 
     def idle() -> None:
@@ -236,6 +248,33 @@ def main() -> int:
     return 0
 
 
+def trace_block(
+    w: Any,
+    flush: Flusher,
+    hook: Callable[[], None] | None,
+    switch: _Switch,
+    per_block: int,
+    alongside: contextlib.AbstractContextManager[Any] | None = None,
+) -> Any:
+    """``per_block`` iterations as the trace pass runs them (zero_grads, flush, marker, step, marker), ``hook`` run
+    before every operator and Triton launch of the step, traced by Kineto (``alongside`` entered with the trace): the
+    profile."""
+    with alongside or contextlib.nullcontext(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(per_block):
+            w.zero_grads()
+            flush()  # the trace pass's own flush, once per iteration
+            _marker()
+            switch.hook = hook
+            try:
+                with _before_each(hook) if hook is not None else contextlib.nullcontext():
+                    w.step()
+            finally:  # a step that raises must not leave the hook on for the next case
+                switch.hook = None
+            _marker()
+        torch.cuda.synchronize()
+    return prof
+
+
 def _case(
     spec: Any,
     flush: Flusher,
@@ -262,19 +301,7 @@ def _case(
         for b in range(blocks):
             for context in contexts if b % 2 == 0 else tuple(reversed(contexts)):
                 hook = hooks[context]
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    for _ in range(per_block):
-                        w.zero_grads()
-                        flush()  # the trace pass's own flush, once per iteration
-                        _marker()
-                        switch.hook = hook
-                        try:
-                            with _before_each(hook) if hook is not None else contextlib.nullcontext():
-                                w.step()
-                        finally:  # a step that raises must not leave the hook on for the next case
-                            switch.hook = None
-                        _marker()
-                    torch.cuda.synchronize()
+                prof = trace_block(w, flush, hook, switch, per_block)
                 flagged = _between_markers_flagged(_kernels(prof), flush_kernels)
                 launches = [k for k, _ in flagged]
                 if context == "flush":
