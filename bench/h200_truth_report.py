@@ -1090,15 +1090,16 @@ PLAIN_MHZ = 1900  # the clock ncu reads for kernels without tensor cores; tensor
 
 
 @cache
-def _clock_json(folder: Path) -> Any:
-    return _json(folder / "clock.json.gz")
+def _read_once(path: Path) -> Any:
+    """``_json`` for the later runs' files, which several rows and sections read: read once, never changed."""
+    return _json(path)
 
 
 @cache
 def clock_pairs(folder: Path) -> dict[tuple[str, int], tuple[dict[str, Any], dict[str, float], dict[str, float], bool]]:
     """``bench/h200_clock.py``'s kernels, each with ncu's readings of the same launch (the same place in the case and
     the same grid) with its flush and without: {(case, index): (ours, ncu, ncu none, ≥ 5% of the case)}."""
-    clock = _clock_json(folder)
+    clock = _read_once(folder / "clock.json.gz")
     with_flush = _ncu(folder, "ncu-clock-all.csv.gz", "ncu-clock-all-map.json")
     without = _ncu(folder, "ncu-clock-none.csv.gz", "ncu-clock-none-map.json")
     out = {}
@@ -1118,7 +1119,7 @@ def clock_pairs(folder: Path) -> dict[tuple[str, int], tuple[dict[str, Any], dic
 def _later_pair(folder: Path, r: KernelRow) -> tuple[dict[str, Any], dict[str, float], dict[str, float], bool] | None:
     """``r``'s kernel (its first launch) in the later lease's clock traces, with that lease's ncu readings."""
     key = f"{r.suite}/{r.case.id}"
-    ks = _clock_json(folder)["cases"].get(key, {}).get("kernels", [])
+    ks = _read_once(folder / "clock.json.gz")["cases"].get(key, {}).get("kernels", [])
     js = match_launches(r.case.kernels, [(k["name"], k["grid"]) for k in ks]).get(r.index, [])
     return clock_pairs(folder).get((key, js[0])) if js else None
 
@@ -1128,7 +1129,7 @@ def driver_of(folder: Path, r: KernelRow) -> float | None:
     path = folder / "driver-kineto.json.gz"
     if not path.exists():
         return None
-    ks = _json(path).get(f"{r.suite}/{r.case.id}", [])
+    ks = _read_once(path).get(f"{r.suite}/{r.case.id}", [])
     js = match_launches(r.case.kernels, [(name, grid) for name, grid, _us in ks]).get(r.index, [])
     return sum(ks[j][2] for j in js) / len(js) if js else None
 
@@ -1149,7 +1150,7 @@ def _clock_words(folder: Path) -> str:
     if not read:
         return ""
     off = [ours / ncu - 1 for ours, ncu in read]
-    clock = _clock_json(folder)
+    clock = _read_once(folder / "clock.json.gz")
     nvml = [c["nvml_sequence"] for c in clock["cases"].values() if c.get("nvml_sequence")]
     reasons = max((max(n["reasons"].values()) for n in nvml), default=0.0)
     low = min((n["sm_mhz"]["min"] for n in nvml), default=0.0)
