@@ -15,3 +15,21 @@ def clock_probe(out_ptr, slot, cycles):  # type: ignore[no-untyped-def]
     t1 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
     tl.store(out_ptr + 2 * slot, c1 - c0)
     tl.store(out_ptr + 2 * slot + 1, t1 - t0)
+
+
+@triton.jit
+def span_probe(out_ptr, n, every):  # type: ignore[no-untyped-def]
+    """One warp records (``%globaltimer``, ``%clock64``) ``n`` times, one pair every ``every`` SM cycles, into
+    ``out_ptr[2 * i]`` and ``out_ptr[2 * i + 1]``: the SM clock over any stretch it spans, by difference."""
+    c_last = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+    t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+    tl.store(out_ptr, t)
+    tl.store(out_ptr + 1, c_last)
+    for i in range(1, n):
+        c = c_last
+        while c - c_last < every:
+            c = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+        t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+        tl.store(out_ptr + 2 * i, t)
+        tl.store(out_ptr + 2 * i + 1, c)
+        c_last = c

@@ -13,6 +13,10 @@
 #                                        tensor cores (bench/h200_ncu_cost.py), by Kineto and by ncu with both cache controls
 #   bash bench/h200_truth.sh isolation -> every kernel traced in ncu's conditions without ncu (bench/h200_isolation.py:
 #                                        a flush, an idle gap, or both before each operator), the cause of the gaps
+#   bash bench/h200_truth.sh spread N -> N processes of bench/h200_spread.py back to back: each kernel's duration and the
+#                                        SM clock over all of it (a probe spanning the step), NVML at each block's edges
+#   bash bench/h200_truth.sh replay   -> ncu's application replay (no save and restore of memory between passes)
+#                                        over one iteration of every case, duration, SM and DRAM clocks, both cache controls
 # ROUNDS=R runs the suites with R timing rounds (copies of the suite files, min_samples raised to 3 per round).
 # Everything is packed into $OUT/truth-<mode>.tar.gz after every step (run 1's traces into truth-traces.tar.gz). BUDGET_S stops starting runs that would not fit.
 set -u
@@ -32,12 +36,11 @@ if [ -n "${ROUNDS:-}" ]; then
   done
   SUITES=$copies; echo "rounds $ROUNDS:$(grep -h -E '^(rounds|min_samples) =' $SUITES | tr '\n' ' ')" | tee "$RAW/rounds.txt"
 fi
-START=$(date +%s)
+START=$(date +%s); last=0
 pack() { (cd "$RAW/.." && tar czf "$DEST/truth-$MODE.tar.gz" raw); }
 python3 -c "import torch, triton, platform; print({'torch': torch.__version__, 'cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version(), 'triton': triton.__version__, 'python': platform.python_version()})" > "$RAW/versions.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$RAW/nvidia-smi-$MODE-start.csv" 2>&1
 if [ "$MODE" = runs ]; then
-  last=0
   for i in $(seq 1 "$N"); do
     spent=$(( $(date +%s) - START ))
     if [ $i -gt 1 ] && [ $(( spent + last )) -gt "$BUDGET_S" ]; then echo "stopping before run $i: budget"; break; fi
@@ -70,6 +73,31 @@ if [ "$MODE" = clock ]; then
         > "$RAW/ncu-clock-$cache.csv" 2> "$RAW/ncu-clock-$cache.log"
     echo "ncu clock (cache control $cache) rc=$? wall=$(( $(date +%s) - t0 ))s rows=$(wc -l < "$RAW/ncu-clock-$cache.csv")"
     tail -2 "$RAW/ncu-clock-$cache.log"; pack
+  done
+fi
+if [ "$MODE" = spread ]; then
+  mkdir -p "$RAW/spread"
+  for i in $(seq 1 "$N"); do
+    spent=$(( $(date +%s) - START ))
+    if [ $i -gt 1 ] && [ $(( spent + last )) -gt "$BUDGET_S" ]; then echo "stopping before process $i: budget"; break; fi
+    s0=$(date +%s)
+    python3 bench/h200_spread.py $SUITES --out "$RAW/spread/p$i.json" > "$RAW/spread/p$i.log" 2>&1
+    rc=$?; last=$(( $(date +%s) - s0 ))
+    echo "spread process $i rc=$rc wall=${last}s at $(date -u +%FT%TZ)" | tee -a "$RAW/spread/walls.txt"
+    grep -c "Error" "$RAW/spread/p$i.log"; pack
+  done
+fi
+if [ "$MODE" = replay ]; then
+  NCU=${NCU:-/usr/local/cuda/bin/ncu}
+  for cache in all none; do
+    t0=$(date +%s)
+    $NCU --replay-mode application --profile-from-start off --clock-control none --cache-control $cache \
+        --target-processes all --kernel-name-base demangled \
+        --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,dram__cycles_elapsed.avg.per_second --csv \
+        --print-units base python3 bench/h200_truth.py ncu-driver $SUITES --map "$RAW/ncu-app-$cache-map.json" \
+        > "$RAW/ncu-app-$cache.csv" 2> "$RAW/ncu-app-$cache.log"
+    echo "ncu application replay (cache control $cache) rc=$? wall=$(( $(date +%s) - t0 ))s rows=$(wc -l < "$RAW/ncu-app-$cache.csv")"
+    tail -2 "$RAW/ncu-app-$cache.log"; pack
   done
 fi
 if [ "$MODE" = cost ]; then
