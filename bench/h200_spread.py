@@ -4,8 +4,9 @@
 
 The five profile processes of the truth report land some cases' medians 0.5-1.9% apart, and the clock a short
 probe reads at a kernel's start does not follow that level (``bench/h200_clock.py``). Here a probe spans the
-whole step instead: one warp on a second stream, started when the flush ends, records (``%globaltimer``,
-``%clock64``) every ``every`` SM cycles until it has covered the step. Kineto traces the step (as the trace pass
+whole step instead: one warp on a second stream, started with the hold (so that it is resident before the flush and
+the step fill the SMs), records (``%globaltimer``, ``%clock64``) every ``every`` SM cycles until the step's stream,
+after the step, raises a flag it polls. Kineto traces the step (as the trace pass
 does) and the probe; the probe's own launch in the trace aligns its timer with Kineto's, and the clock over a
 kernel is the cycles the probe counted between the kernel's start and end over the nanoseconds between them: the
 average over the kernel, as ncu's ``sm__cycles_elapsed.avg.per_second`` is. A kernel's cycles are its duration
@@ -196,9 +197,11 @@ def main() -> int:
     nvml = Nvml(torch.cuda.current_device())
     side = torch.cuda.Stream()
     buf = torch.zeros((args.per_block, MAX_SAMPLES, 2), dtype=torch.int64, device="cuda")
+    counts = torch.zeros(args.per_block, dtype=torch.int64, device="cuda")
+    flag = torch.zeros((), dtype=torch.int64, device="cuda")
     from bench.h200_clock_kernel import span_probe
 
-    span_probe[(1,)](buf[0], 4, MIN_EVERY, num_warps=1)  # compile
+    span_probe[(1,)](buf[0], counts[0], flag, 1, 4, MIN_EVERY, num_warps=1)  # compile
     torch.cuda.synchronize()
     results: dict[str, Any] = {"max_samples": MAX_SAMPLES, "heavy_us": HEAVY_US, "start": nvml.read(), "cases": {}}
     started = time.perf_counter()
@@ -206,7 +209,7 @@ def main() -> int:
     for n, (suite, spec) in enumerate(chosen, 1):
         key = f"{suite.name}/{spec.id}"
         try:
-            r = _case(spec, flush, flush_kernels, nvml, side, buf, args.blocks, args.per_block)
+            r = _case(spec, flush, flush_kernels, nvml, side, (buf, counts, flag), args.blocks, args.per_block)
         except Exception as exc:  # a case that cannot run is reported, the rest go on
             r = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         torch.cuda.empty_cache()
@@ -236,7 +239,7 @@ def _case(
     flush_kernels: set[tuple[str, tuple[int, ...], tuple[int, ...]]],
     nvml: Nvml,
     side: Any,
-    buf: Any,
+    probe_bufs: tuple[Any, Any, Any],
     blocks: int,
     per_block: int,
 ) -> dict[str, Any]:
@@ -257,9 +260,14 @@ def _case(
         host_us = host_time_us(w.step, w.zero_grads)
         hold = Holder(host_us, 1980.0)
         step_us = _device_us(w, flush, hold)
-        span_cycles = int((1.08 * step_us + 30.0) * 1980.0)
+        # the probe spans the hold, the flush and the step: room for twice the step and 200 µs besides
+        span_cycles = int((hold.cycles / 1980.0 + 2.0 * step_us + 200.0) * 1980.0)
         every = max(MIN_EVERY, math.ceil(span_cycles / (MAX_SAMPLES - 1)))
-        samples = min(MAX_SAMPLES, math.ceil(span_cycles / every) + 1)
+        samples = MAX_SAMPLES
+        buf, counts, flag = probe_bufs
+        flag.zero_()
+        raised = 0
+        taken_all: list[int] = []
         durations: dict[str, list[list[float]]] = {c: [] for c in CONTEXTS}
         step_span: dict[str, list[float]] = {c: [] for c in CONTEXTS}
         mhz: list[list[float | None]] = []
@@ -273,18 +281,24 @@ def _case(
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for i in range(per_block):
                     w.zero_grads()
-                    hold()
-                    flush()
-                    _marker()
                     if context == "span":
                         side.wait_stream(torch.cuda.current_stream())
                         with torch.cuda.stream(side):
-                            span_probe[(1,)](buf[i], samples, every, num_warps=1)
+                            span_probe[(1,)](buf[i], counts[i], flag, raised + 1, samples, every, num_warps=1)
+                    hold()
+                    flush()
+                    _marker()
                     w.step()
                     _marker()
+                    if context == "span":
+                        raised += 1
+                        flag.fill_(raised)
                 torch.cuda.synchronize()
             block_log.append({"context": context, "start": edge, "end": nvml.read()})
-            series_all = buf[:per_block, :samples].tolist() if context == "span" else None
+            series_all = buf[:per_block].tolist() if context == "span" else None
+            taken = counts.tolist()
+            if context == "span":
+                taken_all += taken[:per_block]
             iterations = split_iterations(_events(prof), flush_kernels)
             if len(iterations) != per_block:
                 raise RuntimeError(f"{len(iterations)} marked iterations under {context}, not {per_block}")
@@ -302,7 +316,7 @@ def _case(
                 if context == "span":
                     if probe is None or series_all is None:
                         raise RuntimeError("an iteration under span has no probe in the trace")
-                    series = [(int(g), int(c)) for g, c in series_all[i]]
+                    series = [(int(g), int(c)) for g, c in series_all[i][: taken[i]]]
                     offset, residual = align(probe, series)
                     residuals.append(residual)
                     mhz.append([clock_over(series, offset, e[3], e[4]) for e in kernels])
@@ -313,6 +327,7 @@ def _case(
         "step_us": round(step_us, 1),
         "every": every,
         "samples": samples,
+        "taken": [min(taken_all), max(taken_all)] if taken_all else None,
         "align_residual_us": round(statistics.median(residuals), 3) if residuals else None,
         "blocks": block_log,
         "step": {
