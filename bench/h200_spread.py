@@ -52,10 +52,11 @@ def split_iterations(
     events: list[Event], drop: set[tuple[str, tuple[int, ...], tuple[int, ...]]]
 ) -> list[tuple[list[Event], Event | None]]:
     """Per iteration (between a pair of one-cycle markers): the step's kernels and the span probe, if any. Holds
-    (spin kernels longer than a marker) and the flush's kernels are dropped; the probe runs on a second stream and
-    belongs to the iteration its start falls in."""
+    (spin kernels longer than a marker) and the flush's kernels are dropped; the probe runs on a second stream, starts
+    with the hold, before the iteration's first marker, and belongs to the iteration that marker opens."""
     iterations: list[tuple[list[Event], Event | None]] = []
     inside = False
+    pending: Event | None = None
     for e in events:
         name = e[0]
         if "spin_kernel" in name:
@@ -63,10 +64,10 @@ def split_iterations(
                 continue
             inside = not inside
             if inside:
-                iterations.append(([], None))
+                iterations.append(([], pending))
+                pending = None
         elif "span_probe" in name:
-            if iterations:
-                iterations[-1] = (iterations[-1][0], e)
+            pending = e
         elif e[:3] in drop:
             continue
         elif inside:
