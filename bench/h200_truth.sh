@@ -13,7 +13,8 @@
 #                                        tensor cores (bench/h200_ncu_cost.py), by Kineto and by ncu with both cache controls
 #   bash bench/h200_truth.sh isolation -> every kernel traced in ncu's conditions without ncu (bench/h200_isolation.py:
 #                                        a flush, an idle gap, or both before each operator), the cause of the gaps
-#   bash bench/h200_truth.sh spread N -> N processes of bench/h200_spread.py back to back: each kernel's duration and the
+#   bash bench/h200_truth.sh spread N -> N processes of bench/h200_spread.py (SPREAD_ARGS added) back to back: each
+#                                        kernel's duration and the
 #                                        SM clock over all of it (a probe spanning the step), NVML at each block's edges
 #   bash bench/h200_truth.sh replay   -> ncu's application replay (no save and restore of memory between passes)
 #                                        over one iteration of every case, duration, SM and DRAM clocks, both cache controls
@@ -81,7 +82,7 @@ if [ "$MODE" = spread ]; then
     spent=$(( $(date +%s) - START ))
     if [ $i -gt 1 ] && [ $(( spent + last )) -gt "$BUDGET_S" ]; then echo "stopping before process $i: budget"; break; fi
     s0=$(date +%s)
-    python3 bench/h200_spread.py $SUITES --out "$RAW/spread/p$i.json" > "$RAW/spread/p$i.log" 2>&1
+    python3 bench/h200_spread.py $SUITES ${SPREAD_ARGS:-} --out "$RAW/spread/p$i.json" > "$RAW/spread/p$i.log" 2>&1
     rc=$?; last=$(( $(date +%s) - s0 ))
     echo "spread process $i rc=$rc wall=${last}s at $(date -u +%FT%TZ)" | tee -a "$RAW/spread/walls.txt"
     grep -c "Error" "$RAW/spread/p$i.log"; pack
