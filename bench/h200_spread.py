@@ -34,14 +34,15 @@ import math
 import statistics
 import sys
 import time
-from bisect import bisect_left
 from pathlib import Path
 from typing import Any
 
+from profiler_core.measure import clock
+
 CONTEXTS = ("plain", "span")
 MAX_SAMPLES = 8192
-MIN_EVERY = 500  # cycles between a probe's samples: about 0.25 µs at 1,980 MHz
-MARKER_MAX_US = 5.0  # a spin kernel shorter than this is a marker; a longer one is the hold
+MIN_EVERY = clock.MIN_EVERY
+MARKER_MAX_US = clock.MARKER_MAX_US
 HEAVY_US = 10.0  # kernels shorter than this are left out of the record
 
 Event = tuple[str, tuple[int, ...], tuple[int, ...], float, float]  # name, grid, block, start µs, duration µs
@@ -76,36 +77,17 @@ def split_iterations(
 
 
 def align(probe: Event, series: Series) -> tuple[float, float]:
-    """The offset (µs) that turns the probe's timer into Kineto's time, ``kineto = ns / 1000 + offset``, from the
-    probe's launch in the trace (its first sample is taken as it starts, its last as it ends: the offset is the
-    mean of the two), and the residual: Kineto's length of the probe less the timer's."""
-    g0, g1 = series[0][0] / 1000.0, series[-1][0] / 1000.0
-    start, end = probe[3], probe[3] + probe[4]
-    return ((start - g0) + (end - g1)) / 2.0, (end - start) - (g1 - g0)
-
-
-def cycles_at(series: Series, ns: float) -> float | None:
-    """The probe's cycle count at timer value ``ns``, interpolated between its samples; None outside them."""
-    times = [g for g, _ in series]
-    if not series or ns < times[0] or ns > times[-1]:
-        return None
-    i = bisect_left(times, ns)
-    if times[i] == ns:
-        return float(series[i][1])
-    (g0, c0), (g1, c1) = series[i - 1], series[i]
-    return c0 + (c1 - c0) * (ns - g0) / (g1 - g0)
+    """The profiler's alignment of the probe's timer with Kineto's (``profiler_core.measure.clock.align``), and the
+    residual: Kineto's length of the probe less the timer's."""
+    offset = clock.align((probe[0], probe[3], probe[4]), series)
+    return offset, probe[4] - (series[-1][0] - series[0][0]) / 1000.0
 
 
 def clock_over(series: Series, offset_us: float, start_us: float, dur_us: float) -> float | None:
     """The mean SM clock (MHz) the probe counted over [start, start + dur] (Kineto's µs), None if it did not
     span all of it."""
-    if dur_us <= 0:
-        return None
-    a = cycles_at(series, (start_us - offset_us) * 1000.0)
-    b = cycles_at(series, (start_us + dur_us - offset_us) * 1000.0)
-    if a is None or b is None:
-        return None
-    return (b - a) / dur_us
+    cycles = clock.cycles_over(series, offset_us, start_us, dur_us)
+    return None if cycles is None else cycles / dur_us
 
 
 def spread(values: list[float]) -> float:
@@ -200,7 +182,7 @@ def main() -> int:
     buf = torch.zeros((args.per_block, MAX_SAMPLES, 2), dtype=torch.int64, device="cuda")
     counts = torch.zeros(args.per_block, dtype=torch.int64, device="cuda")
     flag = torch.zeros((), dtype=torch.int64, device="cuda")
-    from bench.h200_clock_kernel import span_probe
+    from profiler_core.measure.clock_probe import span_probe
 
     span_probe[(1,)](buf[0], counts[0], flag, 1, 4, MIN_EVERY, num_warps=1)  # compile
     torch.cuda.synchronize()
@@ -247,8 +229,8 @@ def _case(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from bench.h200_clock_kernel import span_probe
     from bench.h200_isolation import _events, _marker
+    from profiler_core.measure.clock_probe import span_probe
     from profiler_core.measure.targets import build_workload
     from profiler_core.measure.timing import Holder, host_time_us
 

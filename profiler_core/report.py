@@ -60,6 +60,8 @@ def case_headline(case: Case) -> str:
             f"{fmt_tflops(a.tflops)} ({fmt_percent(a.compute_util)}), {fmt_gbps(a.gbps)} "
             f"({fmt_percent(a.bandwidth_util)}), {a.bound or MISSING}-bound"
         )
+    if case.sm_clock_mhz:
+        parts.append(f"SM clock under load {case.sm_clock_mhz:,.0f} MHz")
     if case.accuracy:
         acc = case.accuracy
         parts.append(

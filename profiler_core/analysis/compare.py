@@ -29,7 +29,7 @@ from profiler_core.documents.comparison import (
     Summary,
     Verdict,
 )
-from profiler_core.documents.result import ResultDocument, Thresholds
+from profiler_core.documents.result import Case, ResultDocument, Thresholds
 
 _RANK: dict[Verdict, int] = {"pass": 0, "warn": 1, "fail": 2}
 _VERSION_FIELDS = ("driver", "cuda", "cudnn", "torch", "triton", "python")
@@ -163,6 +163,7 @@ def compare(
         verdict = _worst(verdict, "warn")
         notes.append(f"{len(missing)} baseline case(s) absent from the candidate: {_few(missing)}")
     _excuse_suspect_cases(candidate, findings, notes)
+    _note_clock_moves(by_id, candidate, findings)
     verdict = _worst(verdict, *(f.verdict for f in findings))
     for b in baselines:
         if b.run.suspect:
@@ -296,3 +297,33 @@ def _excuse_suspect_cases(candidate: ResultDocument, findings: list[Finding], no
         reasons = "; ".join(case.suspect)
         f.detail = f"{f.detail + '; ' if f.detail else ''}would fail, but the case is suspect ({reasons})"
         notes.append(f"{f.case}: {f.metric} regression not failed: the case is suspect ({reasons})")
+
+
+# A change in the SM clock under load worth naming beside a timing finding: the five-process spread of the clock
+# under load on an H200 with clocks unlocked reached 1.3% (bench/reports/h200-truth.md, section 4).
+CLOCK_MOVE = 0.005
+_TIMED_METRICS = ("latency", "bandwidth", "throughput")
+
+
+def _note_clock_moves(by_id: Sequence[dict[str, Case]], candidate: ResultDocument, findings: list[Finding]) -> None:
+    """Say, on each timing finding that moved, when the case's SM clock under load moved too (both sides measured
+    it): a compute-bound kernel's time follows the clock it ran at, and the clock is not the code. The verdict
+    stands: the time is what the candidate takes."""
+    for f in findings:
+        if f.metric not in _TIMED_METRICS or f.status not in ("regressed", "improved"):
+            continue
+        case = candidate.case(f.case)
+        base = [c.sm_clock_mhz for cases in by_id if (c := cases.get(f.case)) is not None and c.sm_clock_mhz]
+        if case is None or not case.sm_clock_mhz or not base:
+            continue
+        before = float(np.median(base))
+        moved = case.sm_clock_mhz / before - 1.0
+        if abs(moved) < CLOCK_MOVE:
+            continue
+        note = (
+            f"the SM clock under load {'fell' if moved < 0 else 'rose'} {abs(moved):.1%} "
+            f"({before:,.0f} → {case.sm_clock_mhz:,.0f} MHz): a compute-bound kernel's time follows it"
+        )
+        if f.metric == "latency" and f.change is not None:
+            note += f"; in SM cycles the case moved {(1 + f.change) * (1 + moved) - 1:+.1%}"
+        f.detail = f"{f.detail}; {note}" if f.detail else note

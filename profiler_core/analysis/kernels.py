@@ -19,7 +19,7 @@ LAUNCH_FIELDS = (
     "theoretical_occupancy",
     "occupancy_limiter",
 )
-RATE_FIELDS = ("tflops", "gbps", "compute_util", "bandwidth_util", "bound")
+RATE_FIELDS = ("tflops", "gbps", "compute_util", "bandwidth_util", "bound", "sm_clock_mhz")
 DRAM_COUNTERS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 
 # A kernel "moved" when its time changed by at least this fraction of its own time, or by this fraction of

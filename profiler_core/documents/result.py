@@ -290,6 +290,11 @@ class Kernel(_Model):
     )
     counters: dict[str, float] | None = None
     counter_bound: Bound | None = Field(None, description="bound by NVIDIA's speed-of-light rule")
+    sm_clock_mhz: NonNegative | None = Field(
+        None,
+        description="mean SM clock over the kernel's launches (weighted by time), read by a probe beside the step in "
+        "iterations of its own (CUDA with Triton); NVML reads the clock between kernels, not under them",
+    )
 
 
 GapCause = Literal["none", "launch_gaps", "host_time", "trace_overhead", "overlap"]
@@ -346,6 +351,9 @@ class Case(_Model):
     trace: str | None = Field(None, description="file name of the gzip Chrome trace")
     wall_s: NonNegative | None = Field(None, description="wall time spent profiling this case, seconds")
     counters_wall_s: NonNegative | None = Field(None, description="wall time of its ncu counter pass, seconds")
+    sm_clock_mhz: NonNegative | None = Field(
+        None, description="mean SM clock over the step's kernels (weighted by time): each kernel's sm_clock_mhz"
+    )
     reconciliation: KernelReconciliation | None = Field(
         None, description="the kernels' sum beside the latency, the gap named; null in older documents"
     )

@@ -23,6 +23,7 @@ from profiler_core.attribution.reconcile import reconcile
 from profiler_core.documents import Case, CaseError, Environment, LatencyStats
 from profiler_core.measure import environment as env
 from profiler_core.measure.accuracy import check_accuracy
+from profiler_core.measure.clock import StepClocks
 from profiler_core.measure.kernels import case_achieved, kernel_records
 from profiler_core.measure.targets import SkipCase, Workload, WorkloadError
 from profiler_core.measure.timing import Flusher, TimingResult, summarize, time_iterations
@@ -203,11 +204,16 @@ def _first_record(
     declared_work: Any,
     trace_path: Path | None,
     started: float,
+    clocks: StepClocks | None = None,
 ) -> Case | _Pending:
-    """A case's record after its first round: kernels from its trace, its accuracy, its rates."""
+    """A case's record after its first round: kernels from its trace, its accuracy, its rates, and the SM clock
+    each kernel ran at where the clock pass read it."""
     median = summarize(timing.samples)["median"]
     parsed = parse_trace(trace)
     kernels, backend_used = kernel_records(trace, spec, environment, declared_work, parsed)
+    if clocks is not None:
+        for k in kernels:
+            k.sm_clock_mhz = clocks.mhz(k.name)
     accuracy = None
     if reference is not None:
         try:
@@ -236,6 +242,7 @@ def _first_record(
         kernels=kernels,
         trace=trace_path.name if trace_path else None,
         wall_s=round(time.perf_counter() - started, 3),
+        sm_clock_mhz=clocks.step_mhz() if clocks is not None else None,
     )
     return _Pending(spec, case, timing, parsed, first.warmup, first.host_us)
 

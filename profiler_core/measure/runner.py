@@ -42,9 +42,10 @@ from profiler_core.measure.case import (
     disturbance_reasons,
     safe_name,
 )
+from profiler_core.measure.clock import clock_pass
 from profiler_core.measure.peaks import cache_path, load_or_measure
 from profiler_core.measure.targets import build_workload, capture_warnings
-from profiler_core.measure.timing import Flusher
+from profiler_core.measure.timing import Flusher, summarize
 from profiler_core.measure.trace import start_profiler_once, trace_iterations
 from profiler_core.suite import CaseSpec, Suite, TimingConfig
 
@@ -233,6 +234,16 @@ class SuiteSession:
                             out_path=trace_path,
                         )
                         outputs = workload.outputs()
+                        clocks = (
+                            clock_pass(
+                                workload,
+                                flusher=self.flusher,
+                                host_us=timed.host_us,
+                                step_us=summarize(timing.samples)["median"],
+                            )
+                            if self.device == "cuda"
+                            else None
+                        )
                     elif isinstance(record, _Pending):
                         _time_round(
                             workload,
@@ -259,6 +270,7 @@ class SuiteSession:
                 declared_work=workload.declared_work,
                 trace_path=trace_path,
                 started=prepared.started,
+                clocks=clocks,
             )
             self.records[spec.id] = record
         elif isinstance(record, _Pending):

@@ -293,6 +293,26 @@ def test_counters_and_a_failed_case_show_as_they_are(site: Site, own: Project) -
     assert "failed: OutOfMemoryError: CUDA out of memory" in html
 
 
+def test_the_sm_clock_under_load_shows_where_the_run_read_it(site: Site, own: Project) -> None:
+    """A run whose clock pass read the SM clock: the case's clock under load and a column of each kernel's; a run
+    without it (CPU, or no Triton) has neither."""
+    doc = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    case = doc["cases"][0]
+    case["sm_clock_mhz"] = 1712.4
+    for n, k in enumerate(case["kernels"]):
+        k["sm_clock_mhz"] = 1650.0 + n
+    plain = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    clocked = upload(site, own, doc, branch="clock", commit="d" * 40)["run_id"]
+    unclocked = upload(site, own, plain, branch="clock", commit="e" * 40)["run_id"]
+    with httpx.Client(base_url=site.url) as client:
+        login(client, own.tokens.read)
+        html = client.get(f"/ui/p/{own.name}/runs/{clocked}").text
+        bare = client.get(f"/ui/p/{own.name}/runs/{unclocked}").text
+    assert "SM clock under load 1,712 MHz" in html
+    assert "SM clock under load</th>" in html and '<td class="num">1,650 MHz</td>' in html
+    assert "SM clock under load" not in bare
+
+
 def test_the_roofline_ceilings_follow_the_documents_peaks() -> None:
     doc = docs.h200()
     peaks = doc["environment"]["peaks"]

@@ -76,6 +76,8 @@ def _fmt_field(field: str, value: Any) -> str:
         return f"{float(value) / 1024:,.1f} KiB"
     if field == "dram_bytes":
         return f"{float(value):,.0f} B"
+    if field == "sm_clock_mhz":
+        return f"{float(value):,.0f} MHz"
     if isinstance(value, float):
         return fmt_num(value)
     return str(value)
@@ -93,6 +95,7 @@ KERNEL_FIELDS: tuple[tuple[str, str, Callable[[Kernel], Any]], ...] = (
     ("Compute util.", "compute_util", lambda k: k.compute_util),
     ("Bandwidth util.", "bandwidth_util", lambda k: k.bandwidth_util),
     ("DRAM bytes / iter.", "dram_bytes", dram_bytes_per_iter),
+    ("SM clock under load", "sm_clock_mhz", lambda k: k.sm_clock_mhz),
 )
 
 

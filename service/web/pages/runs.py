@@ -104,6 +104,7 @@ def _kernel_view(k: Kernel) -> dict[str, Any]:
         "block": k.block,
         "dram_bytes": dram_bytes_per_iter(k),
         "counters": [counters.get(metric) for _, metric, _ in COUNTER_COLUMNS],
+        "sm_clock_mhz": k.sm_clock_mhz,
     }
 
 
@@ -125,6 +126,8 @@ def _case_view(case: Case, peaks: Peaks, *, mode: str) -> dict[str, Any]:
         "trace": case.trace,
         "kernels": kernels,
         "with_counters": any(k.counters for k in case.kernels),
+        "with_clock": any(k.sm_clock_mhz for k in case.kernels),
+        "sm_clock_mhz": case.sm_clock_mhz,
         "roofline": figures.roofline(case, peaks),
         "off_roofline": [k for k in kernels if not k["on_roofline"]],
         "reconciliation": case_reconciliation(case, mode),

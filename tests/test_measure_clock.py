@@ -1,0 +1,131 @@
+"""The SM clock under load (``profiler_core.measure.clock``): which kernels and probe belong to which iteration, the
+probe's timer against Kineto's, the cycles over a kernel and their mean clock, and what a comparison says of them.
+The probe itself needs CUDA and Triton; its figures on the H200 are in ``bench/reports/h200-truth.md``."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler_core.analysis import compare
+from profiler_core.measure.clock import (
+    MAX_SAMPLES,
+    MIN_EVERY,
+    StepClocks,
+    align,
+    cycles_at,
+    cycles_over,
+    probe_every,
+    read_clocks,
+    split_iterations,
+)
+from tests.test_analysis_fixtures import runs
+
+SPIN = "at::cuda::(anonymous namespace)::spin_kernel(long)"
+
+
+def _series(start_ns: int, n: int, step_ns: int, mhz: list[float]) -> list[tuple[int, int]]:
+    """A probe's samples every ``step_ns``, the clock ``mhz[i]`` over the i-th interval."""
+    out, cycles = [(start_ns, 1000)], 1000.0
+    for i in range(1, n):
+        cycles += mhz[i - 1] * step_ns / 1000.0
+        out.append((start_ns + i * step_ns, round(cycles)))
+    return out
+
+
+def test_the_probe_belongs_to_the_iteration_its_next_marker_opens_and_holds_and_flushes_are_left_out() -> None:
+    events = [
+        ("fill", 0.0, 1.0),  # zero_grads
+        ("span_probe", 1.0, 300.0),  # starts with the hold, before the marker
+        (SPIN, 1.5, 40.0),  # the hold
+        ("reduce_kernel<amax>", 42.0, 60.0),  # the flush
+        (SPIN, 103.0, 1.0),
+        ("gemm", 104.0, 80.0),
+        ("softmax", 185.0, 20.0),
+        (SPIN, 206.0, 1.0),
+        ("fill", 210.0, 1.0),  # the flag
+        ("span_probe", 320.0, 200.0),
+        (SPIN, 321.0, 40.0),
+        (SPIN, 400.0, 1.0),
+        ("gemm", 401.0, 80.0),
+        (SPIN, 482.0, 1.0),
+    ]
+    got = split_iterations(events)
+    assert [[k[0] for k in ks] for ks, _ in got] == [["gemm", "softmax"], ["gemm"]]
+    assert [p[1] if p else None for _, p in got] == [1.0, 320.0]
+
+
+def test_an_iteration_without_a_probe_has_none() -> None:
+    got = split_iterations([(SPIN, 0.0, 1.0), ("gemm", 1.0, 10.0), (SPIN, 12.0, 1.0)])
+    assert got == [([("gemm", 1.0, 10.0)], None)]
+
+
+def test_the_probe_timer_is_aligned_with_kineto_by_its_two_ends() -> None:
+    series = _series(5_000_000, 101, 1000, [1980.0] * 100)  # 100 µs of samples from timer 5,000 µs
+    assert align(("span_probe", 20.0, 100.0), series) == pytest.approx(20.0 - 5000.0)
+    # Kineto's probe 0.4 µs longer than the timer's samples: the offset splits the difference
+    assert align(("span_probe", 20.0, 100.4), series) == pytest.approx(20.2 - 5000.0)
+
+
+def test_cycles_are_interpolated_between_samples_and_refused_outside_them() -> None:
+    series = [(1000, 0), (2000, 1900), (3000, 3700)]
+    assert cycles_at(series, 1000) == 0
+    assert cycles_at(series, 1500) == pytest.approx(950)
+    assert cycles_at(series, 2500) == pytest.approx(2800)
+    assert cycles_at(series, 999) is None and cycles_at(series, 3001) is None
+    assert cycles_at(series[:1], 1000) is None
+    assert cycles_over(series, 0.0, 1.5, 1.0) == pytest.approx(2800 - 950)
+    assert cycles_over(series, 0.0, 2.5, 1.0) is None  # runs past the last sample
+    assert cycles_over(series, 0.0, 1.5, 0.0) is None
+
+
+def test_a_kernel_clock_is_the_mean_over_it_and_a_name_is_weighted_by_time() -> None:
+    # 1 µs samples: 1,980 MHz for the first 50 µs, 1,700 MHz after
+    series = _series(0, 201, 1000, [1980.0] * 50 + [1700.0] * 150)
+    probe = ("span_probe", 0.0, 200.0)
+    kernels = [("gemm", 10.0, 40.0), ("gemm", 60.0, 100.0), ("add", 40.0, 20.0), ("tail", 190.0, 30.0)]
+    clocks = read_clocks([(kernels, probe)], [series])
+    assert clocks.iterations == 1
+    assert clocks.mhz("gemm") == pytest.approx((40 * 1980 + 100 * 1700) / 140, abs=0.1)
+    assert clocks.mhz("add") == pytest.approx((10 * 1980 + 10 * 1700) / 20, abs=0.1)
+    assert clocks.mhz("tail") is None  # the probe stopped before it ended
+    assert clocks.step_mhz() == pytest.approx((40 * 1980 + 100 * 1700 + 10 * 1980 + 10 * 1700) / 160, abs=0.1)
+
+
+def test_iterations_without_a_probe_or_samples_read_nothing() -> None:
+    clocks = read_clocks([([("gemm", 1.0, 10.0)], None), ([("gemm", 1.0, 10.0)], ("span_probe", 0.0, 5.0))], [[], []])
+    assert clocks.iterations == 0 and clocks.step_mhz() is None and clocks.mhz("gemm") is None
+    assert StepClocks().step_mhz() is None
+
+
+def test_the_sampling_interval_covers_the_span_within_the_buffer() -> None:
+    assert probe_every(10.0) == MIN_EVERY
+    every = probe_every(20_000.0)  # a 20 ms step
+    assert every * (MAX_SAMPLES - 1) >= 20_000.0 * 1980.0
+    assert every > MIN_EVERY
+
+
+def _with_clock(doc, mhz: float):  # type: ignore[no-untyped-def]
+    for case in doc.cases:
+        case.sm_clock_mhz = mhz
+    return doc
+
+
+def test_a_regression_that_came_with_a_lower_clock_says_so_and_still_fails() -> None:
+    base = [_with_clock(d, 1760.0) for d in runs(3, seed=1)]
+    cand = _with_clock(runs(1, seed=2, factor=1.05, prefix="cand")[0], 1700.0)
+    c = compare(base, cand)
+    f = next(f for f in c.findings if f.metric == "latency")
+    assert f.status == "regressed" and c.verdict == "fail"
+    assert f.detail is not None and "SM clock under load fell 3.4% (1,760 → 1,700 MHz)" in f.detail
+    assert f.change is not None
+    assert f"in SM cycles the case moved {(1 + f.change) * 1700 / 1760 - 1:+.1%}" in f.detail
+
+
+def test_an_unchanged_clock_or_one_side_without_it_adds_nothing() -> None:
+    base = [_with_clock(d, 1760.0) for d in runs(3, seed=1)]
+    same = _with_clock(runs(1, seed=2, factor=1.05, prefix="cand")[0], 1761.0)
+    f = next(f for f in compare(base, same).findings if f.metric == "latency")
+    assert "SM clock" not in (f.detail or "")
+    unread = runs(1, seed=2, factor=1.05, prefix="cand")[0]
+    f = next(f for f in compare(base, unread).findings if f.metric == "latency")
+    assert "SM clock" not in (f.detail or "")
