@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from profiler_core.analysis import compare
+from profiler_core.analysis.kernels import CLOCK_MOVE, kernel_moves
 from profiler_core.measure.clock import (
     MAX_SAMPLES,
     MIN_EVERY,
@@ -121,11 +122,30 @@ def test_a_regression_that_came_with_a_lower_clock_says_so_and_still_fails() -> 
     assert f"in SM cycles the case moved {(1 + f.change) * 1700 / 1760 - 1:+.1%}" in f.detail
 
 
-def test_an_unchanged_clock_or_one_side_without_it_adds_nothing() -> None:
+def test_a_clock_move_within_the_pass_own_spread_or_one_side_without_it_adds_nothing() -> None:
     base = [_with_clock(d, 1760.0) for d in runs(3, seed=1)]
-    same = _with_clock(runs(1, seed=2, factor=1.05, prefix="cand")[0], 1761.0)
-    f = next(f for f in compare(base, same).findings if f.metric == "latency")
-    assert "SM clock" not in (f.detail or "")
+    for mhz in (1761.0, 1760.0 * (1 - CLOCK_MOVE) + 1.0):  # the clock pass alone spread 3.2% between processes
+        same = _with_clock(runs(1, seed=2, factor=1.05, prefix="cand")[0], mhz)
+        f = next(f for f in compare(base, same).findings if f.metric == "latency")
+        assert "SM clock" not in (f.detail or "")
     unread = runs(1, seed=2, factor=1.05, prefix="cand")[0]
     f = next(f for f in compare(base, unread).findings if f.metric == "latency")
     assert "SM clock" not in (f.detail or "")
+
+
+def test_a_kernel_clock_is_among_its_changes_only_when_it_moved_beyond_the_pass_own_spread() -> None:
+    base = runs(1, seed=1)[0].cases[0].kernels
+    cand = [k.model_copy(deep=True) for k in base]
+    for k in cand:
+        k.duration_us.median *= 1.2
+    for k in base:
+        k.sm_clock_mhz = 1800.0
+    for clock, listed in ((1790.0, False), (1700.0, True)):
+        for k in cand:
+            k.sm_clock_mhz = clock
+        moves = kernel_moves([base], cand, case_us=100.0)
+        assert moves
+        fields = {fc.field: fc for m in moves for fc in m.rates}
+        assert ("sm_clock_mhz" in fields) is listed
+        if listed:
+            assert fields["sm_clock_mhz"].change == pytest.approx(1700 / 1800 - 1)

@@ -10,6 +10,7 @@ import numpy as np
 from profiler_core.analysis.checks import accuracy_finding, backend_finding, status_finding
 from profiler_core.analysis.config import PRECEDENCE, PRIOR_RUNS, default_noise_floor, resolve
 from profiler_core.analysis.errors import AnalysisError
+from profiler_core.analysis.kernels import CLOCK_MOVE
 from profiler_core.analysis.stats import benjamini_hochberg
 from profiler_core.analysis.timing import (
     BOOTSTRAP_REPLICATES,
@@ -299,9 +300,6 @@ def _excuse_suspect_cases(candidate: ResultDocument, findings: list[Finding], no
         notes.append(f"{f.case}: {f.metric} regression not failed: the case is suspect ({reasons})")
 
 
-# A change in the SM clock under load worth naming beside a timing finding: the five-process spread of the clock
-# under load on an H200 with clocks unlocked reached 1.3% (bench/reports/h200-truth.md, section 4).
-CLOCK_MOVE = 0.005
 _TIMED_METRICS = ("latency", "bandwidth", "throughput")
 
 

@@ -19,7 +19,13 @@ LAUNCH_FIELDS = (
     "theoretical_occupancy",
     "occupancy_limiter",
 )
-RATE_FIELDS = ("tflops", "gbps", "compute_util", "bandwidth_util", "bound", "sm_clock_mhz")
+RATE_FIELDS = ("tflops", "gbps", "compute_util", "bandwidth_util", "bound")
+# A change in the SM clock under load worth naming, a kernel's among its changes and a case's beside its timing
+# finding. The clock pass reads a few iterations of its own: on an H200 with clocks unlocked, its reading of one case
+# landed up to 3.2% apart between five processes of unchanged code (bench/reports/h200-truth.md, section 4), so a
+# smaller move is the pass's own spread. 3% is also the drop at which NVML's readings mark a case suspect
+# (measure.environment.CASE_CLOCK_DROP).
+CLOCK_MOVE = 0.03
 DRAM_COUNTERS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 
 # A kernel "moved" when its time changed by at least this fraction of its own time, or by this fraction of
@@ -149,6 +155,16 @@ def _moved(
         if b != after.dram_bytes:
             change = _rel(b, after.dram_bytes)
             rates.append(FieldChange(field="dram_bytes", baseline=b, candidate=after.dram_bytes, change=change))
+    clock = _rel(before.kernel.sm_clock_mhz, after.kernel.sm_clock_mhz)
+    if clock is not None and abs(clock) >= CLOCK_MOVE:
+        rates.append(
+            FieldChange(
+                field="sm_clock_mhz",
+                baseline=before.kernel.sm_clock_mhz,
+                candidate=after.kernel.sm_clock_mhz,
+                change=clock,
+            )
+        )
     return KernelMove(
         key=ident[0],
         phase=ident[1],
