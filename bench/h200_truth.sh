@@ -14,8 +14,8 @@
 #   bash bench/h200_truth.sh isolation -> every kernel traced in ncu's conditions without ncu (bench/h200_isolation.py:
 #                                        a flush, an idle gap, or both before each operator), the cause of the gaps
 #   bash bench/h200_truth.sh spread N -> N processes of bench/h200_spread.py (SPREAD_ARGS added) back to back: each
-#                                        kernel's duration and the
-#                                        SM clock over all of it (a probe spanning the step), NVML at each block's edges
+#                                        kernel's duration and the SM clock over all of it (a probe spanning the
+#                                        step), NVML at each block's edges
 #   bash bench/h200_truth.sh replay   -> ncu's application replay (no save and restore of memory between passes)
 #                                        over one iteration of every case, duration, SM and DRAM clocks, both cache controls
 # ROUNDS=R runs the suites with R timing rounds (copies of the suite files, min_samples raised to 3 per round).

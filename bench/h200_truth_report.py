@@ -4,7 +4,8 @@
         --also bench/reports/data/h200-truth-2026-12-02-rounds5 \\
         --isolation bench/reports/data/h200-truth-2026-12-02-r20 \\
         --same bench/reports/data/h200-same-process-2026-12-02 \\
-        --later bench/reports/data/h200-clock-2026-12-02 --out bench/reports/h200-truth.md
+        --later bench/reports/data/h200-clock-2026-12-02 \\
+        --spread bench/reports/data/h200-spread-2026-12-03 --out bench/reports/h200-truth.md
 
 Reads what ``bench/h200_truth.sh runs 5`` and ``bench/h200_truth.sh ncu`` gathered (and ``bench/h200_hold.py``,
 ``bench/h200_flush_variants.py``, ``bench/h200_ncu_overhead.py`` and ``bench/h200_placement.py`` before them): ``runN/<suite>.json.gz`` (result documents of five independent processes
@@ -19,7 +20,9 @@ samples. ``--isolation``: a lease's own runs and ncu passes with ``bench/h200_is
 in one process, one in each of five), for whether the spread is the process's. ``--later``: later runs'
 ``bench/h200_clock.py`` traces and ncu's clock (``clock.json.gz``, ``ncu-clock-*``, ``processes/``),
 ``bench/h200_ncu_cost.py``'s (``ncu-cost/``), the ``--extra`` isolation contexts (``isolation-extra.json.gz``) and
-the driver's iterations without ncu (``driver-kineto.json.gz``). Every figure in the prose is computed from these files; the auxiliary experiments' figures (hold, flush
+the driver's iterations without ncu (``driver-kineto.json.gz``). ``--spread``: ``bench/h200_spread.py``'s processes
+(``spread/``: the SM clock over whole kernels), ncu's application replay (``replay/``) and five processes of the
+profiler with its clock pass (``runs/``). Every figure in the prose is computed from these files; the auxiliary experiments' figures (hold, flush
 variants, ncu's overhead, placement, outliers) are named as such where they are quoted. Writes the markdown report and
 ``h200-truth.png``. Torch-free and deterministic.
 """
@@ -437,6 +440,12 @@ def render(
             if iso is not None and iso.later is not None
             else ""
         )
+        + (
+            "; the SM clock over whole kernels, ncu's application replay and five processes of the profiler with its "
+            "clock pass (sections 3 and 4) in a lease the next day"
+            if iso is not None and iso.spread is not None
+            else ""
+        )
         + ". Two sets of cases: "
         "the example suite (prefill of one LLaMA-7B layer through every path, and decode: one token against "
         "KV caches of 4k–32k, GQA 8:1 and MQA, batch 1 and 16) and the validation set (head dims 64, 96 and 256, "
@@ -511,11 +520,21 @@ def render(
             if iso is not None and iso.later is not None
             else []
         ),
+        *(
+            [
+                "# the next day's lease: the clock over whole kernels, ncu's application replay, the profiler's clock pass",
+                "SPREAD_ARGS='--blocks 4 --per-block 25' bash bench/h200_truth.sh spread 5; bash bench/h200_truth.sh replay",
+                "bash bench/h200_truth.sh runs 5",
+            ]
+            if iso is not None and iso.spread is not None
+            else []
+        ),
         f"python bench/h200_truth_report.py --data {_rel(d.dir)} "
         + (f"--also {_rel(also.dir)} " if also is not None else "")
         + (f"--isolation {_rel(iso.d.dir)} " if iso is not None else "")
         + (f"--same {_rel(same)} " if same is not None else "")
         + (f"--later {_rel(iso.later)} " if iso is not None and iso.later is not None else "")
+        + (f"--spread {_rel(iso.spread)} " if iso is not None and iso.spread is not None else "")
         + f"--out {_rel(out)}",
         "```",
         "",
@@ -597,8 +616,18 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
     )
     long_ = [c for c in cases if c.ours_med >= LONG_US]
     tight = sum(1 for c in long_ if _spread(c.ours) <= SPREAD_LONG)
+    cause = ""
+    if iso is not None and iso.spread is not None:
+        rows = whole_kernel_rows(iso.spread)
+        wide = [r for r in rows if r.span >= SPREAD_LONG]
+        again = profiler_clock_runs(iso.spread)
+        cause = (
+            f"; in a later five-process run {sum(1 for _, m, _c in again if _spread(m) <= SPREAD_LONG)}/{len(again)}. "
+            f"Of the kernels ≥ 50 µs spreading 0.5% or more in the clock study, {sum(1 for r in wide if r.follows)} of "
+            f"{len(wide)} follow the SM clock the GPU ran them at (section 4): clocks were not locked"
+        )
     out.append(
-        f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)} | "
+        f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)}{cause} | "
         + ("met" if tight == len(long_) else "**not met**: section 4")
         + " |"
     )
@@ -1243,8 +1272,9 @@ def _grid_words(grid: dict[str, float]) -> str:
 class Isolation:
     """``bench/h200_isolation.py``'s data (``isolation.json``) with the same lease's runs and ncu passes."""
 
-    def __init__(self, data: Path, later: Path | None = None) -> None:
+    def __init__(self, data: Path, later: Path | None = None, spread: Path | None = None) -> None:
         self.d = Data(data)
+        self.spread = spread  # bench/h200_spread.py's processes, ncu's application replay, the profiler's clock pass
         raw = _json(data / "isolation.json")
         # a later lease's traces with the EXTRA_CONTEXTS (``bench/h200_isolation.py --extra``)
         self.later = later
@@ -1379,7 +1409,9 @@ def _unexplained_words(iso: Isolation) -> list[str]:
             f"to their ncu ({_upct([abs(seq) for seq, _n in later], 1)} from the trace pass, "
             f"{_upct([abs(n) for _s, n in later], 1)} from ncu). No trace of ours, in any of the contexts above, reads "
             "them as ncu does, and the iterations ncu replays read as ours without it: by elimination the difference "
-            "arises in ncu's replay, with its flush or without; what in the replay does it is not measured"
+            "arises in ncu's replay, with its flush or without"
+            + _replay_words(iso)
+            + "; what in the replay does it is not measured"
         )
     return ["Without a measured cause: " + "; ".join(parts) + ".", ""]
 
@@ -1754,6 +1786,8 @@ def _spread_words(
         out.append(_same_process_words(sessions))
     if iso is not None and iso.later is not None and (iso.later / "processes").exists():
         out.append(_clock_spread_words(iso.later / "processes"))
+    if iso is not None and iso.spread is not None:
+        out += _whole_clock_words(iso.spread)
     out += _outlier_words(d, also)
     out += _placement_rows(d)
     out.append("")
@@ -2001,6 +2035,262 @@ def _plot(d: Data, cases: list[CaseRow], path: Path) -> None:
     plt.close(fig)
 
 
+# ---- the SM clock over each whole kernel, and ncu's application replay (``--spread``: bench/h200_spread.py) ----
+
+WHOLE_LEAST_US = 50.0
+FOLLOWS_R = -0.7
+
+
+@dataclass
+class WholeRow:
+    """One kernel across the spread study's processes: spreads (fractions) of its duration without the probe and
+    with it, of the clock over it and of its cycles, the correlation of duration with clock over the process medians
+    and (the median over processes) over one process's iterations, and its median clock (MHz)."""
+
+    case: str
+    name: str
+    us: float
+    plain: float
+    span: float
+    clock: float
+    cycles: float
+    r: float | None
+    r_iter: float | None
+    mhz: float
+    probe_cost: float  # the probe's effect on the kernel: median over processes of (with it / without it) - 1
+
+    @property
+    def follows(self) -> bool:
+        """Its level is its clock's: the clock moved against the duration and the cycles landed closer together."""
+        return self.r is not None and self.r <= FOLLOWS_R and self.cycles < self.span
+
+
+def _spread_runs(folder: Path) -> list[dict[str, Any]]:
+    return [_read_once(p) for p in sorted((folder / "spread").glob("p*.json.gz"))]
+
+
+def whole_kernel_rows(folder: Path, least_us: float = WHOLE_LEAST_US) -> list[WholeRow]:
+    """Every kernel ≥ ``least_us`` and ≥ 5% of its case's step that the probe covered in every process."""
+    from bench.h200_spread import correlation, kernel_levels
+
+    procs = _spread_runs(folder)
+    rows = []
+    for case, first in procs[0]["cases"].items():
+        if any("kernels" not in p["cases"].get(case, {}) for p in procs):
+            continue
+        step = st.median(first["step"]["us"]["plain"])
+        for k in first["kernels"]:
+            lv = kernel_levels(procs, case, k["index"])
+            if lv is None:
+                continue
+            us = st.median(lv["plain"])
+            if us < max(least_us, HEAVY * step):
+                continue
+            within = []
+            for p in procs:
+                kk = next(x for x in p["cases"][case]["kernels"] if x["index"] == k["index"])
+                pairs = [(d, m) for d, m in zip(kk["us"]["span"], kk["mhz"], strict=True) if m is not None]
+                r = correlation([d for d, _ in pairs], [m for _, m in pairs])
+                if r is not None:
+                    within.append(r)
+            rows.append(
+                WholeRow(
+                    case,
+                    k["name"],
+                    us,
+                    _spread(lv["plain"]),
+                    _spread(lv["span"]),
+                    _spread(lv["mhz"]),
+                    _spread(lv["cycles"]),
+                    correlation(lv["span"], lv["mhz"]),
+                    st.median(within) if within else None,
+                    st.median(lv["mhz"]),
+                    st.median(a / b for a, b in zip(lv["span"], lv["plain"], strict=True)) - 1,
+                )
+            )
+    return rows
+
+
+def whole_case_counts(folder: Path, least_us: float = LONG_US) -> tuple[int, int, int]:
+    """Cases ≥ ``least_us`` (the step's span, traced without the probe) in the spread study: (cases, within 0.5%
+    across the processes in µs, within 0.5% in cycles: the step's span times the clock over its kernels)."""
+    procs = _spread_runs(folder)
+    n = in_us = in_cycles = 0
+    for case in procs[0]["cases"]:
+        steps = [p["cases"].get(case, {}).get("step") for p in procs]
+        if any(s is None for s in steps):
+            continue
+        plain = [st.median(s["us"]["plain"]) for s in steps]
+        if st.median(plain) < least_us:
+            continue
+        cycles = []
+        for s in steps:
+            pairs = [(u, m) for u, m in zip(s["us"]["span"], s["mhz"], strict=True) if m is not None]
+            cycles.append(st.median(u * m for u, m in pairs) if pairs else float("nan"))
+        n += 1
+        in_us += _spread(plain) <= SPREAD_LONG
+        in_cycles += all(c == c for c in cycles) and _spread(cycles) <= SPREAD_LONG
+    return n, in_us, in_cycles
+
+
+def _nvml_range(folder: Path) -> tuple[list[float], list[float]]:
+    """GPU temperatures (°C) and NVML SM clocks (MHz) read at every block's edges of the spread study."""
+    temps, clocks = [], []
+    for p in _spread_runs(folder):
+        for c in p["cases"].values():
+            for b in c.get("blocks", []):
+                for edge in (b["start"], b["end"]):
+                    if edge.get("temp_c") is not None:
+                        temps.append(edge["temp_c"])
+                    if edge.get("sm_mhz") is not None:
+                        clocks.append(edge["sm_mhz"])
+    return temps, clocks
+
+
+def profiler_clock_runs(folder: Path) -> list[tuple[str, list[float], list[float]]]:
+    """The profiler's own five processes with its clock pass (``runs/``): per case ≥ 100 µs timed in all of them,
+    (suite/case, the five medians in µs, the five clocks under load its clock pass read)."""
+    runs = sorted((folder / "runs").glob("run*/"))
+    out = []
+    for suite in SUITES:
+        docs = [parse_result(_json(r / f"{suite}.json.gz")) for r in runs]
+        for case in docs[0].cases:
+            same = [d.case(case.id) for d in docs]
+            if any(c is None or c.status != "ok" or c.latency_us is None or not c.sm_clock_mhz for c in same):
+                continue
+            med = [c.latency_us.median for c in same if c is not None and c.latency_us is not None]
+            if st.median(med) < LONG_US:
+                continue
+            out.append((f"{suite}/{case.id}", med, [c.sm_clock_mhz or 0.0 for c in same if c is not None]))
+    return out
+
+
+def _whole_clock_words(folder: Path) -> list[str]:
+    """Section 4: whether a kernel's level across processes follows the clock over all of it; the profiler's clock
+    pass in its own five processes."""
+    rows = whole_kernel_rows(folder)
+    if not rows:
+        return []
+    procs = _spread_runs(folder)
+    wide = sorted((r for r in rows if r.span >= SPREAD_LONG), key=lambda r: -r.span)
+    follows = [r for r in wide if r.follows]
+    n, in_us, in_cycles = whole_case_counts(folder)
+    temps, nvml = _nvml_range(folder)
+    costs = [r.probe_cost for r in rows]
+    out = [
+        "",
+        f"**The clock over the whole kernel** (`bench/h200_spread.py` in {len(procs)} processes back to back, "
+        f"`{_rel(folder / 'spread')}`, {len(procs[0]['cases'])} cases, 50 iterations with the probe and 50 without per "
+        "case and process). The probe beside a kernel's start (above) samples a few microseconds; here one warp on a "
+        "second stream spans the whole step and records `%globaltimer` and `%clock64` every 0.25 µs or so, and the "
+        "clock over a kernel is the cycles it counted between the kernel's start and end. The probe holds one warp of "
+        f"one SM: it moved the kernels by {_span(costs)} (median {_pct(st.median(costs), 1)}), alike in every process. "
+        f"NVML read {_span(nvml, lambda x: f'{x:,.0f}', '–')} MHz and {_span(temps, lambda x: f'{x:.0f}', '–')} °C at "
+        f"every block's edges. Of {len(rows)} kernels ≥ 50 µs and ≥ 5% of their case, {len(wide)} spread 0.5% or more "
+        f"across the processes with the probe beside them; for {len(follows)} of those {len(wide)} the clock moved "
+        f"against the duration (correlation ≤ {FOLLOWS_R} over the process medians) and their cycles (duration × clock) "
+        f"landed closer together than their durations ({_span([r.cycles for r in follows], lambda x: _pct(x, 2, False), '–')} "
+        f"against {_span([r.span for r in follows], lambda x: _pct(x, 2, False), '–')}): for them, the level a process "
+        "lands on is the SM clock the GPU ran the kernel at, which NVML does not see and which, on unlocked clocks, the "
+        "GPU sets while the kernel runs. Cases ≥ 100 µs, the step traced without the probe: "
+        f"{in_us}/{n} within 0.5% across the processes in µs, {in_cycles}/{n} in cycles (the cycles of memory-bound "
+        "kernels do not follow the clock, so counting in cycles is no fix for them).",
+        "",
+        "| case | kernel | µs | spread µs | spread µs, probe beside | spread of its clock | spread of its cycles | "
+        "r (processes) | r (iterations, median) | MHz |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in wide:
+        out.append(
+            f"| {r.case} | `{base_name(r.name)[:40]}` | {fmt_us(r.us)} | {_pct(r.plain, 2, False)} | "
+            f"{_pct(r.span, 2, False)} | {_pct(r.clock, 2, False)} | {_pct(r.cycles, 2, False)} | "
+            f"{'–' if r.r is None else f'{r.r:+.2f}'} | {'–' if r.r_iter is None else f'{r.r_iter:+.2f}'} | "
+            f"{r.mhz:,.0f} |"
+        )
+    rest = [r for r in wide if not r.follows]
+    if rest:
+        out += [
+            "",
+            "Not following the clock: "
+            + ", ".join(f"{r.case} `{base_name(r.name)[:32]}`" for r in rest)
+            + "; their level moves with something the probe does not read.",
+        ]
+    runs = profiler_clock_runs(folder)
+    if runs:
+        tight = sum(1 for _, med, _c in runs if _spread(med) <= SPREAD_LONG)
+        cyc = sum(1 for _, med, c in runs if _spread([a * b for a, b in zip(med, c, strict=True)]) <= SPREAD_LONG)
+        clock = [_spread(c) for _, _m, c in runs]
+        # a comparison sets a candidate's clock against the median of its baselines: each process against the others
+        off = max(abs(c[i] / st.median(c[:i] + c[i + 1 :]) - 1) for _, _m, c in runs for i in range(len(c)))
+        out += [
+            "",
+            f"**The profiler's clock pass** (the same lease, `{_rel(folder / 'runs')}`: {RUNS} processes of "
+            "`h200_truth.sh runs` with the profiler that reads each case's SM clock under load in five iterations of "
+            f"its own after the trace pass). Its cases ≥ 100 µs spread ≤ 0.5% in µs for {tight}/{len(runs)} (the "
+            f"report's main runs: section 4's table). The clock pass's reading of one case spread {_upct(clock, 2)} "
+            f"across the processes (each process's reading at most {_pct(off, 1, False)} from the median of the "
+            f"other four), and the cases' medians times that reading spread ≤ 0.5% for {cyc}/{len(runs)}: a "
+            "clock read in other iterations, at another moment, does not carry the timing pass's level, and the probe "
+            "cannot run beside the timed iterations, which it would lengthen. So the profiler records the clock "
+            "under load beside each kernel, as Nsight Compute reports its SM frequency, and a comparison names a "
+            "change in it only from 3% (`profiler_core.analysis.kernels.CLOCK_MOVE`), beyond this pass's own spread.",
+        ]
+    return out
+
+
+def replay_pairs(folder: Path, later: Path) -> dict[tuple[str, int], tuple[float, float]]:
+    """ncu's application replay (``replay/``, both cache controls) against its kernel replay (the later runs' ncu
+    clock passes, the same driver and launches): {(case, launch index): (kernel replay µs, application replay µs)},
+    default cache control."""
+    app = _ncu(folder / "replay", "ncu-app-all.csv.gz", "ncu-app-all-map.json")
+    kern = _ncu(later, "ncu-clock-all.csv.gz", "ncu-clock-all-map.json")
+    out = {}
+    for case, rows in app.items():
+        other = kern.get(case, [])
+        if len(other) != len(rows):
+            continue
+        for j, ((_n, g, v), (_m, h, w)) in enumerate(zip(rows, other, strict=True)):
+            if g == h and DUR in v and DUR in w:
+                out[(case, j)] = (w[DUR] / 1000.0, v[DUR] / 1000.0)
+    return out
+
+
+def _later_index(folder: Path, r: KernelRow) -> int | None:
+    """``r``'s kernel (its first launch) as an index into the later runs' clock traces and ncu passes."""
+    key = f"{r.suite}/{r.case.id}"
+    ks = _read_once(folder / "clock.json.gz")["cases"].get(key, {}).get("kernels", [])
+    js = match_launches(r.case.kernels, [(k["name"], k["grid"]) for k in ks]).get(r.index, [])
+    return js[0] if js else None
+
+
+def _replay_words(iso: Isolation) -> str:
+    """ncu's application replay against its kernel replay, for every kernel ≥ 10 µs and for the gaps left."""
+    if iso.spread is None or iso.later is None or not (iso.spread / "replay").exists():
+        return ""
+    pairs = replay_pairs(iso.spread, iso.later)
+    all_ = [a / k - 1 for k, a in pairs.values() if k >= 10.0]
+    left = []
+    for x in iso.rows:
+        if x.cause != "unexplained":
+            continue
+        j = _later_index(iso.later, x.row)
+        pair = pairs.get((f"{x.row.suite}/{x.row.case.id}", j)) if j is not None else None
+        if pair is not None:
+            left.append(pair[1] / pair[0] - 1)
+    if not all_:
+        return ""
+    return (
+        f"; ncu's application replay (`{_rel(iso.spread / 'replay')}`: each pass runs the whole driver again, so "
+        "nothing is saved or restored between passes) read every kernel ≥ 10 µs a median "
+        f"{_pct(st.median(all_), 1)} from its kernel replay ({len(all_)} kernels)"
+        + (
+            f", and {len(left)} of these {_upct(left, 1)}, so ncu's save and restore of memory is not it"
+            if left
+            else ""
+        )
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", type=Path, required=True)
@@ -2011,10 +2301,21 @@ def main() -> int:
     parser.add_argument(
         "--later", type=Path, help="a later lease's clock study, ncu cost variants and extra isolation contexts"
     )
+    parser.add_argument(
+        "--spread", type=Path, help="the clock over whole kernels, ncu's application replay, the profiler's clock pass"
+    )
     args = parser.parse_args()
     data = Data(args.data.resolve())
     also = Data(args.also.resolve()) if args.also else None
-    iso = Isolation(args.isolation.resolve(), args.later.resolve() if args.later else None) if args.isolation else None
+    iso = (
+        Isolation(
+            args.isolation.resolve(),
+            args.later.resolve() if args.later else None,
+            args.spread.resolve() if args.spread else None,
+        )
+        if args.isolation
+        else None
+    )
     same = args.same.resolve() if args.same else None
     text = render(data, args.out.resolve(), args.out.with_name("h200-truth.png"), also, iso, same)
     cases = case_rows(data)

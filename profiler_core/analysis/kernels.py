@@ -22,9 +22,9 @@ LAUNCH_FIELDS = (
 RATE_FIELDS = ("tflops", "gbps", "compute_util", "bandwidth_util", "bound")
 # A change in the SM clock under load worth naming, a kernel's among its changes and a case's beside its timing
 # finding. The clock pass reads a few iterations of its own: on an H200 with clocks unlocked, its reading of one case
-# landed up to 3.2% apart between five processes of unchanged code (bench/reports/h200-truth.md, section 4), so a
-# smaller move is the pass's own spread. 3% is also the drop at which NVML's readings mark a case suspect
-# (measure.environment.CASE_CLOCK_DROP).
+# landed up to 3.2% apart between five processes of unchanged code, each at most 2.5% from the median of the other
+# four (bench/reports/h200-truth.md, section 4), so a smaller move is the pass's own spread. 3% is also the drop at
+# which NVML's readings mark a case suspect (measure.environment.CASE_CLOCK_DROP).
 CLOCK_MOVE = 0.03
 DRAM_COUNTERS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 
