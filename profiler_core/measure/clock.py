@@ -148,7 +148,11 @@ def clock_pass(
     iterations: int = 5,
 ) -> StepClocks | None:
     """Run ``iterations`` more iterations with the probe beside each step; the clocks it read, or None where
-    Triton is not installed (the probe is a Triton kernel)."""
+    Triton is not installed or the probe does not compile for the GPU (its timers are PTX registers).
+
+    The probe stops at the flag or after its samples, which cover the hold, the flush and three times the step's
+    median: a step that cannot start while the probe holds its warp (a cooperative launch that needs every SM)
+    waits for it at most that long, and its kernels are then left without a clock."""
     try:
         from profiler_core.measure.clock_probe import span_probe
     except ImportError:
@@ -166,7 +170,11 @@ def clock_pass(
     flag = torch.zeros((), dtype=torch.int64, device=device)
     side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     main = torch.cuda.current_stream()
-    torch.cuda.synchronize()
+    try:  # the probe compiles for this GPU (its timers are PTX), or there is no clock to read
+        span_probe[(1,)](buf[0], counts[0], flag, 0, 2, MIN_EVERY, num_warps=1)
+        torch.cuda.synchronize()
+    except Exception:
+        return None
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(iterations):
             workload.zero_grads()

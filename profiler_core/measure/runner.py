@@ -233,7 +233,6 @@ class SuiteSession:
                             flusher=self.flusher,
                             out_path=trace_path,
                         )
-                        outputs = workload.outputs()
                         clocks = (
                             clock_pass(
                                 workload,
@@ -244,6 +243,7 @@ class SuiteSession:
                             if self.device == "cuda"
                             else None
                         )
+                        outputs = workload.outputs()
                     elif isinstance(record, _Pending):
                         _time_round(
                             workload,
