@@ -9,6 +9,7 @@ import numpy as np
 
 from profiler_core.analysis.checks import accuracy_finding, backend_finding, status_finding
 from profiler_core.analysis.config import PRECEDENCE, PRIOR_RUNS, default_noise_floor, resolve
+from profiler_core.analysis.config import TIMING_METRICS as TIMED_METRICS
 from profiler_core.analysis.errors import AnalysisError
 from profiler_core.analysis.kernels import CLOCK_MOVE
 from profiler_core.analysis.stats import benjamini_hochberg
@@ -300,15 +301,13 @@ def _excuse_suspect_cases(candidate: ResultDocument, findings: list[Finding], no
         notes.append(f"{f.case}: {f.metric} regression not failed: the case is suspect ({reasons})")
 
 
-_TIMED_METRICS = ("latency", "bandwidth", "throughput")
-
-
 def _note_clock_moves(by_id: Sequence[dict[str, Case]], candidate: ResultDocument, findings: list[Finding]) -> None:
-    """Say, on each timing finding that moved, when the case's SM clock under load moved too (both sides measured
-    it): a compute-bound kernel's time follows the clock it ran at, and the clock is not the code. The verdict
-    stands: the time is what the candidate takes."""
+    """Say, on each timing finding that moved, when the case's SM clock under load moved too, beyond the clock pass's
+    own spread (both sides measured it). A kernel that keeps the SMs busy runs longer at a lower clock; the clock
+    moves with the GPU's power and temperature, and with the code's own power draw, so the note informs and the
+    verdict stands: the time is what the candidate takes."""
     for f in findings:
-        if f.metric not in _TIMED_METRICS or f.status not in ("regressed", "improved"):
+        if f.metric not in TIMED_METRICS or f.status not in ("regressed", "improved"):
             continue
         case = candidate.case(f.case)
         base = [c.sm_clock_mhz for cases in by_id if (c := cases.get(f.case)) is not None and c.sm_clock_mhz]
@@ -320,8 +319,7 @@ def _note_clock_moves(by_id: Sequence[dict[str, Case]], candidate: ResultDocumen
             continue
         note = (
             f"the SM clock under load {'fell' if moved < 0 else 'rose'} {abs(moved):.1%} "
-            f"({before:,.0f} → {case.sm_clock_mhz:,.0f} MHz): a compute-bound kernel's time follows it"
+            f"({before:,.0f} → {case.sm_clock_mhz:,.0f} MHz): a kernel that keeps the SMs busy runs "
+            f"{'longer' if moved < 0 else 'shorter'} at it"
         )
-        if f.metric == "latency" and f.change is not None:
-            note += f"; in SM cycles the case moved {(1 + f.change) * (1 + moved) - 1:+.1%}"
         f.detail = f"{f.detail}; {note}" if f.detail else note

@@ -293,7 +293,8 @@ class Kernel(_Model):
     sm_clock_mhz: NonNegative | None = Field(
         None,
         description="mean SM clock over the kernel's launches (weighted by time), read by a probe beside the step in "
-        "iterations of its own (CUDA with Triton); NVML reads the clock between kernels, not under them",
+        "iterations of its own (CUDA with Triton): the clock under the kernel, which latency_us.sm_clock_mhz_min/max "
+        "(NVML, read between timing batches) does not see",
     )
 
 

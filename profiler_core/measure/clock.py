@@ -1,10 +1,10 @@
 """The SM clock under load: the mean SM clock each kernel ran at, read beside the step (CUDA, with Triton).
 
-NVML reads the SM clock between kernels; a compute-bound kernel on an H200 with its clocks unlocked runs at a
-lower clock than that, set while it runs, and its time follows it. Five processes of the same suite read the
-same tensor-core kernels at clocks 0.4-1.3% apart, and their durations with them, while NVML read 1,980 MHz
-throughout (``bench/h200_spread.py``, ``bench/reports/h200-truth.md`` section 4). So the clock a kernel ran at
-is recorded beside its time, and a comparison can say when a change in time came with a change in clock.
+The profiler reads NVML's SM clock between timing batches; a tensor-core kernel on an H200 with its clocks
+unlocked runs at a lower clock than that, set while it runs: 1,650-1,830 MHz where NVML read 1,905-1,980
+(``bench/h200_spread.py``, ``bench/reports/h200-truth.md`` section 4). For some kernels the level they land on in a
+process moves with that clock. So the clock a kernel ran at is recorded beside its time, as Nsight Compute reports
+its SM frequency, and a comparison says when a case's clock moved by more than this pass's own spread.
 
 The probe is one warp on a second stream. It starts with a hold queued before the flush, so that it is resident
 before the flush and the step fill the SMs, and records (``%globaltimer``, ``%clock64``) every ``every`` SM
@@ -14,11 +14,13 @@ counted between the kernel's start and end over the time between them: the mean 
 Compute's ``sm__cycles_elapsed.avg.per_second`` is.
 
 The pass runs iterations of its own after the trace pass: the probe holds one warp of one SM, which lengthens
-some kernels (a GEMM of one wave by up to 20% on the H200), so no duration is read from these iterations.
+some kernels (a GEMM of one wave in ``llama7b/block`` by 15.6% on the H200), so no duration is read from these
+iterations. Kernels are keyed by name: one launched in both passes of a step gets one clock, over both.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
@@ -38,16 +40,19 @@ Event = tuple[str, float, float]  # kernel name, start µs, duration µs (Kineto
 Series = list[tuple[int, int]]  # (globaltimer ns, clock64 cycles), in order
 
 
-def split_iterations(events: list[Event]) -> list[tuple[list[Event], Event | None]]:
-    """Per iteration (between a pair of one-cycle markers): the step's kernels and its probe, if any.
+def split_iterations(events: list[Event]) -> list[tuple[list[Event], int | None, Event | None]]:
+    """Per iteration (between a pair of one-cycle markers): the step's kernels, and the probe that started before
+    its opening marker, with the probe's place among all the trace's probes (its samples' index), if any.
 
     ``events`` are the trace's kernels in start order. The gradients' reset, the hold (a spin kernel longer than a
-    marker) and the flush run before the first marker and are left out. The probe runs on a second stream and
-    starts with the hold, before the iteration's first marker: it belongs to the iteration that marker opens.
+    marker) and the flush run before the first marker and are left out. The probes run in order on a second
+    stream, each starting with its iteration's hold; a probe that started only after its marker (the previous one
+    still running) is taken by no iteration, and its kernels are left without a clock.
     """
-    iterations: list[tuple[list[Event], Event | None]] = []
+    iterations: list[tuple[list[Event], int | None, Event | None]] = []
     inside = False
-    pending: Event | None = None
+    pending: tuple[int, Event] | None = None
+    probes = 0
     for e in events:
         name = e[0]
         if SPIN_NAME in name:
@@ -55,10 +60,11 @@ def split_iterations(events: list[Event]) -> list[tuple[list[Event], Event | Non
                 continue
             inside = not inside
             if inside:
-                iterations.append(([], pending))
+                iterations.append(([], pending[0], pending[1]) if pending else ([], None, None))
                 pending = None
         elif PROBE_NAME in name:
-            pending = e
+            pending = None if inside else (probes, e)
+            probes += 1
         elif inside:
             iterations[-1][0].append(e)
     return iterations
@@ -96,13 +102,19 @@ def cycles_over(series: Series, offset_us: float, start_us: float, dur_us: float
     return b - a
 
 
+# The share of the step's kernel time the probe must have spanned for the case's clock to be given.
+STEP_COVERED = 0.9
+
+
 @dataclass
 class StepClocks:
-    """Cycles and microseconds the probe covered, per kernel name and over all the step's kernels."""
+    """Cycles and microseconds the probe covered, per kernel name and over all the step's kernels, and the kernel
+    time of the iterations it ran beside."""
 
     cycles: dict[str, float] = field(default_factory=dict)
     us: dict[str, float] = field(default_factory=dict)
     iterations: int = 0
+    kernel_us: float = 0.0
 
     def add(self, name: str, cycles: float, us: float) -> None:
         self.cycles[name] = self.cycles.get(name, 0.0) + cycles
@@ -113,21 +125,29 @@ class StepClocks:
         us = self.us.get(name)
         return round(self.cycles[name] / us, 1) if us else None
 
+    def covered(self) -> float:
+        """The share of the kernel time of the probed iterations that the probe spanned."""
+        return sum(self.us.values()) / self.kernel_us if self.kernel_us else 0.0
+
     def step_mhz(self) -> float | None:
-        """The mean SM clock over all the step's covered kernel time, MHz."""
+        """The mean SM clock over all the step's covered kernel time, MHz; None where the probe spanned less than
+        ``STEP_COVERED`` of it (a clock over part of a step is not the step's)."""
         us = sum(self.us.values())
-        return round(sum(self.cycles.values()) / us, 1) if us else None
+        return round(sum(self.cycles.values()) / us, 1) if us and self.covered() >= STEP_COVERED else None
 
 
-def read_clocks(iterations: list[tuple[list[Event], Event | None]], series: list[Series]) -> StepClocks:
-    """Each iteration's kernels against its probe's samples: the cycles over every kernel the probe spanned."""
+def read_clocks(iterations: list[tuple[list[Event], int | None, Event | None]], series: list[Series]) -> StepClocks:
+    """Each iteration's kernels against its probe's samples (``series[index]``): the cycles over every kernel the
+    probe spanned."""
     out = StepClocks()
-    for (kernels, probe), samples in zip(iterations, series, strict=True):
-        if probe is None or len(samples) < 2:
+    for kernels, index, probe in iterations:
+        if probe is None or index is None or index >= len(series) or len(series[index]) < 2:
             continue
+        samples = series[index]
         offset = align(probe, samples)
         out.iterations += 1
         for name, start, dur in kernels:
+            out.kernel_us += dur
             cycles = cycles_over(samples, offset, start, dur)
             if cycles is not None:
                 out.add(name, cycles, dur)
@@ -148,11 +168,13 @@ def clock_pass(
     iterations: int = 5,
 ) -> StepClocks | None:
     """Run ``iterations`` more iterations with the probe beside each step; the clocks it read, or None where
-    Triton is not installed or the probe does not compile for the GPU (its timers are PTX registers).
+    Triton is not installed, the probe does not compile for the GPU (its timers are PTX registers) or the pass
+    fails: the clock is read beside the case's numbers, and its absence never fails a case that timed.
 
     The probe stops at the flag or after its samples, which cover the hold, the flush and three times the step's
-    median: a step that cannot start while the probe holds its warp (a cooperative launch that needs every SM)
-    waits for it at most that long, and its kernels are then left without a clock."""
+    median (at 1,980 MHz, the H200's top clock; a lower clock only stretches them): a step that cannot start while
+    the probe holds its warp (a cooperative launch that needs every SM) waits for it at most that long, and its
+    kernels are then left without a clock."""
     try:
         from profiler_core.measure.clock_probe import span_probe
     except ImportError:
@@ -161,37 +183,45 @@ def clock_pass(
     from torch.profiler import ProfilerActivity, profile
 
     from profiler_core.measure.timing import Holder
+    from profiler_core.measure.trace import _filtered_stderr
 
     hold = Holder(host_us or 0.0, 1980.0)
     every = probe_every(hold.cycles / 1980.0 + 3.0 * step_us + 300.0)
-    device = torch.device("cuda")
-    buf = torch.zeros((iterations, MAX_SAMPLES, 2), dtype=torch.int64, device=device)
-    counts = torch.zeros(iterations, dtype=torch.int64, device=device)
-    flag = torch.zeros((), dtype=torch.int64, device=device)
-    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-    main = torch.cuda.current_stream()
-    try:  # the probe compiles for this GPU (its timers are PTX), or there is no clock to read
+    flag: Any = None
+    try:
+        device = torch.device("cuda")
+        buf = torch.zeros((iterations, MAX_SAMPLES, 2), dtype=torch.int64, device=device)
+        counts = torch.zeros(iterations, dtype=torch.int64, device=device)
+        flag = torch.zeros((), dtype=torch.int64, device=device)
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        main = torch.cuda.current_stream()
+        # the probe compiles for this GPU and stops at once (its target already reached)
         span_probe[(1,)](buf[0], counts[0], flag, 0, 2, MIN_EVERY, num_warps=1)
         torch.cuda.synchronize()
-    except Exception:
+        with _filtered_stderr(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(iterations):
+                workload.zero_grads()
+                side.wait_stream(main)
+                with torch.cuda.stream(side):
+                    span_probe[(1,)](buf[i], counts[i], flag, i + 1, MAX_SAMPLES, every, num_warps=1)
+                hold()
+                flusher()
+                torch.cuda._sleep(1)  # type: ignore[no-untyped-call]  # marker
+                workload.step()
+                torch.cuda._sleep(1)  # type: ignore[no-untyped-call]  # marker
+                flag.fill_(i + 1)
+            torch.cuda.synchronize()
+        taken = counts.tolist()
+        raw = buf.tolist()
+        series = [[(int(g), int(c)) for g, c in raw[i][: taken[i]]] for i in range(iterations)]
+        return read_clocks(split_iterations(_kernel_events(prof)), series)
+    except Exception:  # the probe, Kineto or the step beside the probe: the case keeps its numbers, without a clock
         return None
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(iterations):
-            workload.zero_grads()
-            side.wait_stream(main)
-            with torch.cuda.stream(side):
-                span_probe[(1,)](buf[i], counts[i], flag, i + 1, MAX_SAMPLES, every, num_warps=1)
-            hold()
-            flusher()
-            torch.cuda._sleep(1)  # type: ignore[no-untyped-call]  # marker
-            workload.step()
-            torch.cuda._sleep(1)  # type: ignore[no-untyped-call]  # marker
-            flag.fill_(i + 1)
-        torch.cuda.synchronize()
-    taken = counts.tolist()
-    raw = buf.tolist()
-    series = [[(int(g), int(c)) for g, c in raw[i][: taken[i]]] for i in range(iterations)]
-    return read_clocks(split_iterations(_kernel_events(prof)), series)
+    finally:
+        if flag is not None:
+            with contextlib.suppress(Exception):  # a probe still polling stops: its target is passed
+                flag.fill_(1 << 62)
+                torch.cuda.synchronize()
 
 
 def _kernel_events(prof: Any) -> list[Event]:
