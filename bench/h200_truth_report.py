@@ -46,6 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from profiler_core.analysis.kernels import CLOCK_MOVE  # noqa: E402
 from profiler_core.documents import Case, Kernel, ResultDocument, parse_result  # noqa: E402
 from profiler_core.measure.counters import base_name, parse_ncu_csv  # noqa: E402
 from profiler_core.model.roofline import BUSY, COUNTER_BUSY_PCT, LATENCY_US, counter_bound  # noqa: E402
@@ -619,12 +620,13 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
     cause = ""
     if iso is not None and iso.spread is not None:
         rows = whole_kernel_rows(iso.spread)
-        wide = [r for r in rows if r.span >= SPREAD_LONG]
+        plain = [r for r in rows if r.plain >= SPREAD_LONG]
         again = profiler_clock_runs(iso.spread)
         cause = (
             f"; in a later five-process run {sum(1 for _, m, _c in again if _spread(m) <= SPREAD_LONG)}/{len(again)}. "
-            f"Of the kernels ≥ 50 µs spreading 0.5% or more in the clock study, {sum(1 for r in wide if r.follows)} of "
-            f"{len(wide)} follow the SM clock the GPU ran them at (section 4): clocks were not locked"
+            f"Of the kernels ≥ 50 µs whose durations spread 0.5% or more without the probe, "
+            f"{sum(1 for r in plain if r.follows_plain)} of {len(plain)} follow the SM clock the GPU ran them at "
+            "(section 4); the cause of the rest is not found. Clocks were not locked"
         )
     out.append(
         f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)}{cause} | "
@@ -2058,11 +2060,19 @@ class WholeRow:
     r_iter: float | None
     mhz: float
     probe_cost: float  # the probe's effect on the kernel: median over processes of (with it / without it) - 1
+    r_plain: float | None  # the clock (read with the probe) against the duration without it, over process medians
+    cycles_plain: float  # the spread of (duration without the probe × clock)
 
     @property
     def follows(self) -> bool:
-        """Its level is its clock's: the clock moved against the duration and the cycles landed closer together."""
+        """With the probe beside it, its level is its clock's: the clock moved against the duration and the cycles
+        landed closer together than the durations."""
         return self.r is not None and self.r <= FOLLOWS_R and self.cycles < self.span
+
+    @property
+    def follows_plain(self) -> bool:
+        """The same for the durations the profiler times, without the probe (the clock read in the blocks beside)."""
+        return self.r_plain is not None and self.r_plain <= FOLLOWS_R and self.cycles_plain < self.plain
 
 
 def _spread_runs(folder: Path) -> list[dict[str, Any]]:
@@ -2106,16 +2116,19 @@ def whole_kernel_rows(folder: Path, least_us: float = WHOLE_LEAST_US) -> list[Wh
                     st.median(within) if within else None,
                     st.median(lv["mhz"]),
                     st.median(a / b for a, b in zip(lv["span"], lv["plain"], strict=True)) - 1,
+                    correlation(lv["plain"], lv["mhz"]),
+                    _spread([a * b for a, b in zip(lv["plain"], lv["mhz"], strict=True)]),
                 )
             )
     return rows
 
 
-def whole_case_counts(folder: Path, least_us: float = LONG_US) -> tuple[int, int, int]:
-    """Cases ≥ ``least_us`` (the step's span, traced without the probe) in the spread study: (cases, within 0.5%
-    across the processes in µs, within 0.5% in cycles: the step's span times the clock over its kernels)."""
+def whole_case_counts(folder: Path, least_us: float = LONG_US) -> dict[str, int]:
+    """Cases ≥ ``least_us`` (the step's span, traced without the probe) in the spread study, and how many land within
+    0.5% across the processes: ``plain`` the step without the probe, ``span`` with it, ``cycles`` the step with the
+    probe times the clock over its kernels, ``plain_cycles`` the step without the probe times that clock."""
     procs = _spread_runs(folder)
-    n = in_us = in_cycles = 0
+    out = {"cases": 0, "plain": 0, "span": 0, "cycles": 0, "plain_cycles": 0}
     for case in procs[0]["cases"]:
         steps = [p["cases"].get(case, {}).get("step") for p in procs]
         if any(s is None for s in steps):
@@ -2123,14 +2136,21 @@ def whole_case_counts(folder: Path, least_us: float = LONG_US) -> tuple[int, int
         plain = [st.median(s["us"]["plain"]) for s in steps]
         if st.median(plain) < least_us:
             continue
-        cycles = []
+        span, cycles, mhz = [], [], []
         for s in steps:
             pairs = [(u, m) for u, m in zip(s["us"]["span"], s["mhz"], strict=True) if m is not None]
-            cycles.append(st.median(u * m for u, m in pairs) if pairs else float("nan"))
-        n += 1
-        in_us += _spread(plain) <= SPREAD_LONG
-        in_cycles += all(c == c for c in cycles) and _spread(cycles) <= SPREAD_LONG
-    return n, in_us, in_cycles
+            if not pairs:
+                break
+            span.append(st.median(s["us"]["span"]))
+            cycles.append(st.median(u * m for u, m in pairs))
+            mhz.append(st.median(m for _, m in pairs))
+        out["cases"] += 1
+        out["plain"] += _spread(plain) <= SPREAD_LONG
+        if len(cycles) == len(steps):
+            out["span"] += _spread(span) <= SPREAD_LONG
+            out["cycles"] += _spread(cycles) <= SPREAD_LONG
+            out["plain_cycles"] += _spread([a * b for a, b in zip(plain, mhz, strict=True)]) <= SPREAD_LONG
+    return out
 
 
 def _nvml_range(folder: Path) -> tuple[list[float], list[float]]:
@@ -2151,7 +2171,9 @@ def profiler_clock_runs(folder: Path) -> list[tuple[str, list[float], list[float
     """The profiler's own five processes with its clock pass (``runs/``): per case ≥ 100 µs timed in all of them,
     (suite/case, the five medians in µs, the five clocks under load its clock pass read)."""
     runs = sorted((folder / "runs").glob("run*/"))
-    out = []
+    out: list[tuple[str, list[float], list[float]]] = []
+    if not runs:
+        return out
     for suite in SUITES:
         docs = [parse_result(_json(r / f"{suite}.json.gz")) for r in runs]
         for case in docs[0].cases:
@@ -2165,6 +2187,23 @@ def profiler_clock_runs(folder: Path) -> list[tuple[str, list[float], list[float
     return out
 
 
+def _probe_figures(folder: Path) -> tuple[list[float], list[int]]:
+    """The spread study's probe sampling interval (µs at 1,980 MHz, over the cases) and iterations per context."""
+    every, iterations = [], []
+    for p in _spread_runs(folder):
+        for c in p["cases"].values():
+            if "every" in c:
+                every.append(c["every"] / 1980.0)
+            for k in c.get("kernels", [])[:1]:
+                iterations.append(len(k["us"]["span"]))
+    return every, iterations
+
+
+def clock_pairs_apart(runs: list[tuple[str, list[float], list[float]]]) -> float:
+    """The largest difference between two processes' clock-pass readings of one case, over the cases."""
+    return max((max(c) / min(c) - 1 for _, _m, c in runs), default=0.0)
+
+
 def _whole_clock_words(folder: Path) -> list[str]:
     """Section 4: whether a kernel's level across processes follows the clock over all of it; the profiler's clock
     pass in its own five processes."""
@@ -2174,66 +2213,68 @@ def _whole_clock_words(folder: Path) -> list[str]:
     procs = _spread_runs(folder)
     wide = sorted((r for r in rows if r.span >= SPREAD_LONG), key=lambda r: -r.span)
     follows = [r for r in wide if r.follows]
-    n, in_us, in_cycles = whole_case_counts(folder)
+    wide_plain = [r for r in rows if r.plain >= SPREAD_LONG]
+    follows_plain = [r for r in wide_plain if r.follows_plain]
+    counts = whole_case_counts(folder)
     temps, nvml = _nvml_range(folder)
     costs = [r.probe_cost for r in rows]
+    every, iterations = _probe_figures(folder)
+    per = sorted(set(iterations))
     out = [
         "",
         f"**The clock over the whole kernel** (`bench/h200_spread.py` in {len(procs)} processes back to back, "
-        f"`{_rel(folder / 'spread')}`, {len(procs[0]['cases'])} cases, 50 iterations with the probe and 50 without per "
-        "case and process). The probe beside a kernel's start (above) samples a few microseconds; here one warp on a "
-        "second stream spans the whole step and records `%globaltimer` and `%clock64` every 0.25 µs or so, and the "
-        "clock over a kernel is the cycles it counted between the kernel's start and end. The probe holds one warp of "
-        f"one SM: it moved the kernels by {_span(costs)} (median {_pct(st.median(costs), 1)}), alike in every process. "
-        f"NVML read {_span(nvml, lambda x: f'{x:,.0f}', '–')} MHz and {_span(temps, lambda x: f'{x:.0f}', '–')} °C at "
-        f"every block's edges. Of {len(rows)} kernels ≥ 50 µs and ≥ 5% of their case, {len(wide)} spread 0.5% or more "
-        f"across the processes with the probe beside them; for {len(follows)} of those {len(wide)} the clock moved "
-        f"against the duration (correlation ≤ {FOLLOWS_R} over the process medians) and their cycles (duration × clock) "
-        f"landed closer together than their durations ({_span([r.cycles for r in follows], lambda x: _pct(x, 2, False), '–')} "
-        f"against {_span([r.span for r in follows], lambda x: _pct(x, 2, False), '–')}): for them, the level a process "
-        "lands on is the SM clock the GPU ran the kernel at, which NVML does not see and which, on unlocked clocks, the "
-        "GPU sets while the kernel runs. Cases ≥ 100 µs, the step traced without the probe: "
-        f"{in_us}/{n} within 0.5% across the processes in µs, {in_cycles}/{n} in cycles (the cycles of memory-bound "
-        "kernels do not follow the clock, so counting in cycles is no fix for them).",
+        f"`{_rel(folder / 'spread')}`, {len(procs[0]['cases'])} cases, {'/'.join(str(n) for n in per)} iterations with "
+        "the probe and as many without, per case and process, in alternating blocks). The probe beside a kernel's "
+        "start (above) samples a few microseconds; here one warp on a second stream spans the whole step and records "
+        f"`%globaltimer` and `%clock64` every {_span(every, lambda x: f'{x:.2f}', '–')} µs, and the clock over a kernel "
+        "is the cycles it counted between the kernel's start and end. The probe holds one warp of one SM: it moved "
+        f"the kernels by {_span(costs)} (median {_pct(st.median(costs), 1)}). NVML read "
+        f"{_span(nvml, lambda x: f'{x:,.0f}', '–')} MHz and {_span(temps, lambda x: f'{x:.0f}', '–')} °C at every "
+        f"block's edges, while the kernels below ran at {_span([r.mhz for r in rows], lambda x: f'{x:,.0f}', '–')} MHz. "
+        f"Of {len(rows)} kernels ≥ 50 µs and ≥ 5% of their case, {len(wide)} spread 0.5% or more across the processes "
+        f"with the probe beside them; for {len(follows)} of those {len(wide)} the clock moved against the duration "
+        f"(correlation ≤ {FOLLOWS_R} over the process medians) and their cycles (duration × clock) landed closer "
+        f"together than their durations. Without the probe, the durations the profiler times, {len(wide_plain)} spread "
+        f"0.5% or more, and {len(follows_plain)} of them follow the clock read beside them in the same processes. So "
+        "for some kernels the level a process lands on moves with the SM clock the GPU ran them at, which NVML does "
+        "not see; for the rest it is not what moves them, and within one process it does not follow the "
+        f"iteration-to-iteration variation either (the median correlation across iterations is positive for "
+        f"{sum(1 for r in wide if (r.r_iter or 0) > 0)} of the {len(wide)}). Cases ≥ 100 µs, the step traced: "
+        f"{counts['plain']}/{counts['cases']} within 0.5% across the processes without the probe and "
+        f"{counts['plain_cycles']}/{counts['cases']} in cycles; {counts['span']}/{counts['cases']} with the probe "
+        f"and {counts['cycles']}/{counts['cases']} in its cycles. Whether locked clocks would bring the spread under "
+        "0.5% is not measured: the lent GPU's clocks had to stay as found.",
         "",
-        "| case | kernel | µs | spread µs | spread µs, probe beside | spread of its clock | spread of its cycles | "
-        "r (processes) | r (iterations, median) | MHz |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| case | kernel | µs | spread µs | spread µs, probe beside | spread of its clock | spread of its cycles "
+        "(probe beside) | r (processes, probe beside) | r (processes, without the probe) | r (iterations, median) | MHz |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in wide:
+    shown = sorted({id(r): r for r in [*wide, *wide_plain]}.values(), key=lambda r: -max(r.span, r.plain))
+    for r in shown:
         out.append(
             f"| {r.case} | `{base_name(r.name)[:40]}` | {fmt_us(r.us)} | {_pct(r.plain, 2, False)} | "
             f"{_pct(r.span, 2, False)} | {_pct(r.clock, 2, False)} | {_pct(r.cycles, 2, False)} | "
-            f"{'–' if r.r is None else f'{r.r:+.2f}'} | {'–' if r.r_iter is None else f'{r.r_iter:+.2f}'} | "
-            f"{r.mhz:,.0f} |"
+            f"{'–' if r.r is None else f'{r.r:+.2f}'} | {'–' if r.r_plain is None else f'{r.r_plain:+.2f}'} | "
+            f"{'–' if r.r_iter is None else f'{r.r_iter:+.2f}'} | {r.mhz:,.0f} |"
         )
-    rest = [r for r in wide if not r.follows]
-    if rest:
-        out += [
-            "",
-            "Not following the clock: "
-            + ", ".join(f"{r.case} `{base_name(r.name)[:32]}`" for r in rest)
-            + "; their level moves with something the probe does not read.",
-        ]
     runs = profiler_clock_runs(folder)
     if runs:
         tight = sum(1 for _, med, _c in runs if _spread(med) <= SPREAD_LONG)
         cyc = sum(1 for _, med, c in runs if _spread([a * b for a, b in zip(med, c, strict=True)]) <= SPREAD_LONG)
         clock = [_spread(c) for _, _m, c in runs]
-        # a comparison sets a candidate's clock against the median of its baselines: each process against the others
-        off = max(abs(c[i] / st.median(c[:i] + c[i + 1 :]) - 1) for _, _m, c in runs for i in range(len(c)))
         out += [
             "",
             f"**The profiler's clock pass** (the same lease, `{_rel(folder / 'runs')}`: {RUNS} processes of "
             "`h200_truth.sh runs` with the profiler that reads each case's SM clock under load in five iterations of "
             f"its own after the trace pass). Its cases ≥ 100 µs spread ≤ 0.5% in µs for {tight}/{len(runs)} (the "
             f"report's main runs: section 4's table). The clock pass's reading of one case spread {_upct(clock, 2)} "
-            f"across the processes (each process's reading at most {_pct(off, 1, False)} from the median of the "
-            f"other four), and the cases' medians times that reading spread ≤ 0.5% for {cyc}/{len(runs)}: a "
-            "clock read in other iterations, at another moment, does not carry the timing pass's level, and the probe "
-            "cannot run beside the timed iterations, which it would lengthen. So the profiler records the clock "
-            "under load beside each kernel, as Nsight Compute reports its SM frequency, and a comparison names a "
-            "change in it only from 3% (`profiler_core.analysis.kernels.CLOCK_MOVE`), beyond this pass's own spread.",
+            f"across the processes (two processes' readings at most {_pct(clock_pairs_apart(runs), 1, False)} apart), "
+            f"and the cases' medians times that reading spread ≤ 0.5% for {cyc}/{len(runs)}: a clock read in other "
+            "iterations, at another moment, does not carry the timing pass's level, and the probe cannot run beside "
+            "the timed iterations, which it would lengthen. So the profiler records the clock under load beside each "
+            "kernel, as Nsight Compute reports its SM frequency, converts no time by it, and a comparison names a "
+            "change in it only from "
+            f"{CLOCK_MOVE:.0%} (`profiler_core.analysis.kernels.CLOCK_MOVE`), beyond this pass's own spread.",
         ]
     return out
 
@@ -2269,22 +2310,27 @@ def _replay_words(iso: Isolation) -> str:
         return ""
     pairs = replay_pairs(iso.spread, iso.later)
     all_ = [a / k - 1 for k, a in pairs.values() if k >= 10.0]
-    left = []
+    left: list[tuple[float, bool]] = []  # (application / kernel replay - 1, application replay nearer to ours)
     for x in iso.rows:
         if x.cause != "unexplained":
             continue
         j = _later_index(iso.later, x.row)
         pair = pairs.get((f"{x.row.suite}/{x.row.case.id}", j)) if j is not None else None
         if pair is not None:
-            left.append(pair[1] / pair[0] - 1)
+            kern, app = pair
+            left.append((app / kern - 1, abs(app - x.row.ours_us) < abs(kern - x.row.ours_us) * 0.5))
     if not all_:
         return ""
+    close = sum(1 for d, _ in left if abs(d) <= 0.01)
+    nearer = sum(1 for _, n in left if n)
     return (
         f"; ncu's application replay (`{_rel(iso.spread / 'replay')}`: each pass runs the whole driver again, so "
         "nothing is saved or restored between passes) read every kernel ≥ 10 µs a median "
         f"{_pct(st.median(all_), 1)} from its kernel replay ({len(all_)} kernels)"
         + (
-            f", and {len(left)} of these {_upct(left, 1)}, so ncu's save and restore of memory is not it"
+            f", and of the {len(left)} of these it read, {close} within 1% of its kernel replay (all of them "
+            f"{_span([d for d, _ in left], sep=' to ')}) and {nearer} halfway or more nearer to ours: ncu's save and "
+            "restore of memory is not what sets them apart"
             if left
             else ""
         )

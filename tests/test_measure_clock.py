@@ -191,3 +191,23 @@ def test_a_kernel_clock_is_among_its_changes_only_when_it_moved_beyond_the_pass_
         assert ("sm_clock_mhz" in fields) is listed
         if listed:
             assert fields["sm_clock_mhz"].change == pytest.approx(1700 / 1800 - 1)
+
+
+def test_the_comparison_page_shows_a_kernel_clock_and_marks_it_when_it_moved() -> None:
+    from service.web.pages.comparisons import KERNEL_FIELDS, _side_by_side
+
+    base = runs(1, seed=1)[0].cases[0].kernels
+    cand = [k.model_copy(deep=True) for k in base]
+    for k in base:
+        k.sm_clock_mhz = 1800.0
+    for k in cand:
+        k.duration_us.median *= 1.2
+        k.sm_clock_mhz = 1700.0
+    move = kernel_moves([base], cand, case_us=100.0)[0]
+    column = [field for _, field, _ in KERNEL_FIELDS].index("sm_clock_mhz")
+    text, changed = _side_by_side(move, cand[0], None)["cells"][column]
+    assert changed and text == "1,800 MHz → 1,700 MHz"
+    for k in cand:
+        k.sm_clock_mhz = 1790.0  # within the pass's own spread: the candidate's, unmarked
+    move = kernel_moves([base], cand, case_us=100.0)[0]
+    assert _side_by_side(move, cand[0], None)["cells"][column] == ("1,790 MHz", False)
