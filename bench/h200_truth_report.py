@@ -2243,7 +2243,7 @@ def _whole_clock_words(folder: Path) -> list[str]:
         f"{counts['plain']}/{counts['cases']} within 0.5% across the processes without the probe and "
         f"{counts['plain_cycles']}/{counts['cases']} in cycles; {counts['span']}/{counts['cases']} with the probe "
         f"and {counts['cycles']}/{counts['cases']} in its cycles. Whether locked clocks would bring the spread under "
-        "0.5% is not measured: the lent GPU's clocks had to stay as found.",
+        "0.5% is not measured: the GPU's settings were left as they were found.",
         "",
         "| case | kernel | µs | spread µs | spread µs, probe beside | spread of its clock | spread of its cycles "
         "(probe beside) | r (processes, probe beside) | r (processes, without the probe) | r (iterations, median) | MHz |",
