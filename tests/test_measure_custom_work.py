@@ -104,7 +104,8 @@ def test_undeclared_kernels_of_a_custom_case_share_its_attention_work(doc: Resul
     work = case_work(c.target, None, c.params)
     assert work is not None
     shared = [k for k in c.kernels if k.work_source == "case"]
-    assert shared and {k.key for k in shared} >= {"aten::sort"}
+    # the factory's unmodelled ops (which of them holds >= 5% of a CPU case's time depends on the host's load)
+    assert shared and {k.key for k in shared} & {"aten::sort", "aten::cumsum"}
     # every kernel without a model that takes >= 5% of the time has a share, and a bound
     for k in c.kernels:
         if k.work_source is None:
