@@ -36,10 +36,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,6 +47,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from profiler_core.measure.clock import kernel_events
 from profiler_core.measure.targets import SkipCase, WorkloadError, build_workload
 from profiler_core.measure.timing import Flusher
 from profiler_core.measure.triton_hooks import launch_enter_hook
@@ -94,15 +93,6 @@ class _Switch:
 
 def _events(prof: Any) -> list[Event]:
     """The trace's kernels in start order: name, grid, block, start µs, duration µs."""
-    fd, tmp = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(tmp)
-        events = json.loads(Path(tmp).read_text()).get("traceEvents", [])
-    finally:
-        os.unlink(tmp)
-    ks = [e for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
-    ks.sort(key=lambda e: float(e["ts"]))
     return [
         (
             e["name"],
@@ -111,7 +101,7 @@ def _events(prof: Any) -> list[Event]:
             float(e["ts"]),
             float(e["dur"]),
         )
-        for e in ks
+        for e in kernel_events(prof)
     ]
 
 

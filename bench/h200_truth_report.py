@@ -2079,6 +2079,7 @@ def _spread_runs(folder: Path) -> list[dict[str, Any]]:
     return [_read_once(p) for p in sorted((folder / "spread").glob("p*.json.gz"))]
 
 
+@cache
 def whole_kernel_rows(folder: Path, least_us: float = WHOLE_LEAST_US) -> list[WholeRow]:
     """Every kernel ≥ ``least_us`` and ≥ 5% of its case's step that the probe covered in every process."""
     from bench.h200_spread import correlation, kernel_levels
@@ -2167,6 +2168,7 @@ def _nvml_range(folder: Path) -> tuple[list[float], list[float]]:
     return temps, clocks
 
 
+@cache
 def profiler_clock_runs(folder: Path) -> list[tuple[str, list[float], list[float]]]:
     """The profiler's own five processes with its clock pass (``runs/``): per case ≥ 100 µs timed in all of them,
     (suite/case, the five medians in µs, the five clocks under load its clock pass read)."""

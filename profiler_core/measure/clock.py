@@ -224,8 +224,8 @@ def clock_pass(
                 torch.cuda.synchronize()
 
 
-def _kernel_events(prof: Any) -> list[Event]:
-    """The trace's kernels in start order: name, start µs, duration µs."""
+def kernel_events(prof: Any) -> list[dict[str, Any]]:
+    """A finished ``torch.profiler`` profile's kernel events (Chrome trace form), in start order."""
     import json
 
     fd, tmp = tempfile.mkstemp(suffix=".json")
@@ -237,4 +237,9 @@ def _kernel_events(prof: Any) -> list[Event]:
         os.unlink(tmp)
     ks = [e for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
     ks.sort(key=lambda e: float(e["ts"]))
-    return [(e["name"], float(e["ts"]), float(e["dur"])) for e in ks]
+    return ks
+
+
+def _kernel_events(prof: Any) -> list[Event]:
+    """The trace's kernels in start order: name, start µs, duration µs."""
+    return [(e["name"], float(e["ts"]), float(e["dur"])) for e in kernel_events(prof)]
