@@ -18,6 +18,12 @@
 #                                        step), NVML at each block's edges
 #   bash bench/h200_truth.sh replay   -> ncu's application replay (no save and restore of memory between passes)
 #                                        over one iteration of every case, duration, SM and DRAM clocks, both cache controls
+#   bash bench/h200_truth.sh settle N -> N rounds of three processes (rotating order) of bench/h200_settle.py over the
+#                                        validation set: after a 10 s matmul load, profiled at once, after the wait
+#                                        until the temperature stops falling, and after 60 s idle; bench/nvml_log.py
+#                                        records the GPU's state every 0.1 s throughout (peaks cached first)
+#   bash bench/h200_truth.sh workspace -> bench/h200_workspace.py: rounds of one workload against rounds of rebuilt
+#                                        ones, with the allocations of each rebuilt one (WORKSPACE_ARGS: --case GLOB ...)
 # ROUNDS=R runs the suites with R timing rounds (copies of the suite files, min_samples raised to 3 per round).
 # Everything is packed into $OUT/truth-<mode>.tar.gz after every step (run 1's traces into truth-traces.tar.gz). BUDGET_S stops starting runs that would not fit.
 set -u
@@ -87,6 +93,30 @@ if [ "$MODE" = spread ]; then
     echo "spread process $i rc=$rc wall=${last}s at $(date -u +%FT%TZ)" | tee -a "$RAW/spread/walls.txt"
     grep -c "Error" "$RAW/spread/p$i.log"; pack
   done
+fi
+if [ "$MODE" = settle ]; then
+  mkdir -p "$RAW/settle"
+  python3 bench/nvml_log.py --out "$RAW/settle/nvml-$(date +%s).csv" & logger=$!
+  python3 -c "from pathlib import Path; from profiler_core.measure.runner import calibrate; print(calibrate('cuda', Path('/tmp/attnprof-cache')))" > "$RAW/settle/calibrate.log" 2>&1
+  conditions=(hot settled cold)
+  for i in $(seq 1 "$N"); do
+    spent=$(( $(date +%s) - START ))
+    if [ $i -gt 1 ] && [ $(( spent + last )) -gt "$BUDGET_S" ]; then echo "stopping before round $i: budget"; break; fi
+    s0=$(date +%s)
+    for j in 0 1 2; do
+      c=${conditions[$(( (i + j) % 3 ))]}
+      python3 bench/h200_settle.py bench/validation/suite.toml --condition "$c" --out "$RAW/settle" >> "$RAW/settle/log.txt" 2>&1
+      echo "round $i $c rc=$? at $(date -u +%FT%TZ)" | tee -a "$RAW/settle/walls.txt"
+    done
+    last=$(( $(date +%s) - s0 )); pack
+  done
+  kill $logger; wait $logger
+  tail -n 20 "$RAW/settle/log.txt" | grep -E "profiled|Error" | tail -6
+fi
+if [ "$MODE" = workspace ]; then
+  set -f; t0=$(date +%s)
+  python3 bench/h200_workspace.py $SUITES ${WORKSPACE_ARGS:---case hd256* --case bwd* --case naive-bwd} --out "$RAW/workspace.json" > "$RAW/workspace.log" 2>&1
+  echo "workspace rc=$? wall=$(( $(date +%s) - t0 ))s"; tail -5 "$RAW/workspace.log"
 fi
 if [ "$MODE" = replay ]; then
   NCU=${NCU:-/usr/local/cuda/bin/ncu}
