@@ -24,6 +24,9 @@
 #                                        records the GPU's state every 0.1 s throughout (peaks cached first)
 #   bash bench/h200_truth.sh workspace -> bench/h200_workspace.py: rounds of one workload against rounds of rebuilt
 #                                        ones, with the allocations of each rebuilt one (WORKSPACE_ARGS: --case GLOB ...)
+#   bash bench/h200_truth.sh redraw N -> N pairs of processes of bench/h200_redraw.py over the validation set, alternating:
+#                                        the profiler as shipped (each round's memory drawn afresh) and with the
+#                                        rounds reusing the allocator's cached blocks (peaks cached first)
 # ROUNDS=R runs the suites with R timing rounds (copies of the suite files, min_samples raised to 3 per round).
 # Everything is packed into $OUT/truth-<mode>.tar.gz after every step (run 1's traces into truth-traces.tar.gz). BUDGET_S stops starting runs that would not fit.
 set -u
@@ -117,6 +120,21 @@ if [ "$MODE" = workspace ]; then
   set -f; t0=$(date +%s)
   python3 bench/h200_workspace.py $SUITES ${WORKSPACE_ARGS:---case hd256* --case bwd* --case naive-bwd} --out "$RAW/workspace.json" > "$RAW/workspace.log" 2>&1
   echo "workspace rc=$? wall=$(( $(date +%s) - t0 ))s"; tail -5 "$RAW/workspace.log"
+fi
+if [ "$MODE" = redraw ]; then
+  mkdir -p "$RAW/redraw"
+  python3 -c "from pathlib import Path; from profiler_core.measure.runner import calibrate; print(calibrate('cuda', Path('/tmp/attnprof-cache')))" > "$RAW/redraw/calibrate.log" 2>&1
+  for i in $(seq 1 "$N"); do
+    spent=$(( $(date +%s) - START ))
+    if [ $i -gt 1 ] && [ $(( spent + last )) -gt "$BUDGET_S" ]; then echo "stopping before pair $i: budget"; break; fi
+    s0=$(date +%s)
+    for v in $( [ $(( i % 2 )) -eq 1 ] && echo "redraw reuse" || echo "reuse redraw" ); do
+      python3 bench/h200_redraw.py bench/validation/suite.toml --variant "$v" --out "$RAW/redraw" >> "$RAW/redraw/log.txt" 2>&1
+      echo "pair $i $v rc=$? at $(date -u +%FT%TZ)" | tee -a "$RAW/redraw/walls.txt"
+    done
+    last=$(( $(date +%s) - s0 )); pack
+  done
+  grep -E "profiled|Error" "$RAW/redraw/log.txt" | tail -4
 fi
 if [ "$MODE" = replay ]; then
   NCU=${NCU:-/usr/local/cuda/bin/ncu}

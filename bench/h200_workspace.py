@@ -65,30 +65,41 @@ def main() -> int:
     results: dict[str, Any] = {}
     for suite, spec in cases_matching(args.suites, args.case):
         key = f"{suite.name}/{spec.id}"
-        out: dict[str, Any] = {"same": [], "rebuilt": []}
-        w = build_workload(spec, "cuda")
-        with w.context():
-            hold = _holder(w)
-            for _ in range(args.rounds):
-                out["same"].append(_time(w.step, w.zero_grads, flush, hold, args.samples))
-        del w
-        for _ in range(args.rounds):
-            torch.cuda.synchronize()
+        try:
+            out = _case(spec, flush, rng, args.rounds, args.samples)
+        except Exception as exc:  # a case this GPU cannot run is reported, the rest go on
+            results[key] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            print(key, results[key]["error"], flush=True)
             torch.cuda.empty_cache()
-            pad_bytes = rng.randrange(0, 32) * PAD_STEP
-            pad = torch.empty(pad_bytes, dtype=torch.uint8, device="cuda")
-            w, built = allocations(lambda spec=spec: build_workload(spec, "cuda"))
-            with w.context():
-                hold = _holder(w)
-                us = _time(w.step, w.zero_grads, flush, hold, args.samples)
-                _, stepped = allocations(lambda w=w: _one_step(w))
-            out["rebuilt"].append({"us": us, "pad_bytes": pad_bytes, "built": built, "step": stepped})
-            del w, pad
+            continue
         results[key] = out
         rebuilt = sorted(r["us"] for r in out["rebuilt"])
         print(key, "same", [round(x, 1) for x in out["same"]], "rebuilt", [round(x, 1) for x in rebuilt], flush=True)
         args.out.write_text(json.dumps(results))
     return 0
+
+
+def _case(spec: Any, flush: Flusher, rng: random.Random, rounds: int, samples: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"same": [], "rebuilt": []}
+    w = build_workload(spec, "cuda")
+    with w.context():
+        hold = _holder(w)
+        for _ in range(rounds):
+            out["same"].append(_time(w.step, w.zero_grads, flush, hold, samples))
+    del w
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        pad_bytes = rng.randrange(0, 32) * PAD_STEP
+        pad = torch.empty(pad_bytes, dtype=torch.uint8, device="cuda")
+        w, built = allocations(lambda spec=spec: build_workload(spec, "cuda"))
+        with w.context():
+            hold = _holder(w)
+            us = _time(w.step, w.zero_grads, flush, hold, samples)
+            _, stepped = allocations(lambda w=w: _one_step(w))
+        out["rebuilt"].append({"us": us, "pad_bytes": pad_bytes, "built": built, "step": stepped})
+        del w, pad
+    return out
 
 
 if __name__ == "__main__":
