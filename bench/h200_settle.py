@@ -8,7 +8,7 @@ process by up to 0.8%; profiled from an idle GPU its cases' offsets stayed withi
 loads the GPU as that pass did (bf16 matmuls of 8192 for ``--preload-s``), then, by ``--condition``:
 
   hot      profiles at once (what the truth runs did)
-  settled  idles until the temperature stops falling (``profiler_core.measure.environment.settle``), then profiles
+  settled  idles until the temperature stops falling (``settle`` below), then profiles
   cold     idles ``--cold-s``, then profiles
 
 Writes DIR/<condition>-<pid>.json.gz (the result document) and DIR/<condition>-<pid>.times.json (wall-clock times of
@@ -24,11 +24,58 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from profiler_core.measure import environment as env
 from profiler_core.measure.runner import ProfileOptions, profile_suite
 from profiler_core.suite import load_suite
+
+# The wait before timing (``settle``): idle until the GPU's temperature stops falling.
+SETTLE_WINDOW_S = 5.0  # the temperature fell no more than SETTLE_DROP_C over this long: settled
+SETTLE_DROP_C = 1.0
+SETTLE_MAX_S = 60.0  # a GPU still cooling after this long is timed all the same
+SETTLE_POLL_S = 0.5
+
+
+@dataclass
+class Settled:
+    """What the wait before timing saw: how long it idled, the temperatures at its ends, whether it settled."""
+
+    waited_s: float
+    temperature_start_c: float | None
+    temperature_end_c: float | None
+    settled: bool
+
+
+def settle(
+    nvml: env.Nvml,
+    *,
+    window_s: float = SETTLE_WINDOW_S,
+    drop_c: float = SETTLE_DROP_C,
+    max_s: float = SETTLE_MAX_S,
+    poll_s: float = SETTLE_POLL_S,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], float] = time.monotonic,
+) -> Settled:
+    """Idle until the GPU's temperature has fallen no more than ``drop_c`` over the last ``window_s``, at most
+    ``max_s``: a GPU still hot from earlier work (another job, the peaks' calibration) runs its power-capped
+    kernels at a clock that moves as it cools. The GPU is left idle meanwhile; nothing runs on it."""
+    t0 = now()
+    readings: list[tuple[float, float]] = []
+    while True:
+        temp = nvml.health().temperature_c
+        t = now() - t0
+        if temp is None:  # NVML cannot say: no wait
+            return Settled(round(t, 1), None, None, False)
+        readings.append((t, float(temp)))
+        before = [c for s, c in readings if s <= t - window_s]
+        if before and before[-1] - temp <= drop_c:
+            return Settled(round(t, 1), readings[0][1], temp, True)
+        if t >= max_s:
+            return Settled(round(t, 1), readings[0][1], temp, False)
+        sleep(poll_s)
 
 
 def preload(seconds: float) -> int:
@@ -69,7 +116,7 @@ def main() -> int:
         nvml = env.Nvml.open()
         if nvml is None:
             raise SystemExit("NVML is not available: the settled condition needs the GPU's temperature")
-        times["settle"] = dataclasses.asdict(env.settle(nvml))
+        times["settle"] = dataclasses.asdict(settle(nvml))
     elif args.condition == "cold":
         time.sleep(args.cold_s)
     times["profile_start"] = time.time()

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import platform
 import socket
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,52 +131,6 @@ class Nvml:
             other_processes=others,
             gpu_pids=pids,
         )
-
-
-# The wait before timing (``settle``): idle until the GPU's temperature stops falling.
-SETTLE_WINDOW_S = 5.0  # the temperature fell no more than SETTLE_DROP_C over this long: settled
-SETTLE_DROP_C = 1.0
-SETTLE_MAX_S = 60.0  # a GPU still cooling after this long is timed all the same
-SETTLE_POLL_S = 0.5
-
-
-@dataclass
-class Settled:
-    """What the wait before timing saw: how long it idled, the temperatures at its ends, whether it settled."""
-
-    waited_s: float
-    temperature_start_c: float | None
-    temperature_end_c: float | None
-    settled: bool
-
-
-def settle(
-    nvml: Nvml,
-    *,
-    window_s: float = SETTLE_WINDOW_S,
-    drop_c: float = SETTLE_DROP_C,
-    max_s: float = SETTLE_MAX_S,
-    poll_s: float = SETTLE_POLL_S,
-    sleep: Callable[[float], None] = time.sleep,
-    now: Callable[[], float] = time.monotonic,
-) -> Settled:
-    """Idle until the GPU's temperature has fallen no more than ``drop_c`` over the last ``window_s``, at most
-    ``max_s``: a GPU still hot from earlier work (another job, the peaks' calibration) runs its power-capped
-    kernels at a clock that moves as it cools. The GPU is left idle meanwhile; nothing runs on it."""
-    t0 = now()
-    readings: list[tuple[float, float]] = []
-    while True:
-        temp = nvml.health().temperature_c
-        t = now() - t0
-        if temp is None:  # NVML cannot say: no wait
-            return Settled(round(t, 1), None, None, False)
-        readings.append((t, float(temp)))
-        before = [c for s, c in readings if s <= t - window_s]
-        if before and before[-1] - temp <= drop_c:
-            return Settled(round(t, 1), readings[0][1], temp, True)
-        if t >= max_s:
-            return Settled(round(t, 1), readings[0][1], temp, False)
-        sleep(poll_s)
 
 
 def suspect_reasons(start: GpuHealth | None, end: GpuHealth | None) -> list[str]:

@@ -1,12 +1,13 @@
-"""The wait before timing: idle until the GPU's temperature stops falling, bounded, and no wait without NVML."""
+"""bench/h200_settle.py's wait: idle until the GPU's temperature stops falling, bounded, and no wait without NVML."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import cast
 
+from bench.h200_settle import Settled, settle
 from profiler_core.documents import GpuHealth
-from profiler_core.measure.environment import Nvml, Settled, settle
+from profiler_core.measure.environment import Nvml
 
 
 class _FakeNvml:
