@@ -304,3 +304,41 @@ def test_scaled_copy_of_a_run_is_still_the_same_run() -> None:
     base = runs(3, seed=1)
     assert compare(base, parse_result(json.loads(base[0].to_json()))).verdict == "pass"
     assert compare(base, scaled(base[0], 1.25)).verdict == "fail"
+
+
+def _on_gpu(doc: object, uuid: str) -> None:
+    doc.environment.device.uuid = uuid  # type: ignore[attr-defined]
+
+
+def test_a_candidate_on_another_gpu_of_its_testbed_is_named_without_changing_the_verdict() -> None:
+    # Two H200s of one testbed read the same cases up to 1% apart (bench/reports/h200-spread-causes.md, section 2).
+    base = runs(3)
+    for b, uuid in zip(base, ["GPU-108a6f97-9285", "GPU-108a6f97-9285", "GPU-ddbdc582-e24e"], strict=True):
+        _on_gpu(b, uuid)
+    cand = runs(1, seed=2, prefix="cand")[0]
+    _on_gpu(cand, "GPU-108a6f97-9285")
+    c = compare(base, cand)
+    notes = [n for n in c.notes if n.startswith("OTHER GPU")]
+    assert len(notes) == 1 and c.verdict == "pass"
+    assert "candidate ran on GPU 108a6f97, 1 of 3 baseline run(s) on another of its testbed (ddbdc582)" in notes[0]
+    assert "OTHER GPU" in render_table(c)
+
+
+def test_the_same_gpu_or_an_unknown_one_gives_no_gpu_note() -> None:
+    base, cand = runs(2), runs(1, seed=2, prefix="cand")[0]
+    assert not any(n.startswith("OTHER GPU") for n in compare(base, cand).notes)  # no UUIDs at all (CPU, no NVML)
+    for b in base:
+        _on_gpu(b, "GPU-108a6f97")
+    _on_gpu(cand, "GPU-108a6f97")
+    assert not any(n.startswith("OTHER GPU") for n in compare(base, cand).notes)
+
+
+def test_a_testbed_mismatch_is_the_only_word_on_the_environment() -> None:
+    base = runs(2)
+    for b in base:
+        _on_gpu(b, "GPU-aaaa")
+    cand = make_doc("cand", [make_case(seed=4)], testbed_key="a100-550.54-cuda")
+    _on_gpu(cand, "GPU-bbbb")
+    c = compare(base, cand)
+    assert any(n.startswith("TESTBED MISMATCH") for n in c.notes)
+    assert not any(n.startswith("OTHER GPU") for n in c.notes)

@@ -114,6 +114,8 @@ def compare(
     if mismatch:
         verdict = "warn"
         notes.append(_testbed_note(baselines, candidate))
+    elif (gpu_note := _other_gpu_note(baselines, candidate)) is not None:
+        notes.append(gpu_note)
 
     findings: list[Finding] = []
     tested: list[Tested] = []
@@ -243,6 +245,31 @@ def _testbed_note(baselines: Sequence[ResultDocument], candidate: ResultDocument
         f"{candidate.run.mode}) but baseline(s) on another: {'; '.join(parts)}. Timings across testbeds "
         "differ for reasons other than the code: read every timing finding with care"
     )
+
+
+def _other_gpu_note(baselines: Sequence[ResultDocument], candidate: ResultDocument) -> str | None:
+    """A note when the candidate ran on another physical GPU than baseline runs of its testbed (NVML's UUIDs differ).
+
+    Two H200s of one testbed (model, driver, software alike) read the validation set's cases -1.0% to +0.6% apart
+    (``bench/reports/h200-spread-causes.md``, section 2): a comparison across GPUs carries that difference, which no
+    baseline spread taken on one GPU shows. It does not change the verdict: a fleet of GPUs under one testbed is
+    what a testbed is for; a paired run, both sides on one GPU, is the comparison that does not carry it."""
+    cand = candidate.environment.device.uuid
+    if not cand:
+        return None
+    others = [b for b in baselines if b.environment.device.uuid and b.environment.device.uuid != cand]
+    if not others:
+        return None
+    gpus = ", ".join(dict.fromkeys(_short_uuid(b.environment.device.uuid) for b in others))
+    return (
+        f"OTHER GPU: the candidate ran on GPU {_short_uuid(cand)}, {len(others)} of {len(baselines)} baseline run(s) "
+        f"on another of its testbed ({gpus}); two GPUs of one model can read a case about 1% apart, so a change "
+        "of that size may be the GPU's: a paired run times both sides on one GPU"
+    )
+
+
+def _short_uuid(uuid: str | None) -> str:
+    return (uuid or "?").removeprefix("GPU-").split("-")[0]
 
 
 def _software_diff(baselines: Sequence[ResultDocument], candidate: ResultDocument) -> list[SoftwareChange]:
