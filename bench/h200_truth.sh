@@ -25,8 +25,8 @@
 #   bash bench/h200_truth.sh workspace -> bench/h200_workspace.py: rounds of one workload against rounds of rebuilt
 #                                        ones, with the allocations of each rebuilt one (WORKSPACE_ARGS: --case GLOB ...)
 #   bash bench/h200_truth.sh redraw N -> N pairs of processes of bench/h200_redraw.py over the validation set, alternating:
-#                                        the profiler as shipped (each round's memory drawn afresh) and with the
-#                                        rounds reusing the allocator's cached blocks (peaks cached first)
+#                                        each round's tensors fresh from the driver (the allocator's cache emptied
+#                                        before each build) and from the blocks the allocator holds (peaks cached first)
 # ROUNDS=R runs the suites with R timing rounds (copies of the suite files, min_samples raised to 3 per round).
 # Everything is packed into $OUT/truth-<mode>.tar.gz after every step (run 1's traces into truth-traces.tar.gz). BUDGET_S stops starting runs that would not fit.
 set -u

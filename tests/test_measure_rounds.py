@@ -155,31 +155,3 @@ def test_rounds_out_of_range_is_a_suite_error_naming_the_key(value: object) -> N
         parse_suite(text, source="rounds.toml")
     assert err.value.key == "suite.timing.rounds"
     assert "rounds" in str(err.value)
-
-
-def test_each_round_is_built_in_memory_released_just_before_it(
-    factories: object, peaks_cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Where a round's tensors land sets some kernels' levels (bench/h200_workspace.py): the allocator's cached blocks
-    # go back to the driver before each build, so no round inherits the last one's placement.
-    from profiler_core.measure import runner
-
-    seen: list[tuple[str, dict[str, int]]] = []
-    monkeypatch.setattr(
-        runner,
-        "release_cached_memory",
-        lambda device: seen.append((device, dict(factories.BUILDS))),  # type: ignore[attr-defined]
-    )
-    doc = profile(factories, suite(["first", "second"]), peaks_cache)
-    assert all(case(doc, n).status == "ok" for n in ("first", "second"))
-    builds = [b for _, b in seen]
-    assert [d for d, _ in seen] == ["cpu"] * 6
-    # one release before each of the six builds, each seeing the builds before it and not its own
-    assert builds == [
-        {},
-        {"first": 1},
-        {"first": 1, "second": 1},
-        {"first": 2, "second": 1},
-        {"first": 2, "second": 2},
-        {"first": 3, "second": 2},
-    ]

@@ -142,17 +142,6 @@ def calibrate(device: str, cache_dir: Path, *, tries: int = 3, pause_s: float = 
     return path, None
 
 
-def release_cached_memory(device: str) -> None:
-    """Give the allocator's cached blocks back to the driver, so that the next workload is built in memory fresh from
-    it. Where a kernel's tensors land in physical memory moves some kernels by several per cent (the same virtual
-    addresses, allocated again, read 207.6 and 215.5 µs: ``bench/h200_workspace.py``), and PyTorch's caching allocator
-    would hand every round of a case the blocks the last one freed, one placement for the whole process: its level.
-    Built afresh, each round draws a placement of its own, and the pooled median averages over them."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-
-
 class SuiteSession:
     """One process's profiling of a suite: the device, its health, the peaks and the flush buffer, opened once;
     cases profiled one round at a time (``first`` then ``again``); ``document`` pools them into the result.
@@ -206,7 +195,6 @@ class SuiteSession:
         # The workload's own context closes before the accuracy reference is computed; the warnings' after it.
         context = stack.enter_context(contextlib.ExitStack())
         try:
-            release_cached_memory(self.device)
             workload = build_workload(spec, self.device, seed=self.options.seed)
             context.enter_context(workload.context())
             for _ in range(self.round_config.warmup):
