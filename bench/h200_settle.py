@@ -67,8 +67,10 @@ def settle(
     while True:
         temp = nvml.health().temperature_c
         t = now() - t0
-        if temp is None:  # NVML cannot say: no wait
-            return Settled(round(t, 1), None, None, False)
+        if temp is None:  # NVML cannot say (any more): the wait ends, unsettled, with what it saw
+            first = readings[0][1] if readings else None
+            last = readings[-1][1] if readings else None
+            return Settled(round(t, 1), first, last, False)
         readings.append((t, float(temp)))
         before = [c for s, c in readings if s <= t - window_s]
         if before and before[-1] - temp <= drop_c:
