@@ -320,7 +320,10 @@ def test_a_candidate_on_another_gpu_of_its_testbed_is_named_without_changing_the
     c = compare(base, cand)
     notes = [n for n in c.notes if n.startswith("OTHER GPU")]
     assert len(notes) == 1 and c.verdict == "pass"
-    assert "candidate ran on GPU 108a6f97, 1 of 3 baseline run(s) on another of its testbed (ddbdc582)" in notes[0]
+    assert (
+        "candidate ran on GPU 108a6f97, 1 of the 3 baseline run(s) whose GPU is known "
+        "on another of its testbed (ddbdc582)" in notes[0]
+    )
     assert "OTHER GPU" in render_table(c)
 
 
@@ -342,3 +345,15 @@ def test_a_testbed_mismatch_is_the_only_word_on_the_environment() -> None:
     c = compare(base, cand)
     assert any(n.startswith("TESTBED MISMATCH") for n in c.notes)
     assert not any(n.startswith("OTHER GPU") for n in c.notes)
+
+
+def test_baselines_whose_gpu_is_unknown_are_left_out_of_the_count() -> None:
+    base = runs(3)
+    _on_gpu(base[0], "GPU-ddbdc582-e24e")  # the others: no UUID (NVML could not say)
+    cand = runs(1, seed=2, prefix="cand")[0]
+    _on_gpu(cand, "GPU-108a6f97-9285")
+    notes = [n for n in compare(base, cand).notes if n.startswith("OTHER GPU")]
+    assert len(notes) == 1 and "1 of the 1 baseline run(s) whose GPU is known" in notes[0]
+    # a candidate whose own GPU is unknown cannot be said to be on another one
+    unknown = runs(1, seed=3, prefix="cand")[0]
+    assert not any(n.startswith("OTHER GPU") for n in compare(base, unknown).notes)

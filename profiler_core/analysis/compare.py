@@ -250,25 +250,28 @@ def _testbed_note(baselines: Sequence[ResultDocument], candidate: ResultDocument
 def _other_gpu_note(baselines: Sequence[ResultDocument], candidate: ResultDocument) -> str | None:
     """A note when the candidate ran on another physical GPU than baseline runs of its testbed (NVML's UUIDs differ).
 
-    Two H200s of one testbed (model, driver, software alike) read the validation set's cases -1.0% to +0.6% apart
-    (``bench/reports/h200-spread-causes.md``, section 2): a comparison across GPUs carries that difference, which no
-    baseline spread taken on one GPU shows. It does not change the verdict: a fleet of GPUs under one testbed is
-    what a testbed is for; a paired run, both sides on one GPU, is the comparison that does not carry it."""
+    GPUs of one model differ by their silicon and cooling: two H200s of one testbed (model, driver and software
+    alike), each timed in a lease of its own, read the validation set's cases -1.0% to +0.6% apart
+    (``bench/reports/h200-spread-causes.md``, section 2), more than either one's processes spread. A comparison
+    across GPUs carries that difference, which no baseline spread taken on one GPU shows. The verdict stands: a fleet
+    of GPUs under one testbed is what a testbed is for, and a paired run, both sides on one GPU, is the comparison
+    that does not carry it. Runs whose GPU is unknown (no NVML, a CPU run) are left out of the count."""
     cand = candidate.environment.device.uuid
-    if not cand:
+    known = [b for b in baselines if b.environment.device.uuid]
+    others = [b for b in known if b.environment.device.uuid != cand]
+    if not cand or not others:
         return None
-    others = [b for b in baselines if b.environment.device.uuid and b.environment.device.uuid != cand]
-    if not others:
-        return None
-    gpus = ", ".join(dict.fromkeys(_short_uuid(b.environment.device.uuid) for b in others))
+    gpus = ", ".join(dict.fromkeys(short_gpu_id(b.environment.device.uuid) for b in others))
     return (
-        f"OTHER GPU: the candidate ran on GPU {_short_uuid(cand)}, {len(others)} of {len(baselines)} baseline run(s) "
-        f"on another of its testbed ({gpus}); two GPUs of one model can read a case about 1% apart, so a change "
-        "of that size may be the GPU's: a paired run times both sides on one GPU"
+        f"OTHER GPU: the candidate ran on GPU {short_gpu_id(cand)}, {len(others)} of the {len(known)} baseline run(s) "
+        f"whose GPU is known on another of its testbed ({gpus}); two H200s of one testbed, each timed in its own "
+        "lease, read the same cases up to 1% apart, so a change of that size may not be the code's: a paired run "
+        "times both sides on one GPU"
     )
 
 
-def _short_uuid(uuid: str | None) -> str:
+def short_gpu_id(uuid: str | None) -> str:
+    """The first group of a GPU's UUID (NVML's ``GPU-`` prefix dropped): enough to tell a fleet's GPUs apart."""
     return (uuid or "?").removeprefix("GPU-").split("-")[0]
 
 
