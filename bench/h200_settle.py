@@ -3,9 +3,9 @@
     PYTHONPATH=. python3 bench/h200_settle.py SUITE --condition {hot,settled,cold} --out DIR [--preload-s 10]
 
 In the truth report's five-process runs the validation set, profiled right after the example suite's do_bench
-pass (the GPU at its power cap, 46-53 °C), took a level that its cases shared and that moved from process to
-process by up to 0.8%; profiled from an idle GPU its cases' offsets stayed within 0.07%. Here every process first
-loads the GPU as that pass did (bf16 matmuls of 8192 for ``--preload-s``), then, by ``--condition``:
+pass (45-52 °C at its start, power-capped in 2 of 5 runs), took a level that its cases shared and that moved from
+process to process by up to 0.8%; profiled from an idle GPU its cases' offsets stayed within 0.07%. Here every
+process first loads the GPU as that pass did (bf16 matmuls of 8192 for ``--preload-s``), then, by ``--condition``:
 
   hot      profiles at once (what the truth runs did)
   settled  idles until the temperature stops falling (``settle`` below), then profiles

@@ -35,6 +35,7 @@ POWER_CAP_BIT = 0x4  # NVML's sw_power_cap clock-event reason
 TWO_LEVEL_CASE = "hd256[backend=efficient]"  # its kernel switches between two levels with its placement
 TWO_LEVEL_SPLIT_US = 212.0  # between its levels on these GPUs (about 207 and 216 µs: section 3)
 ROOT = Path(__file__).resolve().parents[1]
+TRUTH_RUNS = ROOT / "bench" / "reports" / "data" / "h200-truth-2026-12-02-lead"  # the truth report's main runs
 
 
 @dataclass
@@ -176,11 +177,41 @@ def short(uuid: str) -> str:
     return short_gpu_id(uuid)
 
 
+def truth_run_starts() -> tuple[list[float], int, int]:
+    """The validation set's start in the truth report's five runs: GPU temperatures, and how many runs began
+    power-capped, of how many."""
+    temps, capped, runs = [], 0, 0
+    for path in sorted(TRUTH_RUNS.glob("run*/validation.json.gz")):
+        start = load_result(path).environment.health_start
+        if start is None or start.temperature_c is None:
+            continue
+        runs += 1
+        temps.append(start.temperature_c)
+        capped += "sw_power_cap" in start.throttle_reasons
+    return temps, capped, runs
+
+
+def stratified_p(offsets: dict[str, dict[str, float]], hot: dict[str, set[str]]) -> float:
+    """Exact permutation test, conditions shuffled within each lease: the share of relabellings whose hot processes'
+    mean shared level is at least as low as the observed one."""
+    leases = list(offsets)
+    observed = statistics.fmean(offsets[lease][n] for lease in leases for n in hot[lease])
+    choices = [list(itertools.combinations(list(offsets[lease]), len(hot[lease]))) for lease in leases]
+    hits = total = 0
+    for picked in itertools.product(*choices):
+        values = [offsets[lease][n] for lease, names in zip(leases, picked, strict=True) for n in names]
+        total += 1
+        hits += statistics.fmean(values) <= observed + 1e-12
+    return hits / total
+
+
 def settle_section(data: Path) -> tuple[list[str], dict[str, list[Process]]]:
     out = ["## 1. The GPU's state when timing starts", ""]
+    temps, capped_runs, runs = truth_run_starts()
     out.append(
         "In the truth report's five-process runs the validation set was profiled right after the example suite's "
-        "do_bench pass, its GPU at the power cap (46–53 °C at its start). Here each process first loads the GPU "
+        f"do_bench pass ({min(temps):.0f}–{max(temps):.0f} °C at its start, power-capped in {capped_runs} of "
+        f"{runs} runs). Here each process first loads the GPU "
         "with bf16 matmuls of 8192 for 10 s, then profiles the validation set: at once (`hot`), after idling until "
         "the temperature has fallen no more than 1 °C in 5 s (`settled`), or after 60 s idle (`cold`); the three "
         "rotate, so time does not favour one. NVML was read every 0.1 s by a process of its own. A process's "
@@ -196,13 +227,20 @@ def settle_section(data: Path) -> tuple[list[str], dict[str, list[Process]]]:
     by_lease: dict[str, list[Process]] = {}
     verdicts = []
     capped_max = 0.0
+    all_offsets: dict[str, dict[str, float]] = {}
+    hot_names: dict[str, set[str]] = {}
+    hot_mhz: list[float] = []
+    profile_s: list[float] = []
     for lease in sorted(p for p in (data / "settle").iterdir() if p.is_dir()):
         processes = load_processes(lease)
         by_lease[lease.name] = processes
         nvml = read_nvml(lease)
         cases = heavy_cases(processes)
         offsets = common_offsets(processes, cases)
+        all_offsets[lease.name] = offsets
+        hot_names[lease.name] = {p.name for p in processes if p.condition == "hot"}
         seen = {p.name: s for p in processes if (s := during(nvml, p.times))}
+        profile_s += [s["profile_s"] for s in seen.values()]
         for condition in ("hot", "settled", "cold"):
             group = [p for p in processes if p.condition == condition]
             if not group:
@@ -211,6 +249,7 @@ def settle_section(data: Path) -> tuple[list[str], dict[str, list[Process]]]:
             capped = max(s["capped_until_s"] for s in stats)
             if condition == "hot":
                 capped_max = max(capped_max, capped)
+                hot_mhz += [s["sm_mhz_min"] for s in stats]
             waits = [p.times["settle"]["waited_s"] for p in group if "settle" in p.times]
             out.append(
                 f"| {lease.name} | `{short(group[0].gpu)}` | {condition} | {len(group)} "
@@ -224,22 +263,23 @@ def settle_section(data: Path) -> tuple[list[str], dict[str, list[Process]]]:
         rest = [offsets[p.name] for p in processes if p.condition != "hot"]
         verdicts.append((lease.name, min(hot), max(hot), min(rest), max(rest)))
     out.append("")
-    beyond = max(max(rlo - lo, hi - rhi, 0.0) for _, lo, hi, rlo, rhi in verdicts)
     ranges = "; ".join(
         f"{name}: hot {lo:+.2f}% to {hi:+.2f}%, settled and cold {rlo:+.2f}% to {rhi:+.2f}%"
         for name, lo, hi, rlo, rhi in verdicts
     )
-    placed = (
-        "within the range the settled and cold processes of their lease span"
-        if beyond == 0
-        else f"within {beyond:.2f}% of the range the settled and cold processes of their lease span"
+    hot_mean = statistics.fmean(all_offsets[lease][n] for lease in all_offsets for n in hot_names[lease])
+    rest_mean = statistics.fmean(
+        v for lease, offs in all_offsets.items() for n, v in offs.items() if n not in hot_names[lease]
     )
     out.append(
-        f"The hot processes started their profile at the power cap, NVML's SM clock as low as 1,470 MHz, and "
-        f"the cap lasted at most {capped_max:.1f} s into a profile of 7–18 s. Their shared levels lay {placed} "
-        f"({ranges}). So the state the GPU starts in, hot from a load or cooled, moves a process's level by about as "
-        "much as the settled and cold starts differ among themselves; this says nothing about a GPU held at the "
-        "cap through the whole profile. The profiler does not wait before timing."
+        f"The hot processes started their profile at the power cap, NVML's SM clock as low as {min(hot_mhz):,.0f} "
+        f"MHz, and the cap lasted at most {capped_max:.1f} s into a profile of {min(profile_s):.0f}–"
+        f"{max(profile_s):.0f} s. Their shared levels sit low ({ranges}): on average {hot_mean:+.2f}% against "
+        f"{rest_mean:+.2f}% for the settled and cold ones, and an exact permutation test, the conditions shuffled "
+        f"within each lease, gives p = {stratified_p(all_offsets, hot_names):.3f} for a gap that low. So a start hot "
+        f"from a load reads about {rest_mean - hot_mean:.2f}% faster, though its cap is gone within a second: a small "
+        "effect beside the 0.5% target, which a wait before timing would remove at the cost of seconds per run. "
+        "The profiler does not wait; a run records its GPU's state at its start (`environment.health_start`)."
     )
     out.append("")
     return out, by_lease
@@ -305,14 +345,14 @@ def workspace_section(data: Path) -> tuple[list[str], dict[str, Any]]:
     out.append("| file | case | µs | rounds | range, same | range, rebuilt | same addresses, widest pair |")
     out.append("|---|---|---:|---:|---:|---:|---|")
     merged: dict[str, Any] = {}
-    all_pairs: list[tuple[float, float]] = []
+    all_pairs: list[tuple[float, float, str]] = []
     for stem, run in runs.items():
         for key, r in run.items():
             if "error" in r:
                 continue
             rebuilt = [x["us"] for x in r["rebuilt"]]
             pair = same_address_pairs(r["rebuilt"])
-            all_pairs += same_address_diffs(r["rebuilt"])
+            all_pairs += [(lo, hi, f"{stem}:{key}") for lo, hi in same_address_diffs(r["rebuilt"])]
             out.append(
                 f"| {stem} | {key} | {statistics.median(r['same']):,.1f} | {len(r['same'])} "
                 f"| {spread(r['same']):.2f}% | {spread(rebuilt):.2f}% "
@@ -322,14 +362,19 @@ def workspace_section(data: Path) -> tuple[list[str], dict[str, Any]]:
     out.append("")
     wider = {k for k, r in merged.items() if spread([x["us"] for x in r["rebuilt"]]) > 2 * spread(r["same"])}
     top = max(merged, key=lambda k: spread([x["us"] for x in merged[k]["rebuilt"]]))
-    apart = sum(1 for lo, hi in all_pairs if (hi - lo) / lo * 100 >= 2 * TARGET_PCT)
-    widest = max(all_pairs, key=lambda p: (p[1] - p[0]) / p[0])
+    apart = [(lo, hi, key) for lo, hi, key in all_pairs if (hi - lo) / lo * 100 >= 2 * TARGET_PCT]
+    by_case: dict[str, int] = {}
+    for _, _, key in apart:
+        by_case[key] = by_case.get(key, 0) + 1
+    most = max(by_case, key=lambda k: by_case[k])
+    widest = max(apart, key=lambda p: (p[1] - p[0]) / p[0])
     out.append(
         f"In {len(wider)} of {len(merged)} case runs the rebuilt rounds range more than twice as widely as the same "
         f"workload's, up to {spread([x['us'] for x in merged[top]['rebuilt']]):.2f}% ({top.split(':', 1)[1]}). Of "
-        f"{len(all_pairs)} pairs of rounds rebuilt at the very same virtual addresses, {apart} read 1% or more "
-        f"apart, the widest {widest[0]:.1f} and {widest[1]:.1f} µs: what differs there is the physical memory "
-        "behind the addresses, which the driver chooses."
+        f"{len(all_pairs)} pairs of rounds rebuilt at the very same virtual addresses, {len(apart)} read 1% or more "
+        f"apart, from {len(by_case)} cases ({by_case[most]} of them {most.split(':', 1)[1]}), the widest "
+        f"{widest[0]:.1f} and {widest[1]:.1f} µs: what differs there is presumably the physical memory behind the "
+        "addresses, which the driver chooses (the pads before them may differ too)."
     )
     out.append("")
     return out, merged
@@ -390,8 +435,8 @@ def redraw_section(data: Path) -> list[str]:
         f"but one process makes the difference: an exact permutation test over the twelve processes gives "
         f"p = {p_two:.2f}. Of the other {len(rest)} cases, {narrower} spread less from fresh memory and "
         f"{len(rest) - narrower} more. Six processes a side do not tell the two apart. Nor does the mechanism "
-        f"call for the change: within one process the rounds already land in different places. {TWO_LEVEL_CASE}'s "
-        f"samples lie at both of its levels (at least 5% at each, the split at {TWO_LEVEL_SPLIT_US:.0f} µs) in "
+        f"call for the change: within one process {TWO_LEVEL_CASE}'s "
+        f"samples already lie at both of its levels (at least 5% at each, the split at {TWO_LEVEL_SPLIT_US:.0f} µs) in "
         f"{switching['reuse']} of {len(shares['reuse'])} processes taking their tensors from the cache and "
         f"{switching['redraw']} of {len(shares['redraw'])} taking them fresh (the share at the lower level "
         f"{min(shares['reuse']):.2f}–{max(shares['reuse']):.2f} and "

@@ -627,7 +627,7 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
             f"Of the kernels ≥ 50 µs whose durations spread 0.5% or more without the probe, "
             f"{sum(1 for r in plain if r.follows_plain)} of {len(plain)} follow the SM clock the GPU ran them at "
             "(section 4). Later leases (`bench/reports/h200-spread-causes.md`) found where the tensors land moving "
-            "some kernels' levels, the GPU's state at the start moving them little, and each lease on its own GPU; "
+            "some kernels' levels, a hot start reading 0.13% faster, and each lease on its own GPU; "
             "part of what is left is a level the cases of one process share. Clocks were not locked"
         )
     out.append(

@@ -250,10 +250,11 @@ def _testbed_note(baselines: Sequence[ResultDocument], candidate: ResultDocument
 def _other_gpu_note(baselines: Sequence[ResultDocument], candidate: ResultDocument) -> str | None:
     """A note when the candidate ran on another physical GPU than baseline runs of its testbed (NVML's UUIDs differ).
 
-    GPUs of one model differ by their silicon and cooling: two H200s of one testbed (model, driver and software
-    alike), each timed in a lease of its own, read the validation set's cases -1.0% to +0.6% apart
-    (``bench/reports/h200-spread-causes.md``, section 2), more than either one's processes spread. A comparison
-    across GPUs carries that difference, which no baseline spread taken on one GPU shows. The verdict stands: a fleet
+    Two H200s of one testbed (model, driver and software alike), each timed in a lease of its own, read the
+    validation set's cases -1.0% to +0.6% apart, 8 of 13 cases by more than they spread across either one's
+    processes (``bench/reports/h200-spread-causes.md``, section 2; the GPU and the time of its lease are not told
+    apart there). A comparison across GPUs carries such a difference, which no baseline spread taken on one GPU
+    shows. The verdict stands: a fleet
     of GPUs under one testbed is what a testbed is for, and a paired run, both sides on one GPU, is the comparison
     that does not carry it. Runs whose GPU is unknown (no NVML, a CPU run) are left out of the count."""
     cand = candidate.environment.device.uuid
