@@ -173,10 +173,6 @@ def low_level_share(samples: list[float]) -> float:
     return sum(1 for x in samples if x < TWO_LEVEL_SPLIT_US) / len(samples)
 
 
-def short(uuid: str) -> str:
-    return short_gpu_id(uuid)
-
-
 def truth_run_starts() -> tuple[list[float], int, int]:
     """The validation set's start in the truth report's five runs: GPU temperatures, and how many runs began
     power-capped, of how many."""
@@ -252,7 +248,7 @@ def settle_section(data: Path) -> tuple[list[str], dict[str, list[Process]]]:
                 hot_mhz += [s["sm_mhz_min"] for s in stats]
             waits = [p.times["settle"]["waited_s"] for p in group if "settle" in p.times]
             out.append(
-                f"| {lease.name} | `{short(group[0].gpu)}` | {condition} | {len(group)} "
+                f"| {lease.name} | `{short_gpu_id(group[0].gpu)}` | {condition} | {len(group)} "
                 f"| {', '.join(f'{offsets[p.name]:+.2f}%' for p in group)} "
                 f"| {f'{capped:.1f} s' if capped else '—'} "
                 f"| {min(s['profile_s'] for s in stats):.1f}–{max(s['profile_s'] for s in stats):.1f} s "
@@ -285,11 +281,11 @@ def settle_section(data: Path) -> tuple[list[str], dict[str, list[Process]]]:
     return out, by_lease
 
 
-def gpu_section(by_lease: dict[str, list[Process]], data: Path) -> list[str]:
-    groups = {f"{name} (`{short(ps[0].gpu)}`)": ps for name, ps in by_lease.items()}
-    reuse = [p for p in load_processes(data / "redraw") if p.condition == "reuse"]
+def gpu_section(by_lease: dict[str, list[Process]], redraw: list[Process]) -> list[str]:
+    groups = {f"{name} (`{short_gpu_id(ps[0].gpu)}`)": ps for name, ps in by_lease.items()}
+    reuse = [p for p in redraw if p.condition == "reuse"]
     if reuse:
-        groups[f"redraw, reuse (`{short(reuse[0].gpu)}`)"] = reuse
+        groups[f"redraw, reuse (`{short_gpu_id(reuse[0].gpu)}`)"] = reuse
     if len(groups) < 2:
         return []
     names = list(groups)
@@ -380,11 +376,10 @@ def workspace_section(data: Path) -> tuple[list[str], dict[str, Any]]:
     return out, merged
 
 
-def redraw_section(data: Path) -> list[str]:
-    processes = load_processes(data / "redraw")
+def redraw_section(processes: list[Process]) -> list[str]:
     cases = heavy_cases(processes)
     out = ["## 4. Rounds from fresh memory against rounds from the allocator's cache", ""]
-    gpus = sorted({short(p.gpu) for p in processes})
+    gpus = sorted({short_gpu_id(p.gpu) for p in processes})
     out.append(
         f"`bench/h200_redraw.py`, {len(processes)} processes alternating on one GPU (`{', '.join(gpus)}`, a third "
         "lease): each round's tensors fresh from the driver, the allocator's cache emptied right before each build "
@@ -497,8 +492,9 @@ def render(data: Path, png_name: str) -> tuple[str, dict[str, Any]]:
     ]
     settle, by_lease = settle_section(data)
     workspace, merged = workspace_section(data)
-    lines += settle + gpu_section(by_lease, data) + workspace + [f"![round medians]({png_name})", ""]
-    lines += redraw_section(data)
+    redraw = load_processes(data / "redraw")
+    lines += settle + gpu_section(by_lease, redraw) + workspace + [f"![round medians]({png_name})", ""]
+    lines += redraw_section(redraw)
     return "\n".join(lines), merged
 
 
