@@ -263,3 +263,22 @@ def test_the_schema_says_numbers_are_finite() -> None:
         data = raw()
         data["cases"][0]["latency_us"]["median"] = value
         assert not validator.is_valid(data)
+
+
+def test_round_samples_must_cover_the_samples_one_count_per_round() -> None:
+    data = raw()
+    latency = next(c["latency_us"] for c in data["cases"] if c.get("latency_us"))
+    n = len(latency["samples"])
+    latency["rounds"] = 2
+    latency["round_samples"] = [n - 3, 3]
+    parsed = parse_result(data)
+    assert next(c for c in parsed.cases if c.latency_us).latency_us.round_samples == [n - 3, 3]  # type: ignore[union-attr]
+    latency["round_samples"] = [n - 3, 2]
+    with pytest.raises(DocumentError, match=rf"round_samples sums to {n - 1} but there are {n} samples"):
+        parse_result(data)
+    latency["round_samples"] = [n - 4, 2, 2]
+    with pytest.raises(DocumentError, match="round_samples has 3 rounds but rounds is 2"):
+        parse_result(data)
+    latency["round_samples"] = [n, 0]
+    with pytest.raises(DocumentError, match="round_samples"):
+        parse_result(data)

@@ -109,6 +109,12 @@ def test_each_case_is_built_and_timed_once_per_round_its_rounds_interleaved(
         assert len(c.latency_us.samples) >= 9
         assert c.latency_us.median == pytest.approx(statistics.median(c.latency_us.samples), abs=1e-3)
         assert c.latency_us.min == pytest.approx(min(c.latency_us.samples), abs=1e-3)
+        # the document says which samples came from which round: one count per round, in time order, each a
+        # share of at least min_samples / rounds, and no more than the calls that round's build received
+        sizes = c.latency_us.round_samples
+        assert sizes is not None and len(sizes) == 3 and sum(sizes) == len(c.latency_us.samples)
+        calls_per_build = [sum(1 for n, b, _ in calls if n == name and b == build) for build in (1, 2, 3)]
+        assert all(3 <= size <= got for size, got in zip(sizes, calls_per_build, strict=True))
 
 
 def test_one_round_times_each_case_in_one_stretch(factories: object, peaks_cache: Path) -> None:

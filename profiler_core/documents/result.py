@@ -16,7 +16,7 @@ import sys
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 RESULT_SCHEMA: Final = "attnprof.result/v1"
@@ -216,9 +216,28 @@ class LatencyStats(_Model):
         description="passes over the suite the samples were taken in, the case built again in each: a device's speed "
         "drifts over seconds, so samples spread over the run's length do not inherit one stretch's level",
     )
+    round_samples: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None,
+        description="how many of `samples` each round took, in time order (their sum is the number of samples): "
+        "the rounds' own medians show whether a case lands on two levels from one build to the next",
+    )
     host_us: NonNegative | None = Field(None, description="host time to queue one iteration (CUDA)")
     sm_clock_mhz_min: NonNegative | None = Field(None, description="lowest SM clock read while timing")
     sm_clock_mhz_max: NonNegative | None = Field(None, description="highest SM clock read while timing")
+
+    @model_validator(mode="after")
+    def _rounds_cover_samples(self) -> LatencyStats:
+        if self.round_samples is not None:
+            if sum(self.round_samples) != len(self.samples):
+                raise ValueError(
+                    f"round_samples sums to {sum(self.round_samples)} but there are {len(self.samples)} samples: "
+                    "each sample belongs to exactly one round"
+                )
+            if self.rounds is not None and len(self.round_samples) != self.rounds:
+                raise ValueError(
+                    f"round_samples has {len(self.round_samples)} rounds but rounds is {self.rounds}: one count a round"
+                )
+        return self
 
 
 class DurationStats(_Model):

@@ -105,6 +105,7 @@ class _Timing:
     waiting_ns: int = 0
     waits_known: bool = True
     rounds: int = 0
+    sizes: list[int] = field(default_factory=list)  # samples per round, in time order
     last: TimingResult | None = None  # the latest round's own result (a paired run compares rounds)
 
     def add(self, timing: TimingResult, before: env.ThreadTimes | None, after: env.ThreadTimes | None) -> None:
@@ -113,6 +114,7 @@ class _Timing:
         self.stopped_by.append(timing.stopped_by)
         self.clocks.extend(timing.clocks_mhz or [])
         self.rounds += 1
+        self.sizes.append(len(timing.samples_us))
         if before is None or after is None:
             self.waits_known = False
         else:
@@ -256,6 +258,7 @@ def _pool(pending: _Pending, environment: Environment, *, device: str) -> Case:
         warmup=pending.warmup,
         stopped_by=min(timing.stopped_by, key=_STOP_ORDER.index),
         rounds=timing.rounds,
+        round_samples=list(timing.sizes),
         host_us=round(pending.host_us, 2) if pending.host_us is not None else None,
         sm_clock_mhz_min=min(timing.clocks) if timing.clocks else None,
         sm_clock_mhz_max=max(timing.clocks) if timing.clocks else None,
