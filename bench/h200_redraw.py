@@ -1,6 +1,6 @@
 """Does drawing each round's memory afresh narrow the spread between processes? The suite profiled both ways.
 
-    PYTHONPATH=. python3 bench/h200_redraw.py SUITE --variant {reuse,redraw} --out DIR
+    PYTHONPATH=. python3 bench/h200_redraw.py SUITE --variant {reuse,redraw,persist} [--case GLOB ...] --out DIR
 
 ``bench/h200_workspace.py`` found that some kernels' levels follow where their tensors land in physical memory. A
 profile run builds each case again in each round, its tensors taken from PyTorch's caching allocator; here the run
@@ -10,6 +10,10 @@ is made both ways:
   redraw   the allocator's cached blocks given back to the driver (``torch.cuda.empty_cache``) right before each
            round's build, so that its tensors come fresh from the driver (what a paired run's side processes do
            after each round)
+  persist  what a process otherwise keeps for its whole life drawn again before each round's build: the flush
+           buffer allocated anew behind a pad of random size (0-512 MiB, held until the next draw) and cuBLAS's
+           workspaces freed (``torch._C._cuda_clearCublasWorkspaces``), so that they land elsewhere each round;
+           the case's own tensors come from the allocator as in ``reuse``
 
 (The committed data, ``bench/reports/data/h200-spread-causes-2026-12-03/redraw``, was gathered when the release
 was a step of the runner's own; it ran at the same point, right before the build.)
@@ -28,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from profiler_core.measure import runner
-from profiler_core.suite import load_suite
+from profiler_core.suite import load_suite, select_cases
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("suite")
-    parser.add_argument("--variant", choices=("reuse", "redraw"), required=True)
+    parser.add_argument("--variant", choices=("reuse", "redraw", "persist"), required=True)
+    parser.add_argument("--case", action="append", default=[], help="only the cases matching this pattern")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -49,11 +54,35 @@ def main() -> int:
             return build(spec, device, seed=seed)
 
         runner.build_workload = build_in_fresh_memory  # type: ignore[assignment]
+    if args.variant == "persist":
+        import random
+
+        import torch
+
+        from profiler_core.measure.timing import Flusher
+
+        prepare = runner.SuiteSession.prepare
+        clear = torch._C._cuda_clearCublasWorkspaces  # a CUDA build's; fails loudly elsewhere
+        held: list[Any] = []
+
+        def prepare_with_fresh_process_state(self: Any, spec: Any) -> Any:
+            torch.cuda.synchronize()
+            pad = torch.empty(random.randrange(0, 512 << 20, 1 << 20), dtype=torch.uint8, device="cuda")
+            self.flusher = Flusher("cuda")  # allocated while the old one is still held: it cannot land on it
+            held[:] = [pad]
+            clear()
+            return prepare(self, spec)
+
+        runner.SuiteSession.prepare = prepare_with_fresh_process_state  # type: ignore[method-assign]
+    suite = load_suite(args.suite)
     started = time.perf_counter()
     doc = runner.profile_suite(
-        load_suite(args.suite),
+        suite,
         runner.ProfileOptions(
-            device="cuda", cache_dir=Path("/tmp/attnprof-cache"), command=f"h200_redraw {args.variant}"
+            device="cuda",
+            cache_dir=Path("/tmp/attnprof-cache"),
+            command=f"h200_redraw {args.variant}",
+            cases=select_cases(suite, args.case) if args.case else None,
         ),
     )
     stem = f"{args.variant}-{os.getpid()}"
