@@ -8,6 +8,7 @@ from datetime import UTC
 
 from profiler_core.attribution.reconcile import case_reconciliation
 from profiler_core.documents import Case, Kernel, Peaks, ResultDocument
+from profiler_core.rounds import round_levels
 from profiler_core.units import MISSING, fmt_duration_range_us, fmt_duration_us, fmt_gbps, fmt_percent, fmt_tflops
 
 KERNEL_COLUMNS = ("phase", "kernel", "launches", "latency", "share", "bound", "BW util", "compute util", "occupancy")
@@ -70,6 +71,12 @@ def case_headline(case: Case) -> str:
             else f"accuracy FAILED (rel L2 {acc.rel_l2_err:.1e} > {acc.tolerance:.0e})"
         )
     return "; ".join(parts)
+
+
+def levels_line(case: Case) -> str | None:
+    """The line under a case whose rounds landed on distinct levels (``analysis.rounds``), else ``None``."""
+    levels = round_levels(case.latency_us) if case.status == "ok" else None
+    return f"LEVELS: {levels.describe()}" if levels else None
 
 
 def kernel_rows(case: Case) -> Iterator[list[str]]:
@@ -136,6 +143,9 @@ def render_markdown(doc: ResultDocument) -> str:
     out = ["# attnprof report", "", *[f"- {h}" for h in header(doc)], ""]
     for case in doc.cases:
         out += [f"## {case.id}", "", case_headline(case), ""]
+        levels = levels_line(case)
+        if levels:
+            out += [levels, ""]
         if case.kernels:
             cols = list(KERNEL_COLUMNS) + (list(COUNTER_COLUMNS) if any(k.counters for k in case.kernels) else [])
             out.append("| " + " | ".join(cols) + " |")
@@ -162,6 +172,9 @@ def render_table(doc: ResultDocument, *, width: int = 160) -> str:
     for case in doc.cases:
         console.print()
         console.print(f"[bold]{escape(case.id)}[/bold]  {escape(case_headline(case))}", highlight=False, soft_wrap=True)
+        levels = levels_line(case)
+        if levels:
+            console.print(escape(levels), highlight=False, soft_wrap=True)
         if not case.kernels:
             continue
         with_counters = any(k.counters for k in case.kernels)

@@ -22,6 +22,7 @@ from profiler_core.analysis.stats import (
 )
 from profiler_core.documents.comparison import Finding, FindingStatus, Interval, Verdict
 from profiler_core.documents.result import Case, Mode
+from profiler_core.rounds import Levels, round_levels
 from profiler_core.units import fmt_duration_us
 
 CI_LEVEL = 0.95
@@ -85,7 +86,12 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
     else:
         # A rate is work over time: its relative change is the reciprocal of the latency ratio.
         change, ci = math.expm1(-test.diff), (math.expm1(-high), math.expm1(-low))
-    minimum = max(th.minimum(metric), ctx.noise_floor, math.expm1(test.baseline_range))
+    # A baseline run whose rounds landed on distinct levels shows that unchanged code can move its median by up to
+    # their span from run to run (the median mixes the levels its rounds drew): no smaller change is a regression.
+    base_levels = [lv for c in base if (lv := round_levels(c.latency_us)) is not None]
+    levels_span = max((lv.span for lv in base_levels), default=0.0)
+    minimum = max(th.minimum(metric), ctx.noise_floor, math.expm1(test.baseline_range), levels_span)
+    cand_levels = round_levels(cand.latency_us)
     kernels = kernel_moves([c.kernels for c in base], cand.kernels, case_us=base_us)
     finding = Finding(
         case=case_id,
@@ -100,10 +106,20 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
         threshold=minimum,
         ci=Interval(low=ci[0], high=ci[1], level=CI_LEVEL),
         p=test.p,
-        detail=_timing_detail(len(base), test, ctx.noise_floor, base_us, cand_us),
+        detail=_timing_detail(len(base), test, ctx.noise_floor, base_us, cand_us)
+        + _levels_detail(len(base_levels), levels_span, cand_levels),
         kernels=kernels,
     )
     return Tested(finding, minimum, "fail")
+
+
+def _levels_detail(runs: int, span: float, cand: Levels | None) -> str:
+    out = ""
+    if runs:
+        out += f"; rounds of {runs} baseline run(s) on levels up to {span:.1%} apart: the minimum is at least that"
+    if cand is not None:
+        out += f"; the candidate's rounds on {len(cand.levels)} levels {cand.span:.1%} apart"
+    return out
 
 
 def _timing_detail(k: int, test: TestResult, floor: float, base_us: float, cand_us: float) -> str:

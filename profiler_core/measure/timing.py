@@ -26,7 +26,6 @@ interval of the median (distribution-free, from binomial order statistics) is na
 from __future__ import annotations
 
 import gc
-import math
 import statistics
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from typing import Any
 
 import torch
 
+from profiler_core.rounds import relative_ci_half_width
 from profiler_core.suite import TimingConfig
 
 FLUSH_BYTES_CUDA = 256 * 1024 * 1024
@@ -89,25 +89,6 @@ def host_time_us(step: Callable[[], Any], before_each: Callable[[], None] | None
         times.append((time.perf_counter_ns() - t0) / 1000.0)
     torch.cuda.synchronize()
     return statistics.median(times)
-
-
-def median_ci(sorted_values: list[float], level: float = 0.95) -> tuple[float, float]:
-    """Distribution-free confidence interval of the median from order statistics (values sorted)."""
-    n = len(sorted_values)
-    if n < 3:
-        return sorted_values[0], sorted_values[-1]
-    z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
-    half = z * math.sqrt(n) / 2
-    lo = max(0, math.floor(n / 2 - half) - 1)
-    hi = min(n - 1, math.ceil(n / 2 + half))
-    return sorted_values[lo], sorted_values[hi]
-
-
-def relative_ci_half_width(samples: list[float]) -> float:
-    ordered = sorted(samples)
-    lo, hi = median_ci(ordered)
-    med = statistics.median(ordered)
-    return (hi - lo) / 2 / med if med > 0 else math.inf
 
 
 def _cpu_cache_bytes() -> int:
