@@ -313,6 +313,26 @@ def test_the_sm_clock_under_load_shows_where_the_run_read_it(site: Site, own: Pr
     assert "SM clock under load" not in bare
 
 
+def test_a_case_whose_rounds_landed_on_levels_says_so(site: Site, own: Project) -> None:
+    """A case whose rounds' medians fall into two groups 3.5% apart: the page names the levels under the case; the
+    same samples without their round counts, and the other cases, show no such line."""
+    doc = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    case = doc["cases"][0]
+    base = case["latency_us"]["median"]
+    samples = [base * (1.0 + 0.035 * (r % 2)) * (1.0 + 0.001 * (i % 5 - 2)) for r in range(6) for i in range(20)]
+    case["latency_us"].update(samples=samples, rounds=6, round_samples=[20] * 6)
+    plain = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    levelled = upload(site, own, doc, branch="levels", commit="a" * 40)["run_id"]
+    flat = upload(site, own, plain, branch="levels", commit="b" * 40)["run_id"]
+    with httpx.Client(base_url=site.url) as client:
+        login(client, own.tokens.read)
+        html = client.get(f"/ui/p/{own.name}/runs/{levelled}").text
+        bare = client.get(f"/ui/p/{own.name}/runs/{flat}").text
+    assert html.count('<p class="sub levels">') == 1
+    assert "Levels: rounds on 2 levels 3.5% apart (" in html and "×3, " in html
+    assert '<p class="sub levels">' not in bare
+
+
 def test_the_roofline_ceilings_follow_the_documents_peaks() -> None:
     doc = docs.h200()
     peaks = doc["environment"]["peaks"]

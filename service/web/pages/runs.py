@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from attnprof.contract.links import PATHS
 from profiler_core.attribution.reconcile import case_reconciliation
 from profiler_core.documents import Achieved, Case, Kernel, Peaks, ResultDocument, RunInfo, SuiteInfo
+from profiler_core.rounds import round_levels
 from service.baselines import service as baselines
 from service.baselines.models import BaselineRule
 from service.db import SessionDep
@@ -131,6 +132,7 @@ def _case_view(case: Case, peaks: Peaks, *, mode: str) -> dict[str, Any]:
         "roofline": figures.roofline(case, peaks),
         "off_roofline": [k for k in kernels if not k["on_roofline"]],
         "reconciliation": case_reconciliation(case, mode),
+        "levels": levels.describe() if (levels := round_levels(case.latency_us)) is not None else None,
     }
 
 
