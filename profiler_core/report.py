@@ -74,7 +74,7 @@ def case_headline(case: Case) -> str:
 
 
 def levels_line(case: Case) -> str | None:
-    """The line under a case whose rounds landed on distinct levels (``analysis.rounds``), else ``None``."""
+    """The line under a case whose rounds landed on distinct levels (``profiler_core.rounds``), else ``None``."""
     levels = round_levels(case.latency_us) if case.status == "ok" else None
     return f"LEVELS: {levels.describe()}" if levels else None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ class Tested:
     finding: Finding
     minimum: float  # effective minimum relative change of the finding's metric
     regression_verdict: Verdict  # what a regression contributes: fail for timing, warn for variance
+    log_change: float = 0.0  # ln(candidate / baseline latency), whatever the metric's unit
+    allowance: float = 0.0  # relative latency change that a draw of the baseline's levels can make (timing)
 
 
 @dataclass(frozen=True)
@@ -86,11 +89,8 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
     else:
         # A rate is work over time: its relative change is the reciprocal of the latency ratio.
         change, ci = math.expm1(-test.diff), (math.expm1(-high), math.expm1(-low))
-    # A baseline run whose rounds landed on distinct levels shows that unchanged code can move its median by up to
-    # their span from run to run (the median mixes the levels its rounds drew): no smaller change is a regression.
-    base_levels = [lv for c in base if (lv := round_levels(c.latency_us)) is not None]
-    levels_span = max((lv.span for lv in base_levels), default=0.0)
-    minimum = max(th.minimum(metric), ctx.noise_floor, math.expm1(test.baseline_range), levels_span)
+    minimum = max(th.minimum(metric), ctx.noise_floor, math.expm1(test.baseline_range))
+    allowance, level_runs = levels_allowance([*base, cand], ctx.rng)
     cand_levels = round_levels(cand.latency_us)
     kernels = kernel_moves([c.kernels for c in base], cand.kernels, case_us=base_us)
     finding = Finding(
@@ -107,19 +107,54 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
         ci=Interval(low=ci[0], high=ci[1], level=CI_LEVEL),
         p=test.p,
         detail=_timing_detail(len(base), test, ctx.noise_floor, base_us, cand_us)
-        + _levels_detail(len(base_levels), levels_span, cand_levels),
+        + _levels_detail(level_runs, allowance, cand_levels),
         kernels=kernels,
     )
-    return Tested(finding, minimum, "fail")
+    return Tested(finding, minimum, "fail", log_change=test.diff, allowance=allowance)
 
 
-def _levels_detail(runs: int, span: float, cand: Levels | None) -> str:
-    out = ""
-    if runs:
-        out += f"; rounds of {runs} baseline run(s) on levels up to {span:.1%} apart: the minimum is at least that"
+LEVEL_REPLICATES = 400  # round-bootstrap replicates per baseline run whose rounds landed on levels
+
+
+def levels_allowance(runs: Sequence[Case], rng: np.random.Generator) -> tuple[float, int]:
+    """How far a run's median moves with the levels its rounds happen to draw, and how many of ``runs`` show levels.
+
+    For each run whose rounds landed on levels (``profiler_core.rounds``), baseline or candidate, its rounds are
+    resampled with replacement and the median of the pooled samples taken again (``LEVEL_REPLICATES`` times): the
+    central 95% of those medians is how far that run's median could have landed with another draw of levels. The two
+    sides of a comparison draw independently, so the allowance is sqrt(2) times the largest such half-width (log
+    scale, returned as a relative latency change). A percentile interval, not a standard deviation: a run with two
+    odd rounds of ten (a co-tenant, say) moves its median only in the few resamples where they are the majority,
+    which the interval leaves out, so it allows little; a run whose rounds split evenly between levels allows most
+    of their gap.
+    """
+    half_widths: list[float] = []
+    shown = 0
+    for case in runs:
+        latency = case.latency_us
+        if latency is None or latency.round_samples is None or round_levels(latency) is None:
+            continue
+        shown += 1
+        logs = np.log(np.maximum(np.asarray(latency.samples, dtype=np.float64), 1e-6))
+        bounds = np.cumsum([0, *latency.round_samples])
+        rounds = [logs[a:b] for a, b in itertools.pairwise(bounds)]
+        picks = rng.integers(0, len(rounds), size=(LEVEL_REPLICATES, len(rounds)))
+        medians = [float(np.median(np.concatenate([rounds[i] for i in row]))) for row in picks]
+        low, high = np.percentile(medians, [2.5, 97.5])
+        half_widths.append(float(high - low) / 2.0)
+    return (math.expm1(math.sqrt(2.0) * max(half_widths)) if half_widths else 0.0), shown
+
+
+def _levels_detail(runs: int, allowance: float, cand: Levels | None) -> str:
+    if not runs:
+        return ""
+    out = f"; the rounds of {runs} run(s) landed on levels"
     if cand is not None:
-        out += f"; the candidate's rounds on {len(cand.levels)} levels {cand.span:.1%} apart"
-    return out
+        out += f" (the candidate's: {cand.describe().split(':')[0]})"
+    return (
+        out + f": which levels a run's rounds draw moves its median by up to {allowance:.1%} of latency (95%), and a "
+        "change within that warns instead of failing"
+    )
 
 
 def _timing_detail(k: int, test: TestResult, floor: float, base_us: float, cand_us: float) -> str:
@@ -202,7 +237,9 @@ def decide(tested: Tested, q: float, fdr: float) -> Finding:
     change = f.change or 0.0
     bad = change < 0 if f.higher_is_better else change > 0
     big = abs(change) >= tested.minimum
-    if big and q <= fdr:
+    # Within what the baseline's levels let a run's median move, a confirmed change is not the code's for sure.
+    drawn = abs(tested.log_change) < math.log1p(tested.allowance)
+    if big and q <= fdr and not drawn:
         f.status = "regressed" if bad else "improved"
         f.verdict = tested.regression_verdict if bad else "pass"
     elif big:
