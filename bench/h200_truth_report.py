@@ -629,9 +629,9 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
             "(section 4). Later leases (`bench/reports/h200-spread-causes.md`) found where the tensors land moving "
             "some kernels' levels, a hot start reading 0.13% faster, and each lease on its own GPU; "
             "part of what is left is a level the cases of one process share. On a later lease's GPU "
-            "(`bench/reports/h200-rounds.md`) two five-process runs read 23/29 and 25/29; the cases outside land "
-            "their builds on distinct levels (hd256 through flash and efficient) or carry a level their profile "
-            "session shares (the backward cases, about ±0.5%). Clocks were not locked"
+            "(`bench/reports/h200-rounds.md`) two five-process runs read 23/29 and 25/29; of the cases outside, "
+            "hd256[efficient] lands its builds on distinct levels and the backward cases carry a level their process "
+            "shares (about ±0.5%); three have no cause shown. Clocks were not locked"
         )
     out.append(
         f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)}{cause} | "
