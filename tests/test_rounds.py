@@ -211,3 +211,29 @@ def test_a_few_odd_rounds_allow_little() -> None:
         assert round_levels(baseline) is not None
         c = compare([_doc("b0", baseline)], _doc("c", rounds_of([120.0] * 10, seed=9 + seed)))  # type: ignore[arg-type]
         assert _timing(c).status == "regressed" and c.verdict == "fail"  # type: ignore[attr-defined]
+
+
+def test_the_allowance_leaves_every_other_draw_as_it_was() -> None:
+    # With and without round counts: the case without levels compares the same, and so does the variance finding of
+    # the case with them (it draws from the case's stream after the timing finding: the allowance has its own).
+    def run(run_id: str, levels: list[float], seed: int, strip: bool) -> object:
+        with_levels = rounds_of(levels, seed=seed)
+        flat = rounds_of([100.0] * 10, seed=seed + 100)
+        if strip:
+            with_levels = with_levels.model_copy(update={"round_samples": None})
+            flat = flat.model_copy(update={"round_samples": None})
+        a = make_case("hd256[backend=efficient]", median_us=with_levels.median).model_copy(
+            update={"latency_us": with_levels}
+        )
+        b = make_case("hd96[backend=cudnn]", median_us=flat.median).model_copy(update={"latency_us": flat})
+        return make_doc(run_id, [a, b])
+
+    def kept(strip: bool) -> list[dict[str, object]]:
+        c = compare([run(f"b{i}", EVEN, i, strip) for i in range(3)], run("c", UPPER, 9, strip))  # type: ignore[arg-type]
+        return [
+            f.model_dump()
+            for f in c.findings
+            if f.case == "hd96[backend=cudnn]" or (f.case == "hd256[backend=efficient]" and f.metric == "variance")
+        ]
+
+    assert len(kept(False)) == 3 and kept(False) == kept(True)

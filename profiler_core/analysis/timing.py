@@ -90,7 +90,7 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
         # A rate is work over time: its relative change is the reciprocal of the latency ratio.
         change, ci = math.expm1(-test.diff), (math.expm1(-high), math.expm1(-low))
     minimum = max(th.minimum(metric), ctx.noise_floor, math.expm1(test.baseline_range))
-    allowance, level_runs = levels_allowance([*base, cand], ctx.rng)
+    allowance, level_runs = levels_allowance([*base, cand])
     cand_levels = round_levels(cand.latency_us)
     kernels = kernel_moves([c.kernels for c in base], cand.kernels, case_us=base_us)
     finding = Finding(
@@ -113,10 +113,11 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
     return Tested(finding, minimum, "fail", log_change=test.diff, allowance=allowance)
 
 
-LEVEL_REPLICATES = 400  # round-bootstrap replicates per baseline run whose rounds landed on levels
+LEVEL_REPLICATES = 400  # round-bootstrap replicates per run whose rounds landed on levels
+LEVEL_SEED = 20261203  # its own generator: the comparison's draws for every other finding stay as they were
 
 
-def levels_allowance(runs: Sequence[Case], rng: np.random.Generator) -> tuple[float, int]:
+def levels_allowance(runs: Sequence[Case]) -> tuple[float, int]:
     """How far a run's median moves with the levels its rounds happen to draw, and how many of ``runs`` show levels.
 
     For each run whose rounds landed on levels (``profiler_core.rounds``), baseline or candidate, its rounds are
@@ -138,7 +139,7 @@ def levels_allowance(runs: Sequence[Case], rng: np.random.Generator) -> tuple[fl
         logs = np.log(np.maximum(np.asarray(latency.samples, dtype=np.float64), 1e-6))
         bounds = np.cumsum([0, *latency.round_samples])
         rounds = [logs[a:b] for a, b in itertools.pairwise(bounds)]
-        picks = rng.integers(0, len(rounds), size=(LEVEL_REPLICATES, len(rounds)))
+        picks = np.random.default_rng(LEVEL_SEED).integers(0, len(rounds), size=(LEVEL_REPLICATES, len(rounds)))
         medians = [float(np.median(np.concatenate([rounds[i] for i in row]))) for row in picks]
         low, high = np.percentile(medians, [2.5, 97.5])
         half_widths.append(float(high - low) / 2.0)
