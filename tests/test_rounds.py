@@ -154,8 +154,8 @@ def test_a_shift_the_levels_can_make_warns_instead_of_failing() -> None:
     assert f.change is not None and f.change > 0.02  # type: ignore[attr-defined]
     assert f.status == "inconclusive" and f.verdict == "warn" and c.verdict == "warn"  # type: ignore[attr-defined]
     detail = f.detail or ""  # type: ignore[attr-defined]
-    assert "the rounds of 4 run(s) landed on levels (the candidate's: rounds on 2 levels" in detail
-    assert "a change within that warns instead of failing" in detail
+    assert "the rounds of 3 baseline run(s) and the candidate (rounds on 2 levels" in detail
+    assert "a change that another draw of levels could make is not confirmed" in detail
 
 
 def _mqa(run: str, *, strip: bool = False, factor: float = 1.0) -> object:
@@ -191,15 +191,22 @@ def test_the_allowance_is_on_the_latency_scale_for_rates_too() -> None:
     assert f.status == "inconclusive" and f.verdict == "warn"  # type: ignore[attr-defined]
 
 
-def test_an_unlikely_draw_and_a_regression_beyond_what_the_levels_allow_still_fail() -> None:
-    # Three rounds of ten on the upper level in each baseline run, seven now: a draw that rare is the code's.
-    base = [_doc(f"b{i}", rounds_of([100.0] * 7 + [103.5] * 3, seed=i)) for i in range(3)]
-    c = compare(base, _doc("c", rounds_of([100.0] * 3 + [103.5] * 7, seed=9)))  # type: ignore[arg-type]
-    assert _timing(c).status == "regressed" and c.verdict == "fail"  # type: ignore[attr-defined]
+def test_a_regression_beyond_what_the_levels_allow_still_fails() -> None:
     base = [_doc(f"b{i}", rounds_of(EVEN, seed=i)) for i in range(3)]
     cand = _doc("c", rounds_of([x * 1.08 for x in EVEN], seed=9))
     c = compare(base, cand)  # type: ignore[arg-type]
     assert _timing(c).status == "regressed" and c.verdict == "fail"  # type: ignore[attr-defined]
+
+
+def test_three_odd_rounds_of_ten_make_a_baseline_too_imprecise_to_fail_a_fifteen_percent_change() -> None:
+    # The price, as docs/regression-method.md states it: the median of such a run moves with the odd rounds in 15% of
+    # draws of ten, so one such baseline cannot confirm a 15% slowdown; it warns. Three ordinary baselines can.
+    odd = [100.0] * 7 + [125.0] * 3
+    cand = _doc("c", rounds_of([115.0] * 10, seed=9))
+    lone = compare([_doc("b0", rounds_of(odd, seed=1))], cand)  # type: ignore[arg-type]
+    assert _timing(lone).status == "inconclusive" and lone.verdict == "warn"  # type: ignore[attr-defined]
+    plain = compare([_doc(f"b{i}", rounds_of([100.0] * 10, seed=i)) for i in range(3)], cand)  # type: ignore[arg-type]
+    assert _timing(plain).status == "regressed" and plain.verdict == "fail"  # type: ignore[attr-defined]
 
 
 def test_a_few_odd_rounds_allow_little() -> None:
@@ -213,9 +220,10 @@ def test_a_few_odd_rounds_allow_little() -> None:
         assert _timing(c).status == "regressed" and c.verdict == "fail"  # type: ignore[attr-defined]
 
 
-def test_the_allowance_leaves_every_other_draw_as_it_was() -> None:
+def test_resampling_the_rounds_leaves_every_other_draw_as_it_was() -> None:
     # With and without round counts: the case without levels compares the same, and so does the variance finding of
-    # the case with them (it draws from the case's stream after the timing finding: the allowance has its own).
+    # the case with them (it draws from the case's stream after the timing finding: the rounds' resampling has a
+    # generator of its own). Only q-values move: one Benjamini-Hochberg family holds every p-value of the comparison.
     def run(run_id: str, levels: list[float], seed: int, strip: bool) -> object:
         with_levels = rounds_of(levels, seed=seed)
         flat = rounds_of([100.0] * 10, seed=seed + 100)
@@ -231,7 +239,7 @@ def test_the_allowance_leaves_every_other_draw_as_it_was() -> None:
     def kept(strip: bool) -> list[dict[str, object]]:
         c = compare([run(f"b{i}", EVEN, i, strip) for i in range(3)], run("c", UPPER, 9, strip))  # type: ignore[arg-type]
         return [
-            f.model_dump()
+            f.model_dump(exclude={"q"})
             for f in c.findings
             if f.case == "hd96[backend=cudnn]" or (f.case == "hd256[backend=efficient]" and f.metric == "variance")
         ]

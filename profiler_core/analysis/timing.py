@@ -22,7 +22,7 @@ from profiler_core.analysis.stats import (
     spread_stat,
 )
 from profiler_core.documents.comparison import Finding, FindingStatus, Interval, Verdict
-from profiler_core.documents.result import Case, Mode
+from profiler_core.documents.result import Case, LatencyStats, Mode
 from profiler_core.rounds import Levels, round_levels
 from profiler_core.units import fmt_duration_us
 
@@ -37,8 +37,6 @@ class Tested:
     finding: Finding
     minimum: float  # effective minimum relative change of the finding's metric
     regression_verdict: Verdict  # what a regression contributes: fail for timing, warn for variance
-    log_change: float = 0.0  # ln(candidate / baseline latency), whatever the metric's unit
-    allowance: float = 0.0  # relative latency change that a draw of the baseline's levels can make (timing)
 
 
 @dataclass(frozen=True)
@@ -76,8 +74,8 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
     if not base or not _timed([cand]):
         return None
     assert cand.latency_us is not None
-    base_stats = [median_stat(log_samples(c.latency_us.samples)) for c in base if c.latency_us]
-    cand_stat = median_stat(log_samples(cand.latency_us.samples))
+    base_stats = [run_median(c.latency_us) for c in base if c.latency_us]
+    cand_stat = run_median(cand.latency_us)
     test = hierarchical_test(base_stats, cand_stat, prior_sd=ctx.noise_floor / RANGE_TO_SD, prior_runs=PRIOR_RUNS)
     draws = bootstrap_diffs(base_stats, cand_stat, test, rng=ctx.rng, replicates=BOOTSTRAP_REPLICATES)
     low, high = percentile_interval(draws, CI_LEVEL)
@@ -90,7 +88,7 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
         # A rate is work over time: its relative change is the reciprocal of the latency ratio.
         change, ci = math.expm1(-test.diff), (math.expm1(-high), math.expm1(-low))
     minimum = max(th.minimum(metric), ctx.noise_floor, math.expm1(test.baseline_range))
-    allowance, level_runs = levels_allowance([*base, cand])
+    level_runs = sum(round_levels(c.latency_us) is not None for c in base)
     cand_levels = round_levels(cand.latency_us)
     kernels = kernel_moves([c.kernels for c in base], cand.kernels, case_us=base_us)
     finding = Finding(
@@ -107,54 +105,51 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
         ci=Interval(low=ci[0], high=ci[1], level=CI_LEVEL),
         p=test.p,
         detail=_timing_detail(len(base), test, ctx.noise_floor, base_us, cand_us)
-        + _levels_detail(level_runs, allowance, cand_levels),
+        + _levels_detail(level_runs, cand_levels),
         kernels=kernels,
     )
-    return Tested(finding, minimum, "fail", log_change=test.diff, allowance=allowance)
+    return Tested(finding, minimum, "fail")
 
 
-LEVEL_REPLICATES = 400  # round-bootstrap replicates per run whose rounds landed on levels
-LEVEL_SEED = 20261203  # its own generator: the comparison's draws for every other finding stay as they were
+LEVEL_REPLICATES = 1000  # round-bootstrap replicates for a run whose rounds landed on levels
+LEVEL_SEED = 20261203  # their own generator: the comparison's draws for every finding stay as they were
 
 
-def levels_allowance(runs: Sequence[Case]) -> tuple[float, int]:
-    """How far a run's median moves with the levels its rounds happen to draw, and how many of ``runs`` show levels.
+def run_median(latency: LatencyStats) -> RunStat:
+    """A run's median (log scale) and its sampling distribution within the run.
 
-    For each run whose rounds landed on levels (``profiler_core.rounds``), baseline or candidate, its rounds are
-    resampled with replacement and the median of the pooled samples taken again (``LEVEL_REPLICATES`` times): the
-    central 95% of those medians is how far that run's median could have landed with another draw of levels. The two
-    sides of a comparison draw independently, so the allowance is sqrt(2) times the largest such half-width (log
-    scale, returned as a relative latency change). A percentile interval, not a standard deviation: a run with two
-    odd rounds of ten (a co-tenant, say) moves its median only in the few resamples where they are the majority,
-    which the interval leaves out, so it allows little; a run whose rounds split evenly between levels allows most
-    of their gap.
+    Its samples are not independent where its rounds landed on levels (``profiler_core.rounds``): the case was built
+    again for each round, and each build ran at one of a few speeds, so the median depends on which levels the rounds
+    drew as much as on the samples. There the rounds are resampled with replacement (``LEVEL_REPLICATES`` times, from
+    a generator of their own with a fixed seed) and the median of the pooled samples taken again, as a cluster
+    bootstrap does: that distribution replaces the samples' exact one when it is wider. The hierarchical test then
+    carries it like any within-run variance (for one candidate and k baselines alike), and a change that another draw
+    of levels could make is not confirmed: past the minimum it is ``inconclusive`` and warns. Elsewhere the exact
+    bootstrap of the samples' median is used, as before.
     """
-    half_widths: list[float] = []
-    shown = 0
-    for case in runs:
-        latency = case.latency_us
-        if latency is None or latency.round_samples is None or round_levels(latency) is None:
-            continue
-        shown += 1
-        logs = np.log(np.maximum(np.asarray(latency.samples, dtype=np.float64), 1e-6))
-        bounds = np.cumsum([0, *latency.round_samples])
-        rounds = [logs[a:b] for a, b in itertools.pairwise(bounds)]
-        picks = np.random.default_rng(LEVEL_SEED).integers(0, len(rounds), size=(LEVEL_REPLICATES, len(rounds)))
-        medians = [float(np.median(np.concatenate([rounds[i] for i in row]))) for row in picks]
-        low, high = np.percentile(medians, [2.5, 97.5])
-        half_widths.append(float(high - low) / 2.0)
-    return (math.expm1(math.sqrt(2.0) * max(half_widths)) if half_widths else 0.0), shown
+    stat = median_stat(log_samples(latency.samples))
+    if latency.round_samples is None or round_levels(latency) is None:
+        return stat
+    logs = log_samples(latency.samples)
+    bounds = np.cumsum([0, *latency.round_samples])
+    rounds = [logs[a:b] for a, b in itertools.pairwise(bounds)]
+    picks = np.random.default_rng(LEVEL_SEED).integers(0, len(rounds), size=(LEVEL_REPLICATES, len(rounds)))
+    medians = np.sort([float(np.median(np.concatenate([rounds[i] for i in row]))) for row in picks])
+    var = float(medians.var(ddof=1))
+    if var <= stat.within_var:
+        return stat
+    return RunStat(stat.value, var, medians, np.full(medians.size, 1.0 / medians.size))
 
 
-def _levels_detail(runs: int, allowance: float, cand: Levels | None) -> str:
-    if not runs:
+def _levels_detail(runs: int, cand: Levels | None) -> str:
+    if not runs and cand is None:
         return ""
-    out = f"; the rounds of {runs} run(s) landed on levels"
+    who = [f"{runs} baseline run(s)"] if runs else []
     if cand is not None:
-        out += f" (the candidate's: {cand.describe().split(':')[0]})"
+        who.append(f"the candidate ({cand.describe().split(':')[0]})")
     return (
-        out + f": which levels a run's rounds draw moves its median by up to {allowance:.1%} of latency (95%), and a "
-        "change within that warns instead of failing"
+        f"; the rounds of {' and '.join(who)} landed on levels: their medians' precision comes from resampling their "
+        "rounds, so a change that another draw of levels could make is not confirmed"
     )
 
 
@@ -238,9 +233,7 @@ def decide(tested: Tested, q: float, fdr: float) -> Finding:
     change = f.change or 0.0
     bad = change < 0 if f.higher_is_better else change > 0
     big = abs(change) >= tested.minimum
-    # Within what the baseline's levels let a run's median move, a confirmed change is not the code's for sure.
-    drawn = abs(tested.log_change) < math.log1p(tested.allowance)
-    if big and q <= fdr and not drawn:
+    if big and q <= fdr:
         f.status = "regressed" if bad else "improved"
         f.verdict = tested.regression_verdict if bad else "pass"
     elif big:
