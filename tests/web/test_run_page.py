@@ -330,6 +330,7 @@ def test_a_case_whose_rounds_landed_on_levels_says_so(site: Site, own: Project) 
         bare = client.get(f"/ui/p/{own.name}/runs/{flat}").text
     assert html.count('<p class="sub levels">') == 1
     assert "Levels: rounds on 2 levels 3.5% apart (" in html and "×3, " in html
+    assert "a change that another draw of levels could make warns instead of failing" in html
     assert '<p class="sub levels">' not in bare
 
 
