@@ -91,15 +91,21 @@ def relative_ci_half_width(samples: list[float]) -> float:
     return (hi - lo) / 2 / med if med > 0 else math.inf
 
 
-def round_medians(latency: LatencyStats) -> list[float] | None:
-    """Each round's median, in time order; ``None`` when the document does not say which samples each round took."""
+def round_slices(latency: LatencyStats) -> list[list[float]] | None:
+    """Each round's samples, in time order; ``None`` when the document does not say which samples each round took."""
     if latency.round_samples is None:
         return None
     out, start = [], 0
     for n in latency.round_samples:
-        out.append(statistics.median(latency.samples[start : start + n]))
+        out.append(latency.samples[start : start + n])
         start += n
     return out
+
+
+def round_medians(latency: LatencyStats) -> list[float] | None:
+    """Each round's median, in time order; ``None`` when the document does not say which samples each round took."""
+    rounds = round_slices(latency)
+    return None if rounds is None else [statistics.median(r) for r in rounds]
 
 
 def _half_width(samples: Sequence[float]) -> float:
@@ -127,13 +133,7 @@ def find_levels(medians: Sequence[float], half_widths: Sequence[float]) -> Level
 
 def round_levels(latency: LatencyStats | None) -> Levels | None:
     """The levels a case's rounds landed on, or ``None`` (one level, too few rounds, or rounds not recorded)."""
-    if latency is None:
+    rounds = round_slices(latency) if latency is not None else None
+    if rounds is None:
         return None
-    medians = round_medians(latency)
-    if medians is None or latency.round_samples is None:
-        return None
-    widths, start = [], 0
-    for n in latency.round_samples:
-        widths.append(_half_width(latency.samples[start : start + n]))
-        start += n
-    return find_levels(medians, widths)
+    return find_levels([statistics.median(r) for r in rounds], [_half_width(r) for r in rounds])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from profiler_core.analysis.stats import (
 )
 from profiler_core.documents.comparison import Finding, FindingStatus, Interval, Verdict
 from profiler_core.documents.result import Case, LatencyStats, Mode
-from profiler_core.rounds import Levels, round_levels
+from profiler_core.rounds import Levels, round_levels, round_slices
 from profiler_core.units import fmt_duration_us
 
 CI_LEVEL = 0.95
@@ -74,8 +73,10 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
     if not base or not _timed([cand]):
         return None
     assert cand.latency_us is not None
-    base_stats = [run_median(c.latency_us) for c in base if c.latency_us]
-    cand_stat = run_median(cand.latency_us)
+    base_levels = [round_levels(c.latency_us) for c in base]
+    cand_levels = round_levels(cand.latency_us)
+    base_stats = [run_median(c.latency_us, lv) for c, lv in zip(base, base_levels, strict=True) if c.latency_us]
+    cand_stat = run_median(cand.latency_us, cand_levels)
     test = hierarchical_test(base_stats, cand_stat, prior_sd=ctx.noise_floor / RANGE_TO_SD, prior_runs=PRIOR_RUNS)
     draws = bootstrap_diffs(base_stats, cand_stat, test, rng=ctx.rng, replicates=BOOTSTRAP_REPLICATES)
     low, high = percentile_interval(draws, CI_LEVEL)
@@ -88,8 +89,7 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
         # A rate is work over time: its relative change is the reciprocal of the latency ratio.
         change, ci = math.expm1(-test.diff), (math.expm1(-high), math.expm1(-low))
     minimum = max(th.minimum(metric), ctx.noise_floor, math.expm1(test.baseline_range))
-    level_runs = sum(round_levels(c.latency_us) is not None for c in base)
-    cand_levels = round_levels(cand.latency_us)
+    level_runs = sum(lv is not None for lv in base_levels)
     kernels = kernel_moves([c.kernels for c in base], cand.kernels, case_us=base_us)
     finding = Finding(
         case=case_id,
@@ -115,8 +115,8 @@ LEVEL_REPLICATES = 1000  # round-bootstrap replicates for a run whose rounds lan
 LEVEL_SEED = 20261203  # their own generator: the comparison's draws for every finding stay as they were
 
 
-def run_median(latency: LatencyStats) -> RunStat:
-    """A run's median (log scale) and its sampling distribution within the run.
+def run_median(latency: LatencyStats, levels: Levels | None) -> RunStat:
+    """A run's median (log scale) and its sampling distribution within the run (``levels``: its rounds', if any).
 
     Its samples are not independent where its rounds landed on levels (``profiler_core.rounds``): the case was built
     again for each round, and each build ran at one of a few speeds, so the median depends on which levels the rounds
@@ -127,12 +127,12 @@ def run_median(latency: LatencyStats) -> RunStat:
     of levels could make is not confirmed: past the minimum it is ``inconclusive`` and warns. Elsewhere the exact
     bootstrap of the samples' median is used, as before.
     """
-    stat = median_stat(log_samples(latency.samples))
-    if latency.round_samples is None or round_levels(latency) is None:
-        return stat
     logs = log_samples(latency.samples)
-    bounds = np.cumsum([0, *latency.round_samples])
-    rounds = [logs[a:b] for a, b in itertools.pairwise(bounds)]
+    stat = median_stat(logs)
+    slices = round_slices(latency) if levels is not None else None
+    if slices is None:
+        return stat
+    rounds = [log_samples(r) for r in slices]
     picks = np.random.default_rng(LEVEL_SEED).integers(0, len(rounds), size=(LEVEL_REPLICATES, len(rounds)))
     medians = np.sort([float(np.median(np.concatenate([rounds[i] for i in row]))) for row in picks])
     var = float(medians.var(ddof=1))
