@@ -24,7 +24,7 @@ import json
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +43,13 @@ Estimator = Callable[[Case], float]
 
 @dataclass
 class Process:
-    """One profile process: its cases (both suites) and, where it ran, do_bench's clean-flush medians."""
+    """One profile process: its cases (both suites), where it ran do_bench's clean-flush medians, and its result
+    documents as read."""
 
     name: str
     cases: dict[str, Case]
     dobench: dict[str, float]
+    documents: list[ResultDocument] = field(default_factory=list)
 
 
 def spread(values: list[float]) -> float:
@@ -65,11 +67,12 @@ def load_runs(folder: Path) -> list[Process]:
     for run in sorted(folder.glob("raw/run*/"), key=lambda p: int(p.name[3:])):
         cases: dict[str, Case] = {}
         dobench: dict[str, float] = {}
-        for suite in ("llama7b", "validation"):
-            cases.update({c.id: c for c in load_result(run / f"{suite}.json.gz").cases if c.latency_us})
+        documents = [load_result(run / f"{suite}.json.gz") for suite in ("llama7b", "validation")]
+        for suite, doc in zip(("llama7b", "validation"), documents, strict=True):
+            cases.update({c.id: c for c in doc.cases if c.latency_us})
             with gzip.open(run / f"{suite}-dobench.json.gz", "rt") as f:
                 dobench.update({k: v["clean"] for k, v in json.load(f).items() if "clean" in v})
-        out.append(Process(f"{folder.name}{run.name[3:]}", cases, dobench))
+        out.append(Process(f"{folder.name}{run.name[3:]}", cases, dobench, documents))
     return out
 
 
@@ -81,11 +84,6 @@ def load_variants(folder: Path) -> dict[str, list[Process]]:
         cases = {c.id: c for c in load_result(path).cases if c.latency_us}
         out.setdefault(variant, []).append(Process(path.name.split(".")[0], cases, {}))
     return out
-
-
-def _llama_and_validation(folder: Path) -> list[Path]:
-    runs = sorted(folder.glob("raw/run*/"), key=lambda p: int(p.name[3:]))
-    return [run / f"{suite}.json.gz" for run in runs for suite in ("llama7b", "validation")]
 
 
 def median_of(case: Case) -> float:
@@ -219,7 +217,7 @@ def levels_section(commands: dict[str, list[Process]], variants: dict[str, list[
 LEVEL_CASES = ("decode-mqa[backend=cudnn]", "hd256[backend=efficient]")  # levels in most of their runs
 
 
-def _only(doc: ResultDocument, case_id: str, *, strip: bool = False, factor: float = 1.0) -> ResultDocument:
+def one_case(doc: ResultDocument, case_id: str, *, strip: bool = False, factor: float = 1.0) -> ResultDocument:
     """``doc`` with one case, its samples times ``factor``, its round counts dropped when ``strip``."""
     case = doc.case(case_id)
     assert case is not None and case.latency_us is not None
@@ -255,13 +253,13 @@ def comparison_section(docs: list[ResultDocument]) -> list[str]:
     for case_id in LEVEL_CASES:
         runs = [d for d in docs if d.case(case_id) is not None]
         for strip in (False, True):
-            one = [_only(d, case_id, strip=strip) for d in runs]
+            one = [one_case(d, case_id, strip=strip) for d in runs]
             verdicts = [compare([a], b).verdict for a, b in itertools.permutations(one, 2)]
             caught = []
             for factor in (1.05, 1.08, 1.10):
                 hits = 0
                 for i in range(len(runs) - 3):
-                    slow = _only(runs[i + 3], case_id, strip=strip, factor=factor)
+                    slow = one_case(runs[i + 3], case_id, strip=strip, factor=factor)
                     hits += compare(one[i : i + 3], slow).verdict == "fail"
                 caught.append(f"{hits}/{len(runs) - 3}")
             out.append(
@@ -448,7 +446,7 @@ def render(data: Path, png_name: str) -> tuple[str, dict[str, list[Process]]]:
     ]
     lines += five_section(commands) + levels_section(commands, variants)
     lines += [f"![round medians]({png_name})", ""]
-    lines += comparison_section([load_result(p) for name in ("a", "b") for p in _llama_and_validation(data / name)])
+    lines += comparison_section([d for ps in commands.values() for p in ps for d in p.documents])
     lines += shared_section(commands, variants)
     return "\n".join(lines), commands
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.h200_rounds_report import one_case
 from profiler_core.analysis import compare
 from profiler_core.documents import LatencyStats, load_result
 from profiler_core.report import levels_line, render_markdown
@@ -160,16 +161,7 @@ def test_a_shift_the_levels_can_make_warns_instead_of_failing() -> None:
 
 def _mqa(run: str, *, strip: bool = False, factor: float = 1.0) -> object:
     doc = load_result(ROUNDS_DATA / "a" / "raw" / run / "llama7b.json.gz")
-    case = doc.case("decode-mqa[backend=cudnn]")
-    assert case is not None and case.latency_us is not None
-    lat = case.latency_us.model_copy(
-        update={
-            "samples": [x * factor for x in case.latency_us.samples],
-            "median": case.latency_us.median * factor,
-            "round_samples": None if strip else case.latency_us.round_samples,
-        }
-    )
-    return doc.model_copy(update={"cases": [case.model_copy(update={"latency_us": lat})]})
+    return one_case(doc, "decode-mqa[backend=cudnn]", strip=strip, factor=factor)
 
 
 def test_h200_runs_of_unchanged_code_whose_levels_differ_warn_and_a_regression_fails() -> None:
