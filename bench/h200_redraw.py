@@ -11,9 +11,10 @@ is made both ways:
            round's build, so that its tensors come fresh from the driver (what a paired run's side processes do
            after each round)
   persist  what a process otherwise keeps for its whole life drawn again before each round's build: the flush
-           buffer allocated anew behind a pad of random size (0-512 MiB, held until the next draw) and cuBLAS's
-           workspaces freed (``torch._C._cuda_clearCublasWorkspaces``), so that they land elsewhere each round;
-           the case's own tensors come from the allocator as in ``reuse``
+           buffer allocated anew behind a pad of random size (0-512 MiB, held until the next draw) while the old
+           one is still held, and cuBLAS's workspaces freed (``torch._C._cuda_clearCublasWorkspaces``); the
+           allocator may hand the buffer a block freed in an earlier round, so it lands on one of several places,
+           not always a new one; the case's own tensors come from the allocator as in ``reuse``
 
 (The committed data, ``bench/reports/data/h200-spread-causes-2026-12-03/redraw``, was gathered when the release
 was a step of the runner's own; it ran at the same point, right before the build.)

@@ -277,10 +277,7 @@ def test_counters_and_a_failed_case_show_as_they_are(site: Site, own: Project) -
         kernels=[],
         trace=None,
     )
-    run_id = upload(site, own, ncu, branch="counters", commit="c" * 40)["run_id"]
-    with httpx.Client(base_url=site.url) as client:
-        login(client, own.tokens.read)
-        html = client.get(f"/ui/p/{own.name}/runs/{run_id}").text
+    (html,) = _run_pages(site, own, "counters", {"c" * 40: ncu})
     assert "hardware counters from ncu" in html
     first = ncu["cases"][0]["kernels"][0]
     counters = first["counters"]
@@ -293,6 +290,14 @@ def test_counters_and_a_failed_case_show_as_they_are(site: Site, own: Project) -
     assert "failed: OutOfMemoryError: CUDA out of memory" in html
 
 
+def _run_pages(site: Site, project: Project, branch: str, by_commit: dict[str, dict[str, Any]]) -> list[str]:
+    """Upload each document on ``branch`` at its commit; the run page of each, in order, as a reader sees it."""
+    run_ids = [upload(site, project, doc, branch=branch, commit=commit)["run_id"] for commit, doc in by_commit.items()]
+    with httpx.Client(base_url=site.url) as client:
+        login(client, project.tokens.read)
+        return [client.get(f"/ui/p/{project.name}/runs/{run_id}").text for run_id in run_ids]
+
+
 def test_the_sm_clock_under_load_shows_where_the_run_read_it(site: Site, own: Project) -> None:
     """A run whose clock pass read the SM clock: the case's clock under load and a column of each kernel's; a run
     without it (CPU, or no Triton) has neither."""
@@ -302,12 +307,7 @@ def test_the_sm_clock_under_load_shows_where_the_run_read_it(site: Site, own: Pr
     for n, k in enumerate(case["kernels"]):
         k["sm_clock_mhz"] = 1650.0 + n
     plain = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
-    clocked = upload(site, own, doc, branch="clock", commit="d" * 40)["run_id"]
-    unclocked = upload(site, own, plain, branch="clock", commit="e" * 40)["run_id"]
-    with httpx.Client(base_url=site.url) as client:
-        login(client, own.tokens.read)
-        html = client.get(f"/ui/p/{own.name}/runs/{clocked}").text
-        bare = client.get(f"/ui/p/{own.name}/runs/{unclocked}").text
+    html, bare = _run_pages(site, own, "clock", {"d" * 40: doc, "e" * 40: plain})
     assert "SM clock under load 1,712 MHz" in html
     assert "SM clock under load</th>" in html and '<td class="num">1,650 MHz</td>' in html
     assert "SM clock under load" not in bare
@@ -322,12 +322,7 @@ def test_a_case_whose_rounds_landed_on_levels_says_so(site: Site, own: Project) 
     samples = [base * (1.0 + 0.035 * (r % 2)) * (1.0 + 0.001 * (i % 5 - 2)) for r in range(6) for i in range(20)]
     case["latency_us"].update(samples=samples, rounds=6, round_samples=[20] * 6)
     plain = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
-    levelled = upload(site, own, doc, branch="levels", commit="a" * 40)["run_id"]
-    flat = upload(site, own, plain, branch="levels", commit="b" * 40)["run_id"]
-    with httpx.Client(base_url=site.url) as client:
-        login(client, own.tokens.read)
-        html = client.get(f"/ui/p/{own.name}/runs/{levelled}").text
-        bare = client.get(f"/ui/p/{own.name}/runs/{flat}").text
+    html, bare = _run_pages(site, own, "levels", {"a" * 40: doc, "b" * 40: plain})
     assert html.count('<p class="sub levels">') == 1
     assert "Levels: rounds on 2 levels 3.5% apart (" in html and "×3, " in html
     assert "a change that another draw of levels could make warns instead of failing" in html
@@ -375,10 +370,7 @@ def test_each_kernel_table_has_its_sum_beside_the_latency(site: Site, own: Proje
     recorded = reconcile(case.kernels, case.latency_us.median, parsed=load_trace(TRACES / naive["trace"]))
     assert recorded is not None
     naive["reconciliation"] = recorded.model_dump(mode="json")
-    run_id = upload(site, own, doc, branch="reconcile", commit="e" * 40)["run_id"]
-    with httpx.Client(base_url=site.url) as client:
-        login(client, own.tokens.read)
-        html = client.get(f"/ui/p/{own.name}/runs/{run_id}").text
+    (html,) = _run_pages(site, own, "reconcile", {"e" * 40: doc})
     assert (
         "Kernels 1,586 µs of 1,709 µs case latency (93%); gap 123.6 µs: launch gaps / host time between kernels "
         "(traced iteration: kernels busy 1,586 µs of its 1,726 µs span)</p>"
@@ -388,10 +380,7 @@ def test_each_kernel_table_has_its_sum_beside_the_latency(site: Site, own: Proje
 
 def test_durations_past_10_ms_read_in_ms_with_rates_in_their_units(site: Site, own: Project) -> None:
     """A CPU run's cases take 13-220 ms: each duration in ms, never ``1.041e+04``; µs below 10 ms; rates named."""
-    run_id = upload(site, own, docs.cpu(), branch="cpu-units", commit="c" * 40)["run_id"]
-    with httpx.Client(base_url=site.url) as client:
-        login(client, own.tokens.read)
-        html = client.get(f"/ui/p/{own.name}/runs/{run_id}").text
+    (html,) = _run_pages(site, own, "cpu-units", {"c" * 40: docs.cpu()})
     # naive[pass=fwd_bwd]: median 219,928.7 µs, p25-p75 214.4-222.4 ms; its kernel aten::bmm (backward) 62,869.5 µs
     assert '<td class="num">219.9 ms (214.4–222.4 ms)</td>' in html
     assert '<td class="num">62.9 ms (' in html
