@@ -1,6 +1,7 @@
 """Does drawing each round's memory afresh narrow the spread between processes? The suite profiled both ways.
 
-    PYTHONPATH=. python3 bench/h200_redraw.py SUITE --variant {reuse,redraw,persist} [--case GLOB ...] --out DIR
+    PYTHONPATH=. python3 bench/h200_redraw.py SUITE --variant {reuse,redraw,persist,stream} [--case GLOB ...]
+        [--label NAME] --out DIR
 
 ``bench/h200_workspace.py`` found that some kernels' levels follow where their tensors land in physical memory. A
 profile run builds each case again in each round, its tensors taken from PyTorch's caching allocator; here the run
@@ -15,11 +16,17 @@ is made both ways:
            one is still held, and cuBLAS's workspaces freed (``torch._C._cuda_clearCublasWorkspaces``); the
            allocator may hand the buffer a block freed in an earlier round, so it lands on one of several places,
            not always a new one; the case's own tensors come from the allocator as in ``reuse``
+  stream   each round (its build, warm-up and timing) on a stream of its own: a new ``torch.cuda.Stream()``, which
+           PyTorch hands out from its pool of streams in turn, where the profiler runs every round on the
+           process's current stream
+
+``h200_truth.sh redraw`` runs a variant under ``taskset`` to pin the process to chosen CPUs (``--label`` names the
+files apart: ``reuse`` pinned to two CPUs at one end of the host, two at the other, and unpinned).
 
 (The committed data, ``bench/reports/data/h200-spread-causes-2026-12-03/redraw``, was gathered when the release
 was a step of the runner's own; it ran at the same point, right before the build.)
 
-Writes DIR/<variant>-<pid>.json.gz (the result document).
+Writes DIR/<label>-<pid>.json.gz (the result document; the label is the variant unless given).
 """
 
 from __future__ import annotations
@@ -39,8 +46,9 @@ from profiler_core.suite import load_suite, select_cases
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("suite")
-    parser.add_argument("--variant", choices=("reuse", "redraw", "persist"), required=True)
+    parser.add_argument("--variant", choices=("reuse", "redraw", "persist", "stream"), required=True)
     parser.add_argument("--case", action="append", default=[], help="only the cases matching this pattern")
+    parser.add_argument("--label", help="the output files' name (default: the variant)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -75,6 +83,18 @@ def main() -> int:
             return prepare(self, spec)
 
         runner.SuiteSession.prepare = prepare_with_fresh_process_state  # type: ignore[method-assign]
+    if args.variant == "stream":
+        import torch
+
+        def on_a_stream_of_its_own(run_round: Any) -> Any:
+            def round_on_new_stream(self: Any, *a: Any) -> Any:
+                with torch.cuda.stream(torch.cuda.Stream()):  # type: ignore[no-untyped-call]
+                    return run_round(self, *a)
+
+            return round_on_new_stream
+
+        runner.SuiteSession.first = on_a_stream_of_its_own(runner.SuiteSession.first)  # type: ignore[method-assign]
+        runner.SuiteSession.again = on_a_stream_of_its_own(runner.SuiteSession.again)  # type: ignore[method-assign]
     suite = load_suite(args.suite)
     started = time.perf_counter()
     doc = runner.profile_suite(
@@ -82,11 +102,11 @@ def main() -> int:
         runner.ProfileOptions(
             device="cuda",
             cache_dir=Path("/tmp/attnprof-cache"),
-            command=f"h200_redraw {args.variant}",
+            command=f"h200_redraw {args.label or args.variant}",
             cases=select_cases(suite, args.case) if args.case else None,
         ),
     )
-    stem = f"{args.variant}-{os.getpid()}"
+    stem = f"{args.label or args.variant}-{os.getpid()}"
     with gzip.open(args.out / f"{stem}.json.gz", "wt") as f:
         f.write(doc.to_json())
     print(f"{stem}: profiled in {time.perf_counter() - started:.1f} s", flush=True)

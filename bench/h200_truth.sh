@@ -27,7 +27,9 @@
 #   bash bench/h200_truth.sh redraw N -> N pairs of processes of bench/h200_redraw.py over the validation set, alternating:
 #                                        each round's tensors fresh from the driver (the allocator's cache emptied
 #                                        before each build) and from the blocks the allocator holds (peaks cached first);
-#                                        REDRAW_VARIANTS="persist reuse" pairs other variants, REDRAW_ARGS='--case GLOB ...' picks cases
+#                                        REDRAW_VARIANTS="persist reuse" pairs other variants (any number, in turn,
+#                                        each iteration starting one later; LABEL=VARIANT@lo or @hi pins a variant's
+#                                        process to the host's first or last two CPUs), REDRAW_ARGS='--case GLOB ...' picks cases
 # ROUNDS=R runs the suites with R timing rounds (copies of the suite files, min_samples raised to 3 per round).
 # Everything is packed into $OUT/truth-<mode>.tar.gz after every step (run 1's traces into truth-traces.tar.gz). BUDGET_S stops starting runs that would not fit.
 set -u
@@ -129,10 +131,17 @@ if [ "$MODE" = redraw ]; then
     spent=$(( $(date +%s) - START ))
     if [ $i -gt 1 ] && [ $(( spent + last )) -gt "$BUDGET_S" ]; then echo "stopping before pair $i: budget"; break; fi
     s0=$(date +%s)
-    pair=${REDRAW_VARIANTS:-"redraw reuse"}; set -- $pair
-    for v in $( [ $(( i % 2 )) -eq 1 ] && echo "$1 $2" || echo "$2 $1" ); do
-      python3 bench/h200_redraw.py bench/validation/suite.toml --variant "$v" ${REDRAW_ARGS:-} --out "$RAW/redraw" >> "$RAW/redraw/log.txt" 2>&1
-      echo "pair $i $v rc=$? at $(date -u +%FT%TZ)" | tee -a "$RAW/redraw/walls.txt"
+    set -- ${REDRAW_VARIANTS:-"redraw reuse"}
+    shift $(( (i - 1) % $# )); order="$*"; set -- ${REDRAW_VARIANTS:-"redraw reuse"}
+    [ $(( (i - 1) % $# )) -gt 0 ] && order="$order $(echo "$@" | cut -d' ' -f1-$(( (i - 1) % $# )))"
+    for v in $order; do
+      label=${v%%=*}; variant=${v#*=}; pin=""
+      case "$variant" in
+        *@lo) pin="taskset -c 0,1"; variant=${variant%@lo} ;;
+        *@hi) n=$(nproc); pin="taskset -c $(( n - 2 )),$(( n - 1 ))"; variant=${variant%@hi} ;;
+      esac
+      $pin python3 bench/h200_redraw.py bench/validation/suite.toml --variant "$variant" --label "$label" ${REDRAW_ARGS:-} --out "$RAW/redraw" >> "$RAW/redraw/log.txt" 2>&1
+      echo "pair $i $label rc=$? at $(date -u +%FT%TZ)" | tee -a "$RAW/redraw/walls.txt"
     done
     last=$(( $(date +%s) - s0 )); pack
   done
