@@ -192,15 +192,6 @@ class SuiteSession:
         started = time.perf_counter()
         stack = contextlib.ExitStack()
         warns = stack.enter_context(capture_warnings())
-        if self.device == "cuda":
-            # Each round on a stream of its own, from PyTorch's pool (handed out in turn): its build, warm-up, timing,
-            # and in the first round its trace and accuracy check. A case's kernels on one stream settle on a level
-            # of their own, up to about 0.5% from another stream's, and a process that timed every round on one
-            # stream read that stream's level in all of them: on the H200 four cases moved together from process to
-            # process that way (correlations 0.5-0.9) and naive-bwd's medians spread 0.59% across 13 processes; a
-            # stream per round drew the level again each round, the pooled median averaged it, and they spread 0.21%
-            # with no correlation left (bench/reports/h200-stream.md).
-            stack.enter_context(torch.cuda.stream(torch.cuda.Stream()))  # type: ignore[no-untyped-call]
         # The workload's own context closes before the accuracy reference is computed; the warnings' after it.
         context = stack.enter_context(contextlib.ExitStack())
         try:
