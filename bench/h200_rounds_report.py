@@ -352,10 +352,8 @@ def shared_section(commands: dict[str, list[Process]], variants: dict[str, list[
         "",
         "Its size is small for most cases: a process's offset, the median over its cases ≥ 100 µs (the four above "
         f"left out) of each one's offset from the eight-process median, is at most {pct(size[0])} and {pct(size[1])} "
-        "in the two commands, against about ±0.5% for the backward cases above. What moves them is not found: the "
-        "GPU's settings stayed as found (clocks unlocked), and neither the host's placement (the CPU socket that "
-        "queues the work) nor what a profile session creates (its stream, its events, the trace pass's profiler) was "
-        "varied.",
+        "in the two commands, against about ±0.5% for the backward cases above. The level goes with the CUDA stream "
+        "the rounds run on, not with the CPUs the process runs on (`bench/reports/h200-stream.md`).",
         "",
     ]
     return out
