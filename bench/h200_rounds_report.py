@@ -352,8 +352,10 @@ def shared_section(commands: dict[str, list[Process]], variants: dict[str, list[
         "",
         "Its size is small for most cases: a process's offset, the median over its cases ≥ 100 µs (the four above "
         f"left out) of each one's offset from the eight-process median, is at most {pct(size[0])} and {pct(size[1])} "
-        "in the two commands, against about ±0.5% for the backward cases above. The level goes with the CUDA stream "
-        "the rounds run on, not with the CPUs the process runs on (`bench/reports/h200-stream.md`).",
+        "in the two commands, against about ±0.5% for the backward cases above. What sets it is not found here: the "
+        "GPU's settings stayed as found (clocks unlocked), and the events and the trace pass's profiler were not "
+        "varied. A later lease on another GPU (`bench/reports/h200-stream.md`) found that running each round on a "
+        "new stream averages it, and that pinning the process to two vCPUs does not reduce it.",
         "",
     ]
     return out

@@ -140,8 +140,10 @@ if [ "$MODE" = redraw ]; then
         *@lo) pin="taskset -c 0,1"; variant=${variant%@lo} ;;
         *@hi) n=$(nproc); pin="taskset -c $(( n - 2 )),$(( n - 1 ))"; variant=${variant%@hi} ;;
       esac
+      set -f  # REDRAW_ARGS holds case patterns (bwd*): split into words, never matched against files here
       $pin python3 bench/h200_redraw.py bench/validation/suite.toml --variant "$variant" --label "$label" ${REDRAW_ARGS:-} --out "$RAW/redraw" >> "$RAW/redraw/log.txt" 2>&1
-      echo "pair $i $label rc=$? at $(date -u +%FT%TZ)" | tee -a "$RAW/redraw/walls.txt"
+      rc=$?; set +f
+      echo "pair $i $label rc=$rc at $(date -u +%FT%TZ)" | tee -a "$RAW/redraw/walls.txt"
     done
     last=$(( $(date +%s) - s0 )); pack
   done

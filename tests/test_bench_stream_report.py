@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
-import gzip
-import shutil
-from pathlib import Path
+import json
+
+import pytest
 
 from bench.h200_rounds_report import SHARED, Process, heavy, load_runs
-from bench.h200_stream_report import load_labelled, render, shared_sd, variance_ratio_p
+from bench.h200_stream_report import changed, load_labelled, render, shared_levels, shared_sd, variance_ratio_p
+from profiler_core.documents import load_result
 from tests.profiling_support import REPO
 from tests.test_analysis_fixtures import make_case
 
@@ -18,48 +19,63 @@ BEFORE = REPO / "bench" / "reports" / "data" / "h200-rounds-2026-12-03"
 
 
 def _process(name: str, level: float, jitter: float = 0.0) -> Process:
-    """A process whose SHARED cases all sit ``level`` (relative) off 100 µs, each moved by ``jitter`` in turn."""
-    cases = {
-        i: make_case(i, median_us=100.0 * (1.0 + level + jitter * (k - 1.5)), n=30) for k, i in enumerate(SHARED)
-    }
+    """A process whose SHARED cases sit ``level`` (relative) off 100 µs, spread around it by ``jitter``."""
+    cases = {i: make_case(i, median_us=100.0 * (1.0 + level + jitter * (k - 1.5)), n=30) for k, i in enumerate(SHARED)}
     return Process(name, cases, {})
 
 
-def test_a_shared_level_that_varies_less_is_told_apart_from_one_that_does_not() -> None:
-    wide = [_process(f"w{k}", level) for k, level in enumerate([-0.004, 0.004] * 6)]
-    narrow = [_process(f"n{k}", level) for k, level in enumerate([-0.0005, 0.0005] * 6)]
-    assert shared_sd(wide) > 5 * shared_sd(narrow)
-    assert variance_ratio_p(wide, narrow) < 0.01
-    # the same spread on both sides: no evidence either way
-    other = [_process(f"o{k}", level) for k, level in enumerate([0.004, -0.004] * 6)]
-    assert variance_ratio_p(wide, other) > 0.2
+def test_a_shared_level_is_read_as_the_median_offset_of_the_shared_cases() -> None:
+    processes = [_process(f"p{k}", level, jitter=0.001) for k, level in enumerate([-0.004, 0.0, 0.004])]
+    levels = shared_levels(processes)
+    assert levels == pytest.approx([-0.004, 0.0, 0.004], abs=2e-4)
+    assert shared_sd(processes) == pytest.approx(0.004, rel=0.05)
 
 
-def test_labels_with_dashes_are_read_whole_and_processes_kept_in_time_order(tmp_path: Path) -> None:
-    sources = sorted((DATA / "pin").glob("pin-lo-*.json.gz"))[:2] + sorted((DATA / "pin").glob("reuse-*.json.gz"))[:1]
-    for source in sources:
-        shutil.copy(source, tmp_path / source.name)
-    found = load_labelled(tmp_path)
-    assert {k: len(v) for k, v in found.items()} == {"pin-lo": 2, "reuse": 1}
-    assert all(p.name.startswith("pin-lo-") for p in found["pin-lo"])
-    with gzip.open(sources[0], "rt") as f:
-        assert f.read(1) == "{"
+def test_the_variance_test_tells_a_narrower_spread_and_ignores_a_difference_in_level() -> None:
+    wide = [-0.004, 0.004, -0.003, 0.003, -0.0035, 0.0035, 0.0, -0.002, 0.002, 0.001, -0.001, 0.0025]
+    narrow = [x / 6 for x in wide]
+    hits, p = variance_ratio_p(wide, narrow)
+    assert p < 0.01 and hits < 100
+    # a shift between the groups is not spread: the narrow group moved by 1% gives the very same answer
+    assert variance_ratio_p(wide, [x + 0.01 for x in narrow]) == (hits, p)
+    # nor with the same spread about another level
+    shifted = [x + 0.02 for x in wide[::-1]]
+    assert variance_ratio_p(wide, shifted)[1] > 0.2
+    # narrower the other way round: no evidence that the second varies less
+    assert variance_ratio_p(narrow, wide)[1] > 0.9
+
+
+def test_cases_that_changed_are_those_that_moved_more_than_the_margin() -> None:
+    old = {"a": 1.0, "b": 0.1, "c": 0.5, "d": 0.9}
+    new = {"a": 0.2, "b": 0.9, "c": 0.6, "d": 0.5}
+    assert changed(old, new) == (["b"], ["a", "d"])
+    assert changed(old, old) == ([], [])
+
+
+def test_processes_are_read_by_whole_label_in_the_order_they_ran() -> None:
+    found = load_labelled(DATA / "pin")
+    assert {k: len(v) for k, v in found.items()} == {"pin-lo": 9, "pin-hi": 9, "reuse": 9}
+    assert all(p.name.startswith(f"{label}-") for label, ps in found.items() for p in ps)
+    for ps in found.values():
+        started = [load_result(DATA / "pin" / f"{p.name}.json.gz").run.created_at for p in ps]
+        assert started == sorted(started)
 
 
 def test_the_committed_data_holds_what_the_report_says() -> None:
-    pins = load_labelled(DATA / "pin")
-    assert {k: len(v) for k, v in pins.items()} == {"pin-lo": 9, "pin-hi": 9, "reuse": 9}
+    leases = json.loads((DATA / "provenance.json").read_text())["leases"]
+    first, second = (v["gpu"].removeprefix("GPU-") for v in leases.values())
+    for folder in ("pin", "stream"):
+        assert {load_result(f).environment.device.uuid for f in (DATA / folder).glob("*.json.gz")} == {first}
     variants = load_labelled(DATA / "stream")
     assert {k: len(v) for k, v in variants.items()} == {"stream": 13, "reuse": 13}
     assert all(set(SHARED) <= set(p.cases) for ps in variants.values() for p in ps)
     runs = load_runs(DATA / "runs")
     assert len(runs) == 9 and len(heavy(runs)) == 29
-    assert len({d.environment.device.uuid for p in runs for d in p.documents}) == 1
+    assert {d.environment.device.uuid for p in runs for d in p.documents} == {second}
 
 
 def test_the_report_regenerates_from_its_data() -> None:
     text, variants = render(DATA, BEFORE, "h200-stream.png")
     assert text == (REPO / "bench" / "reports" / "h200-stream.md").read_text()
     assert "| stream per round (785d8bc) | 9 | 19/29 |" in text
-    assert "falls from +0.86 to +0.01" in text
     assert shared_sd(variants["reuse"]) > 3 * shared_sd(variants["stream"])
