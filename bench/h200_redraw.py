@@ -1,6 +1,6 @@
 """Does drawing each round's memory afresh narrow the spread between processes? The suite profiled both ways.
 
-    PYTHONPATH=. python3 bench/h200_redraw.py SUITE --variant {reuse,redraw,persist,stream} [--case GLOB ...]
+    PYTHONPATH=. python3 bench/h200_redraw.py SUITE --variant VARIANT [--case GLOB ...]
         [--label NAME] --out DIR
 
 ``bench/h200_workspace.py`` found that some kernels' levels follow where their tensors land in physical memory. A
@@ -19,6 +19,16 @@ is made both ways:
   stream   each round (its build, warm-up and timing) on a stream of its own: a new ``torch.cuda.Stream()``, which
            PyTorch hands out from its pool of streams in turn, where the profiler runs every round on the
            process's current stream
+  one-stream
+           every round on one stream from the pool, the same for the whole process: a non-default stream, nothing
+           else changed (against ``reuse``: is it the default stream?)
+  round-stream
+           a new stream from the pool for each round of the suite, shared by every case of that round (against
+           ``stream``: is it a new stream per case-round, or per stretch of time?)
+
+``bench/reports/h200-stream.md`` found that ``stream`` averages a level four cases share per process, and that within
+a process the four still move together from round to round; ``one-stream`` and ``round-stream`` split what
+``stream`` changes.
 
 ``h200_truth.sh redraw`` runs a variant under ``taskset`` to pin the process to chosen CPUs (``--label`` names the
 files apart: ``reuse`` pinned to two CPUs at one end of the host, two at the other, and unpinned).
@@ -46,7 +56,9 @@ from profiler_core.suite import load_suite, select_cases
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("suite")
-    parser.add_argument("--variant", choices=("reuse", "redraw", "persist", "stream"), required=True)
+    parser.add_argument(
+        "--variant", choices=("reuse", "redraw", "persist", "stream", "one-stream", "round-stream"), required=True
+    )
     parser.add_argument("--case", action="append", default=[], help="only the cases matching this pattern")
     parser.add_argument("--label", help="the output files' name (default: the variant)")
     parser.add_argument("--out", type=Path, required=True)
@@ -83,18 +95,35 @@ def main() -> int:
             return prepare(self, spec)
 
         runner.SuiteSession.prepare = prepare_with_fresh_process_state  # type: ignore[method-assign]
-    if args.variant == "stream":
+    if args.variant in ("stream", "one-stream", "round-stream"):
         import torch
 
-        def on_a_stream_of_its_own(run_round: Any) -> Any:
-            def round_on_new_stream(self: Any, *a: Any) -> Any:
-                with torch.cuda.stream(torch.cuda.Stream()):  # type: ignore[no-untyped-call]
-                    return run_round(self, *a)
+        fixed: list[Any] = []
+        by_round: dict[int, Any] = {}
+        rounds_run: dict[str, int] = {}
 
-            return round_on_new_stream
+        def stream_for(case_id: str) -> Any:
+            if args.variant == "stream":
+                return torch.cuda.Stream()  # type: ignore[no-untyped-call]
+            if args.variant == "one-stream":
+                if not fixed:
+                    fixed.append(torch.cuda.Stream())  # type: ignore[no-untyped-call]
+                return fixed[0]
+            r = rounds_run[case_id] = rounds_run.get(case_id, 0) + 1
+            if r not in by_round:
+                by_round[r] = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+            return by_round[r]
 
-        runner.SuiteSession.first = on_a_stream_of_its_own(runner.SuiteSession.first)  # type: ignore[method-assign]
-        runner.SuiteSession.again = on_a_stream_of_its_own(runner.SuiteSession.again)  # type: ignore[method-assign]
+        def on_its_stream(run_round: Any) -> Any:
+            def round_on_stream(self: Any, case: Any) -> Any:
+                case_id = case if isinstance(case, str) else case.id
+                with torch.cuda.stream(stream_for(case_id)):
+                    return run_round(self, case)
+
+            return round_on_stream
+
+        runner.SuiteSession.first = on_its_stream(runner.SuiteSession.first)  # type: ignore[method-assign]
+        runner.SuiteSession.again = on_its_stream(runner.SuiteSession.again)  # type: ignore[method-assign]
     suite = load_suite(args.suite)
     started = time.perf_counter()
     doc = runner.profile_suite(
