@@ -98,21 +98,17 @@ def main() -> int:
     if args.variant in ("stream", "one-stream", "round-stream"):
         import torch
 
-        fixed: list[Any] = []
-        by_round: dict[int, Any] = {}
+        streams: dict[int, Any] = {}  # one-stream: one, under 0; round-stream: one per round number
         rounds_run: dict[str, int] = {}
 
         def stream_for(case_id: str) -> Any:
             if args.variant == "stream":
                 return torch.cuda.Stream()  # type: ignore[no-untyped-call]
-            if args.variant == "one-stream":
-                if not fixed:
-                    fixed.append(torch.cuda.Stream())  # type: ignore[no-untyped-call]
-                return fixed[0]
-            r = rounds_run[case_id] = rounds_run.get(case_id, 0) + 1
-            if r not in by_round:
-                by_round[r] = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-            return by_round[r]
+            rounds_run[case_id] = rounds_run.get(case_id, 0) + 1
+            key = rounds_run[case_id] if args.variant == "round-stream" else 0
+            if key not in streams:
+                streams[key] = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+            return streams[key]
 
         def on_its_stream(run_round: Any) -> Any:
             def round_on_stream(self: Any, case: Any) -> Any:

@@ -77,13 +77,33 @@ def load_runs(folder: Path) -> list[Process]:
 
 
 def load_variants(folder: Path) -> dict[str, list[Process]]:
-    """The ``h200_redraw`` processes of a folder by variant, each in the order they ran."""
+    """The ``h200_redraw`` processes of a folder by label (``<label>-<pid>.json.gz``; a label may hold dashes), each
+    in the order they ran."""
+    found = []
+    for path in folder.glob("*.json.gz"):
+        label, pid = path.name.removesuffix(".json.gz").rsplit("-", 1)
+        doc = load_result(path)
+        cases = {c.id: c for c in doc.cases if c.latency_us}
+        found.append((doc.run.created_at, label, Process(f"{label}-{pid}", cases, {})))
     out: dict[str, list[Process]] = {}
-    for path in sorted(folder.glob("*.json.gz"), key=lambda p: int(p.name.split("-")[1].split(".")[0])):
-        variant = path.name.split("-")[0]
-        cases = {c.id: c for c in load_result(path).cases if c.latency_us}
-        out.setdefault(variant, []).append(Process(path.name.split(".")[0], cases, {}))
+    for _, label, process in sorted(found, key=lambda f: f[0]):
+        out.setdefault(label, []).append(process)
     return out
+
+
+def shown(path: Path) -> str:
+    """``path`` as a report shows it: relative to the repository when inside it."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def lease_gpus(provenance: dict[str, Any]) -> str:
+    """The GPU and the hours of each lease in a data set's ``provenance.json``."""
+    return ", ".join(
+        f"{k}: `{v['gpu']}` ({v['from'][11:16]}–{v['to'][11:16]} UTC)" for k, v in provenance["leases"].items()
+    )
 
 
 def median_of(case: Case) -> float:
@@ -422,25 +442,18 @@ def plot(commands: dict[str, list[Process]], path: Path) -> None:
 def render(data: Path, png_name: str) -> tuple[str, dict[str, list[Process]]]:
     provenance = json.loads((data / "provenance.json").read_text())
     versions = (data / "versions.txt").read_text().strip()
-    try:
-        shown = data.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        shown = data.as_posix()
     commands = {name: load_runs(data / name) for name in ("a", "b")}
     variants = load_variants(data / "persist")
-    gpus = ", ".join(
-        f"{k}: `{v['gpu']}` ({v['from'][11:16]}–{v['to'][11:16]} UTC)" for k, v in provenance["leases"].items()
-    )
     lines = [
         "# A profile's rounds on the H200: five processes, levels between builds, a level a process shares",
         "",
-        f"From two leases on {provenance['date']} (raw data in `{shown}`, recomputed by this report's script; the "
-        f"profiler at {provenance['commit']}). GPUs: {gpus}. Software: {versions}; driver {provenance['driver']}; "
-        "clocks not locked.",
+        f"From two leases on {provenance['date']} (raw data in `{shown(data)}`, recomputed by this report's script; "
+        f"the profiler at {provenance['commit']}). GPUs: {lease_gpus(provenance)}. Software: {versions}; driver "
+        f"{provenance['driver']}; clocks not locked.",
         "",
         "```bash",
         *provenance["commands"],
-        f"python bench/h200_rounds_report.py --data {shown} --out bench/reports/h200-rounds.md",
+        f"python bench/h200_rounds_report.py --data {shown(data)} --out bench/reports/h200-rounds.md",
         "```",
         "",
     ]

@@ -38,29 +38,18 @@ from bench.h200_rounds_report import (  # noqa: E402
     _rounds,
     _shared_r,
     heavy,
+    lease_gpus,
     load_runs,
+    load_variants,
     median_of,
     pct,
     share_within,
+    shown,
     spread,
 )
-from profiler_core.documents import load_result  # noqa: E402
 
 PERMUTATIONS = 10_000
 SEED = 20261203
-
-
-def load_labelled(folder: Path) -> dict[str, list[Process]]:
-    """``h200_redraw`` processes by label (``<label>-<pid>.json.gz``; labels may hold dashes), in the order they ran."""
-    out: dict[str, list[Process]] = {}
-    found = []
-    for path in folder.glob("*.json.gz"):
-        label, pid = path.name.removesuffix(".json.gz").rsplit("-", 1)
-        doc = load_result(path)
-        found.append((doc.run.created_at, label, Process(f"{label}-{pid}", {c.id: c for c in doc.cases}, {})))
-    for _, label, process in sorted(found, key=lambda f: f[0]):
-        out.setdefault(label, []).append(process)
-    return out
 
 
 def shared_levels(processes: list[Process]) -> list[float]:
@@ -119,7 +108,9 @@ def changed(old: dict[str, float], new: dict[str, float], by: float = 0.25) -> t
 
 def ab_section(variants: dict[str, list[Process]]) -> list[str]:
     reuse, stream = variants["reuse"], variants["stream"]
-    hits, p = variance_ratio_p(shared_levels(reuse), shared_levels(stream))
+    own = {v: shared_levels(variants[v]) for v in ("reuse", "stream")}  # each group about its own medians
+    sd = {v: statistics.stdev(own[v]) for v in own}
+    hits, p = variance_ratio_p(own["reuse"], own["stream"])
     out = [
         "## 1. A stream per round against the process's stream",
         "",
@@ -143,16 +134,15 @@ def ab_section(variants: dict[str, list[Process]]) -> list[str]:
         cells += [pct(statistics.median(spread(_rounds(q.cases[i])) for q in variants[v])) for v in ("reuse", "stream")]
         cells.append(pct(statistics.median(m["stream"]) / statistics.median(m["reuse"]) - 1, sign=True))
         out.append(f"| {i} | {centre:,.1f} | " + " | ".join(cells) + " |")
-    pooled = {id(q): lv for q, lv in zip(reuse + stream, shared_levels(reuse + stream), strict=True)}
-    low = [pooled[id(q)] for q in reuse]
-    high = [pooled[id(q)] for q in stream]
+    pooled = shared_levels(reuse + stream)  # about all processes' medians
+    low, high = pooled[: len(reuse)], pooled[len(reuse) :]
     below = sum(x < statistics.median(high) for x in low)
     r_round = {v: round_r(variants[v]) for v in ("reuse", "stream")}
     (rs, ns, ts), (ro, no, to) = r_round["stream"], r_round["reuse"]
     out += [
         "",
         f"The shared level (each process's median offset over {', '.join(SHARED)}) has a standard deviation of "
-        f"{pct(shared_sd(reuse))} across the `reuse` processes and {pct(shared_sd(stream))} across the `stream` "
+        f"{pct(sd['reuse'])} across the `reuse` processes and {pct(sd['stream'])} across the `stream` "
         f"ones (permutation test of the ratio, each group's deviations from its own median shuffled "
         f"{PERMUTATIONS:,} times: {hits} reached it, p = {p:.3f}). The four cases' mean correlation with the others' "
         f"level falls from {mean_shared_r(reuse):+.2f} to {mean_shared_r(stream):+.2f}.",
@@ -307,22 +297,13 @@ def render(data: Path, before: Path, png_name: str) -> tuple[str, dict[str, list
     provenance = json.loads((data / "provenance.json").read_text())
     versions = (data / "versions.txt").read_text().strip()
 
-    def shown(p: Path) -> str:
-        try:
-            return p.resolve().relative_to(ROOT).as_posix()
-        except ValueError:
-            return p.as_posix()
-
-    variants = load_labelled(data / "stream")
-    pins = load_labelled(data / "pin")
-    gpus = ", ".join(
-        f"{k}: `{v['gpu']}` ({v['from'][11:16]}–{v['to'][11:16]} UTC)" for k, v in provenance["leases"].items()
-    )
+    variants = load_variants(data / "stream")
+    pins = load_variants(data / "pin")
     lines = [
         "# The level a process shares: the host's CPUs, a stream per round, and a stream per round over both suites",
         "",
         f"From two leases on {provenance['date']} (raw data in `{shown(data)}`, recomputed by this report's script; "
-        f"the profiler at {provenance['commit']}). GPUs: {gpus}. Software: {versions}; driver "
+        f"the profiler at {provenance['commit']}). GPUs: {lease_gpus(provenance)}. Software: {versions}; driver "
         f"{provenance['driver']}; clocks not locked.",
         "",
         "```bash",

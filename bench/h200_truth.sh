@@ -131,10 +131,9 @@ if [ "$MODE" = redraw ]; then
     spent=$(( $(date +%s) - START ))
     if [ $i -gt 1 ] && [ $(( spent + last )) -gt "$BUDGET_S" ]; then echo "stopping before pair $i: budget"; break; fi
     s0=$(date +%s)
-    set -- ${REDRAW_VARIANTS:-"redraw reuse"}
-    shift $(( (i - 1) % $# )); order="$*"; set -- ${REDRAW_VARIANTS:-"redraw reuse"}
-    [ $(( (i - 1) % $# )) -gt 0 ] && order="$order $(echo "$@" | cut -d' ' -f1-$(( (i - 1) % $# )))"
-    for v in $order; do
+    read -r -a variants <<< "${REDRAW_VARIANTS:-redraw reuse}"
+    for k in "${!variants[@]}"; do
+      v=${variants[$(( (i - 1 + k) % ${#variants[@]} ))]}  # iteration i starts i - 1 variants later
       label=${v%%=*}; variant=${v#*=}; pin=""
       case "$variant" in
         *@lo) pin="taskset -c 0,1"; variant=${variant%@lo} ;;

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from bench.h200_rounds_report import SHARED, Process, heavy, load_runs
-from bench.h200_stream_report import changed, load_labelled, render, shared_levels, shared_sd, variance_ratio_p
+from bench.h200_rounds_report import SHARED, Process, heavy, load_runs, load_variants
+from bench.h200_stream_report import changed, render, shared_levels, shared_sd, variance_ratio_p
 from profiler_core.documents import load_result
 from tests.profiling_support import REPO
 from tests.test_analysis_fixtures import make_case
@@ -53,7 +53,7 @@ def test_cases_that_changed_are_those_that_moved_more_than_the_margin() -> None:
 
 
 def test_processes_are_read_by_whole_label_in_the_order_they_ran() -> None:
-    found = load_labelled(DATA / "pin")
+    found = load_variants(DATA / "pin")
     assert {k: len(v) for k, v in found.items()} == {"pin-lo": 9, "pin-hi": 9, "reuse": 9}
     assert all(p.name.startswith(f"{label}-") for label, ps in found.items() for p in ps)
     for ps in found.values():
@@ -66,7 +66,7 @@ def test_the_committed_data_holds_what_the_report_says() -> None:
     first, second = (v["gpu"].removeprefix("GPU-") for v in leases.values())
     for folder in ("pin", "stream"):
         assert {load_result(f).environment.device.uuid for f in (DATA / folder).glob("*.json.gz")} == {first}
-    variants = load_labelled(DATA / "stream")
+    variants = load_variants(DATA / "stream")
     assert {k: len(v) for k, v in variants.items()} == {"stream": 13, "reuse": 13}
     assert all(set(SHARED) <= set(p.cases) for ps in variants.values() for p in ps)
     runs = load_runs(DATA / "runs")
