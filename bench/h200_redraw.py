@@ -1,7 +1,7 @@
 """Does drawing each round's memory afresh narrow the spread between processes? The suite profiled both ways.
 
-    PYTHONPATH=. python3 bench/h200_redraw.py SUITE --variant VARIANT [--case GLOB ...]
-        [--label NAME] --out DIR
+    PYTHONPATH=. python3 bench/h200_redraw.py SUITE... --variant VARIANT [--case GLOB ...]
+        [--rounds R] [--label NAME] --out DIR
 
 ``bench/h200_workspace.py`` found that some kernels' levels follow where their tensors land in physical memory. A
 profile run builds each case again in each round, its tensors taken from PyTorch's caching allocator; here the run
@@ -25,10 +25,16 @@ is made both ways:
   round-stream
            a new stream from the pool for each round of the suite, shared by every case of that round (against
            ``stream``: is it a new stream per case-round, or per stretch of time?)
+  shuffle  each round's tensors placed anew: right before each round's build the allocator's cache is emptied and a
+           pad of random size (0-62 MiB in 2 MiB steps, what ``h200_workspace.py``'s rebuilt rounds draw) allocated
+           and held until the next round's, so that the build lands on other memory; a process's median then pools
+           as many placements as it has rounds, where ``reuse`` mostly lands every round of a case on one
 
 ``bench/reports/h200-stream.md`` found that ``stream`` averages a level four cases share per process, and that within
 a process the four still move together from round to round; ``one-stream`` and ``round-stream`` split what
 ``stream`` changes.
+
+``--rounds`` overrides the suites' rounds (at most 20, ``min_samples`` raised to 3 per round where lower).
 
 ``h200_truth.sh redraw`` runs a variant under ``taskset`` to pin the process to chosen CPUs (``--label`` names the
 files apart: ``reuse`` pinned to two CPUs at one end of the host, two at the other, and unpinned).
@@ -36,12 +42,14 @@ files apart: ``reuse`` pinned to two CPUs at one end of the host, two at the oth
 (The committed data, ``bench/reports/data/h200-spread-causes-2026-12-03/redraw``, was gathered when the release
 was a step of the runner's own; it ran at the same point, right before the build.)
 
-Writes DIR/<label>-<pid>.json.gz (the result document; the label is the variant unless given).
+Writes DIR/<label>-<pid>.json.gz (the result document; the label is the variant unless given); given several suites,
+one per suite, DIR/<suite name>/<label>-<pid>.json.gz.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import os
 import sys
@@ -55,11 +63,14 @@ from profiler_core.suite import load_suite, select_cases
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("suite")
+    parser.add_argument("suites", nargs="+")
     parser.add_argument(
-        "--variant", choices=("reuse", "redraw", "persist", "stream", "one-stream", "round-stream"), required=True
+        "--variant",
+        choices=("reuse", "redraw", "persist", "stream", "one-stream", "round-stream", "shuffle"),
+        required=True,
     )
     parser.add_argument("--case", action="append", default=[], help="only the cases matching this pattern")
+    parser.add_argument("--rounds", type=int, help="the suites' rounds, overridden")
     parser.add_argument("--label", help="the output files' name (default: the variant)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -95,6 +106,22 @@ def main() -> int:
             return prepare(self, spec)
 
         runner.SuiteSession.prepare = prepare_with_fresh_process_state  # type: ignore[method-assign]
+    if args.variant == "shuffle":
+        import random
+
+        import torch
+
+        prepare = runner.SuiteSession.prepare
+        pad: list[Any] = []
+
+        def prepare_in_new_place(self: Any, spec: Any) -> Any:
+            torch.cuda.synchronize()
+            pad.clear()
+            torch.cuda.empty_cache()
+            pad.append(torch.empty(random.randrange(0, 64 << 20, 2 << 20), dtype=torch.uint8, device="cuda"))
+            return prepare(self, spec)
+
+        runner.SuiteSession.prepare = prepare_in_new_place  # type: ignore[method-assign]
     if args.variant in ("stream", "one-stream", "round-stream"):
         import torch
 
@@ -120,21 +147,32 @@ def main() -> int:
 
         runner.SuiteSession.first = on_its_stream(runner.SuiteSession.first)  # type: ignore[method-assign]
         runner.SuiteSession.again = on_its_stream(runner.SuiteSession.again)  # type: ignore[method-assign]
-    suite = load_suite(args.suite)
-    started = time.perf_counter()
-    doc = runner.profile_suite(
-        suite,
-        runner.ProfileOptions(
-            device="cuda",
-            cache_dir=Path("/tmp/attnprof-cache"),
-            command=f"h200_redraw {args.label or args.variant}",
-            cases=select_cases(suite, args.case) if args.case else None,
-        ),
-    )
     stem = f"{args.label or args.variant}-{os.getpid()}"
-    with gzip.open(args.out / f"{stem}.json.gz", "wt") as f:
-        f.write(doc.to_json())
-    print(f"{stem}: profiled in {time.perf_counter() - started:.1f} s", flush=True)
+    for path in args.suites:
+        suite = load_suite(path)
+        if args.rounds:
+            timing = suite.timing
+            suite = dataclasses.replace(
+                suite,
+                timing=dataclasses.replace(
+                    timing, rounds=args.rounds, min_samples=max(timing.min_samples, 3 * args.rounds)
+                ),
+            )
+        started = time.perf_counter()
+        doc = runner.profile_suite(
+            suite,
+            runner.ProfileOptions(
+                device="cuda",
+                cache_dir=Path("/tmp/attnprof-cache"),
+                command=f"h200_redraw {args.label or args.variant}",
+                cases=select_cases(suite, args.case) if args.case else None,
+            ),
+        )
+        out = args.out / suite.name if len(args.suites) > 1 else args.out
+        out.mkdir(parents=True, exist_ok=True)
+        with gzip.open(out / f"{stem}.json.gz", "wt") as f:
+            f.write(doc.to_json())
+        print(f"{stem}: {suite.name} profiled in {time.perf_counter() - started:.1f} s", flush=True)
     return 0
 
 

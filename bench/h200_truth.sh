@@ -29,7 +29,8 @@
 #                                        before each build) and from the blocks the allocator holds (peaks cached first);
 #                                        REDRAW_VARIANTS="persist reuse" pairs other variants (any number, in turn,
 #                                        each iteration starting one later; LABEL=VARIANT@lo or @hi pins a variant's
-#                                        process to the host's first or last two CPUs), REDRAW_ARGS='--case GLOB ...' picks cases
+#                                        process to the host's first or last two CPUs; VARIANT:R gives it R rounds),
+#                                        REDRAW_ARGS='--case GLOB ...' picks cases, REDRAW_SUITES='A.toml B.toml' the suites
 # ROUNDS=R runs the suites with R timing rounds (copies of the suite files, min_samples raised to 3 per round).
 # Everything is packed into $OUT/truth-<mode>.tar.gz after every step (run 1's traces into truth-traces.tar.gz). BUDGET_S stops starting runs that would not fit.
 set -u
@@ -134,13 +135,15 @@ if [ "$MODE" = redraw ]; then
     read -r -a variants <<< "${REDRAW_VARIANTS:-redraw reuse}"
     for k in "${!variants[@]}"; do
       v=${variants[$(( (i - 1 + k) % ${#variants[@]} ))]}  # iteration i starts i - 1 variants later
-      label=${v%%=*}; variant=${v#*=}; pin=""
+      label=${v%%=*}; variant=${v#*=}; pin=""; rounds=""
       case "$variant" in
         *@lo) pin="taskset -c 0,1"; variant=${variant%@lo} ;;
         *@hi) n=$(nproc); pin="taskset -c $(( n - 2 )),$(( n - 1 ))"; variant=${variant%@hi} ;;
       esac
+      case "$variant" in *:*) rounds="--rounds ${variant#*:}"; variant=${variant%%:*} ;; esac
       set -f  # REDRAW_ARGS holds case patterns (bwd*): split into words, never matched against files here
-      $pin python3 bench/h200_redraw.py bench/validation/suite.toml --variant "$variant" --label "$label" ${REDRAW_ARGS:-} --out "$RAW/redraw" >> "$RAW/redraw/log.txt" 2>&1
+      $pin python3 bench/h200_redraw.py ${REDRAW_SUITES:-bench/validation/suite.toml} --variant "$variant" --label "$label" \
+          $rounds ${REDRAW_ARGS:-} --out "$RAW/redraw" >> "$RAW/redraw/log.txt" 2>&1
       rc=$?; set +f
       echo "pair $i $label rc=$rc at $(date -u +%FT%TZ)" | tee -a "$RAW/redraw/walls.txt"
     done
