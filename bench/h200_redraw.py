@@ -28,13 +28,16 @@ is made both ways:
   shuffle  each round's tensors placed anew: right before each round's build the allocator's cache is emptied and a
            pad of random size (0-62 MiB in 2 MiB steps, what ``h200_workspace.py``'s rebuilt rounds draw) allocated
            and held until the next round's, so that the build lands on other memory; a process's median then pools
-           as many placements as it has rounds, where ``reuse`` mostly lands every round of a case on one
+           as many placements as it has rounds, where ``reuse`` mostly lands every round of a case on one. (PyTorch's
+           allocator gives a pad of 2-8 MiB a 20 MiB segment that the build's smaller tensors may share, so those
+           sizes move fewer of them.) The pads' sizes are written to DIR/<label>-<pid>.pads.json
 
 ``bench/reports/h200-stream.md`` found that ``stream`` averages a level four cases share per process, and that within
 a process the four still move together from round to round; ``one-stream`` and ``round-stream`` split what
 ``stream`` changes.
 
-``--rounds`` overrides the suites' rounds (at most 20, ``min_samples`` raised to 3 per round where lower).
+``--rounds`` overrides the suites' rounds (1-20, ``min_samples`` raised to 3 per round where lower). Given several
+suites, each ``--case`` pattern must match in at least one of them.
 
 ``h200_truth.sh redraw`` runs a variant under ``taskset`` to pin the process to chosen CPUs (``--label`` names the
 files apart: ``reuse`` pinned to two CPUs at one end of the host, two at the other, and unpinned).
@@ -51,14 +54,27 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
+import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from profiler_core.errors import SuiteError
 from profiler_core.measure import runner
-from profiler_core.suite import load_suite, select_cases
+from profiler_core.suite import CaseSpec, Suite, load_suite, select_cases
+
+
+def _chosen(suite: Suite, patterns: list[str]) -> list[CaseSpec]:
+    """The cases of ``suite`` matching any of ``patterns`` (none where none matches), in suite order."""
+    picked: set[str] = set()
+    for pattern in patterns:
+        try:
+            picked |= {c.id for c in select_cases(suite, [pattern])}
+        except SuiteError:
+            continue
+    return [c for c in suite.cases if c.id in picked]
 
 
 def main() -> int:
@@ -75,6 +91,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.rounds is not None and not 1 <= args.rounds <= 20:
+        parser.error(f"--rounds must be in 1..20 passes over the suite, got {args.rounds}")
+    suites = [load_suite(path) for path in args.suites]
+    chosen = {suite.name: _chosen(suite, args.case) for suite in suites} if args.case else {}
+    unmatched = [p for p in args.case if not any(_chosen(suite, [p]) for suite in suites)]
+    if unmatched:
+        parser.error(f"--case {unmatched[0]!r} matches no case of {' '.join(args.suites)}")
+    pad_sizes: list[list[Any]] = []  # shuffle: [case id, bytes] per round
     if args.variant == "redraw":
         import torch
 
@@ -116,9 +140,11 @@ def main() -> int:
 
         def prepare_in_new_place(self: Any, spec: Any) -> Any:
             torch.cuda.synchronize()
-            pad.clear()
+            pad.clear()  # the previous round's workload is dropped once it is timed: the cache empties whole
             torch.cuda.empty_cache()
-            pad.append(torch.empty(random.randrange(0, 64 << 20, 2 << 20), dtype=torch.uint8, device="cuda"))
+            size = random.randrange(0, 64 << 20, 2 << 20)
+            pad_sizes.append([spec.id, size])
+            pad.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
             return prepare(self, spec)
 
         runner.SuiteSession.prepare = prepare_in_new_place  # type: ignore[method-assign]
@@ -148,9 +174,11 @@ def main() -> int:
         runner.SuiteSession.first = on_its_stream(runner.SuiteSession.first)  # type: ignore[method-assign]
         runner.SuiteSession.again = on_its_stream(runner.SuiteSession.again)  # type: ignore[method-assign]
     stem = f"{args.label or args.variant}-{os.getpid()}"
-    for path in args.suites:
-        suite = load_suite(path)
-        if args.rounds:
+    rounds = f" --rounds {args.rounds}" if args.rounds is not None else ""
+    for suite in suites:
+        if args.case and not chosen[suite.name]:
+            continue
+        if args.rounds is not None:
             timing = suite.timing
             suite = dataclasses.replace(
                 suite,
@@ -164,15 +192,17 @@ def main() -> int:
             runner.ProfileOptions(
                 device="cuda",
                 cache_dir=Path("/tmp/attnprof-cache"),
-                command=f"h200_redraw {args.label or args.variant}",
-                cases=select_cases(suite, args.case) if args.case else None,
+                command=f"h200_redraw {args.label or args.variant} --variant {args.variant}{rounds}",
+                cases=chosen[suite.name] if args.case else None,
             ),
         )
-        out = args.out / suite.name if len(args.suites) > 1 else args.out
+        out = args.out / suite.name if len(suites) > 1 else args.out
         out.mkdir(parents=True, exist_ok=True)
         with gzip.open(out / f"{stem}.json.gz", "wt") as f:
             f.write(doc.to_json())
         print(f"{stem}: {suite.name} profiled in {time.perf_counter() - started:.1f} s", flush=True)
+    if args.variant == "shuffle":
+        (args.out / f"{stem}.pads.json").write_text(json.dumps(pad_sizes))
     return 0
 
 

@@ -135,10 +135,10 @@ if [ "$MODE" = redraw ]; then
     read -r -a variants <<< "${REDRAW_VARIANTS:-redraw reuse}"
     for k in "${!variants[@]}"; do
       v=${variants[$(( (i - 1 + k) % ${#variants[@]} ))]}  # iteration i starts i - 1 variants later
-      label=${v%%=*}; variant=${v#*=}; pin=""; rounds=""
+      label=${v%%=*}; label=${label%%[:@]*}; variant=${v#*=}; pin=""; rounds=""
       case "$variant" in
-        *@lo) pin="taskset -c 0,1"; variant=${variant%@lo} ;;
-        *@hi) n=$(nproc); pin="taskset -c $(( n - 2 )),$(( n - 1 ))"; variant=${variant%@hi} ;;
+        *@lo*) pin="taskset -c 0,1"; variant=${variant/@lo/} ;;
+        *@hi*) n=$(nproc); pin="taskset -c $(( n - 2 )),$(( n - 1 ))"; variant=${variant/@hi/} ;;
       esac
       case "$variant" in *:*) rounds="--rounds ${variant#*:}"; variant=${variant%%:*} ;; esac
       set -f  # REDRAW_ARGS holds case patterns (bwd*): split into words, never matched against files here

@@ -631,9 +631,9 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
             "part of what is left is a level the cases of one process share. On a later lease's GPU "
             "(`bench/reports/h200-rounds.md`) two five-process runs read 23/29 and 25/29; of the cases outside, "
             "hd256[efficient] lands its builds on distinct levels and the backward cases carry a level their process "
-            "shares (about ±0.5%); three have no cause shown. A stream per round, each round's build placed anew and "
-            "runs pooling several processes were tested and read no more cases within 0.5% "
-            "(`bench/reports/h200-stream.md`, `bench/reports/h200-placement.md`). Clocks were not locked"
+            "shares (about ±0.5%); three have no cause shown. A stream per round and each round's build placed anew, "
+            "tested, and runs pooling two processes' rounds, simulated from committed runs, read no more cases "
+            "within 0.5% (`bench/reports/h200-stream.md`, `bench/reports/h200-placement.md`). Clocks were not locked"
         )
     out.append(
         f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)}{cause} | "
