@@ -12,6 +12,8 @@ holding their level through a process's rounds. The raw data (``provenance.json`
              process's current stream) and each round on a new stream from PyTorch's pool (``stream``)
   runs/      ``bench/h200_truth.sh runs`` on another H200 with a stream per round built into the runner (785d8bc):
              both suites, do_bench beside them; compared with the two commands of ``--before`` (the runner as it is)
+  one-stream/ a third lease: processes alternating between the profiler as it is (``reuse``) and every round on one
+             non-default stream for the whole process (``one-stream``)
 
 Writes the report and a plot beside it (same name, ``.png``).
 """
@@ -49,6 +51,7 @@ from bench.h200_rounds_report import (  # noqa: E402
 )
 
 PERMUTATIONS = 10_000
+NUMBERS = {2: "two", 3: "three", 4: "four"}
 SEED = 20261203
 
 
@@ -160,8 +163,8 @@ def ab_section(variants: dict[str, list[Process]]) -> list[str]:
         f"in {ns} of {ts} case-processes; one stream {ro:+.2f}, {no} of {to}). So what sets the level is shared "
         "by streams that run at about the same time, not carried by a stream: it is something a stream per round "
         "changes. That variant changes three things at once: a non-default stream, a new one each round, and where "
-        "the round's tensors land (PyTorch's allocator keeps freed blocks per stream). Which one matters is not "
-        "measured. hd256[efficient], whose builds land on levels, and hd256[flash] stay as wide.",
+        "the round's tensors land (PyTorch's allocator keeps freed blocks per stream). Section 4 takes the "
+        "first alone. hd256[efficient], whose builds land on levels, and hd256[flash] stay as wide.",
         "",
     ]
     return out
@@ -259,9 +262,65 @@ def runs_section(runs: list[Process], before: dict[str, list[Process]], before_g
             "",
         ]
     out += [
-        "The runner keeps every round on the process's stream. Next: the forward cases that widened "
-        "(`REDRAW_VARIANTS='stream reuse' REDRAW_ARGS='--case hd96* --case triton* --case cross*' bash "
-        "bench/h200_truth.sh redraw N`), then both suites, both ways in one lease.",
+        "The runner keeps every round on the process's stream. Each round's build placed anew, over both suites in "
+        "one lease, is `bench/reports/h200-placement.md`.",
+        "",
+    ]
+    return out
+
+
+def one_stream_section(variants: dict[str, list[Process]], stream_levels: list[float]) -> list[str]:
+    """Section 4; ``stream_levels``: section 1's stream-per-round processes' shared levels."""
+    stream_sd = statistics.stdev(stream_levels)
+    stream_span = max(stream_levels) - min(stream_levels)
+    reuse, one = variants["reuse"], variants["one-stream"]
+    own = {v: shared_levels(variants[v]) for v in ("reuse", "one-stream")}
+    hits, p = variance_ratio_p(own["reuse"], own["one-stream"])
+    out = [
+        "## 4. One non-default stream for the whole process",
+        "",
+        f"A third lease, {len(reuse)} + {len(one)} processes alternating: `reuse` (the profiler as it is) and "
+        "`one-stream` (every round on one stream from PyTorch's pool, the same for the whole process: a non-default "
+        "stream, with no new stream per round and the allocator's blocks kept as they are), over the four cases "
+        "and two forward ones.",
+        "",
+        "| case | µs | sd, reuse | sd, one-stream | range, reuse | range, one-stream | fives within 0.5%, reuse | "
+        "fives, one-stream | one-stream / reuse |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    shifts = {}
+    for i in sorted(reuse[0].cases):
+        m = {v: [median_of(q.cases[i]) for q in variants[v]] for v in ("reuse", "one-stream")}
+        centre = statistics.median(m["reuse"] + m["one-stream"])
+        shifts[i] = statistics.median(m["one-stream"]) / statistics.median(m["reuse"]) - 1
+        cells = [pct(statistics.stdev(m[v]) / centre) for v in m]
+        cells += [pct(spread(m[v])) for v in m]
+        cells += [f"{share_within(m[v]):.0%}" for v in m]
+        cells.append(pct(shifts[i], sign=True))
+        out.append(f"| {i} | {centre:,.1f} | " + " | ".join(cells) + " |")
+    sd = {v: statistics.stdev(own[v]) for v in own}
+    narrowed = p < 0.05
+    four = [shifts[i] for i in SHARED]
+    out += [
+        "",
+        f"The shared level's standard deviation: {pct(sd['reuse'])} over the `reuse` processes, "
+        f"{pct(sd['one-stream'])} over the `one-stream` ones (the same permutation test as section 1: {hits:,} of "
+        f"{PERMUTATIONS:,} shuffles reached the ratio, p = {p:.2f}); a stream per round took it to {pct(stream_sd)} "
+        "in section 1. Each process's "
+        f"level, `reuse`: {', '.join(pct(x, sign=True) for x in own['reuse'])}; `one-stream`: "
+        f"{', '.join(pct(x, sign=True) for x in own['one-stream'])}.",
+        "",
+        (
+            "A non-default stream for the whole process narrowed the shared level."
+            if narrowed
+            else "A non-default stream for the whole process was not shown to average the shared level: its "
+            f"processes' levels span {pct(max(own['one-stream']) - min(own['one-stream']))}, those of a stream per "
+            f"round {pct(stream_span)} (section 1). With {len(reuse)} processes a side that points at a new stream "
+            "each round, or the blocks the allocator keeps per stream, rather than at leaving the default stream."
+        )
+        + f" The four cases read {pct(min(four), sign=True)} to {pct(max(four), sign=True)} against `reuse` "
+        f"({len(reuse)} processes a side, fewer than section 1's: the levels above show whether a shift is the "
+        "processes' split between levels rather than the stream).",
         "",
     ]
     return out
@@ -300,9 +359,11 @@ def render(data: Path, before: Path, png_name: str) -> tuple[str, dict[str, list
     variants = load_variants(data / "stream")
     pins = load_variants(data / "pin")
     lines = [
-        "# The level a process shares: the host's CPUs, a stream per round, and a stream per round over both suites",
+        "# The level a process shares: the host's CPUs, a stream per round, a stream per round over both suites, one "
+        "non-default stream",
         "",
-        f"From two leases on {provenance['date']} (raw data in `{shown(data)}`, recomputed by this report's script; "
+        f"From {NUMBERS[len(provenance['leases'])]} leases on {provenance['date']} (raw data in `{shown(data)}`, "
+        "recomputed by this report's script; "
         f"the profiler at {provenance['commit']}). GPUs: {lease_gpus(provenance)}. Software: {versions}; driver "
         f"{provenance['driver']}; clocks not locked.",
         "",
@@ -318,6 +379,7 @@ def render(data: Path, before: Path, png_name: str) -> tuple[str, dict[str, list
     lines += pin_section(pins, (data / "pin" / "topo.txt").read_text())
     before_gpu = json.loads((before / "provenance.json").read_text())["leases"]["a"]["gpu"]
     lines += runs_section(load_runs(data / "runs"), {k: load_runs(before / k) for k in ("a", "b")}, before_gpu)
+    lines += one_stream_section(load_variants(data / "one-stream"), shared_levels(variants["stream"]))
     return "\n".join(lines), variants
 
 

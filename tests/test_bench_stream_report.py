@@ -63,7 +63,7 @@ def test_processes_are_read_by_whole_label_in_the_order_they_ran() -> None:
 
 def test_the_committed_data_holds_what_the_report_says() -> None:
     leases = json.loads((DATA / "provenance.json").read_text())["leases"]
-    first, second = (v["gpu"].removeprefix("GPU-") for v in leases.values())
+    first, second, third = (leases[k]["gpu"].removeprefix("GPU-") for k in ("pin, stream", "runs", "one-stream"))
     for folder in ("pin", "stream"):
         assert {load_result(f).environment.device.uuid for f in (DATA / folder).glob("*.json.gz")} == {first}
     variants = load_variants(DATA / "stream")
@@ -72,10 +72,15 @@ def test_the_committed_data_holds_what_the_report_says() -> None:
     runs = load_runs(DATA / "runs")
     assert len(runs) == 9 and len(heavy(runs)) == 29
     assert {d.environment.device.uuid for p in runs for d in p.documents} == {second}
+    assert {load_result(f).environment.device.uuid for f in (DATA / "one-stream").glob("*.json.gz")} == {third}
+    one = load_variants(DATA / "one-stream")
+    assert {k: len(v) for k, v in one.items()} == {"one-stream": 6, "reuse": 6}
+    assert all(set(SHARED) <= set(p.cases) for ps in one.values() for p in ps)
 
 
 def test_the_report_regenerates_from_its_data() -> None:
     text, variants = render(DATA, BEFORE, "h200-stream.png")
     assert text == (REPO / "bench" / "reports" / "h200-stream.md").read_text()
     assert "| stream per round (785d8bc) | 9 | 19/29 |" in text
+    assert "## 4. One non-default stream for the whole process" in text and "p = 0.23" in text
     assert shared_sd(variants["reuse"]) > 3 * shared_sd(variants["stream"])
