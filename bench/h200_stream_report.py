@@ -1,4 +1,5 @@
-"""The level a process shares, against the host's CPUs and a stream per round; a stream per round over both suites.
+"""The level a process shares, against the host's CPUs, a stream per round and one non-default stream; a stream per
+round over both suites.
 
     python bench/h200_stream_report.py --data bench/reports/data/h200-stream-2026-12-03 \
         --before bench/reports/data/h200-rounds-2026-12-03 --out bench/reports/h200-stream.md
@@ -80,6 +81,19 @@ def variance_ratio_p(a: list[float], b: list[float], seed: int = SEED) -> tuple[
         if statistics.stdev(order[: len(da)]) / statistics.stdev(order[len(da) :]) >= observed:
             hits += 1
     return hits, (hits + 1) / (PERMUTATIONS + 1)
+
+
+def mean_gap_p(a: list[float], b: list[float], seed: int = SEED) -> tuple[float, float]:
+    """``mean(b) - mean(a)`` and its two-sided permutation p-value (the labels shuffled ``PERMUTATIONS`` times)."""
+    observed = statistics.fmean(b) - statistics.fmean(a)
+    pooled = a + b
+    rng = random.Random(seed)
+    hits = 0
+    for _ in range(PERMUTATIONS):
+        order = rng.sample(pooled, len(pooled))
+        if abs(statistics.fmean(order[len(a) :]) - statistics.fmean(order[: len(a)])) >= abs(observed) - 1e-12:
+            hits += 1
+    return observed, (hits + 1) / (PERMUTATIONS + 1)
 
 
 def mean_shared_r(processes: list[Process]) -> float:
@@ -270,57 +284,61 @@ def runs_section(runs: list[Process], before: dict[str, list[Process]], before_g
 
 
 def one_stream_section(variants: dict[str, list[Process]], stream_levels: list[float]) -> list[str]:
-    """Section 4; ``stream_levels``: section 1's stream-per-round processes' shared levels."""
-    stream_sd = statistics.stdev(stream_levels)
-    stream_span = max(stream_levels) - min(stream_levels)
+    """Section 4; ``stream_levels``: section 1's stream-per-round processes' shared levels (each about their own
+    median)."""
     reuse, one = variants["reuse"], variants["one-stream"]
-    own = {v: shared_levels(variants[v]) for v in ("reuse", "one-stream")}
+    own = {v: shared_levels(variants[v]) for v in ("reuse", "one-stream")}  # each group about its own medians
     hits, p = variance_ratio_p(own["reuse"], own["one-stream"])
+    _, p_stream = variance_ratio_p(own["one-stream"], stream_levels)  # a stream per round varies less than this?
+    pooled = shared_levels(reuse + one)  # about all the processes' medians
+    gap, p_gap = mean_gap_p(pooled[: len(reuse)], pooled[len(reuse) :])
     out = [
         "## 4. One non-default stream for the whole process",
         "",
         f"A third lease, {len(reuse)} + {len(one)} processes alternating: `reuse` (the profiler as it is) and "
         "`one-stream` (every round on one stream from PyTorch's pool, the same for the whole process: a non-default "
         "stream, with no new stream per round and the allocator's blocks kept as they are), over the four cases "
-        "and two forward ones.",
+        "and two forward ones. The last column compares the groups' means.",
         "",
         "| case | µs | sd, reuse | sd, one-stream | range, reuse | range, one-stream | fives within 0.5%, reuse | "
-        "fives, one-stream | one-stream / reuse |",
+        "fives, one-stream | one-stream / reuse (means) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     shifts = {}
     for i in sorted(reuse[0].cases):
         m = {v: [median_of(q.cases[i]) for q in variants[v]] for v in ("reuse", "one-stream")}
         centre = statistics.median(m["reuse"] + m["one-stream"])
-        shifts[i] = statistics.median(m["one-stream"]) / statistics.median(m["reuse"]) - 1
+        shifts[i] = statistics.fmean(m["one-stream"]) / statistics.fmean(m["reuse"]) - 1
         cells = [pct(statistics.stdev(m[v]) / centre) for v in m]
         cells += [pct(spread(m[v])) for v in m]
         cells += [f"{share_within(m[v]):.0%}" for v in m]
         cells.append(pct(shifts[i], sign=True))
         out.append(f"| {i} | {centre:,.1f} | " + " | ".join(cells) + " |")
     sd = {v: statistics.stdev(own[v]) for v in own}
-    narrowed = p < 0.05
     four = [shifts[i] for i in SHARED]
+
+    def listed(levels: list[float]) -> str:
+        return ", ".join(pct(x, sign=True) for x in levels)
+
     out += [
         "",
         f"The shared level's standard deviation: {pct(sd['reuse'])} over the `reuse` processes, "
-        f"{pct(sd['one-stream'])} over the `one-stream` ones (the same permutation test as section 1: {hits:,} of "
-        f"{PERMUTATIONS:,} shuffles reached the ratio, p = {p:.2f}); a stream per round took it to {pct(stream_sd)} "
-        "in section 1. Each process's "
-        f"level, `reuse`: {', '.join(pct(x, sign=True) for x in own['reuse'])}; `one-stream`: "
-        f"{', '.join(pct(x, sign=True) for x in own['one-stream'])}.",
-        "",
-        (
-            "A non-default stream for the whole process narrowed the shared level."
-            if narrowed
-            else "A non-default stream for the whole process was not shown to average the shared level: its "
-            f"processes' levels span {pct(max(own['one-stream']) - min(own['one-stream']))}, those of a stream per "
-            f"round {pct(stream_span)} (section 1). With {len(reuse)} processes a side that points at a new stream "
-            "each round, or the blocks the allocator keeps per stream, rather than at leaving the default stream."
+        f"{pct(sd['one-stream'])} over the `one-stream` ones (the same one-sided permutation test as section 1: "
+        f"{hits:,} of {PERMUTATIONS:,} shuffles reached the ratio, p = {p:.3f}). "
+        + (
+            "One non-default stream for the whole process narrowed the shared level."
+            if p < 0.05
+            else "One non-default stream for the whole process was not shown to narrow it; with "
+            f"{len(reuse)} processes a side a partial narrowing is not excluded."
         )
-        + f" The four cases read {pct(min(four), sign=True)} to {pct(max(four), sign=True)} against `reuse` "
-        f"({len(reuse)} processes a side, fewer than section 1's: the levels above show whether a shift is the "
-        "processes' split between levels rather than the stream).",
+        + f" A stream per round's (section 1, {len(stream_levels)} processes, {pct(statistics.stdev(stream_levels))}) "
+        + ("is narrower than `one-stream`'s" if p_stream < 0.05 else "is not shown to be narrower than `one-stream`'s")
+        + f" (p = {p_stream:.3f}, across leases, GPUs and case lists).",
+        "",
+        f"Each process's level about all {len(pooled)} processes' medians, `reuse`: {listed(pooled[: len(reuse)])}; "
+        f"`one-stream`: {listed(pooled[len(reuse) :])}. The four cases' means differ by {pct(min(four), sign=True)} "
+        f"to {pct(max(four), sign=True)}; the shared level's by {pct(gap, sign=True)} (permutation test of the "
+        f"difference of means, two-sided: p = {p_gap:.2f})" + (": no shift is shown." if p_gap >= 0.05 else "."),
         "",
     ]
     return out
@@ -358,11 +376,12 @@ def render(data: Path, before: Path, png_name: str) -> tuple[str, dict[str, list
 
     variants = load_variants(data / "stream")
     pins = load_variants(data / "pin")
+    leases = len(provenance["leases"])
     lines = [
         "# The level a process shares: the host's CPUs, a stream per round, a stream per round over both suites, one "
         "non-default stream",
         "",
-        f"From {NUMBERS[len(provenance['leases'])]} leases on {provenance['date']} (raw data in `{shown(data)}`, "
+        f"From {NUMBERS.get(leases, leases)} leases on {provenance['date']} (raw data in `{shown(data)}`, "
         "recomputed by this report's script; "
         f"the profiler at {provenance['commit']}). GPUs: {lease_gpus(provenance)}. Software: {versions}; driver "
         f"{provenance['driver']}; clocks not locked.",

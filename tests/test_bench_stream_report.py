@@ -9,7 +9,15 @@ import json
 import pytest
 
 from bench.h200_rounds_report import SHARED, Process, heavy, load_runs, load_variants
-from bench.h200_stream_report import changed, render, shared_levels, shared_sd, variance_ratio_p
+from bench.h200_stream_report import (
+    changed,
+    mean_gap_p,
+    one_stream_section,
+    render,
+    shared_levels,
+    shared_sd,
+    variance_ratio_p,
+)
 from profiler_core.documents import load_result
 from tests.profiling_support import REPO
 from tests.test_analysis_fixtures import make_case
@@ -43,6 +51,30 @@ def test_the_variance_test_tells_a_narrower_spread_and_ignores_a_difference_in_l
     assert variance_ratio_p(wide, shifted)[1] > 0.2
     # narrower the other way round: no evidence that the second varies less
     assert variance_ratio_p(narrow, wide)[1] > 0.9
+
+
+def test_a_gap_in_means_is_tested_both_ways() -> None:
+    a = [-0.002, 0.001, 0.0, 0.002, -0.001, 0.0015]
+    gap, p = mean_gap_p(a, [x + 0.01 for x in a])
+    assert gap == pytest.approx(0.01) and p < 0.01
+    assert mean_gap_p(a, [x - 0.01 for x in a])[1] == p
+    assert mean_gap_p(a, a[::-1])[1] > 0.9
+
+
+def test_section_4_says_narrowed_only_when_the_test_does_and_names_a_shift_only_when_it_is_one() -> None:
+    wide = [-0.004, 0.004, -0.003, 0.003, -0.0035, 0.0035, 0.0, -0.002, 0.002, 0.001, -0.001, 0.0025]
+    reuse = [_process(f"r{k}", x, jitter=0.0002) for k, x in enumerate(wide)]
+    narrow = [_process(f"n{k}", x / 6, jitter=0.0002) for k, x in enumerate(wide[::-1])]
+    stream = [x / 8 for x in wide]
+    text = "\n".join(one_stream_section({"reuse": reuse, "one-stream": narrow}, stream))
+    assert "One non-default stream for the whole process narrowed the shared level." in text
+    assert "no shift is shown" in text
+    same = [_process(f"s{k}", x, jitter=0.0002) for k, x in enumerate(wide[::-1])]
+    text = "\n".join(one_stream_section({"reuse": reuse, "one-stream": same}, stream))
+    assert "was not shown to narrow it" in text and "is narrower than `one-stream`'s" in text
+    slow = [_process(f"f{k}", 0.01 + x / 6, jitter=0.0002) for k, x in enumerate(wide[::-1])]
+    text = "\n".join(one_stream_section({"reuse": reuse, "one-stream": slow}, stream))
+    assert "no shift is shown" not in text and "narrowed the shared level" in text
 
 
 def test_cases_that_changed_are_those_that_moved_more_than_the_margin() -> None:
@@ -82,5 +114,5 @@ def test_the_report_regenerates_from_its_data() -> None:
     text, variants = render(DATA, BEFORE, "h200-stream.png")
     assert text == (REPO / "bench" / "reports" / "h200-stream.md").read_text()
     assert "| stream per round (785d8bc) | 9 | 19/29 |" in text
-    assert "## 4. One non-default stream for the whole process" in text and "p = 0.23" in text
+    assert "## 4. One non-default stream for the whole process" in text and "p = 0.234" in text
     assert shared_sd(variants["reuse"]) > 3 * shared_sd(variants["stream"])
