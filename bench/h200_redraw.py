@@ -46,7 +46,10 @@ files apart: ``reuse`` pinned to two CPUs at one end of the host, two at the oth
 was a step of the runner's own; it ran at the same point, right before the build.)
 
 Writes DIR/<label>-<pid>.json.gz (the result document; the label is the variant unless given); given several suites,
-one per suite, DIR/<suite name>/<label>-<pid>.json.gz.
+one per suite, DIR/<suite name>/<label>-<pid>.json.gz. ``--addresses`` records, for every case-round, the stream its
+build ran on and the (address, bytes) of each block the allocator handed out for the build and warm-up (from its
+recorded history, as ``h200_workspace.py`` reads it), to DIR/<label>-<pid>.addresses.json: whether a level follows
+the blocks a round lands on or the stream it runs on.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ def main() -> int:
     parser.add_argument("--case", action="append", default=[], help="only the cases matching this pattern")
     parser.add_argument("--rounds", type=int, help="the suites' rounds, overridden")
     parser.add_argument("--label", help="the output files' name (default: the variant)")
+    parser.add_argument("--addresses", action="store_true", help="record each case-round's stream and blocks")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -173,6 +177,21 @@ def main() -> int:
 
         runner.SuiteSession.first = on_its_stream(runner.SuiteSession.first)  # type: ignore[method-assign]
         runner.SuiteSession.again = on_its_stream(runner.SuiteSession.again)  # type: ignore[method-assign]
+    placed: list[dict[str, Any]] = []  # --addresses: per case-round, in the order they ran
+    if args.addresses:
+        import torch
+
+        from bench.h200_workspace import allocations
+
+        prepare_here = runner.SuiteSession.prepare  # around any variant's own wrapper: a shuffle pad is a block too
+
+        def prepare_and_record(self: Any, spec: Any) -> Any:
+            stream = torch.cuda.current_stream().cuda_stream  # type: ignore[no-untyped-call]
+            failed, blocks = allocations(lambda: prepare_here(self, spec))
+            placed.append({"case": spec.id, "stream": int(stream), "blocks": blocks})
+            return failed
+
+        runner.SuiteSession.prepare = prepare_and_record  # type: ignore[method-assign]
     stem = f"{args.label or args.variant}-{os.getpid()}"
     rounds = f" --rounds {args.rounds}" if args.rounds is not None else ""
     for suite in suites:
@@ -203,6 +222,8 @@ def main() -> int:
         print(f"{stem}: {suite.name} profiled in {time.perf_counter() - started:.1f} s", flush=True)
     if args.variant == "shuffle":
         (args.out / f"{stem}.pads.json").write_text(json.dumps(pad_sizes))
+    if args.addresses:
+        (args.out / f"{stem}.addresses.json").write_text(json.dumps(placed))
     return 0
 
 
