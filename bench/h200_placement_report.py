@@ -53,15 +53,14 @@ from bench.h200_rounds_report import (  # noqa: E402
     shown,
     spread,
 )
+from bench.h200_stream_report import PERMUTATIONS, SEED  # noqa: E402
 from profiler_core.rounds import round_slices  # noqa: E402
 
 SUITES = ("llama7b", "validation")
-SEED = 20261203
 TRIALS = 2000  # simulated five-process runs per case and number of rounds
 DRAWN_ROUNDS = (10, 20)
 POOLED = (1, 2)  # processes whose rounds one run pools (16 processes make 5 runs of 3: one five)
 RESAMPLES = 2000
-PERMUTATIONS = 10_000
 
 
 def load_both(data: Path) -> dict[str, list[Process]]:
@@ -348,7 +347,7 @@ def process_start_s(data: Path) -> float:
     return statistics.median(gaps)
 
 
-def pooled_section(runs: Path, data: Path) -> tuple[list[str], dict[int, float]]:
+def pooled_section(runs: Path, data: Path) -> list[str]:
     commands = [load_runs(runs / "a"), load_runs(runs / "b")]
     ids = heavy([p for ps in commands for p in ps])
     shares = {k: pooled_shares(commands, ids, k) for k in POOLED}
@@ -356,7 +355,7 @@ def pooled_section(runs: Path, data: Path) -> tuple[list[str], dict[int, float]]
     one, most = POOLED[0], POOLED[-1]
     moved = [i for i in ids if shares[most][i] >= shares[one][i] + 0.2]
     under = [i for i in ids if shares[most][i] < 0.5]
-    fives = {k: math.comb(len(pooled_runs(commands, k)), FIVE) for k in POOLED}
+    n_runs = {k: len(pooled_runs(commands, k)) for k in POOLED}
     start = process_start_s(data)
     return [
         "## 3. A run pooling the rounds of several processes",
@@ -369,7 +368,7 @@ def pooled_section(runs: Path, data: Path) -> tuple[list[str], dict[int, float]]
         "",
         "| processes per run | runs | fives | expected within 0.5% |",
         "|---:|---:|---:|---:|",
-        *(f"| {k} | {len(pooled_runs(commands, k))} | {fives[k]} | {expected[k]:.1f}/{len(ids)} |" for k in POOLED),
+        *(f"| {k} | {n_runs[k]} | {math.comb(n_runs[k], FIVE)} | {expected[k]:.1f}/{len(ids)} |" for k in POOLED),
         "",
         f"Runs pooling {most} processes read {expected[most]:.1f} of {len(ids)} cases within 0.5%, against "
         f"{expected[one]:.1f} for one process per run: fives within 0.5% rose by 20 points or more for "
@@ -382,7 +381,7 @@ def pooled_section(runs: Path, data: Path) -> tuple[list[str], dict[int, float]]
             else "It would meet the target."
         ),
         "",
-    ], expected
+    ]
 
 
 def plot(variants: dict[str, list[Process]], predicted: dict[str, float], path: Path) -> None:
@@ -425,7 +424,7 @@ def render(
     versions = (data / "versions.txt").read_text().strip()
     variants = load_both(data)
     predicted_lines, predicted = prediction_section(workspace)
-    pooled_lines, _ = pooled_section(runs, data)
+    pooled_lines = pooled_section(runs, data)
     out = [
         "# Where a round's tensors land, and a run over several processes: two remedies for the spread tested",
         "",
