@@ -78,9 +78,11 @@ def load_runs(folder: Path) -> list[Process]:
 
 def load_variants(folder: Path) -> dict[str, list[Process]]:
     """The ``h200_redraw`` processes of a folder by label (``<label>-<pid>.json.gz``; a label may hold dashes), each
-    in the order they ran."""
+    in the order they ran; their ``--addresses`` records (``<label>-<pid>.addresses.json.gz``) are not documents."""
     found = []
     for path in folder.glob("*.json.gz"):
+        if path.name.endswith(".addresses.json.gz"):  # a process's --addresses record, beside its document
+            continue
         label, pid = path.name.removesuffix(".json.gz").rsplit("-", 1)
         doc = load_result(path)
         cases = {c.id: c for c in doc.cases if c.latency_us}

@@ -1,8 +1,10 @@
 """The level a process shares, against the host's CPUs, a stream per round and one non-default stream; a stream per
-round over both suites.
+round over both suites; a stream per round of the suite, and the blocks a round lands on.
 
     python bench/h200_stream_report.py --data bench/reports/data/h200-stream-2026-12-03 \
-        --before bench/reports/data/h200-rounds-2026-12-03 --out bench/reports/h200-stream.md
+        --before bench/reports/data/h200-rounds-2026-12-03 \
+        --placed bench/reports/data/h200-placement-2026-12-03/validation \
+        --placed bench/reports/data/h200-spread-causes-2026-12-03/redraw --out bench/reports/h200-stream.md
 
 ``bench/reports/h200-rounds.md`` found four cases (SHARED) moving together from process to process, about ±0.5%, and
 holding their level through a process's rounds. The raw data (``provenance.json`` lists the commands and GPUs):
@@ -15,6 +17,14 @@ holding their level through a process's rounds. The raw data (``provenance.json`
              both suites, do_bench beside them; compared with the two commands of ``--before`` (the runner as it is)
   one-stream/ a third lease: processes alternating between the profiler as it is (``reuse``) and every round on one
              non-default stream for the whole process (``one-stream``)
+  round-stream/a, round-stream/b
+             two more leases (two GPUs): processes in turn as it is (``reuse``), with a new stream per round of
+             the suite shared by its cases (``round-stream``) and with a new stream per case-round (``stream``),
+             each with its ``--addresses`` record (``<label>-<pid>.addresses.json.gz``: each case-round's stream
+             and blocks)
+
+``--placed DIR`` (any number) adds folders of ``h200_redraw`` processes that draw each round's blocks anew on the
+process's one stream (``reuse`` and one other variant): the contrast for section 5.
 
 Writes the report and a plot beside it (same name, ``.png``).
 """
@@ -22,12 +32,14 @@ Writes the report and a plot beside it (same name, ``.png``).
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
 import json
 import random
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -52,7 +64,7 @@ from bench.h200_rounds_report import (  # noqa: E402
 )
 
 PERMUTATIONS = 10_000
-NUMBERS = {2: "two", 3: "three", 4: "four"}
+NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 SEED = 20261203
 
 
@@ -174,11 +186,12 @@ def ab_section(variants: dict[str, list[Process]]) -> list[str]:
         "The rounds within a process spread wider with a stream each for three of the four (not hd256[cudnn]). "
         "Within a process the four cases still move together from round to round although each ran its round on a "
         f"stream of its own (mean correlation of a case's round medians with the other three's {rs:+.2f}, positive "
-        f"in {ns} of {ts} case-processes; one stream {ro:+.2f}, {no} of {to}). So what sets the level is shared "
-        "by streams that run at about the same time, not carried by a stream: it is something a stream per round "
-        "changes. That variant changes three things at once: a non-default stream, a new one each round, and where "
-        "the round's tensors land (PyTorch's allocator keeps freed blocks per stream). Section 4 takes the "
-        "first alone. hd256[efficient], whose builds land on levels, and hd256[flash] stay as wide.",
+        f"in {ns} of {ts} case-processes; one stream {ro:+.2f}, {no} of {to}). So part of what sets the level is "
+        "shared by streams that run at about the same time (section 5 finds a part carried by a stream as well): it "
+        "is something a stream per round changes. That variant changes three things at once: a non-default stream, "
+        "a new one each round, and where the round's tensors land (PyTorch's allocator keeps freed blocks per "
+        "stream). Section 4 takes the first alone. hd256[efficient], whose builds land on levels, and hd256[flash] "
+        "stay as wide.",
         "",
     ]
     return out
@@ -344,6 +357,267 @@ def one_stream_section(variants: dict[str, list[Process]], stream_levels: list[f
     return out
 
 
+CO_MOVEMENT = ("same round, same stream", "same stream, other round", "same round, other stream", "neither")
+ROUND_VARIANTS = ("reuse", "round-stream", "stream")
+
+
+def load_placed(folder: Path, name: str) -> list[dict[str, Any]]:
+    """A process's ``--addresses`` record (``<name>.addresses.json``, gzipped or not): per case-round in the order
+    they ran, its stream and the (address, bytes) of the blocks its build and warm-up were handed."""
+    plain = folder / f"{name}.addresses.json"
+    if plain.exists():
+        found: list[dict[str, Any]] = json.loads(plain.read_text())
+        return found
+    with gzip.open(folder / f"{name}.addresses.json.gz", "rt") as f:
+        found = json.load(f)
+    return found
+
+
+def case_rounds(placed: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """``placed`` by (case, round): a case's n-th build is its n-th round (the runner builds each case once a
+    round)."""
+    seen: dict[str, int] = {}
+    out = {}
+    for entry in placed:
+        r = seen[entry["case"]] = seen.get(entry["case"], -1) + 1
+        out[(entry["case"], r)] = entry
+    return out
+
+
+def co_movement(processes: list[Process], placed: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[int, float]]:
+    """Within each process, every two rounds of different cases (each round's median relative to its case's median
+    in that process), by whether they ran in the same round of the suite and on the same stream: per kind of pair,
+    how many there are and their correlation (each pair counted both ways, pooled over the processes). Kinds with
+    no pairs are left out."""
+    import numpy as np
+
+    pairs: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in CO_MOVEMENT}
+    for p in processes:
+        runs = case_rounds(placed[p.name])
+        dev = {}
+        for case_id, case in p.cases.items():
+            rounds = _rounds(case)
+            centre = statistics.median(rounds)
+            dev.update({(case_id, r): x / centre - 1.0 for r, x in enumerate(rounds) if (case_id, r) in runs})
+        for a, b in itertools.combinations(sorted(dev), 2):
+            if a[0] == b[0]:
+                continue
+            same_round, same_stream = a[1] == b[1], runs[a]["stream"] == runs[b]["stream"]
+            kind = CO_MOVEMENT[0 if same_round and same_stream else 1 if same_stream else 2 if same_round else 3]
+            pairs[kind][0].extend((dev[a], dev[b]))
+            pairs[kind][1].extend((dev[b], dev[a]))
+    return {k: (len(x) // 2, float(np.corrcoef(x, y)[0, 1])) for k, (x, y) in pairs.items() if len(x) > 2}
+
+
+def blocks_drawn(placed: list[dict[str, Any]]) -> float:
+    """Over a process's cases, the mean share of a case's rounds built on a set of blocks (address, bytes) that no
+    earlier round of the case was built on: 1 when every round lands on blocks of its own."""
+    by_case: dict[str, list[frozenset[tuple[int, int]]]] = {}
+    for entry in placed:
+        by_case.setdefault(entry["case"], []).append(frozenset((a, n) for a, n in entry["blocks"]))
+    return statistics.fmean(len(set(sets)) / len(sets) for sets in by_case.values())
+
+
+def p_text(p: float) -> str:
+    """A p-value as a report states it: three decimals, or below the smallest it could show."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def addresses_new(placed: list[dict[str, Any]]) -> float:
+    """The mean share of a case-round's block addresses that no earlier case-round of the process was handed."""
+    seen: set[int] = set()
+    shares = []
+    for entry in placed:
+        addresses = {a for a, _ in entry["blocks"]}
+        shares.append(len(addresses - seen) / len(addresses) if addresses else 0.0)
+        seen |= addresses
+    return statistics.fmean(shares)
+
+
+def round_stream_section(
+    leases: dict[str, dict[str, list[Process]]],
+    placed: dict[str, dict[str, list[dict[str, Any]]]],
+    gpus: dict[str, str],
+    contrast: dict[str, dict[str, list[Process]]],
+) -> list[str]:
+    """Section 5. ``leases``: per lease, its processes by variant (ROUND_VARIANTS); ``placed``: per lease, each
+    process's ``--addresses`` record by name; ``gpus``: per lease, its GPU; ``contrast``: per folder shown, processes
+    drawing each round's blocks anew on one stream (``reuse`` and one other variant)."""
+    names = list(leases)
+    out = [
+        "## 5. A new stream per round of the suite or per case-round, and the blocks a round lands on",
+        "",
+        f"{NUMBERS.get(len(names), str(len(names))).capitalize()} more lease{'s' if len(names) > 1 else ''}, "
+        f"{'each on its own GPU' if len(names) > 1 else 'on a GPU of its own'} ("
+        + ", ".join(f"{n}: `{gpus[n]}`, {len(leases[n]['reuse'])} processes a variant" for n in names)
+        + "), the processes in turn: `reuse` (the profiler as it is), `round-stream` (a new stream from PyTorch's "
+        "pool for each round of the suite, shared by every case of that round) and `stream` (a new stream for each "
+        "case-round, as in section 1), over the six cases of section 4. Each process recorded, for every "
+        "case-round, the stream its build ran on and the blocks the allocator handed it (`--addresses`). Each "
+        "lease on its own; the last column compares the means.",
+        "",
+        "| lease | case | µs | sd, reuse | sd, round-stream | sd, stream | fives within 0.5%, reuse | "
+        "fives, round-stream | fives, stream | stream / reuse (means) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    narrower: dict[str, list[str]] = {v: [] for v in ("round-stream", "stream")}
+    facts = []
+    for n in names:
+        variants = leases[n]
+        for i in sorted(variants["reuse"][0].cases):
+            m = {v: [median_of(q.cases[i]) for q in variants[v]] for v in ROUND_VARIANTS}
+            centre = statistics.median(m["reuse"] + m["round-stream"] + m["stream"])
+            cells = [pct(statistics.stdev(m[v]) / centre) for v in ROUND_VARIANTS]
+            cells += [f"{share_within(m[v]):.0%}" for v in ROUND_VARIANTS]
+            cells.append(pct(statistics.fmean(m["stream"]) / statistics.fmean(m["reuse"]) - 1, sign=True))
+            out.append(f"| {n} | {i} | {centre:,.1f} | " + " | ".join(cells) + " |")
+        own = {v: shared_levels(variants[v]) for v in ROUND_VARIANTS}  # each group about its own medians
+        sd = {v: statistics.stdev(own[v]) for v in ROUND_VARIANTS}
+        p = {v: variance_ratio_p(own["reuse"], own[v])[1] for v in ("round-stream", "stream")}
+        p_between = variance_ratio_p(own["round-stream"], own["stream"])[1]
+        pooled = shared_levels([q for v in ROUND_VARIANTS for q in variants[v]])  # about all processes' medians
+        k = len(variants["reuse"])
+        gap, p_gap = mean_gap_p(pooled[:k], pooled[2 * k :])
+        for v in narrower:
+            if p[v] < 0.05:
+                narrower[v].append(n)
+        streams = {v: sorted({len({e["stream"] for e in placed[n][q.name]}) for q in variants[v]}) for v in sd}
+        drawn = {v: statistics.fmean(blocks_drawn(placed[n][q.name]) for q in variants[v]) for v in sd}
+        new = {v: statistics.fmean(addresses_new(placed[n][q.name]) for q in variants[v]) for v in sd}
+        facts.append(
+            f"Lease {n}: the shared level's standard deviation {pct(sd['reuse'])} as it is, {pct(sd['round-stream'])} "
+            f"with a stream per round of the suite ({p_text(p['round-stream'])}), {pct(sd['stream'])} with a stream "
+            f"per case-round ({p_text(p['stream'])}; narrower than a stream per round of the suite: "
+            f"{p_text(p_between)}); the four cases' mean correlation with the others' level "
+            f"{mean_shared_r(variants['reuse']):+.2f}, {mean_shared_r(variants['round-stream']):+.2f}, "
+            f"{mean_shared_r(variants['stream']):+.2f}. With a stream per case-round the shared level's mean moves by "
+            f"{pct(gap, sign=True)} (p = {p_gap:.2f}). Streams a process used: "
+            + ", ".join(f"{v} {'–'.join(str(x) for x in streams[v])}" for v in ROUND_VARIANTS)
+            + "; share of a case's rounds built on blocks none of its earlier rounds had: "
+            + ", ".join(f"{v} {drawn[v]:.0%}" for v in ROUND_VARIANTS)
+            + "; share of a case-round's block addresses the process had not handed out before: "
+            + ", ".join(f"{v} {new[v]:.0%}" for v in ROUND_VARIANTS)
+            + "."
+        )
+    out += ["", *(f"- {f}" for f in facts), ""]
+    against = []
+    for folder, variants in contrast.items():
+        other = next(v for v in variants if v != "reuse")
+        own = {v: shared_levels(variants[v]) for v in ("reuse", other)}
+        p_other = variance_ratio_p(own["reuse"], own[other])[1]
+        against.append(
+            (folder, other, len(variants[other]), statistics.stdev(own[other]), statistics.stdev(own["reuse"]), p_other)
+        )
+    out.append(
+        "Blocks drawn anew each round on the process's one stream, from the committed data (the allocator's cache "
+        "emptied before each round's build, and in `shuffle` a pad of random size held before it): "
+        + "; ".join(
+            f"`{other}` in `{folder}`, {n} processes: the shared level's sd {pct(sd_other)} against {pct(sd_reuse)} "
+            f"as it is (p = {p_other:.2f} that it is narrower)"
+            for folder, other, n, sd_other, sd_reuse, p_other in against
+        )
+        + "."
+    )
+    out.append("")
+    both = {v: len(narrower[v]) == len(names) for v in narrower}
+    placed_narrows = any(p_other < 0.05 for *_, p_other in against)
+    verdict = []
+    if both["stream"] and both["round-stream"]:
+        verdict.append(
+            "In every lease both a stream per case-round and a stream per round of the suite narrowed the shared "
+            "level: it is not a new stream per case-round alone that averages it, but a new stream for a stretch of "
+            "the run."
+        )
+    elif both["stream"]:
+        verdict.append(
+            "In every lease a stream per case-round narrowed the shared level; a stream per round of the "
+            "suite did not in every one."
+        )
+    else:
+        verdict.append("A new stream per round did not narrow the shared level in every lease.")
+    if not placed_narrows and (both["stream"] or both["round-stream"]):
+        verdict.append(
+            "New blocks each round on one stream did not narrow it. So the level goes with something a new "
+            "stream brings that a new block on the old stream does not: the stream itself, or the memory it "
+            "brings. PyTorch's allocator keeps each stream's freed blocks apart, so a new stream's rounds are built "
+            "on addresses the process had not used before while the old streams' blocks stay held; emptying the "
+            "cache instead gives the memory back to the driver, which may hand the same pages out again. These "
+            "data do not tell the two apart."
+        )
+    co = {n: {v: co_movement(leases[n][v], placed[n]) for v in ROUND_VARIANTS} for n in names}
+    out += [" ".join(verdict), ""]
+    out += [
+        "Within a process, two rounds of different cases (each round's median about its case's median in the "
+        "process): their correlation by whether they ran in the same round of the suite and on the same stream "
+        "(pairs in brackets).",
+        "",
+        "| lease | variant | " + " | ".join(CO_MOVEMENT) + " |",
+        "|---|---|" + "---:|" * len(CO_MOVEMENT),
+    ]
+    for n in names:
+        for v in ROUND_VARIANTS:
+            cells = [f"{co[n][v][k][1]:+.2f} ({co[n][v][k][0]:,})" if k in co[n][v] else "—" for k in CO_MOVEMENT]
+            out.append(f"| {n} | {v} | " + " | ".join(cells) + " |")
+
+    def together(r: float) -> str:
+        return "move together" if r >= 0.2 else "move together weakly" if r >= 0.1 else "do not move together"
+
+    def listed(kind: str, v: str) -> str:
+        return ", ".join(f"{co[n][v][kind][1]:+.2f}" for n in names if kind in co[n][v])
+
+    def sentence(kind: str, v: str, subject: str) -> str:
+        rs = [co[n][v][kind][1] for n in names if kind in co[n][v]]
+        if not rs:
+            return ""
+        word = together(min(rs)) if together(min(rs)) == together(max(rs)) else "move together in some leases only"
+        return f"{subject} {word} (r = {listed(kind, v)})."
+
+    moves = [
+        sentence(
+            CO_MOVEMENT[0],
+            "reuse",
+            "With the process's one stream, rounds of different cases in one round of the suite",
+        ),
+        sentence(
+            CO_MOVEMENT[1],
+            "stream",
+            "With a new stream per case-round, rounds of different cases on one "
+            "stream in different rounds of the suite",
+        ),
+        sentence(CO_MOVEMENT[2], "stream", "Rounds of different cases in one round of the suite on different streams"),
+        sentence(CO_MOVEMENT[3], "stream", "Rounds that share neither"),
+    ]
+    forward = [i for i in leases[names[0]]["reuse"][0].cases if i not in SHARED]
+    held = all(
+        statistics.stdev([median_of(q.cases[i]) for q in leases[n]["stream"]])
+        <= statistics.stdev([median_of(q.cases[i]) for q in leases[n]["reuse"]])
+        for n in names
+        for i in forward
+    )
+    out += [
+        "",
+        " ".join(m for m in moves if m),
+        "",
+        "Section 3's runner with a stream per round read fewer cases within 0.5% than the runner as it is, but "
+        "against commands on another GPU in another lease, and two of its nine processes read the forward cases "
+        "slow where do_bench did not. Here the forward cases ("
+        + ", ".join(forward)
+        + ") "
+        + (
+            "spread no wider with a stream per case-round in any lease"
+            if held
+            else "spread wider with a stream per case-round in at least one lease"
+        )
+        + ". The runner stays on the process's stream until one lease compares the two over both suites, with the "
+        "rule set beforehand: take a stream per case-round if the expected number of cases ≥ 100 µs within 0.5% "
+        "over every five rises and the 95% bootstrap interval of the geometric-mean sd ratio lies below 1 "
+        "(`bench/h200_placement_report.py`'s measures): `REDRAW_SUITES='examples/llama7b.toml "
+        "bench/validation/suite.toml' REDRAW_VARIANTS='stream reuse' bash bench/h200_truth.sh redraw N`.",
+        "",
+    ]
+    return out
+
+
 def plot(variants: dict[str, list[Process]], path: Path) -> None:
     import matplotlib
 
@@ -370,7 +644,38 @@ def plot(variants: dict[str, list[Process]], path: Path) -> None:
     plt.close(fig)
 
 
-def render(data: Path, before: Path, png_name: str) -> tuple[str, dict[str, list[Process]]]:
+def plot_levels(by_lease: dict[str, dict[str, list[Process]]], path: Path) -> None:
+    """Section 5: each process's shared level, by variant, one panel per lease."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"reuse": "#d62728", "round-stream": "#ff7f0e", "stream": "#1f77b4"}
+    fig, axes = plt.subplots(1, len(by_lease), figsize=(5 * len(by_lease), 4.2), sharey=True, squeeze=False)
+    for ax, (lease, variants) in zip(axes[0], by_lease.items(), strict=True):
+        pooled = shared_levels([q for v in ROUND_VARIANTS for q in variants[v]])
+        start = 0
+        for x, v in enumerate(ROUND_VARIANTS):
+            values = [level * 100 for level in pooled[start : start + len(variants[v])]]
+            start += len(variants[v])
+            ax.scatter([x + (k % 5 - 2) * 0.05 for k in range(len(values))], values, s=16, alpha=0.8, color=colours[v])
+        ax.axhspan(-TARGET * 50, TARGET * 50, color="#2ca02c", alpha=0.12)
+        ax.set_xticks(range(len(ROUND_VARIANTS)))
+        ax.set_xticklabels(
+            ["one stream\n(the profiler)", "a stream per\nround of the suite", "a stream per\ncase-round"]
+        )
+        ax.set_title(f"lease {lease}: {len(variants['reuse'])} processes a variant", fontsize=9)
+    axes[0][0].set_ylabel("shared level, % from all processes' median")
+    fig.suptitle("The level four cases share per process (section 5); green: ±0.25%", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def render(
+    data: Path, before: Path, png_name: str, placed_dirs: list[Path]
+) -> tuple[str, dict[str, list[Process]], dict[str, dict[str, list[Process]]]]:
     provenance = json.loads((data / "provenance.json").read_text())
     versions = (data / "versions.txt").read_text().strip()
 
@@ -379,7 +684,7 @@ def render(data: Path, before: Path, png_name: str) -> tuple[str, dict[str, list
     leases = len(provenance["leases"])
     lines = [
         "# The level a process shares: the host's CPUs, a stream per round, a stream per round over both suites, one "
-        "non-default stream",
+        "non-default stream, a stream per round of the suite",
         "",
         f"From {NUMBERS.get(leases, leases)} leases on {provenance['date']} (raw data in `{shown(data)}`, "
         "recomputed by this report's script; "
@@ -389,7 +694,8 @@ def render(data: Path, before: Path, png_name: str) -> tuple[str, dict[str, list
         "```bash",
         *provenance["commands"],
         f"python bench/h200_stream_report.py --data {shown(data)} --before {shown(before)} "
-        "--out bench/reports/h200-stream.md",
+        + "".join(f"--placed {shown(d)} " for d in placed_dirs)
+        + "--out bench/reports/h200-stream.md",
         "```",
         "",
     ]
@@ -399,7 +705,13 @@ def render(data: Path, before: Path, png_name: str) -> tuple[str, dict[str, list
     before_gpu = json.loads((before / "provenance.json").read_text())["leases"]["a"]["gpu"]
     lines += runs_section(load_runs(data / "runs"), {k: load_runs(before / k) for k in ("a", "b")}, before_gpu)
     lines += one_stream_section(load_variants(data / "one-stream"), shared_levels(variants["stream"]))
-    return "\n".join(lines), variants
+    folders = sorted(p for p in (data / "round-stream").iterdir() if p.is_dir())
+    by_lease = {f.name: load_variants(f) for f in folders}
+    placed = {f.name: {q.name: load_placed(f, q.name) for ps in by_lease[f.name].values() for q in ps} for f in folders}
+    gpus = {f.name: provenance["leases"][f"round-stream {f.name}"]["gpu"] for f in folders}
+    lines += round_stream_section(by_lease, placed, gpus, {shown(d): load_variants(d) for d in placed_dirs})
+    lines += [f"![shared levels by variant and lease]({Path(png_name).stem}-levels.png)", ""]
+    return "\n".join(lines), variants, by_lease
 
 
 def main() -> int:
@@ -407,12 +719,17 @@ def main() -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--before", type=Path, required=True, help="the rounds report's data (one stream)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--placed", type=Path, action="append", default=[], help="h200_redraw processes drawing blocks anew (section 5)"
+    )
     args = parser.parse_args()
     png = args.out.with_suffix(".png")
-    text, variants = render(args.data, args.before, png.name)
+    text, variants, by_lease = render(args.data, args.before, png.name, args.placed)
     args.out.write_text(text)
     plot(variants, png)
-    print(f"wrote {args.out} and {png}")
+    levels = png.with_name(f"{png.stem}-levels.png")
+    plot_levels(by_lease, levels)
+    print(f"wrote {args.out}, {png} and {levels}")
     return 0
 
 

@@ -4,16 +4,28 @@
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
+import random
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench.h200_rounds_report import SHARED, Process, heavy, load_runs, load_variants
+from bench.h200_rounds_report import SHARED, Process, _rounds, heavy, load_runs, load_variants
 from bench.h200_stream_report import (
+    CO_MOVEMENT,
+    addresses_new,
+    blocks_drawn,
+    case_rounds,
     changed,
+    co_movement,
+    load_placed,
     mean_gap_p,
     one_stream_section,
     render,
+    round_stream_section,
     shared_levels,
     shared_sd,
     variance_ratio_p,
@@ -24,6 +36,10 @@ from tests.test_analysis_fixtures import make_case
 
 DATA = REPO / "bench" / "reports" / "data" / "h200-stream-2026-12-03"
 BEFORE = REPO / "bench" / "reports" / "data" / "h200-rounds-2026-12-03"
+PLACED = [
+    REPO / "bench" / "reports" / "data" / "h200-placement-2026-12-03" / "validation",
+    REPO / "bench" / "reports" / "data" / "h200-spread-causes-2026-12-03" / "redraw",
+]
 
 
 def _process(name: str, level: float, jitter: float = 0.0) -> Process:
@@ -108,11 +124,139 @@ def test_the_committed_data_holds_what_the_report_says() -> None:
     one = load_variants(DATA / "one-stream")
     assert {k: len(v) for k, v in one.items()} == {"one-stream": 6, "reuse": 6}
     assert all(set(SHARED) <= set(p.cases) for ps in one.values() for p in ps)
+    for lease, n in (("a", 22), ("b", 9)):
+        folder = DATA / "round-stream" / lease
+        gpu = leases[f"round-stream {lease}"]["gpu"].removeprefix("GPU-")
+        documents = [f for f in folder.glob("*.json.gz") if not f.name.endswith(".addresses.json.gz")]
+        assert len(documents) == 3 * n and {load_result(f).environment.device.uuid for f in documents} == {gpu}
+        found = load_variants(folder)
+        assert {k: len(v) for k, v in found.items()} == {"reuse": n, "round-stream": n, "stream": n}
+        for p in (q for ps in found.values() for q in ps):
+            record = load_placed(folder, p.name)
+            assert len(record) == 60 and {e["case"] for e in record} == set(p.cases)  # six cases, ten rounds
+            assert all(len(_rounds(p.cases[i])) == 10 for i in p.cases)
 
 
 def test_the_report_regenerates_from_its_data() -> None:
-    text, variants = render(DATA, BEFORE, "h200-stream.png")
+    text, variants, by_lease = render(DATA, BEFORE, "h200-stream.png", PLACED)
     assert text == (REPO / "bench" / "reports" / "h200-stream.md").read_text()
+    assert sorted(by_lease) == ["a", "b"]
+    assert "In every lease both a stream per case-round and a stream per round of the suite narrowed" in text
     assert "| stream per round (785d8bc) | 9 | 19/29 |" in text
     assert "## 4. One non-default stream for the whole process" in text and "p = 0.234" in text
     assert shared_sd(variants["reuse"]) > 3 * shared_sd(variants["stream"])
+
+
+def _round_process(name: str, rounds: dict[str, list[float]], per_round: int = 5) -> Process:
+    """A process whose cases took ``per_round`` samples at each of their round values, in order."""
+    cases = {}
+    for case_id, values in rounds.items():
+        case = make_case(case_id, samples=[v for v in values for _ in range(per_round)])
+        assert case.latency_us is not None
+        latency = case.latency_us.model_copy(update={"round_samples": [per_round] * len(values)})
+        cases[case_id] = case.model_copy(update={"latency_us": latency})
+    return Process(name, cases, {})
+
+
+def _placed(cases: list[str], streams: list[list[int]], blocks: list[list[list[int]]] | None = None) -> list[Any]:
+    """An --addresses record: round by round, each case's stream (``streams[round][k]``) and blocks."""
+    return [
+        {"case": c, "stream": streams[r][k], "blocks": blocks[r][k] if blocks else [[1000 * r + k, 64]]}
+        for r in range(len(streams))
+        for k, c in enumerate(cases)
+    ]
+
+
+def test_a_case_round_is_the_cases_nth_build() -> None:
+    placed = _placed(["x", "y"], [[7, 7], [8, 9]])
+    runs = case_rounds(placed)
+    assert runs[("x", 0)]["stream"] == 7 and runs[("y", 1)]["stream"] == 9 and len(runs) == 4
+
+
+def test_rounds_that_share_a_streams_level_move_together_and_others_do_not() -> None:
+    rng = random.Random(5)
+    cases = ["a", "b", "c", "d"]
+    processes, placed = [], {}
+    for k in range(6):
+        # ten rounds, each case on a stream of its own that comes back (8 streams in turn); each stream its level
+        streams = [[(3 * r + i) % 8 for i in range(4)] for r in range(10)]
+        level = {s: rng.gauss(0.0, 0.004) for s in range(8)}
+        rounds = {
+            c: [100.0 * (1 + level[streams[r][i]] + rng.gauss(0.0, 0.0005)) for r in range(10)]
+            for i, c in enumerate(cases)
+        }
+        processes.append(_round_process(f"s-{k}", rounds))
+        placed[f"s-{k}"] = _placed(cases, streams)
+    found = co_movement(processes, placed)
+    assert set(found) == set(CO_MOVEMENT) - {CO_MOVEMENT[0]}  # no two cases share a stream within a round
+    assert found["same stream, other round"][1] > 0.8
+    assert abs(found["same round, other stream"][1]) < 0.3 and abs(found["neither"][1]) < 0.3
+    # one stream for the whole process: every pair shares it, in the same round of the suite or not
+    one = {name: [dict(e, stream=0) for e in record] for name, record in placed.items()}
+    assert set(co_movement(processes, one)) == {"same round, same stream", "same stream, other round"}
+
+
+def test_blocks_drawn_and_addresses_new_count_what_the_allocator_handed_out() -> None:
+    same = _placed(["x"], [[0]] * 4, [[[[10, 64], [20, 64]]]] * 4)
+    assert blocks_drawn(same) == 0.25 and addresses_new(same) == pytest.approx(0.25)
+    fresh = _placed(["x"], [[r] for r in range(4)])
+    assert blocks_drawn(fresh) == 1.0 and addresses_new(fresh) == 1.0
+    # the same addresses at another size are other blocks, but not new addresses
+    resized = _placed(["x"], [[0], [0]], [[[[10, 64]]], [[[10, 128]]]])
+    assert blocks_drawn(resized) == 1.0 and addresses_new(resized) == 0.5
+
+
+def test_an_addresses_record_is_read_gzipped_or_not_and_is_not_a_document(tmp_path: Path) -> None:
+    record = _placed(["x"], [[1], [2]])
+    (tmp_path / "stream-11.addresses.json").write_text(json.dumps(record))
+    with gzip.open(tmp_path / "stream-12.addresses.json.gz", "wt") as f:
+        json.dump(record, f)
+    assert load_placed(tmp_path, "stream-11") == record == load_placed(tmp_path, "stream-12")
+    assert load_variants(tmp_path) == {}
+
+
+PIDS = itertools.count(1000)
+
+
+def _lease(levels: dict[str, list[float]]) -> tuple[dict[str, list[Process]], dict[str, list[Any]]]:
+    """Processes by variant whose SHARED cases and one forward case sit at the given levels, each with a record."""
+    variants: dict[str, list[Process]] = {}
+    placed = {}
+    for v, values in levels.items():
+        for level in values:
+            name = f"{v}-{next(PIDS)}"  # a process's shared level is keyed by its pid: unique, as on one host
+            rounds = {
+                i: [100.0 * (1 + level + 0.0003 * ((r + j) % 3 - 1)) for r in range(10)]
+                for j, i in enumerate((*SHARED, "fwd"))
+            }
+            variants.setdefault(v, []).append(_round_process(name, rounds))
+            per_round = [[r] * 5 for r in range(10)]  # round-stream: one stream a round
+            streams = (
+                [[0] * 5] * 10
+                if v == "reuse"
+                else [[5 * r + j for j in range(5)] for r in range(10)]
+                if v == "stream"
+                else per_round
+            )
+            placed[name] = _placed([*SHARED, "fwd"], streams)
+    return variants, placed
+
+
+def test_section_5_says_narrowed_only_where_every_lease_shows_it() -> None:
+    wide = [-0.004, 0.004, -0.003, 0.003, -0.0035, 0.0035, 0.0, -0.002, 0.002, 0.001, -0.001, 0.0025]
+    narrow = [x / 6 for x in wide[::-1]]
+    contrast_reuse, _ = _lease({"reuse": wide, "redraw": wide[::-1]})
+    a, placed_a = _lease({"reuse": wide, "round-stream": narrow, "stream": narrow})
+    b, placed_b = _lease({"reuse": wide, "round-stream": wide[::-1], "stream": narrow})
+    gpus = {"a": "GPU-a", "b": "GPU-b"}
+    text = "\n".join(round_stream_section({"a": a}, {"a": placed_a}, gpus, {"here": contrast_reuse}))
+    assert "In every lease both a stream per case-round and a stream per round of the suite narrowed" in text
+    assert "New blocks each round on one stream did not narrow it." in text
+    text = "\n".join(
+        round_stream_section({"a": a, "b": b}, {"a": placed_a, "b": placed_b}, gpus, {"here": contrast_reuse})
+    )
+    assert "a stream per round of the suite did not in every one" in text
+    text = "\n".join(
+        round_stream_section({"b": b}, {"b": placed_b}, gpus, {"here": _lease({"reuse": wide, "x": narrow})[0]})
+    )
+    assert "New blocks each round on one stream did not narrow it." not in text
