@@ -184,6 +184,19 @@ def test_software_versions_diff_is_shown() -> None:
     assert "torch 2.11.0+cu130 -> 2.12.0+cu130" in render_table(c)
 
 
+def test_a_change_of_the_timing_method_is_listed_as_software() -> None:
+    # the runner names how it times among the document's software: a comparison across a change of it says so
+    cand = make_doc("cand", [make_case(seed=4)])
+    software = {**cand.environment.software, "attnprof timing": "a read sweep; one stream per round"}
+    cand = cand.model_copy(update={"environment": cand.environment.model_copy(update={"software": software})})
+    c = compare(runs(2), cand)
+    assert [(s.name, s.baseline, s.candidate) for s in c.software] == [
+        ("attnprof timing", "None", "a read sweep; one stream per round")
+    ]
+    assert c.verdict == "pass"
+    assert "software: attnprof timing None -> a read sweep; one stream per round" in render_table(c)
+
+
 def test_suspect_candidate_never_fails() -> None:
     cand = make_doc("cand", [make_case(factor=1.3, seed=4)], suspect=["SM clock throttled: HW slowdown"])
     c = compare(runs(3), cand)

@@ -20,6 +20,7 @@ import pytest
 from profiler_core.documents import Case, ResultDocument, parse_result, result_json_schema
 from profiler_core.measure.kernels import kernel_records
 from profiler_core.measure.runner import ProfileOptions, profile_suite, safe_name
+from profiler_core.measure.timing import TIMING_KEY, TIMING_METHOD
 from profiler_core.suite import Suite, parse_suite
 from tests.profiling_support import suite_text
 
@@ -145,6 +146,7 @@ def test_every_case_is_recorded_in_suite_order(run: Run) -> None:
     assert run.doc.environment.device.kind == "cpu"
     assert run.doc.environment.peaks.dram_gbps.source == "measured"
     assert set(run.doc.environment.peaks.tflops) == {"fp32", "fp16", "bf16"}
+    assert run.doc.environment.software[TIMING_KEY] == TIMING_METHOD["cpu"]  # how it timed, beside torch's version
     assert run.doc.suite.name == "tiny" and run.doc.suite.source_sha256 == run.suite.source_sha256
     # progress: one "case" event per case, in order, then "done"
     assert [e[3] for e in run.events if e[0] == "case"] == [s.id for s in run.suite.cases]

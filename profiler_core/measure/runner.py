@@ -45,7 +45,7 @@ from profiler_core.measure.case import (
 from profiler_core.measure.clock import clock_pass
 from profiler_core.measure.peaks import cache_path, load_or_measure
 from profiler_core.measure.targets import build_workload, capture_warnings
-from profiler_core.measure.timing import Flusher, summarize
+from profiler_core.measure.timing import TIMING_KEY, TIMING_METHOD, Flusher, summarize
 from profiler_core.measure.trace import start_profiler_once, trace_iterations
 from profiler_core.suite import CaseSpec, Suite, TimingConfig
 
@@ -111,7 +111,7 @@ def collect_environment(device: str, nvml: env.Nvml | None, cache_dir: Path | No
         peaks=peaks,
         testbed_key=key,
         testbed=what,
-        software=versions,
+        software={**versions, TIMING_KEY: TIMING_METHOD[device]},
     )
 
 

@@ -105,6 +105,18 @@ def _cpu_cache_bytes() -> int:
     return max(2 * best, 8 * 1024 * 1024) if best else 64 * 1024 * 1024
 
 
+# How the runner times, as a result document names it among its software (``environment.software``, under
+# TIMING_KEY), so that a comparison across a change of it lists the change beside one of torch or cuDNN: each moves
+# the numbers of unchanged code. The clean flush moved memory-bound decode kernels by 17% on the H200, and a stream
+# per round would move a process's level by up to 0.4% (``bench/reports/h200-stream.md``, section 1). Change the
+# words when a change to the runner's timing moves what it reads.
+TIMING_KEY = "attnprof timing"
+TIMING_METHOD = {
+    "cuda": "hold, then a read sweep before each iteration; rounds over the suite, each built anew; one stream",
+    "cpu": "a read sweep before each iteration; rounds over the suite, each built anew",
+}
+
+
 class Flusher:
     """Evicts the caches between iterations by reading a buffer larger than them.
 
