@@ -633,7 +633,9 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
             "hd256[efficient] lands its builds on distinct levels and the backward cases carry a level their process "
             "shares (about ±0.5%); three have no cause shown. A stream per round and each round's build placed anew, "
             "tested, and runs pooling two processes' rounds, simulated from committed runs, read no more cases "
-            "within 0.5% (`bench/reports/h200-stream.md`, `bench/reports/h200-placement.md`). Clocks were not locked"
+            "within 0.5% (`bench/reports/h200-stream.md`, `bench/reports/h200-placement.md`); on two more GPUs a new "
+            "stream per round narrowed the shared level, where new blocks on one stream had not (`bench/reports/"
+            "h200-stream.md`, section 5), not yet timed over both suites in one lease. Clocks were not locked"
         )
     out.append(
         f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)}{cause} | "
