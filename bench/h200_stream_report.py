@@ -611,8 +611,9 @@ def round_stream_section(
         + ". The runner stays on the process's stream until one lease compares the two over both suites, with the "
         "rule set beforehand: take a stream per case-round if the expected number of cases ≥ 100 µs within 0.5% "
         "over every five rises and the 95% bootstrap interval of the geometric-mean sd ratio lies below 1 "
-        "(`bench/h200_placement_report.py`'s measures): `REDRAW_SUITES='examples/llama7b.toml "
-        "bench/validation/suite.toml' REDRAW_VARIANTS='stream reuse' bash bench/h200_truth.sh redraw N`.",
+        "(`bench/h200_placement_report.py`'s measures; `bench/h200_adopt.py` applies the rule): "
+        "`REDRAW_SUITES='examples/llama7b.toml bench/validation/suite.toml' REDRAW_VARIANTS='stream reuse' bash "
+        "bench/h200_truth.sh redraw N`, then `python bench/h200_adopt.py DATA --keep reuse --candidate stream`.",
         "",
     ]
     return out
