@@ -38,6 +38,7 @@ import json
 import random
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,13 @@ SEED = 20261203
 
 
 def shared_levels(processes: list[Process]) -> list[float]:
-    """Each process's shared level: the median offset of its SHARED cases from the processes' own medians."""
-    return list(_process_levels(processes).values())
+    """Each process's shared level: the median offset of its SHARED cases from the processes' own medians, in the
+    order of ``processes`` (keyed by pid underneath: two processes of one pid would make one level, so that is
+    refused)."""
+    levels = list(_process_levels(processes).values())
+    if len(levels) != len(processes):
+        raise ValueError(f"{len(processes)} processes gave {len(levels)} levels: two of them share a pid")
+    return levels
 
 
 def shared_sd(processes: list[Process]) -> float:
@@ -187,7 +193,7 @@ def ab_section(variants: dict[str, list[Process]]) -> list[str]:
         "Within a process the four cases still move together from round to round although each ran its round on a "
         f"stream of its own (mean correlation of a case's round medians with the other three's {rs:+.2f}, positive "
         f"in {ns} of {ts} case-processes; one stream {ro:+.2f}, {no} of {to}). So part of what sets the level is "
-        "shared by streams that run at about the same time (section 5 finds a part carried by a stream as well): it "
+        "shared by streams that run at about the same time (section 5 takes the stream apart from the time): it "
         "is something a stream per round changes. That variant changes three things at once: a non-default stream, "
         "a new one each round, and where the round's tensors land (PyTorch's allocator keeps freed blocks per "
         "stream). Section 4 takes the first alone. hd256[efficient], whose builds land on levels, and hd256[flash] "
@@ -359,6 +365,13 @@ def one_stream_section(variants: dict[str, list[Process]], stream_levels: list[f
 
 CO_MOVEMENT = ("same round, same stream", "same stream, other round", "same round, other stream", "neither")
 ROUND_VARIANTS = ("reuse", "round-stream", "stream")
+NEW_STREAMS = ("round-stream", "stream")
+RESAMPLES = 2000  # bootstrap draws of the processes
+
+
+def p_text(p: float) -> str:
+    """A p-value as a report states it: three decimals, or below the smallest it could show."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
 def load_placed(folder: Path, name: str) -> list[dict[str, Any]]:
@@ -375,7 +388,8 @@ def load_placed(folder: Path, name: str) -> list[dict[str, Any]]:
 
 def case_rounds(placed: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
     """``placed`` by (case, round): a case's n-th build is its n-th round (the runner builds each case once a
-    round)."""
+    round, in suite order: ``profile_suite`` calls ``first`` and then ``again`` once per case and round, and each
+    prepares the case once)."""
     seen: dict[str, int] = {}
     out = {}
     for entry in placed:
@@ -384,29 +398,69 @@ def case_rounds(placed: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str,
     return out
 
 
-def co_movement(processes: list[Process], placed: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[int, float]]:
-    """Within each process, every two rounds of different cases (each round's median relative to its case's median
-    in that process), by whether they ran in the same round of the suite and on the same stream: per kind of pair,
-    how many there are and their correlation (each pair counted both ways, pooled over the processes). Kinds with
-    no pairs are left out."""
+@dataclass(frozen=True)
+class CoMove:
+    """Rounds of different cases paired one way: how many pairs, their correlation with a 95% interval from
+    resampling the processes, and the mean share of block addresses the two rounds of a pair had in common."""
+
+    pairs: int
+    r: float
+    low: float
+    high: float
+    shared_blocks: float
+
+
+def co_movement(
+    processes: list[Process],
+    placed: dict[str, list[dict[str, Any]]],
+    cases: tuple[str, ...] = SHARED,
+    resamples: int = RESAMPLES,
+) -> dict[str, CoMove]:
+    """Within each process, every two rounds of different ``cases`` (each round's median relative to the case's
+    median in that process, as :func:`round_r` takes them), by whether they ran in the same round of the suite and on
+    the same stream (CO_MOVEMENT): per kind of pair, a :class:`CoMove`. Each pair is counted both ways, so the
+    correlation is symmetric; the processes are resampled with replacement for its interval, since the pairs of one
+    process overlap and are not independent. Centring each case on its own median leaves pairs of different rounds
+    slightly negative. Kinds with no pairs are left out."""
     import numpy as np
 
-    pairs: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in CO_MOVEMENT}
-    for p in processes:
+    # per kind and process: [pairs, sum x, sum x^2, sum xy, shared-block share summed] (both orders: sum y = sum x)
+    sums = {k: np.zeros((len(processes), 5)) for k in CO_MOVEMENT}
+    for row, p in enumerate(processes):
         runs = case_rounds(placed[p.name])
         dev = {}
-        for case_id, case in p.cases.items():
-            rounds = _rounds(case)
-            centre = statistics.median(rounds)
+        for case_id in cases:
+            centre = median_of(p.cases[case_id])
+            rounds = _rounds(p.cases[case_id])
             dev.update({(case_id, r): x / centre - 1.0 for r, x in enumerate(rounds) if (case_id, r) in runs})
+        addresses = {key: {a for a, _ in runs[key]["blocks"]} for key in dev}
         for a, b in itertools.combinations(sorted(dev), 2):
             if a[0] == b[0]:
                 continue
             same_round, same_stream = a[1] == b[1], runs[a]["stream"] == runs[b]["stream"]
             kind = CO_MOVEMENT[0 if same_round and same_stream else 1 if same_stream else 2 if same_round else 3]
-            pairs[kind][0].extend((dev[a], dev[b]))
-            pairs[kind][1].extend((dev[b], dev[a]))
-    return {k: (len(x) // 2, float(np.corrcoef(x, y)[0, 1])) for k, (x, y) in pairs.items() if len(x) > 2}
+            union = addresses[a] | addresses[b]
+            common = len(addresses[a] & addresses[b]) / len(union) if union else 0.0
+            x, y = dev[a], dev[b]
+            sums[kind][row] += (1.0, (x + y) / 2, (x * x + y * y) / 2, x * y, common)
+
+    def r_of(s: Any) -> float:
+        n = s[0]
+        mean = s[1] / n
+        var = s[2] / n - mean * mean
+        return float((s[3] / n - mean * mean) / var) if var > 0 else float("nan")
+
+    rng = np.random.default_rng(SEED)
+    out = {}
+    for kind, table in sums.items():
+        total = table.sum(axis=0)
+        if total[0] < 2:
+            continue
+        draws = rng.multinomial(len(processes), [1 / len(processes)] * len(processes), size=resamples) @ table
+        rs = [r_of(s) for s in draws if s[0] >= 2]
+        low, high = np.percentile(rs, [2.5, 97.5])
+        out[kind] = CoMove(int(total[0]), r_of(total), float(low), float(high), float(total[4] / total[0]))
+    return out
 
 
 def blocks_drawn(placed: list[dict[str, Any]]) -> float:
@@ -416,11 +470,6 @@ def blocks_drawn(placed: list[dict[str, Any]]) -> float:
     for entry in placed:
         by_case.setdefault(entry["case"], []).append(frozenset((a, n) for a, n in entry["blocks"]))
     return statistics.fmean(len(set(sets)) / len(sets) for sets in by_case.values())
-
-
-def p_text(p: float) -> str:
-    """A p-value as a report states it: three decimals, or below the smallest it could show."""
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
 def addresses_new(placed: list[dict[str, Any]]) -> float:
@@ -434,6 +483,75 @@ def addresses_new(placed: list[dict[str, Any]]) -> float:
     return statistics.fmean(shares)
 
 
+def sd_ratio_interval(a: list[float], b: list[float], resamples: int = RESAMPLES) -> tuple[float, float, float]:
+    """sd(b) / sd(a), each about its own median, and a 95% percentile bootstrap interval (each group's processes
+    resampled with replacement)."""
+    import numpy as np
+
+    da = np.array(a) - statistics.median(a)
+    db = np.array(b) - statistics.median(b)
+    rng = np.random.default_rng(SEED)
+    ratios = []
+    for _ in range(resamples):
+        sa = rng.choice(da, len(da)).std(ddof=1)
+        sb = rng.choice(db, len(db)).std(ddof=1)
+        if sa > 0:
+            ratios.append(sb / sa)
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(db.std(ddof=1) / da.std(ddof=1)), float(low), float(high)
+
+
+def _span(values: list[float], fmt: str = "{:.0%}") -> str:
+    """One value, or the lowest and highest, as a report shows them."""
+    low, high = min(values), max(values)
+    return fmt.format(low) if fmt.format(low) == fmt.format(high) else f"{fmt.format(low)}–{fmt.format(high)}"
+
+
+@dataclass
+class LeaseResult:
+    """Section 5's measures for one lease."""
+
+    name: str
+    sd: dict[str, float]
+    p: dict[str, float]  # a new stream's shared level narrower than reuse's
+    p_between: float  # a stream per case-round's narrower than a stream per round of the suite's
+    ratio: dict[str, float]  # sd(variant) / sd(reuse)
+    gap: float
+    p_gap: float
+    facts: str
+
+
+def _lease_result(
+    name: str, variants: dict[str, list[Process]], placed: dict[str, list[dict[str, Any]]]
+) -> LeaseResult:
+    own = {v: shared_levels(variants[v]) for v in ROUND_VARIANTS}  # each group about its own medians
+    sd = {v: statistics.stdev(own[v]) for v in ROUND_VARIANTS}
+    p = {v: variance_ratio_p(own["reuse"], own[v])[1] for v in NEW_STREAMS}
+    p_between = variance_ratio_p(own["round-stream"], own["stream"])[1]
+    pooled = shared_levels(variants["reuse"] + variants["stream"])  # about both groups' medians
+    k = len(variants["reuse"])
+    gap, p_gap = mean_gap_p(pooled[:k], pooled[k:])
+    streams = {v: [float(len({e["stream"] for e in placed[q.name]})) for q in variants[v]] for v in sd}
+    drawn = {v: [blocks_drawn(placed[q.name]) for q in variants[v]] for v in sd}
+    new = {v: [addresses_new(placed[q.name]) for q in variants[v]] for v in sd}
+
+    def each(values: dict[str, list[float]], fmt: str = "{:.0%}") -> str:
+        return ", ".join(f"{v} {_span(values[v], fmt)}" for v in ROUND_VARIANTS)
+
+    facts = (
+        f"Lease {name}: the shared level's standard deviation {pct(sd['reuse'])} as it is, {pct(sd['round-stream'])} "
+        f"with a stream per round of the suite ({p_text(p['round-stream'])}), {pct(sd['stream'])} with a stream per "
+        f"case-round ({p_text(p['stream'])}; narrower than a stream per round of the suite: {p_text(p_between)}); "
+        f"the four cases' mean correlation with the others' level {mean_shared_r(variants['reuse']):+.2f}, "
+        f"{mean_shared_r(variants['round-stream']):+.2f}, {mean_shared_r(variants['stream']):+.2f}. With a stream per "
+        f"case-round the shared level's mean moves by {pct(gap, sign=True)} ({p_text(p_gap)}). Streams a process "
+        f"used: {each(streams, '{:.0f}')}; share of a case's rounds built on blocks none of its earlier rounds had: "
+        f"{each(drawn)}; share of a case-round's block addresses the process had not handed out before: {each(new)}."
+    )
+    ratio = {v: sd[v] / sd["reuse"] for v in NEW_STREAMS}
+    return LeaseResult(name, sd, p, p_between, ratio, gap, p_gap, facts)
+
+
 def round_stream_section(
     leases: dict[str, dict[str, list[Process]]],
     placed: dict[str, dict[str, list[dict[str, Any]]]],
@@ -442,181 +560,220 @@ def round_stream_section(
 ) -> list[str]:
     """Section 5. ``leases``: per lease, its processes by variant (ROUND_VARIANTS); ``placed``: per lease, each
     process's ``--addresses`` record by name; ``gpus``: per lease, its GPU; ``contrast``: per folder shown, processes
-    drawing each round's blocks anew on one stream (``reuse`` and one other variant)."""
+    that draw each round's blocks anew on the one stream (``reuse`` and one other variant), from other leases."""
     names = list(leases)
+    count = NUMBERS.get(len(names), str(len(names))).capitalize()
+    cases = sorted(leases[names[0]]["reuse"][0].cases)
+    forward = [i for i in cases if i not in SHARED]
+    apart = len({gpus[n] for n in names}) == len(names)
     out = [
         "## 5. A new stream per round of the suite or per case-round, and the blocks a round lands on",
         "",
-        f"{NUMBERS.get(len(names), str(len(names))).capitalize()} more lease{'s' if len(names) > 1 else ''}, "
-        f"{'each on its own GPU' if len(names) > 1 else 'on a GPU of its own'} ("
-        + ", ".join(f"{n}: `{gpus[n]}`, {len(leases[n]['reuse'])} processes a variant" for n in names)
+        f"{count} more lease{'s' if len(names) > 1 else ''}"
+        + (", each on its own GPU" if apart and len(names) > 1 else "")
+        + " ("
+        + "; ".join(f"{n}: `{gpus[n]}`, {len(leases[n]['reuse'])} processes a variant" for n in names)
         + "), the processes in turn: `reuse` (the profiler as it is), `round-stream` (a new stream from PyTorch's "
-        "pool for each round of the suite, shared by every case of that round) and `stream` (a new stream for each "
-        "case-round, as in section 1), over the six cases of section 4. Each process recorded, for every "
-        "case-round, the stream its build ran on and the blocks the allocator handed it (`--addresses`). Each "
-        "lease on its own; the last column compares the means.",
+        "pool for each round of the suite, shared by every case of that round) and `stream` (a stream for each "
+        "case-round, as in section 1: the pool hands out its streams in turn, so one comes back after as many "
+        f"case-rounds as the pool holds, with the blocks the allocator cached on it), over {len(cases)} cases "
+        f"({', '.join(cases)}). Each process recorded, for every case-round, the stream its build ran on and the "
+        "blocks the allocator handed it (`--addresses`). Each lease on its own; the last column compares the means.",
         "",
         "| lease | case | µs | sd, reuse | sd, round-stream | sd, stream | fives within 0.5%, reuse | "
         "fives, round-stream | fives, stream | stream / reuse (means) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    narrower: dict[str, list[str]] = {v: [] for v in ("round-stream", "stream")}
-    facts = []
     for n in names:
         variants = leases[n]
-        for i in sorted(variants["reuse"][0].cases):
+        for i in cases:
             m = {v: [median_of(q.cases[i]) for q in variants[v]] for v in ROUND_VARIANTS}
             centre = statistics.median(m["reuse"] + m["round-stream"] + m["stream"])
             cells = [pct(statistics.stdev(m[v]) / centre) for v in ROUND_VARIANTS]
             cells += [f"{share_within(m[v]):.0%}" for v in ROUND_VARIANTS]
             cells.append(pct(statistics.fmean(m["stream"]) / statistics.fmean(m["reuse"]) - 1, sign=True))
             out.append(f"| {n} | {i} | {centre:,.1f} | " + " | ".join(cells) + " |")
-        own = {v: shared_levels(variants[v]) for v in ROUND_VARIANTS}  # each group about its own medians
-        sd = {v: statistics.stdev(own[v]) for v in ROUND_VARIANTS}
-        p = {v: variance_ratio_p(own["reuse"], own[v])[1] for v in ("round-stream", "stream")}
-        p_between = variance_ratio_p(own["round-stream"], own["stream"])[1]
-        pooled = shared_levels([q for v in ROUND_VARIANTS for q in variants[v]])  # about all processes' medians
-        k = len(variants["reuse"])
-        gap, p_gap = mean_gap_p(pooled[:k], pooled[2 * k :])
-        for v in narrower:
-            if p[v] < 0.05:
-                narrower[v].append(n)
-        streams = {v: sorted({len({e["stream"] for e in placed[n][q.name]}) for q in variants[v]}) for v in sd}
-        drawn = {v: statistics.fmean(blocks_drawn(placed[n][q.name]) for q in variants[v]) for v in sd}
-        new = {v: statistics.fmean(addresses_new(placed[n][q.name]) for q in variants[v]) for v in sd}
-        facts.append(
-            f"Lease {n}: the shared level's standard deviation {pct(sd['reuse'])} as it is, {pct(sd['round-stream'])} "
-            f"with a stream per round of the suite ({p_text(p['round-stream'])}), {pct(sd['stream'])} with a stream "
-            f"per case-round ({p_text(p['stream'])}; narrower than a stream per round of the suite: "
-            f"{p_text(p_between)}); the four cases' mean correlation with the others' level "
-            f"{mean_shared_r(variants['reuse']):+.2f}, {mean_shared_r(variants['round-stream']):+.2f}, "
-            f"{mean_shared_r(variants['stream']):+.2f}. With a stream per case-round the shared level's mean moves by "
-            f"{pct(gap, sign=True)} (p = {p_gap:.2f}). Streams a process used: "
-            + ", ".join(f"{v} {'–'.join(str(x) for x in streams[v])}" for v in ROUND_VARIANTS)
-            + "; share of a case's rounds built on blocks none of its earlier rounds had: "
-            + ", ".join(f"{v} {drawn[v]:.0%}" for v in ROUND_VARIANTS)
-            + "; share of a case-round's block addresses the process had not handed out before: "
-            + ", ".join(f"{v} {new[v]:.0%}" for v in ROUND_VARIANTS)
-            + "."
-        )
-    out += ["", *(f"- {f}" for f in facts), ""]
+    results = [_lease_result(n, leases[n], placed[n]) for n in names]
+    out += ["", *(f"- {r.facts}" for r in results), ""]
+    out += _blocks_lines(results, contrast)
+    out += _co_movement_lines(names, leases, placed)
+    out += _forward_lines(names, leases, forward)
+    return out
+
+
+def _blocks_lines(results: list[LeaseResult], contrast: dict[str, dict[str, list[Process]]]) -> list[str]:
+    """The verdict on a new stream, and what blocks drawn anew on the one stream did in other leases."""
+    every = {v: all(r.p[v] < 0.05 for r in results) for v in NEW_STREAMS}
+    finer = [r for r in results if r.p_between < 0.05]
+    narrowest = max(r.ratio[v] for r in results for v in NEW_STREAMS if every[v]) if any(every.values()) else None
     against = []
     for folder, variants in contrast.items():
         other = next(v for v in variants if v != "reuse")
         own = {v: shared_levels(variants[v]) for v in ("reuse", other)}
+        ratio, low, high = sd_ratio_interval(own["reuse"], own[other])
         p_other = variance_ratio_p(own["reuse"], own[other])[1]
-        against.append(
-            (folder, other, len(variants[other]), statistics.stdev(own[other]), statistics.stdev(own["reuse"]), p_other)
-        )
-    out.append(
-        "Blocks drawn anew each round on the process's one stream, from the committed data (the allocator's cache "
-        "emptied before each round's build, and in `shuffle` a pad of random size held before it): "
-        + "; ".join(
-            f"`{other}` in `{folder}`, {n} processes: the shared level's sd {pct(sd_other)} against {pct(sd_reuse)} "
-            f"as it is (p = {p_other:.2f} that it is narrower)"
-            for folder, other, n, sd_other, sd_reuse, p_other in against
-        )
-        + "."
-    )
-    out.append("")
-    both = {v: len(narrower[v]) == len(names) for v in narrower}
-    placed_narrows = any(p_other < 0.05 for *_, p_other in against)
-    verdict = []
-    if both["stream"] and both["round-stream"]:
-        verdict.append(
+        against.append((folder, other, len(variants[other]), ratio, low, high, p_other))
+    if every["stream"] and every["round-stream"]:
+        verdict = (
             "In every lease both a stream per case-round and a stream per round of the suite narrowed the shared "
-            "level: it is not a new stream per case-round alone that averages it, but a new stream for a stretch of "
-            "the run."
+            "level: a new stream for each round of the suite, shared by its cases, is enough to narrow it."
         )
-    elif both["stream"]:
-        verdict.append(
-            "In every lease a stream per case-round narrowed the shared level; a stream per round of the "
-            "suite did not in every one."
-        )
+    elif every["stream"]:
+        verdict = "In every lease a stream per case-round narrowed the shared level; a stream per round of the suite "
+        verdict += "did not in every one."
+    elif every["round-stream"]:
+        verdict = "In every lease a stream per round of the suite narrowed the shared level; a stream per case-round "
+        verdict += "did not in every one."
     else:
-        verdict.append("A new stream per round did not narrow the shared level in every lease.")
-    if not placed_narrows and (both["stream"] or both["round-stream"]):
-        verdict.append(
-            "New blocks each round on one stream did not narrow it. So the level goes with something a new "
-            "stream brings that a new block on the old stream does not: the stream itself, or the memory it "
-            "brings. PyTorch's allocator keeps each stream's freed blocks apart, so a new stream's rounds are built "
-            "on addresses the process had not used before while the old streams' blocks stay held; emptying the "
-            "cache instead gives the memory back to the driver, which may hand the same pages out again. These "
-            "data do not tell the two apart."
-        )
-    co = {n: {v: co_movement(leases[n][v], placed[n]) for v in ROUND_VARIANTS} for n in names}
-    out += [" ".join(verdict), ""]
+        verdict = "A new stream per round did not narrow the shared level in every lease."
+    verdict += (
+        " A stream per case-round was narrower still in lease "
+        + ", ".join(f"{r.name} ({p_text(r.p_between)})" for r in finer)
+        + "."
+        if finer
+        else " A stream per case-round was not shown narrower than a stream per round of the suite in any lease."
+    )
+    out = [verdict, ""]
+    if not against:
+        return out
     out += [
-        "Within a process, two rounds of different cases (each round's median about its case's median in the "
-        "process): their correlation by whether they ran in the same round of the suite and on the same stream "
-        "(pairs in brackets).",
+        "From other leases and GPUs, variants that give each round other blocks on the process's one stream (none "
+        "recorded its addresses): "
+        + "; ".join(
+            f"`{other}` in `{folder}`, {n} processes: its shared level's sd {ratio:.2f} times as it is (95% "
+            f"interval {low:.2f}–{high:.2f}; {p_text(p_other)} that it is narrower)"
+            for folder, other, n, ratio, low, high, p_other in against
+        )
+        + ".",
+        "",
+    ]
+    narrowed = [a for a in against if a[6] < 0.05]
+    if narrowed:
+        out.append(
+            "Blocks drawn anew on the one stream narrowed it too ("
+            + ", ".join(f"`{a[1]}`" for a in narrowed)
+            + "): the level may follow the blocks a round lands on as much as its stream."
+        )
+    elif narrowest is not None:
+        excluded = [a for a in against if a[4] > narrowest]
+        out.append(
+            "Blocks drawn anew on the one stream were not shown to narrow it"
+            + (
+                "; "
+                + ", ".join(f"`{a[1]}`'s interval" for a in excluded)
+                + f" excludes a narrowing as large as a new stream's here (to {narrowest:.2f} times or less)"
+                if excluded
+                else ", nor do their intervals exclude a narrowing as large as a new stream's here"
+            )
+            + ". A new stream brings the stream itself and blocks of its own: PyTorch's allocator keeps each "
+            "stream's freed blocks apart, so a new stream's rounds are built on addresses the process had not used "
+            "before while the old streams' blocks stay held, where emptying the cache gives the memory back to the "
+            "driver, which may hand the same pages out again. These data do not tell the stream from its blocks."
+        )
+    out.append("")
+    return out
+
+
+def _co_movement_lines(
+    names: list[str], leases: dict[str, dict[str, list[Process]]], placed: dict[str, dict[str, list[dict[str, Any]]]]
+) -> list[str]:
+    co = {n: {v: co_movement(leases[n][v], placed[n]) for v in ROUND_VARIANTS} for n in names}
+    out = [
+        f"Within a process, two rounds of different cases among {', '.join(SHARED)} (each round's median about its "
+        "case's median in the process): their correlation by whether they ran in the same round of the suite and on "
+        "the same stream, with a 95% interval from resampling the processes, the pairs, and the share of block "
+        "addresses the two rounds had in common.",
         "",
         "| lease | variant | " + " | ".join(CO_MOVEMENT) + " |",
         "|---|---|" + "---:|" * len(CO_MOVEMENT),
     ]
     for n in names:
         for v in ROUND_VARIANTS:
-            cells = [f"{co[n][v][k][1]:+.2f} ({co[n][v][k][0]:,})" if k in co[n][v] else "—" for k in CO_MOVEMENT]
+            cells = [
+                f"{c.r:+.2f} ({c.low:+.2f} to {c.high:+.2f}; {c.pairs:,}; {c.shared_blocks:.0%})"
+                if (c := co[n][v].get(k))
+                else "—"
+                for k in CO_MOVEMENT
+            ]
             out.append(f"| {n} | {v} | " + " | ".join(cells) + " |")
 
-    def together(r: float) -> str:
-        return "move together" if r >= 0.2 else "move together weakly" if r >= 0.1 else "do not move together"
-
-    def listed(kind: str, v: str) -> str:
-        return ", ".join(f"{co[n][v][kind][1]:+.2f}" for n in names if kind in co[n][v])
-
-    def sentence(kind: str, v: str, subject: str) -> str:
-        rs = [co[n][v][kind][1] for n in names if kind in co[n][v]]
-        if not rs:
+    def said(kind: str, v: str, subject: str) -> str:
+        found = [(n, co[n][v][kind]) for n in names if kind in co[n][v]]
+        if not found:
             return ""
-        word = together(min(rs)) if together(min(rs)) == together(max(rs)) else "move together in some leases only"
-        return f"{subject} {word} (r = {listed(kind, v)})."
+        moving = [n for n, c in found if c.low > 0]
+        word = (
+            "move together"
+            if len(moving) == len(found)
+            else "were not shown to move together"
+            if not moving
+            else f"move together in lease {', '.join(moving)} only"
+        )
+        values = ", ".join(f"{c.r:+.2f}" for _, c in found)
+        blocks = _span([c.shared_blocks for _, c in found])
+        return f"{subject} {word} (r = {values}; {blocks} of their block addresses in common)."
 
-    moves = [
-        sentence(
-            CO_MOVEMENT[0],
-            "reuse",
-            "With the process's one stream, rounds of different cases in one round of the suite",
+    sentences = [
+        said(CO_MOVEMENT[0], "reuse", "With the process's one stream, rounds of one round of the suite"),
+        said(
+            CO_MOVEMENT[1], "stream", "With a stream per case-round, rounds on one stream in other rounds of the suite"
         ),
-        sentence(
-            CO_MOVEMENT[1],
-            "stream",
-            "With a new stream per case-round, rounds of different cases on one "
-            "stream in different rounds of the suite",
-        ),
-        sentence(CO_MOVEMENT[2], "stream", "Rounds of different cases in one round of the suite on different streams"),
-        sentence(CO_MOVEMENT[3], "stream", "Rounds that share neither"),
+        said(CO_MOVEMENT[2], "stream", "Rounds of one round of the suite on other streams"),
+        said(CO_MOVEMENT[0], "round-stream", "With a stream per round of the suite, rounds of one round"),
     ]
-    forward = [i for i in leases[names[0]]["reuse"][0].cases if i not in SHARED]
+    out += [
+        "",
+        " ".join(s for s in sentences if s)
+        + " Where rounds on one stream share blocks cached on it, the stream and its blocks are not told apart.",
+        "",
+    ]
+    return out
+
+
+def _forward_lines(names: list[str], leases: dict[str, dict[str, list[Process]]], forward: list[str]) -> list[str]:
+    """The cases outside the shared four under a stream per case-round: their spread, their level, the slowest
+    process."""
+    if not forward:
+        return []
     held = all(
         statistics.stdev([median_of(q.cases[i]) for q in leases[n]["stream"]])
         <= statistics.stdev([median_of(q.cases[i]) for q in leases[n]["reuse"]])
         for n in names
         for i in forward
     )
-    out += [
-        "",
-        " ".join(m for m in moves if m),
-        "",
-        "Section 3's runner with a stream per round read fewer cases within 0.5% than the runner as it is, but "
-        "against commands on another GPU in another lease, and two of its nine processes read the forward cases "
-        "slow where do_bench did not. Here the forward cases ("
-        + ", ".join(forward)
-        + ") "
+    shifts, slowest = [], []
+    for n in names:
+        reuse, stream = leases[n]["reuse"], leases[n]["stream"]
+        for i in forward:
+            centre = statistics.fmean(median_of(q.cases[i]) for q in reuse)
+            gap, p = mean_gap_p(
+                [median_of(q.cases[i]) / centre - 1 for q in reuse],
+                [median_of(q.cases[i]) / centre - 1 for q in stream],
+            )
+            shifts.append(f"{i} {pct(gap, sign=True)} in lease {n} ({p_text(p)})")
+        centres = {i: statistics.median(median_of(q.cases[i]) for q in reuse) for i in forward}
+        slowest.append(max(statistics.median(median_of(q.cases[i]) / centres[i] - 1 for i in forward) for q in stream))
+    return [
+        "Section 3's runner with a stream per round read fewer cases within 0.5% than the runner as it is, against "
+        "commands on another GPU in another lease, with forward cases slow in some processes where do_bench in the "
+        f"same processes was not. Here the forward cases ({', '.join(forward)}) spread "
         + (
-            "spread no wider with a stream per case-round in any lease"
+            "no wider with a stream per case-round in any lease"
             if held
-            else "spread wider with a stream per case-round in at least one lease"
+            else "wider with a stream per case-round in at least one lease"
         )
-        + ". The runner stays on the process's stream until one lease compares the two over both suites, with the "
-        "rule set beforehand: take a stream per case-round if the expected number of cases ≥ 100 µs within 0.5% "
-        "over every five rises and the 95% bootstrap interval of the geometric-mean sd ratio lies below 1 "
+        + f"; their means move by {'; '.join(shifts)}; the slowest `stream` process reads them "
+        + ", ".join(f"{pct(s, sign=True)} (lease {n})" for s, n in zip(slowest, names, strict=True))
+        + " from the `reuse` processes' median.",
+        "",
+        "The runner stays on the process's stream until one lease compares the two over both suites, with the rule "
+        "set beforehand: take a stream per case-round if the expected number of cases ≥ 100 µs within 0.5% over every "
+        "five rises and the 95% bootstrap interval of the geometric-mean sd ratio lies below 1 "
         "(`bench/h200_placement_report.py`'s measures; `bench/h200_adopt.py` applies the rule): "
         "`REDRAW_SUITES='examples/llama7b.toml bench/validation/suite.toml' REDRAW_VARIANTS='stream reuse' bash "
         "bench/h200_truth.sh redraw N`, then `python bench/h200_adopt.py DATA --keep reuse --candidate stream`.",
         "",
     ]
-    return out
 
 
 def plot(variants: dict[str, list[Process]], path: Path) -> None:

@@ -634,7 +634,7 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
             "shares (about ±0.5%); three have no cause shown. A stream per round and each round's build placed anew, "
             "tested, and runs pooling two processes' rounds, simulated from committed runs, read no more cases "
             "within 0.5% (`bench/reports/h200-stream.md`, `bench/reports/h200-placement.md`); on two more GPUs a new "
-            "stream per round narrowed the shared level, where new blocks on one stream had not (`bench/reports/"
+            "stream per round narrowed the shared level, where new blocks on one stream were not shown to (`bench/reports/"
             "h200-stream.md`, section 5), not yet timed over both suites in one lease. Clocks were not locked"
         )
     out.append(

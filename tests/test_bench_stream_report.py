@@ -8,6 +8,7 @@ import gzip
 import itertools
 import json
 import random
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from bench.h200_stream_report import (
     one_stream_section,
     render,
     round_stream_section,
+    sd_ratio_interval,
     shared_levels,
     shared_sd,
     variance_ratio_p,
@@ -112,8 +114,8 @@ def test_processes_are_read_by_whole_label_in_the_order_they_ran() -> None:
 def test_the_committed_data_holds_what_the_report_says() -> None:
     leases = json.loads((DATA / "provenance.json").read_text())["leases"]
     first, second, third = (leases[k]["gpu"].removeprefix("GPU-") for k in ("pin, stream", "runs", "one-stream"))
-    for folder in ("pin", "stream"):
-        assert {load_result(f).environment.device.uuid for f in (DATA / folder).glob("*.json.gz")} == {first}
+    for name in ("pin", "stream"):
+        assert {load_result(f).environment.device.uuid for f in (DATA / name).glob("*.json.gz")} == {first}
     variants = load_variants(DATA / "stream")
     assert {k: len(v) for k, v in variants.items()} == {"stream": 13, "reuse": 13}
     assert all(set(SHARED) <= set(p.cases) for ps in variants.values() for p in ps)
@@ -133,7 +135,8 @@ def test_the_committed_data_holds_what_the_report_says() -> None:
         assert {k: len(v) for k, v in found.items()} == {"reuse": n, "round-stream": n, "stream": n}
         for p in (q for ps in found.values() for q in ps):
             record = load_placed(folder, p.name)
-            assert len(record) == 60 and {e["case"] for e in record} == set(p.cases)  # six cases, ten rounds
+            order = [e["case"] for e in record]
+            assert order == order[:6] * 10 and set(order) == set(p.cases)  # six cases in suite order, ten rounds
             assert all(len(_rounds(p.cases[i])) == 10 for i in p.cases)
 
 
@@ -158,8 +161,12 @@ def _round_process(name: str, rounds: dict[str, list[float]], per_round: int = 5
     return Process(name, cases, {})
 
 
-def _placed(cases: list[str], streams: list[list[int]], blocks: list[list[list[int]]] | None = None) -> list[Any]:
-    """An --addresses record: round by round, each case's stream (``streams[round][k]``) and blocks."""
+Blocks = list[list[int]]  # one case-round's [address, bytes] pairs
+
+
+def _placed(cases: list[str], streams: list[list[int]], blocks: list[list[Blocks]] | None = None) -> list[Any]:
+    """An --addresses record: round by round, each case's stream (``streams[round][k]``) and blocks (by default one
+    block of its own)."""
     return [
         {"case": c, "stream": streams[r][k], "blocks": blocks[r][k] if blocks else [[1000 * r + k, 64]]}
         for r in range(len(streams))
@@ -173,27 +180,40 @@ def test_a_case_round_is_the_cases_nth_build() -> None:
     assert runs[("x", 0)]["stream"] == 7 and runs[("y", 1)]["stream"] == 9 and len(runs) == 4
 
 
-def test_rounds_that_share_a_streams_level_move_together_and_others_do_not() -> None:
-    rng = random.Random(5)
+def _stream_levels(streams: list[list[int]], seed: int) -> tuple[list[Process], dict[str, list[Any]]]:
+    """Six processes of four cases, ten rounds, each case-round on ``streams[round][case]``: each stream its own
+    level, drawn per process, plus a little noise."""
+    rng = random.Random(seed)
     cases = ["a", "b", "c", "d"]
     processes, placed = [], {}
     for k in range(6):
-        # ten rounds, each case on a stream of its own that comes back (8 streams in turn); each stream its level
-        streams = [[(3 * r + i) % 8 for i in range(4)] for r in range(10)]
-        level = {s: rng.gauss(0.0, 0.004) for s in range(8)}
+        level = {s: rng.gauss(0.0, 0.004) for s in {s for row in streams for s in row}}
         rounds = {
             c: [100.0 * (1 + level[streams[r][i]] + rng.gauss(0.0, 0.0005)) for r in range(10)]
             for i, c in enumerate(cases)
         }
         processes.append(_round_process(f"s-{k}", rounds))
         placed[f"s-{k}"] = _placed(cases, streams)
-    found = co_movement(processes, placed)
-    assert set(found) == set(CO_MOVEMENT) - {CO_MOVEMENT[0]}  # no two cases share a stream within a round
-    assert found["same stream, other round"][1] > 0.8
-    assert abs(found["same round, other stream"][1]) < 0.3 and abs(found["neither"][1]) < 0.3
-    # one stream for the whole process: every pair shares it, in the same round of the suite or not
-    one = {name: [dict(e, stream=0) for e in record] for name, record in placed.items()}
-    assert set(co_movement(processes, one)) == {"same round, same stream", "same stream, other round"}
+    return processes, placed
+
+
+def test_rounds_that_share_a_streams_level_move_together_and_others_do_not() -> None:
+    # eight streams in turn, each case-round on its own: a stream comes back in other rounds, never within one
+    processes, placed = _stream_levels([[(3 * r + i) % 8 for i in range(4)] for r in range(10)], seed=5)
+    found = co_movement(processes, placed, cases=("a", "b", "c", "d"), resamples=400)
+    assert set(found) == set(CO_MOVEMENT) - {"same round, same stream"}
+    assert found["same stream, other round"].r > 0.8 and found["same stream, other round"].low > 0.5
+    assert found["same round, other stream"].low < 0 < found["same round, other stream"].high
+    # per process: 40 case-rounds, 6 pairs of cases x 10 x 10 rounds = 600 pairs of different cases, 60 of one round
+    assert sum(c.pairs for c in found.values()) == 6 * 600
+    assert found["same stream, other round"].pairs + found["neither"].pairs == 6 * 540
+    assert found["same stream, other round"].shared_blocks == 0.0  # each case-round had a block of its own
+    # a stream per round shared by its cases: rounds of one round move together, the rest do not
+    processes, placed = _stream_levels([[r] * 4 for r in range(10)], seed=6)
+    found = co_movement(processes, placed, cases=("a", "b", "c", "d"), resamples=400)
+    assert set(found) == {"same round, same stream", "neither"}
+    assert found["same round, same stream"].r > 0.8 and found["same round, same stream"].pairs == 6 * 60
+    assert found["neither"].r < 0.1
 
 
 def test_blocks_drawn_and_addresses_new_count_what_the_allocator_handed_out() -> None:
@@ -242,21 +262,63 @@ def _lease(levels: dict[str, list[float]]) -> tuple[dict[str, list[Process]], di
     return variants, placed
 
 
+WIDE = [-0.004, 0.004, -0.003, 0.003, -0.0035, 0.0035, 0.0, -0.002, 0.002, 0.001, -0.001, 0.0025]
+NARROW = [x / 6 for x in WIDE[::-1]]
+GPUS = {"a": "GPU-a", "b": "GPU-b"}
+
+
+def _section(leases: dict[str, dict[str, list[float]]], contrast: dict[str, list[float]]) -> str:
+    built = {n: _lease(levels) for n, levels in leases.items()}
+    return "\n".join(
+        round_stream_section(
+            {n: b[0] for n, b in built.items()},
+            {n: b[1] for n, b in built.items()},
+            GPUS,
+            {"here": _lease(contrast)[0]} if contrast else {},
+        )
+    )
+
+
 def test_section_5_says_narrowed_only_where_every_lease_shows_it() -> None:
-    wide = [-0.004, 0.004, -0.003, 0.003, -0.0035, 0.0035, 0.0, -0.002, 0.002, 0.001, -0.001, 0.0025]
-    narrow = [x / 6 for x in wide[::-1]]
-    contrast_reuse, _ = _lease({"reuse": wide, "redraw": wide[::-1]})
-    a, placed_a = _lease({"reuse": wide, "round-stream": narrow, "stream": narrow})
-    b, placed_b = _lease({"reuse": wide, "round-stream": wide[::-1], "stream": narrow})
-    gpus = {"a": "GPU-a", "b": "GPU-b"}
-    text = "\n".join(round_stream_section({"a": a}, {"a": placed_a}, gpus, {"here": contrast_reuse}))
+    same_blocks = {"reuse": WIDE, "redraw": WIDE[::-1]}
+    text = _section({"a": {"reuse": WIDE, "round-stream": NARROW, "stream": NARROW}}, same_blocks)
     assert "In every lease both a stream per case-round and a stream per round of the suite narrowed" in text
-    assert "New blocks each round on one stream did not narrow it." in text
-    text = "\n".join(
-        round_stream_section({"a": a, "b": b}, {"a": placed_a, "b": placed_b}, gpus, {"here": contrast_reuse})
-    )
-    assert "a stream per round of the suite did not in every one" in text
-    text = "\n".join(
-        round_stream_section({"b": b}, {"b": placed_b}, gpus, {"here": _lease({"reuse": wide, "x": narrow})[0]})
-    )
-    assert "New blocks each round on one stream did not narrow it." not in text
+    assert "Blocks drawn anew on the one stream were not shown to narrow it" in text
+    assert "was not shown narrower than a stream per round of the suite in any lease" in text
+    assert "Two more leases" not in text and "One more lease (a: `GPU-a`" in text
+    two = {
+        "a": {"reuse": WIDE, "round-stream": NARROW, "stream": NARROW},
+        "b": {"reuse": WIDE, "round-stream": WIDE[::-1], "stream": [x / 4 for x in NARROW]},
+    }
+    text = _section(two, same_blocks)
+    assert "In every lease a stream per case-round narrowed the shared level; a stream per round of the suite" in text
+    assert "Two more leases, each on its own GPU" in text and "narrower still in lease b" in text
+    only_round = {"a": {"reuse": WIDE, "round-stream": NARROW, "stream": [1.2 * x for x in WIDE[::-1]]}}
+    text = _section(only_round, same_blocks)
+    assert "In every lease a stream per round of the suite narrowed the shared level; a stream per case-round" in text
+    assert "spread wider with a stream per case-round in at least one lease" in text
+    neither = {"a": {"reuse": WIDE, "round-stream": WIDE[::-1], "stream": WIDE[::-1]}}
+    text = _section(neither, same_blocks)
+    assert "A new stream per round did not narrow the shared level in every lease." in text
+    assert "not shown to narrow it" not in text  # nothing to set the blocks against
+    text = _section({"b": {"reuse": WIDE, "round-stream": NARROW, "stream": NARROW}}, {"reuse": WIDE, "x": NARROW})
+    assert "Blocks drawn anew on the one stream narrowed it too (`x`)" in text
+
+
+def test_section_5_reads_the_forward_cases_level_and_the_slowest_process() -> None:
+    text = _section({"a": {"reuse": WIDE, "round-stream": NARROW, "stream": [0.002 + x for x in NARROW]}}, {})
+    assert "spread no wider with a stream per case-round in any lease" in text
+    gap = (0.002 + statistics.fmean(NARROW) - statistics.fmean(WIDE)) / (1 + statistics.fmean(WIDE))
+    assert f"their means move by fwd {gap * 100:+.2f}% in lease a (p = 0.0" in text  # +0.18%, p < 0.05
+    slowest = max(0.002 + x for x in NARROW) - statistics.median(WIDE)
+    assert f"the slowest `stream` process reads them {slowest * 100:+.2f}% (lease a)" in text
+
+
+def test_two_processes_of_one_pid_are_refused_a_shared_level() -> None:
+    with pytest.raises(ValueError, match="share a pid"):
+        shared_levels([_process("reuse-7", 0.001), _process("stream-7", 0.002)])
+
+
+def test_the_sd_ratio_interval_brackets_the_ratio() -> None:
+    ratio, low, high = sd_ratio_interval(WIDE, NARROW, resamples=500)
+    assert ratio == pytest.approx(1 / 6) and low < ratio < high < 1
