@@ -7,7 +7,7 @@ import json
 import pytest
 
 from profiler_core.analysis import compare, render_table
-from profiler_core.documents import Thresholds, parse_result
+from profiler_core.documents import ResultDocument, Thresholds, parse_result
 from profiler_core.documents.comparison import ComparisonDocument, Finding
 from tests.test_analysis_fixtures import make_case, make_doc, make_kernels, runs, scaled
 
@@ -184,17 +184,31 @@ def test_software_versions_diff_is_shown() -> None:
     assert "torch 2.11.0+cu130 -> 2.12.0+cu130" in render_table(c)
 
 
+def _with_timing(doc: ResultDocument, method: str | None) -> ResultDocument:
+    software = {k: v for k, v in doc.environment.software.items() if k != "attnprof timing"}
+    if method is not None:
+        software["attnprof timing"] = method
+    return doc.model_copy(update={"environment": doc.environment.model_copy(update={"software": software})})
+
+
 def test_a_change_of_the_timing_method_is_listed_as_software() -> None:
-    # the runner names how it times among the document's software: a comparison across a change of it says so
-    cand = make_doc("cand", [make_case(seed=4)])
-    software = {**cand.environment.software, "attnprof timing": "a read sweep; one stream per round"}
-    cand = cand.model_copy(update={"environment": cand.environment.model_copy(update={"software": software})})
+    # the runner names how it times among the document's software: a comparison across a change of it says so,
+    # a baseline written before it was recorded says "not recorded", and several baseline values stay apart
+    new = "hold, then a read sweep; rounds, each built anew; one stream"
+    cand = _with_timing(make_doc("cand", [make_case(seed=4)]), new)
     c = compare(runs(2), cand)
-    assert [(s.name, s.baseline, s.candidate) for s in c.software] == [
-        ("attnprof timing", "None", "a read sweep; one stream per round")
-    ]
+    assert [(s.name, s.baseline, s.candidate) for s in c.software] == [("attnprof timing", "not recorded", new)]
     assert c.verdict == "pass"
-    assert "software: attnprof timing None -> a read sweep; one stream per round" in render_table(c)
+    assert f"software: attnprof timing not recorded -> {new}" in render_table(c)
+    old = "a zero_() flush; one round"
+    base = [_with_timing(b, old if k else None) for k, b in enumerate(runs(2))]
+    c = compare(base, cand)
+    assert c.software[0].baseline == f"not recorded | {old}"
+    assert compare([_with_timing(b, new) for b in runs(2)], cand).software == []
+    # a candidate that lacks it (written by an older attnprof) against baselines that hold it
+    assert compare([_with_timing(b, new) for b in runs(2)], _with_timing(cand, None)).software[0].candidate == (
+        "not recorded"
+    )
 
 
 def test_suspect_candidate_never_fails() -> None:

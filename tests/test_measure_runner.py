@@ -19,8 +19,8 @@ import pytest
 
 from profiler_core.documents import Case, ResultDocument, parse_result, result_json_schema
 from profiler_core.measure.kernels import kernel_records
-from profiler_core.measure.runner import ProfileOptions, profile_suite, safe_name
-from profiler_core.measure.timing import TIMING_KEY, TIMING_METHOD
+from profiler_core.measure.runner import ProfileOptions, SuiteSession, profile_suite, safe_name
+from profiler_core.measure.timing import PAIRED_TIMING_METHOD, TIMING_KEY, TIMING_METHOD
 from profiler_core.suite import Suite, parse_suite
 from tests.profiling_support import suite_text
 
@@ -151,6 +151,15 @@ def test_every_case_is_recorded_in_suite_order(run: Run) -> None:
     # progress: one "case" event per case, in order, then "done"
     assert [e[3] for e in run.events if e[0] == "case"] == [s.id for s in run.suite.cases]
     assert run.events[-1][:3] == ("done", len(run.suite.cases), len(run.suite.cases))
+
+
+def test_a_paired_side_names_its_timing_apart_from_a_profile_run(peaks_cache: Path) -> None:
+    # a paired head's run may become another run's baseline: its document says it was timed in pairs
+    suite = parse_suite(suite_text("tiny", CASES), source="tiny.toml")
+    options = ProfileOptions(device="cpu", cache_dir=peaks_cache, command="test")
+    side = SuiteSession(suite, options, round_config=suite.timing.paired_round_config())
+    assert side.environment.software[TIMING_KEY] == PAIRED_TIMING_METHOD["cpu"] != TIMING_METHOD["cpu"]
+    assert SuiteSession(suite, options).environment.software[TIMING_KEY] == TIMING_METHOD["cpu"]
 
 
 def test_document_validates_against_the_json_schema_after_a_json_round_trip(run: Run) -> None:

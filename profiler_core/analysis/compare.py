@@ -276,6 +276,9 @@ def short_gpu_id(uuid: str | None) -> str:
     return (uuid or "?").removeprefix("GPU-").split("-")[0]
 
 
+NOT_RECORDED = "not recorded"
+
+
 def _software_diff(baselines: Sequence[ResultDocument], candidate: ResultDocument) -> list[SoftwareChange]:
     def versions(doc: ResultDocument) -> dict[str, str | None]:
         env = doc.environment
@@ -292,8 +295,10 @@ def _software_diff(baselines: Sequence[ResultDocument], candidate: ResultDocumen
         after = cand.get(name)
         if before == [after]:
             continue
-        shown = ", ".join(str(v) for v in before)
-        changes.append(SoftwareChange(name=name, baseline=shown, candidate=after))
+        # a version a document does not hold (written before it was recorded) is said so; several baseline values
+        # are kept apart by " | ", since a value may hold commas (the timing method's words do)
+        shown = " | ".join(NOT_RECORDED if v is None else v for v in before)
+        changes.append(SoftwareChange(name=name, baseline=shown, candidate=NOT_RECORDED if after is None else after))
     return changes
 
 

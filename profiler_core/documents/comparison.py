@@ -85,7 +85,10 @@ class Finding(_Model):
 
 class SoftwareChange(_Model):
     name: str
-    baseline: str | None = Field(None, description="value(s) in the baseline runs, joined by ', ' if several")
+    baseline: str | None = Field(
+        None,
+        description="value(s) in the baseline runs, joined by ' | ' if several; 'not recorded' where a run lacks it",
+    )
     candidate: str | None = None
 
 

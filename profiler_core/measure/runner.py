@@ -45,7 +45,7 @@ from profiler_core.measure.case import (
 from profiler_core.measure.clock import clock_pass
 from profiler_core.measure.peaks import cache_path, load_or_measure
 from profiler_core.measure.targets import build_workload, capture_warnings
-from profiler_core.measure.timing import TIMING_KEY, TIMING_METHOD, Flusher, summarize
+from profiler_core.measure.timing import PAIRED_TIMING_METHOD, TIMING_KEY, TIMING_METHOD, Flusher, summarize
 from profiler_core.measure.trace import start_profiler_once, trace_iterations
 from profiler_core.suite import CaseSpec, Suite, TimingConfig
 
@@ -92,7 +92,9 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-def collect_environment(device: str, nvml: env.Nvml | None, cache_dir: Path | None) -> Environment:
+def collect_environment(
+    device: str, nvml: env.Nvml | None, cache_dir: Path | None, *, paired: bool = False
+) -> Environment:
     dev = env.describe_device(device)
     driver = nvml.driver() if nvml else None
     key, what = env.testbed(dev, driver, device)
@@ -111,7 +113,7 @@ def collect_environment(device: str, nvml: env.Nvml | None, cache_dir: Path | No
         peaks=peaks,
         testbed_key=key,
         testbed=what,
-        software={**versions, TIMING_KEY: TIMING_METHOD[device]},
+        software={**versions, TIMING_KEY: (PAIRED_TIMING_METHOD if paired else TIMING_METHOD)[device]},
     )
 
 
@@ -164,7 +166,10 @@ class SuiteSession:
         self.created = datetime.now(UTC)
         torch.manual_seed(options.seed)
         self.nvml = env.Nvml.open(own_pid_namespace=options.own_pid_namespace) if self.device == "cuda" else None
-        self.environment = collect_environment(self.device, self.nvml, options.cache_dir)
+        # a round_config of its own is a paired run's side: its document says it was timed in pairs
+        self.environment = collect_environment(
+            self.device, self.nvml, options.cache_dir, paired=round_config is not None
+        )
         self.environment.health_start = self.nvml.health() if self.nvml else None
         self.flusher = Flusher(self.device)
         start_profiler_once(self.device, self.flusher)

@@ -236,7 +236,8 @@ def _head(inp: CommentInput, doc: ComparisonDocument) -> tuple[list[str], int]:
         out.append("\n⚠️ The candidate's numbers are doubtful: " + clip("; ".join(doc.suspect), _DETAIL_MAX))
     out += [f"\n> {clip(n, _NOTE_MAX)}" for n in doc.notes[:_NOTES_MAX]]
     if doc.software:
-        software = ", ".join(f"{sw.name} {sw.baseline or '–'} → {sw.candidate or '–'}" for sw in doc.software)
+        # each value in a code span: a value may hold commas and semicolons (the timing method's words do)
+        software = ", ".join(f"{sw.name} `{sw.baseline or '–'}` → `{sw.candidate or '–'}`" for sw in doc.software)
         out += ["", "**Software that differs:** " + clip(software, _DETAIL_MAX)]
     return out, max(0, len(doc.notes) - _NOTES_MAX)
 

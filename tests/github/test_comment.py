@@ -212,3 +212,15 @@ def test_reproduce_locally_profiles_the_suite_by_its_stored_path_or_says_none_wa
     said = "An upload sends no path for its suite `llama7b`: put the suite file's path in place of `attnprof.toml`:"
     assert said in upload and "/jobs/" not in upload
     assert "attnprof profile attnprof.toml --case " in upload
+
+
+def test_a_change_of_the_timing_method_is_listed_with_each_value_whole() -> None:
+    # the method's words hold commas and semicolons: each value stands in a code span of its own
+    baselines, candidate = _docs()
+    method = "hold, then a read sweep before each iteration; rounds over the suite, each built anew; one stream"
+    software = {**candidate.environment.software, "attnprof timing": method}
+    candidate = candidate.model_copy(
+        update={"environment": candidate.environment.model_copy(update={"software": software})}
+    )
+    text = render(_input(comparison=compare(baselines, candidate), candidate=candidate))
+    assert f"attnprof timing `not recorded` → `{method}`" in text
