@@ -12,10 +12,12 @@ bash bench/h200_truth.sh redraw N``: ``DATA/{llama7b,validation}/<label>-<pid>.j
   2. the 95% bootstrap interval of the geometric mean of the per-case standard-deviation ratios (candidate over
      kept, each group's medians about its own median, the processes resampled) lies below 1,
 
-and each side has at least ``--min-processes`` processes. ``bench/reports/h200-stream.md`` (section 5) sets this
-rule for a new stream per case-round; ``bench/h200_placement_report.py`` applies the same measures to rounds placed
-anew. Prints the measures and the verdict as Markdown; exits 0 either way, 2 when the data cannot decide (too few
-processes, a variant missing).
+and each side has at least ``--min-processes`` processes (five or more) and every case the kept side ran. The
+cases are those of 100 µs and more as the runner reads them now (the kept processes' median); ties keep the runner
+as it is. ``bench/reports/h200-stream.md`` (section 5) sets this rule for a new stream per case-round;
+``bench/h200_placement_report.py`` applies the same measures to rounds placed anew. Prints the measures and the
+verdict as Markdown; exits 0 either way, 2 when the data cannot decide (too few processes, a variant or a case
+missing).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.h200_placement_report import load_both, sd_ratio_ci, sd_ratio_p  # noqa: E402
-from bench.h200_rounds_report import Process, heavy, median_of, share_within  # noqa: E402
+from bench.h200_rounds_report import FIVE, Process, heavy, median_of, share_within  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,18 @@ class Decision:
         return self.expected[1] > self.expected[0] and self.interval[1] < 1.0
 
 
+def cases_to_decide(kept: list[Process], candidate: list[Process]) -> tuple[list[str], list[str]]:
+    """The cases the rule weighs (100 µs and more in the kept processes, the runner's numbers as they are) and those
+    of them the candidate's processes lack (any: the data cannot decide)."""
+    ids = heavy(kept)
+    return ids, [i for i in ids if not all(i in p.cases for p in candidate)]
+
+
 def decide(kept: list[Process], candidate: list[Process]) -> Decision:
-    """The rule's measures over the cases of 100 µs and more that both groups ran."""
-    ids = [i for i in heavy(kept) if all(i in p.cases for p in candidate)]
+    """The rule's measures over :func:`cases_to_decide`'s cases (which the candidate must hold every one of)."""
+    ids, lacking = cases_to_decide(kept, candidate)
+    if lacking or not ids:
+        raise ValueError(f"cannot decide: {len(ids)} cases of 100 µs and more, the candidate lacks {lacking}")
     expected = tuple(
         sum(share_within([median_of(p.cases[i]) for p in group]) for i in ids) for group in (kept, candidate)
     )
@@ -102,10 +113,23 @@ def main() -> int:
     if missing:
         print(f"{args.data}: no processes labelled {', '.join(missing)} (found: {', '.join(sorted(groups))})")
         return 2
+    if args.min_processes < FIVE:
+        print(f"--min-processes {args.min_processes}: the rule counts five-process subsets, so at least {FIVE}")
+        return 2
     short = [v for v in (args.keep, args.candidate) if len(groups[v]) < args.min_processes]
     if short:
         counts = ", ".join(f"{v} {len(groups[v])}" for v in short)
         print(f"{args.data}: too few processes to decide ({counts}; --min-processes {args.min_processes})")
+        return 2
+    ids, lacking = cases_to_decide(groups[args.keep], groups[args.candidate])
+    if not ids:
+        print(f"{args.data}: no case of 100 µs and more in every `{args.keep}` process: nothing to decide on")
+        return 2
+    if lacking:
+        print(
+            f"{args.data}: the `{args.candidate}` processes lack {len(lacking)} of the {len(ids)} cases: "
+            f"{', '.join(lacking[:5])}{' ...' if len(lacking) > 5 else ''} (both suites, in every process)"
+        )
         return 2
     print(render(decide(groups[args.keep], groups[args.candidate]), args.keep, args.candidate))
     return 0

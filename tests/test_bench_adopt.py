@@ -4,10 +4,11 @@ placement data (whose report states the same measures), and its refusals."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
-from bench.h200_adopt import decide, main, render
+from bench.h200_adopt import Decision, decide, main, render
 from bench.h200_rounds_report import Process
 from tests.profiling_support import REPO
 from tests.test_analysis_fixtures import make_case
@@ -66,3 +67,42 @@ def test_data_that_cannot_decide_is_refused_with_what_is_missing(
     monkeypatch.setattr(sys, "argv", argv)
     assert main() == 2
     assert "too few processes to decide (reuse 13, shuffle20 13; --min-processes 14)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("expected", "interval", "adopt"),
+    [
+        ((20.0, 22.0), (0.70, 0.95), True),
+        ((20.0, 22.0), (0.70, 1.05), False),  # more cases within, but the sd ratio not shown below 1
+        ((22.0, 20.0), (0.50, 0.80), False),  # narrower, but fewer cases within
+        ((20.0, 20.0), (0.50, 0.80), False),  # a tie keeps the runner as it is
+        ((20.0, 22.0), (0.70, 1.00), False),  # an interval reaching 1 is not below it
+    ],
+)
+def test_both_conditions_must_hold(expected: tuple[float, float], interval: tuple[float, float], adopt: bool) -> None:
+    d = Decision(cases=29, processes=(10, 10), expected=expected, ratio=0.8, interval=interval, p=0.1)
+    assert d.adopt is adopt
+    assert ("Verdict: take up" in render(d, "reuse", "stream")) is adopt
+
+
+def test_a_candidate_lacking_cases_or_too_few_processes_cannot_decide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the candidate ran the validation suite only: the llama7b cases are missing from it
+    for suite in ("llama7b", "validation"):
+        (tmp_path / suite).mkdir()
+        for f in (PLACEMENT / suite).glob("*.json.gz"):
+            if suite == "validation" or f.name.startswith("reuse-"):
+                (tmp_path / suite / f.name).symlink_to(f)
+    monkeypatch.setattr(sys, "argv", ["h200_adopt", str(tmp_path), "--keep", "reuse", "--candidate", "shuffle20"])
+    assert main() == 2
+    assert "the `shuffle20` processes lack 16 of the 29 cases: llama7b/" in capsys.readouterr().out
+    from bench.h200_placement_report import load_both
+
+    groups = load_both(tmp_path)
+    with pytest.raises(ValueError, match="the candidate lacks"):
+        decide(groups["reuse"], groups["shuffle20"])
+    argv = ["h200_adopt", str(PLACEMENT), "--keep", "reuse", "--candidate", "shuffle20", "--min-processes", "4"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert main() == 2
+    assert "five-process subsets, so at least 5" in capsys.readouterr().out
