@@ -464,12 +464,13 @@ def co_movement(
 
 
 def blocks_drawn(placed: list[dict[str, Any]]) -> float:
-    """Over a process's cases, the mean share of a case's rounds built on a set of blocks (address, bytes) that no
-    earlier round of the case was built on: 1 when every round lands on blocks of its own."""
+    """Over a process's cases, the mean share of a case's later rounds (its first left out) built on a set of
+    blocks (address, bytes) that no earlier round of the case was built on: 1 when every round lands on blocks of its
+    own, 0 when every round lands on its first round's."""
     by_case: dict[str, list[frozenset[tuple[int, int]]]] = {}
     for entry in placed:
         by_case.setdefault(entry["case"], []).append(frozenset((a, n) for a, n in entry["blocks"]))
-    return statistics.fmean(len(set(sets)) / len(sets) for sets in by_case.values())
+    return statistics.fmean((len(set(sets)) - 1) / (len(sets) - 1) for sets in by_case.values() if len(sets) > 1)
 
 
 def addresses_new(placed: list[dict[str, Any]]) -> float:
@@ -542,11 +543,13 @@ def _lease_result(
         f"Lease {name}: the shared level's standard deviation {pct(sd['reuse'])} as it is, {pct(sd['round-stream'])} "
         f"with a stream per round of the suite ({p_text(p['round-stream'])}), {pct(sd['stream'])} with a stream per "
         f"case-round ({p_text(p['stream'])}; narrower than a stream per round of the suite: {p_text(p_between)}); "
-        f"the four cases' mean correlation with the others' level {mean_shared_r(variants['reuse']):+.2f}, "
-        f"{mean_shared_r(variants['round-stream']):+.2f}, {mean_shared_r(variants['stream']):+.2f}. With a stream per "
+        f"the four cases' mean correlation with the others' level {mean_shared_r(variants['reuse']):+.2f} as it is, "
+        f"{mean_shared_r(variants['round-stream']):+.2f} and {mean_shared_r(variants['stream']):+.2f} with the new "
+        "streams. With a stream per "
         f"case-round the shared level's mean moves by {pct(gap, sign=True)} ({p_text(p_gap)}). Streams a process "
-        f"used: {each(streams, '{:.0f}')}; share of a case's rounds built on blocks none of its earlier rounds had: "
-        f"{each(drawn)}; share of a case-round's block addresses the process had not handed out before: {each(new)}."
+        f"used: {each(streams, '{:.0f}')}; share of a case's later rounds built on a block set none of its earlier "
+        f"rounds had: {each(drawn)}; share of a case-round's block addresses the process had not handed out "
+        f"before: {each(new)}."
     )
     ratio = {v: sd[v] / sd["reuse"] for v in NEW_STREAMS}
     return LeaseResult(name, sd, p, p_between, ratio, gap, p_gap, facts)
@@ -605,7 +608,7 @@ def _blocks_lines(results: list[LeaseResult], contrast: dict[str, dict[str, list
     """The verdict on a new stream, and what blocks drawn anew on the one stream did in other leases."""
     every = {v: all(r.p[v] < 0.05 for r in results) for v in NEW_STREAMS}
     finer = [r for r in results if r.p_between < 0.05]
-    narrowest = max(r.ratio[v] for r in results for v in NEW_STREAMS if every[v]) if any(every.values()) else None
+    weakest = max(r.ratio[v] for r in results for v in NEW_STREAMS if every[v]) if any(every.values()) else None
     against = []
     for folder, variants in contrast.items():
         other = next(v for v in variants if v != "reuse")
@@ -654,14 +657,20 @@ def _blocks_lines(results: list[LeaseResult], contrast: dict[str, dict[str, list
             + ", ".join(f"`{a[1]}`" for a in narrowed)
             + "): the level may follow the blocks a round lands on as much as its stream."
         )
-    elif narrowest is not None:
-        excluded = [a for a in against if a[4] > narrowest]
+    elif weakest is not None:
+        excluded = [a for a in against if a[4] > weakest]
+        undecided = [a for a in against if a[4] <= weakest]
         out.append(
             "Blocks drawn anew on the one stream were not shown to narrow it"
             + (
                 "; "
                 + ", ".join(f"`{a[1]}`'s interval" for a in excluded)
-                + f" excludes a narrowing as large as a new stream's here (to {narrowest:.2f} times or less)"
+                + f" excludes a narrowing as large as a new stream's here (to {weakest:.2f} times or less)"
+                + (
+                    ", " + ", ".join(f"`{a[1]}`'s ({a[2]} processes)" for a in undecided) + " does not"
+                    if undecided
+                    else ""
+                )
                 if excluded
                 else ", nor do their intervals exclude a narrowing as large as a new stream's here"
             )
@@ -674,6 +683,15 @@ def _blocks_lines(results: list[LeaseResult], contrast: dict[str, dict[str, list
     return out
 
 
+def moving_together(found: list[tuple[str, CoMove]]) -> str:
+    """What pairs of one kind did, lease by lease: they move together where the interval of their correlation lies
+    above 0."""
+    moving = [n for n, c in found if c.low > 0]
+    if len(moving) == len(found):
+        return "move together"
+    return f"move together in lease {', '.join(moving)} only" if moving else "were not shown to move together"
+
+
 def _co_movement_lines(
     names: list[str], leases: dict[str, dict[str, list[Process]]], placed: dict[str, dict[str, list[dict[str, Any]]]]
 ) -> list[str]:
@@ -681,7 +699,8 @@ def _co_movement_lines(
     out = [
         f"Within a process, two rounds of different cases among {', '.join(SHARED)} (each round's median about its "
         "case's median in the process): their correlation by whether they ran in the same round of the suite and on "
-        "the same stream, with a 95% interval from resampling the processes, the pairs, and the share of block "
+        "the same stream, with a 95% interval from resampling the processes; then the number of pairs and the share of "
+        "block "
         "addresses the two rounds had in common.",
         "",
         "| lease | variant | " + " | ".join(CO_MOVEMENT) + " |",
@@ -701,14 +720,7 @@ def _co_movement_lines(
         found = [(n, co[n][v][kind]) for n in names if kind in co[n][v]]
         if not found:
             return ""
-        moving = [n for n, c in found if c.low > 0]
-        word = (
-            "move together"
-            if len(moving) == len(found)
-            else "were not shown to move together"
-            if not moving
-            else f"move together in lease {', '.join(moving)} only"
-        )
+        word = moving_together(found)
         values = ", ".join(f"{c.r:+.2f}" for _, c in found)
         blocks = _span([c.shared_blocks for _, c in found])
         return f"{subject} {word} (r = {values}; {blocks} of their block addresses in common)."
@@ -734,14 +746,14 @@ def _forward_lines(names: list[str], leases: dict[str, dict[str, list[Process]]]
     """The cases outside the shared four under a stream per case-round: their spread, their level, the slowest
     process."""
     if not forward:
-        return []
+        return [RULE, ""]
     held = all(
         statistics.stdev([median_of(q.cases[i]) for q in leases[n]["stream"]])
         <= statistics.stdev([median_of(q.cases[i]) for q in leases[n]["reuse"]])
         for n in names
         for i in forward
     )
-    shifts, slowest = [], []
+    shifts, slowest, slowest_reuse = [], [], []
     for n in names:
         reuse, stream = leases[n]["reuse"], leases[n]["stream"]
         for i in forward:
@@ -752,28 +764,41 @@ def _forward_lines(names: list[str], leases: dict[str, dict[str, list[Process]]]
             )
             shifts.append(f"{i} {pct(gap, sign=True)} in lease {n} ({p_text(p)})")
         centres = {i: statistics.median(median_of(q.cases[i]) for q in reuse) for i in forward}
-        slowest.append(max(statistics.median(median_of(q.cases[i]) / centres[i] - 1 for i in forward) for q in stream))
+        offset = {
+            v: [statistics.median(median_of(q.cases[i]) / centres[i] - 1 for i in forward) for q in leases[n][v]]
+            for v in ("reuse", "stream")
+        }
+        slowest.append(max(offset["stream"]))
+        slowest_reuse.append(max(offset["reuse"]))
     return [
-        "Section 3's runner with a stream per round read fewer cases within 0.5% than the runner as it is, against "
-        "commands on another GPU in another lease, with forward cases slow in some processes where do_bench in the "
-        f"same processes was not. Here the forward cases ({', '.join(forward)}) spread "
+        "Section 3's runner with a stream per case-round read fewer cases within 0.5% than the runner as it is, "
+        "against commands on another GPU in another lease, with forward cases slow in some processes where do_bench "
+        "in the "
+        f"same processes was not. Here the forward cases' ({', '.join(forward)}) standard deviation was "
         + (
-            "no wider with a stream per case-round in any lease"
+            "no larger with a stream per case-round in any lease"
             if held
-            else "wider with a stream per case-round in at least one lease"
+            else "larger with a stream per case-round in at least one lease"
         )
         + f"; their means move by {'; '.join(shifts)}; the slowest `stream` process reads them "
         + ", ".join(f"{pct(s, sign=True)} (lease {n})" for s, n in zip(slowest, names, strict=True))
-        + " from the `reuse` processes' median.",
+        + " from the `reuse` processes' median, the slowest `reuse` process "
+        + ", ".join(f"{pct(s, sign=True)}" for s in slowest_reuse)
+        + ".",
         "",
-        "The runner stays on the process's stream until one lease compares the two over both suites, with the rule "
-        "set beforehand: take a stream per case-round if the expected number of cases ≥ 100 µs within 0.5% over every "
-        "five rises and the 95% bootstrap interval of the geometric-mean sd ratio lies below 1 "
-        "(`bench/h200_placement_report.py`'s measures; `bench/h200_adopt.py` applies the rule): "
-        "`REDRAW_SUITES='examples/llama7b.toml bench/validation/suite.toml' REDRAW_VARIANTS='stream reuse' bash "
-        "bench/h200_truth.sh redraw N`, then `python bench/h200_adopt.py DATA --keep reuse --candidate stream`.",
+        RULE,
         "",
     ]
+
+
+RULE = (
+    "The runner stays on the process's stream until one lease compares the two over both suites, with the rule "
+    "set beforehand: take a stream per case-round if the expected number of cases ≥ 100 µs within 0.5% over every "
+    "five rises and the 95% bootstrap interval of the geometric-mean sd ratio lies below 1 "
+    "(`bench/h200_placement_report.py`'s measures; `bench/h200_adopt.py` applies the rule): "
+    "`REDRAW_SUITES='examples/llama7b.toml bench/validation/suite.toml' REDRAW_VARIANTS='stream reuse' bash "
+    "bench/h200_truth.sh redraw N`, then `python bench/h200_adopt.py DATA --keep reuse --candidate stream`."
+)
 
 
 def plot(variants: dict[str, list[Process]], path: Path) -> None:

@@ -17,6 +17,7 @@ import pytest
 from bench.h200_rounds_report import SHARED, Process, _rounds, heavy, load_runs, load_variants
 from bench.h200_stream_report import (
     CO_MOVEMENT,
+    CoMove,
     addresses_new,
     blocks_drawn,
     case_rounds,
@@ -24,6 +25,7 @@ from bench.h200_stream_report import (
     co_movement,
     load_placed,
     mean_gap_p,
+    moving_together,
     one_stream_section,
     render,
     round_stream_section,
@@ -218,12 +220,22 @@ def test_rounds_that_share_a_streams_level_move_together_and_others_do_not() -> 
 
 def test_blocks_drawn_and_addresses_new_count_what_the_allocator_handed_out() -> None:
     same = _placed(["x"], [[0]] * 4, [[[[10, 64], [20, 64]]]] * 4)
-    assert blocks_drawn(same) == 0.25 and addresses_new(same) == pytest.approx(0.25)
+    assert blocks_drawn(same) == 0.0 and addresses_new(same) == pytest.approx(0.25)  # the first round's are new
     fresh = _placed(["x"], [[r] for r in range(4)])
     assert blocks_drawn(fresh) == 1.0 and addresses_new(fresh) == 1.0
     # the same addresses at another size are other blocks, but not new addresses
     resized = _placed(["x"], [[0], [0]], [[[[10, 64]]], [[[10, 128]]]])
     assert blocks_drawn(resized) == 1.0 and addresses_new(resized) == 0.5
+    # one round of four on blocks of its own
+    once = _placed(["x"], [[0]] * 4, [[[[10, 64]]], [[[10, 64]]], [[[30, 64]]], [[[10, 64]]]])
+    assert blocks_drawn(once) == pytest.approx(1 / 3)
+
+
+def test_pairs_move_together_where_their_interval_lies_above_zero() -> None:
+    up, flat = CoMove(100, 0.3, 0.1, 0.5, 0.0), CoMove(100, 0.05, -0.1, 0.2, 0.0)
+    assert moving_together([("a", up), ("b", up)]) == "move together"
+    assert moving_together([("a", up), ("b", flat)]) == "move together in lease a only"
+    assert moving_together([("a", flat), ("b", flat)]) == "were not shown to move together"
 
 
 def test_an_addresses_record_is_read_gzipped_or_not_and_is_not_a_document(tmp_path: Path) -> None:
@@ -296,7 +308,7 @@ def test_section_5_says_narrowed_only_where_every_lease_shows_it() -> None:
     only_round = {"a": {"reuse": WIDE, "round-stream": NARROW, "stream": [1.2 * x for x in WIDE[::-1]]}}
     text = _section(only_round, same_blocks)
     assert "In every lease a stream per round of the suite narrowed the shared level; a stream per case-round" in text
-    assert "spread wider with a stream per case-round in at least one lease" in text
+    assert "standard deviation was larger with a stream per case-round in at least one lease" in text
     neither = {"a": {"reuse": WIDE, "round-stream": WIDE[::-1], "stream": WIDE[::-1]}}
     text = _section(neither, same_blocks)
     assert "A new stream per round did not narrow the shared level in every lease." in text
@@ -307,7 +319,7 @@ def test_section_5_says_narrowed_only_where_every_lease_shows_it() -> None:
 
 def test_section_5_reads_the_forward_cases_level_and_the_slowest_process() -> None:
     text = _section({"a": {"reuse": WIDE, "round-stream": NARROW, "stream": [0.002 + x for x in NARROW]}}, {})
-    assert "spread no wider with a stream per case-round in any lease" in text
+    assert "standard deviation was no larger with a stream per case-round in any lease" in text
     gap = (0.002 + statistics.fmean(NARROW) - statistics.fmean(WIDE)) / (1 + statistics.fmean(WIDE))
     assert f"their means move by fwd {gap * 100:+.2f}% in lease a (p = 0.0" in text  # +0.18%, p < 0.05
     slowest = max(0.002 + x for x in NARROW) - statistics.median(WIDE)
@@ -322,3 +334,18 @@ def test_two_processes_of_one_pid_are_refused_a_shared_level() -> None:
 def test_the_sd_ratio_interval_brackets_the_ratio() -> None:
     ratio, low, high = sd_ratio_interval(WIDE, NARROW, resamples=500)
     assert ratio == pytest.approx(1 / 6) and low < ratio < high < 1
+
+
+def test_section_5_without_forward_cases_or_a_deciding_contrast_still_states_the_rule() -> None:
+    built = _lease({"reuse": WIDE, "round-stream": NARROW, "stream": NARROW})
+    shared_only = {v: [Process(q.name, {i: q.cases[i] for i in SHARED}, {}) for q in ps] for v, ps in built[0].items()}
+    few = _lease({"reuse": WIDE[:3], "x": WIDE[4:7]})[0]  # three a side: an interval reaching 0
+    same_gpu = {"a": "GPU-a", "b": "GPU-a"}
+    text = "\n".join(
+        round_stream_section(
+            {"a": shared_only, "b": shared_only}, {"a": built[1], "b": built[1]}, same_gpu, {"here": few}
+        )
+    )
+    assert "The runner stays on the process's stream until one lease compares" in text
+    assert "forward cases'" not in text and "each on its own GPU" not in text and "Two more leases (" in text
+    assert "nor do their intervals exclude a narrowing as large as a new stream's here" in text
