@@ -513,12 +513,9 @@ class LeaseResult:
     """Section 5's measures for one lease."""
 
     name: str
-    sd: dict[str, float]
     p: dict[str, float]  # a new stream's shared level narrower than reuse's
     p_between: float  # a stream per case-round's narrower than a stream per round of the suite's
     ratio: dict[str, float]  # sd(variant) / sd(reuse)
-    gap: float
-    p_gap: float
     facts: str
 
 
@@ -552,7 +549,7 @@ def _lease_result(
         f"before: {each(new)}."
     )
     ratio = {v: sd[v] / sd["reuse"] for v in NEW_STREAMS}
-    return LeaseResult(name, sd, p, p_between, ratio, gap, p_gap, facts)
+    return LeaseResult(name, p, p_between, ratio, facts)
 
 
 def round_stream_section(
