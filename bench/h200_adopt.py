@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 from bench.h200_placement_report import load_both, sd_ratio_ci, sd_ratio_p  # noqa: E402
 from bench.h200_rounds_report import FIVE, Process, heavy, median_of, share_within  # noqa: E402
 
+MIN_PROCESSES = 8  # a side's processes the rule asks for by default
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -106,7 +108,7 @@ def main() -> int:
     parser.add_argument("data", type=Path)
     parser.add_argument("--keep", required=True, help="the label of the processes timed as the runner does now")
     parser.add_argument("--candidate", required=True, help="the label of the processes timed the proposed way")
-    parser.add_argument("--min-processes", type=int, default=8)
+    parser.add_argument("--min-processes", type=int, default=MIN_PROCESSES)
     args = parser.parse_args()
     groups = load_both(args.data)
     missing = [v for v in (args.keep, args.candidate) if v not in groups]

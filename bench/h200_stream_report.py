@@ -1,5 +1,6 @@
 """The level a process shares, against the host's CPUs, a stream per round and one non-default stream; a stream per
-round over both suites; a stream per round of the suite, and the blocks a round lands on.
+round over both suites; a stream per round of the suite, and the blocks a round lands on; the lease that decided
+the runner takes up a stream per case-round.
 
     python bench/h200_stream_report.py --data bench/reports/data/h200-stream-2026-12-03 \
         --before bench/reports/data/h200-rounds-2026-12-03 \
@@ -22,11 +23,15 @@ holding their level through a process's rounds. The raw data (``provenance.json`
              the suite shared by its cases (``round-stream``) and with a new stream per case-round (``stream``),
              each with its ``--addresses`` record (``<label>-<pid>.addresses.json.gz``: each case-round's stream
              and blocks)
+  adopt/a, adopt/b, adopt/c
+             the lease the rule of ``bench/h200_adopt.py`` decides on (set before it): both suites, processes
+             alternating between a stream per case-round (``stream``) and the runner as it then was (``reuse``);
+             later commands the device gave other GPUs (b, c), shown beside it
 
 ``--placed DIR`` (any number) adds folders of ``h200_redraw`` processes that draw each round's blocks anew on the
 process's one stream (``reuse`` and one other variant): the contrast for section 5.
 
-Writes the report and a plot beside it (same name, ``.png``).
+Writes the report and its plots beside it (same name, ``.png``, ``-levels.png`` and ``-adopt.png``).
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ from bench.h200_rounds_report import (  # noqa: E402
 )
 
 PERMUTATIONS = 10_000
-NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
 SEED = 20261203
 
 
@@ -798,6 +803,166 @@ RULE = (
 )
 
 
+ADOPT_SHIFT = 0.0025  # a case whose median moved more than this between the ways of timing is named
+
+
+def level_shifts(kept: list[Process], candidate: list[Process], ids: list[str]) -> dict[str, float]:
+    """Per case, the candidate processes' median of their medians relative to the kept ones' (0.001 = 0.1% slower)."""
+    return {
+        i: statistics.median(median_of(p.cases[i]) for p in candidate)
+        / statistics.median(median_of(p.cases[i]) for p in kept)
+        - 1
+        for i in ids
+    }
+
+
+def shifted_cases(kept: list[Process], candidate: list[Process], ids: list[str], alpha: float = 0.05) -> list[str]:
+    """The cases whose process medians differ between the groups at ``alpha`` (two-sided Mann–Whitney U)."""
+    from scipy.stats import mannwhitneyu
+
+    return [
+        i
+        for i in ids
+        if mannwhitneyu([median_of(p.cases[i]) for p in kept], [median_of(p.cases[i]) for p in candidate]).pvalue
+        < alpha
+    ]
+
+
+def deciding_lease(leases: dict[str, dict[str, list[Process]]]) -> str | None:
+    """The first lease with the processes ``bench/h200_adopt.py`` asks for of both ``reuse`` and ``stream``."""
+    from bench.h200_adopt import MIN_PROCESSES
+
+    return next(
+        (n for n, v in leases.items() if min(len(v.get("reuse", [])), len(v.get("stream", []))) >= MIN_PROCESSES),
+        None,
+    )
+
+
+def adopt_section(leases: dict[str, dict[str, list[Process]]], gpus: dict[str, str]) -> list[str]:
+    """Section 6: the rule of ``bench/h200_adopt.py`` applied to the lease that has the processes it asks for (the
+    first with enough of both), and what the other leases add."""
+    from bench.h200_adopt import cases_to_decide, decide
+    from bench.h200_adopt import render as render_decision
+    from bench.h200_placement_report import sd_ratio_ci, sd_ratio_p
+
+    deciding = deciding_lease(leases)
+    lines = [
+        "## 6. The decision: a stream per case-round over both suites, in one lease",
+        "",
+        "The rule was set, and committed as `bench/h200_adopt.py`, before this lease: over the cases of 100 µs and "
+        "more, a stream per case-round (`stream`) is taken up only if the expected number of cases within 0.5% over "
+        "every five processes rises and the 95% bootstrap interval of the standard-deviation ratio lies below 1, with "
+        "at least eight processes a side. Processes alternated between `stream` and the runner as it then was "
+        "(`reuse`: every round on the process's current stream), each profiling both suites.",
+        "",
+    ]
+    if deciding is None:
+        return [*lines, "No lease has eight processes of each: the rule cannot decide.", ""]
+    kept, candidate = leases[deciding]["reuse"], leases[deciding]["stream"]
+    decision = decide(kept, candidate)
+    ids, _ = cases_to_decide(kept, candidate)
+    lines += [
+        f"**Lease {deciding}** (GPU {gpus[deciding][4:12]}), "
+        f"`python bench/h200_adopt.py {{data}}/adopt/{deciding} --keep reuse --candidate stream`:",
+        "",
+        render_decision(decision, "reuse", "stream"),
+        "",
+    ]
+    all_ids = sorted(set.intersection(*(set(p.cases) for p in kept + candidate)))
+    shifts = level_shifts(kept, candidate, all_ids)
+    heavy_shifts = [shifts[i] for i in ids]
+    moved = sorted((i for i in ids if abs(shifts[i]) > ADOPT_SHIFT), key=lambda i: -abs(shifts[i]))
+    light = [shifts[i] for i in all_ids if i not in ids]
+    apart = shifted_cases(kept, candidate, all_ids)
+    lines += [
+        f"**Levels.** Over the {len(ids)} cases of 100 µs and more, `stream`'s median of process medians stood "
+        f"{pct(statistics.median(heavy_shifts), sign=True)} from `reuse`'s at the median case "
+        f"({pct(min(heavy_shifts), sign=True)} to {pct(max(heavy_shifts), sign=True)}); "
+        + (
+            f"moved more than {pct(ADOPT_SHIFT)}: " + ", ".join(f"{i} {pct(shifts[i], sign=True)}" for i in moved)
+            if moved
+            else f"none moved more than {pct(ADOPT_SHIFT)}"
+        )
+        + (
+            f"; the {len(light)} shorter cases {pct(min(light), sign=True)} to {pct(max(light), sign=True)}"
+            if light
+            else ""
+        )
+        + f". Of all {len(all_ids)} cases, {len(apart)} read other medians at p < 0.05 (Mann–Whitney on the process "
+        f"medians, case by case; {0.05 * len(all_ids):.1f} expected by chance)"
+        + (": " + ", ".join(f"{i} {pct(shifts[i], sign=True)}" for i in apart) if apart else "")
+        + ". A comparison across the change lists it (`attnprof timing`), as it lists a new torch.",
+        "",
+    ]
+    others = []
+    for name, variants in leases.items():
+        if name == deciding:
+            continue
+        k, c = variants.get("reuse", []), variants.get("stream", [])
+        if min(len(k), len(c)) >= 3:
+            ratio = sd_ratio_p(k, c, ids)[0]
+            low, high = sd_ratio_ci(k, c, ids)
+            others.append(
+                f"lease {name} (GPU {gpus[name][4:12]}, {len(k)} processes of each): standard deviation {ratio:.2f} "
+                f"times `reuse`'s, 95% interval {low:.2f}–{high:.2f}"
+            )
+        else:
+            others.append(
+                f"lease {name} (GPU {gpus[name][4:12]}): {len(k)} and {len(c)} processes, too few for a spread"
+            )
+    if others:
+        lines += [
+            "**Other GPUs.** The device lent later commands other machines; too few processes for the rule, they "
+            "are shown, not weighed: " + "; ".join(others) + ".",
+            "",
+        ]
+    lines += [
+        f"**Verdict:** {'take up' if decision.adopt else 'keep'} "
+        + (
+            "a stream per case-round. The runner now builds, warms up and times each case-round on a new stream "
+            "from PyTorch's pool (`SuiteSession.new_round_stream`), in profile and paired runs alike, and the "
+            "result document's `attnprof timing` says so."
+            if decision.adopt
+            else "the process's one stream."
+        ),
+        "",
+    ]
+    return lines
+
+
+def plot_adopt(kept: list[Process], candidate: list[Process], ids: list[str], path: Path) -> None:
+    """Section 6: each case's standard deviation of process medians, one stream against a stream per case-round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def sd(group: list[Process], i: str) -> float:
+        values = [median_of(p.cases[i]) for p in group]
+        centre = statistics.median(values)
+        return statistics.stdev(v / centre - 1 for v in values) * 100
+
+    x = [sd(kept, i) for i in ids]
+    y = [sd(candidate, i) for i in ids]
+    fig, ax = plt.subplots(figsize=(5.6, 5.2))
+    ax.scatter(x, y, s=22, alpha=0.8, color="#1f77b4")
+    low, top = min(x + y) / 1.3, max(x + y) * 1.3
+    ax.plot([low, top], [low, top], color="grey", lw=1, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, top)
+    ax.set_ylim(low, top)
+    ax.set_xlabel("one stream (the runner before): sd of process medians, %")
+    ax.set_ylabel("a stream per case-round: sd of process medians, %")
+    ax.set_title(
+        f"Cases of 100 µs and more, {len(kept)} processes a side, one H200 (section 6);\nbelow the line: narrower",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def plot(variants: dict[str, list[Process]], path: Path) -> None:
     import matplotlib
 
@@ -855,7 +1020,7 @@ def plot_levels(by_lease: dict[str, dict[str, list[Process]]], path: Path) -> No
 
 def render(
     data: Path, before: Path, png_name: str, placed_dirs: list[Path]
-) -> tuple[str, dict[str, list[Process]], dict[str, dict[str, list[Process]]]]:
+) -> tuple[str, dict[str, list[Process]], dict[str, dict[str, list[Process]]], dict[str, dict[str, list[Process]]]]:
     provenance = json.loads((data / "provenance.json").read_text())
     versions = (data / "versions.txt").read_text().strip()
 
@@ -864,7 +1029,7 @@ def render(
     leases = len(provenance["leases"])
     lines = [
         "# The level a process shares: the host's CPUs, a stream per round, a stream per round over both suites, one "
-        "non-default stream, a stream per round of the suite",
+        "non-default stream, a stream per round of the suite; the runner takes up a stream per case-round",
         "",
         f"From {NUMBERS.get(leases, leases)} leases on {provenance['date']} (raw data in `{shown(data)}`, "
         "recomputed by this report's script; "
@@ -891,7 +1056,18 @@ def render(
     gpus = {f.name: provenance["leases"][f"round-stream {f.name}"]["gpu"] for f in folders}
     lines += round_stream_section(by_lease, placed, gpus, {shown(d): load_variants(d) for d in placed_dirs})
     lines += [f"![shared levels by variant and lease]({Path(png_name).stem}-levels.png)", ""]
-    return "\n".join(lines), variants, by_lease
+    from bench.h200_placement_report import load_both  # it reads this module's constants: imported here
+
+    adopt = {f.name: load_both(f) for f in sorted(p for p in (data / "adopt").iterdir() if p.is_dir())}
+    lines += [
+        line.replace("{data}", shown(data))
+        for line in adopt_section(adopt, {k: provenance["leases"][f"adopt {k}"]["gpu"] for k in adopt})
+    ]
+    lines += [
+        f"![standard deviations, one stream against a stream per case-round]({Path(png_name).stem}-adopt.png)",
+        "",
+    ]
+    return "\n".join(lines), variants, by_lease, adopt
 
 
 def main() -> int:
@@ -904,12 +1080,18 @@ def main() -> int:
     )
     args = parser.parse_args()
     png = args.out.with_suffix(".png")
-    text, variants, by_lease = render(args.data, args.before, png.name, args.placed)
+    text, variants, by_lease, adopt = render(args.data, args.before, png.name, args.placed)
     args.out.write_text(text)
     plot(variants, png)
     levels = png.with_name(f"{png.stem}-levels.png")
     plot_levels(by_lease, levels)
-    print(f"wrote {args.out}, {png} and {levels}")
+    written = [args.out, png, levels]
+    deciding = deciding_lease(adopt)
+    if deciding is not None:
+        written.append(png.with_name(f"{png.stem}-adopt.png"))
+        kept = adopt[deciding]["reuse"]
+        plot_adopt(kept, adopt[deciding]["stream"], heavy(kept), written[-1])
+    print(f"wrote {', '.join(map(str, written))}")
     return 0
 
 

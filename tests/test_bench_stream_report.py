@@ -19,10 +19,13 @@ from bench.h200_stream_report import (
     CO_MOVEMENT,
     CoMove,
     addresses_new,
+    adopt_section,
     blocks_drawn,
     case_rounds,
     changed,
     co_movement,
+    deciding_lease,
+    level_shifts,
     load_placed,
     mean_gap_p,
     moving_together,
@@ -32,6 +35,7 @@ from bench.h200_stream_report import (
     sd_ratio_interval,
     shared_levels,
     shared_sd,
+    shifted_cases,
     variance_ratio_p,
 )
 from profiler_core.documents import load_result
@@ -143,9 +147,18 @@ def test_the_committed_data_holds_what_the_report_says() -> None:
 
 
 def test_the_report_regenerates_from_its_data() -> None:
-    text, variants, by_lease = render(DATA, BEFORE, "h200-stream.png", PLACED)
+    text, variants, by_lease, adopt = render(DATA, BEFORE, "h200-stream.png", PLACED)
     assert text == (REPO / "bench" / "reports" / "h200-stream.md").read_text()
     assert sorted(by_lease) == ["a", "b"]
+    # section 6: the lease that decides has ten processes of each over both suites; the later GPUs' are shown apart
+    assert {k: (len(v["reuse"]), len(v["stream"])) for k, v in adopt.items()} == {
+        "a": (10, 10),
+        "b": (4, 4),
+        "c": (1, 1),
+    }
+    assert deciding_lease(adopt) == "a" and all(len(p.cases) == 45 for v in adopt["a"].values() for p in v)
+    assert "| reuse | 10 | 18.5/29 |" in text and "| stream | 10 | 22.9/29 |" in text
+    assert "Verdict: take up `stream`." in text and "**Verdict:** take up a stream per case-round." in text
     assert "In every lease both a stream per case-round and a stream per round of the suite narrowed" in text
     assert "| stream per round (785d8bc) | 9 | 19/29 |" in text
     assert "## 4. One non-default stream for the whole process" in text and "p = 0.234" in text
@@ -349,3 +362,63 @@ def test_section_5_without_forward_cases_or_a_deciding_contrast_still_states_the
     assert "The runner stays on the process's stream until one lease compares" in text
     assert "forward cases'" not in text and "each on its own GPU" not in text and "Two more leases (" in text
     assert "nor do their intervals exclude a narrowing as large as a new stream's here" in text
+
+
+def _adopt_group(prefix: str, scale: float, n: int = 10, shift: int = 0, level: float = 0.0) -> list[Process]:
+    """``n`` processes over three cases of 200 µs and more and one of 20 µs, each process's medians at ``scale``
+    times its own offset (up to +-0.4%), each case in its own order, all moved by ``level``."""
+    half = max((n - 1) / 2, 1.0)
+    offsets = [(k - (n - 1) / 2) / half * 0.004 for k in range(n)]
+    out = []
+    for k in range(n):
+        cases = {
+            c: make_case(c, median_us=base * (1 + level) * (1 + scale * offsets[(k + shift + 3 * j) % n]), n=30)
+            for j, (c, base) in enumerate((("v/a", 200.0), ("v/b", 400.0), ("v/c", 800.0), ("v/short", 20.0)))
+        }
+        out.append(Process(f"{prefix}-{k}", cases, {}))
+    return out
+
+
+def test_section_6_takes_up_a_narrower_stream_and_names_the_lease_and_the_others() -> None:
+    leases = {
+        "a": {"reuse": _adopt_group("r", 1.0), "stream": _adopt_group("s", 0.3, shift=1)},
+        "b": {"reuse": _adopt_group("rb", 1.0, n=4), "stream": _adopt_group("sb", 0.5, n=4, shift=1)},
+        "c": {"reuse": _adopt_group("rc", 1.0, n=1), "stream": _adopt_group("sc", 1.0, n=1)},
+    }
+    gpus = {k: f"GPU-{k * 8}-rest" for k in leases}
+    text = "\n".join(adopt_section(leases, gpus))
+    assert "**Lease a** (GPU aaaaaaaa)" in text and "Verdict: take up `stream`." in text
+    assert "**Verdict:** take up a stream per case-round." in text
+    assert "lease b (GPU bbbbbbbb, 4 processes of each): standard deviation" in text
+    assert "lease c (GPU cccccccc): 1 and 1 processes, too few for a spread" in text
+    assert "the 1 shorter cases" in text and "none moved more than 0.25%" in text
+
+
+def test_section_6_keeps_one_stream_when_the_rule_says_so_and_names_moved_levels() -> None:
+    leases = {"a": {"reuse": _adopt_group("r", 1.0), "stream": _adopt_group("s", 1.0, shift=2, level=0.004)}}
+    text = "\n".join(adopt_section(leases, {"a": "GPU-12345678-rest"}))
+    assert "Verdict: keep `reuse`" in text and "**Verdict:** keep the process's one stream." in text
+    assert "Other GPUs" not in text
+    # every case moved +0.4%: each named, and each apart by Mann-Whitney (ten processes a side, no overlap)
+    assert "moved more than 0.25%: v/a +0.40%" in text and "Of all 4 cases, 4 read other medians at p < 0.05" in text
+
+
+def test_section_6_refuses_to_decide_without_eight_processes_a_side() -> None:
+    leases = {"a": {"reuse": _adopt_group("r", 1.0, n=7), "stream": _adopt_group("s", 0.3, n=7)}}
+    assert deciding_lease(leases) is None
+    assert (
+        deciding_lease({**leases, "b": {"reuse": _adopt_group("r", 1.0, n=8), "stream": _adopt_group("s", 1.0, n=8)}})
+        == "b"
+    )
+    assert (
+        adopt_section(leases, {"a": "GPU-12345678"})[-2]
+        == "No lease has eight processes of each: the rule cannot decide."
+    )
+
+
+def test_level_shifts_and_shifted_cases_read_the_groups_medians() -> None:
+    kept, moved = _adopt_group("r", 1.0), _adopt_group("s", 1.0, level=0.01)
+    shifts = level_shifts(kept, moved, ["v/a", "v/short"])
+    assert shifts == pytest.approx({"v/a": 0.01, "v/short": 0.01}, abs=1e-4)
+    assert shifted_cases(kept, moved, ["v/a", "v/b"]) == ["v/a", "v/b"]
+    assert shifted_cases(kept, _adopt_group("t", 1.0, shift=3), ["v/a", "v/b"]) == []
