@@ -6,6 +6,7 @@ the runner timed the cases; the runner works on the CPU here, as in CI.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import textwrap
@@ -16,6 +17,8 @@ import pytest
 
 from profiler_core.documents import Case, ResultDocument
 from profiler_core.errors import SuiteError
+from profiler_core.measure import runner
+from profiler_core.measure.case import on_stream, round_stream
 from profiler_core.measure.runner import ProfileOptions, profile_suite
 from profiler_core.suite import TimingConfig, parse_suite
 
@@ -28,6 +31,8 @@ import torch
 
 CALLS = []  # (case name, build number, time) per call of a workload's step
 BUILDS = {}
+STREAM = [None]  # the stream current now, as the tests' stand-in for CUDA's sets it
+ON = []  # (case name, build number, stream) at each build and each call of a step
 
 
 def _factory(name, fail_on_build=None):
@@ -36,10 +41,12 @@ def _factory(name, fail_on_build=None):
         build = BUILDS[name]
         if build == fail_on_build:
             raise RuntimeError(f"{name} cannot be built a {build}th time")
+        ON.append((name, build, STREAM[0]))
         x = torch.randn(64, 64, device=device)
 
         def step(x):
             CALLS.append((name, build, time.perf_counter()))
+            ON.append((name, build, STREAM[0]))
             return x @ x
 
         return {"fn": step, "args": [x]}
@@ -82,6 +89,7 @@ def factories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 def profile(factories: object, text: str, peaks_cache: Path) -> ResultDocument:
     factories.CALLS.clear()  # type: ignore[attr-defined]
     factories.BUILDS.clear()  # type: ignore[attr-defined]
+    factories.ON.clear()  # type: ignore[attr-defined]
     return profile_suite(parse_suite(text, source="rounds.toml"), ProfileOptions(device="cpu", cache_dir=peaks_cache))
 
 
@@ -122,6 +130,50 @@ def test_one_round_times_each_case_in_one_stretch(factories: object, peaks_cache
     assert factories.BUILDS == {"first": 1, "second": 1}  # type: ignore[attr-defined]
     latency = case(doc, "first").latency_us
     assert latency is not None and latency.rounds == 1
+
+
+def test_each_case_round_is_built_warmed_up_and_timed_on_a_stream_of_its_own(
+    factories: object, peaks_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CUDA streams need a GPU: a stand-in hands out numbered streams and makes one current the way
+    # torch.cuda.stream does, so the test sees which stream each build and each call of a step ran on.
+    handed: list[str] = []
+
+    def next_stream(session: object) -> str:
+        handed.append(f"stream {len(handed) + 1}")
+        return handed[-1]
+
+    @contextlib.contextmanager
+    def current(stream: str | None) -> Iterator[None]:
+        before = factories.STREAM[0]  # type: ignore[attr-defined]
+        factories.STREAM[0] = stream  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            factories.STREAM[0] = before  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(runner.SuiteSession, "new_round_stream", next_stream)
+    monkeypatch.setattr(runner, "on_stream", current)
+    doc = profile(factories, suite(["first", "second"]), peaks_cache)
+    assert all(case(doc, n).status == "ok" for n in ("first", "second"))
+    on = factories.ON  # type: ignore[attr-defined]
+    streams: dict[tuple[str, int], set[str | None]] = {}
+    for name, build, stream in on:
+        streams.setdefault((name, build), set()).add(stream)
+    # six case-rounds (two cases, three rounds): the build, warm-up, timing and the first round's trace of each
+    # on one stream, its own, handed out in the order the rounds ran
+    assert sorted(streams) == [(n, b) for n in ("first", "second") for b in (1, 2, 3)]
+    assert all(len(s) == 1 for s in streams.values()), streams
+    by_round = {key: next(iter(s)) for key, s in streams.items()}
+    assert len(set(by_round.values())) == 6 and None not in by_round.values()
+    assert [by_round[(n, b)] for b in (1, 2, 3) for n in ("first", "second")] == handed
+    assert factories.STREAM == [None]  # type: ignore[attr-defined]  # every round's stream was left
+
+
+def test_a_stream_per_case_round_is_cuda_s_alone() -> None:
+    assert round_stream("cpu") is None
+    with on_stream(None):  # no stream on the CPU: nothing to make current
+        pass
 
 
 def test_a_case_that_fails_in_a_later_round_is_failed_with_the_round_named(

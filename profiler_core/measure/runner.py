@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -40,6 +41,8 @@ from profiler_core.measure.case import (
     _time_round,
     _Timing,
     disturbance_reasons,
+    on_stream,
+    round_stream,
     safe_name,
 )
 from profiler_core.measure.clock import clock_pass
@@ -188,8 +191,14 @@ class SuiteSession:
             return record
         return self.prepare(record.spec) or self.time_prepared(record.spec)
 
+    def new_round_stream(self) -> Any:
+        """The stream a case-round runs on, on CUDA a new one from PyTorch's pool (:func:`round_stream`); None on the
+        CPU."""
+        return round_stream(self.device)
+
     def prepare(self, spec: CaseSpec) -> Case | None:
-        """Build the case and run its warm-up, ready for :meth:`time_prepared`; the failure's record if it failed.
+        """Build the case and run its warm-up on the round's stream (:meth:`new_round_stream`), ready for
+        :meth:`time_prepared`, which times it on that stream; the failure's record if it failed.
 
         A profile run times right after; a paired run prepares both sides before timing either, so that the two
         timed windows of a pair follow each other closely (the GPU's clocks move within a fraction of a second under
@@ -199,18 +208,20 @@ class SuiteSession:
         warns = stack.enter_context(capture_warnings())
         # The workload's own context closes before the accuracy reference is computed; the warnings' after it.
         context = stack.enter_context(contextlib.ExitStack())
+        stream = self.new_round_stream()
         try:
-            workload = build_workload(spec, self.device, seed=self.options.seed)
-            context.enter_context(workload.context())
-            for _ in range(self.round_config.warmup):
-                workload.zero_grads()
-                workload.step()
-            if self.device == "cuda":
-                torch.cuda.synchronize()
+            with on_stream(stream):
+                workload = build_workload(spec, self.device, seed=self.options.seed)
+                context.enter_context(workload.context())
+                for _ in range(self.round_config.warmup):
+                    workload.zero_grads()
+                    workload.step()
+                if self.device == "cuda":
+                    torch.cuda.synchronize()
         except Exception as exc:  # the workload is arbitrary code: the case's failure
             stack.close()
             return self._failed_round(spec, exc, warns)
-        self._prepared[spec.id] = _Prepared(workload, stack, context, warns, started)
+        self._prepared[spec.id] = _Prepared(workload, stack, context, warns, started, stream)
         return None
 
     def time_prepared(self, spec: CaseSpec) -> Case | _Pending:
@@ -222,7 +233,7 @@ class SuiteSession:
         trace_path = self.options.trace_dir / f"{safe_name(spec.id)}.trace.json.gz" if self.options.trace_dir else None
         workload = prepared.workload
         try:
-            with prepared.stack:
+            with prepared.stack, on_stream(prepared.stream):
                 with prepared.context:
                     if record is None:
                         timing = _Timing()
