@@ -7,7 +7,9 @@
 profile run builds each case again in each round, its tensors taken from PyTorch's caching allocator; here the run
 is made both ways:
 
-  reuse    the profiler as it is: each round's tensors come from the blocks the allocator holds
+  reuse    the profiler as it is: each round's tensors come from the blocks the allocator holds, each case-round
+           on a stream of its own (before the runner took that up, 2026-12-03, every round on the process's
+           current stream: the committed data's ``reuse`` is what the runner was at the commit its provenance names)
   redraw   the allocator's cached blocks given back to the driver (``torch.cuda.empty_cache``) right before each
            round's build, so that its tensors come fresh from the driver (what a paired run's side processes do
            after each round)
@@ -16,12 +18,15 @@ is made both ways:
            one is still held, and cuBLAS's workspaces freed (``torch._C._cuda_clearCublasWorkspaces``); the
            allocator may hand the buffer a block freed in an earlier round, so it lands on one of several places,
            not always a new one; the case's own tensors come from the allocator as in ``reuse``
-  stream   each round (its build, warm-up and timing) on a stream of its own: a new ``torch.cuda.Stream()``, which
-           PyTorch hands out from its pool of streams in turn, where the profiler runs every round on the
-           process's current stream
+  stream   each case-round (its build, warm-up and timing) on a stream of its own: a new ``torch.cuda.Stream()``,
+           which PyTorch hands out from its pool of streams in turn. The runner does this itself now; before, it ran
+           every round on the process's current stream, and the committed data's ``stream`` is measured against that
+  current-stream
+           every round on the process's current stream (the default stream): the runner before it took up a stream
+           per case-round, against ``reuse`` now
   one-stream
            every round on one stream from the pool, the same for the whole process: a non-default stream, nothing
-           else changed (against ``reuse``: is it the default stream?)
+           else changed (against the current stream: is it the default stream?)
   round-stream
            a new stream from the pool for each round of the suite, shared by every case of that round (against
            ``stream``: is it a new stream per case-round, or per stretch of time?)
@@ -85,7 +90,7 @@ def main() -> int:
     parser.add_argument("suites", nargs="+")
     parser.add_argument(
         "--variant",
-        choices=("reuse", "redraw", "persist", "stream", "one-stream", "round-stream", "shuffle"),
+        choices=("reuse", "redraw", "persist", "stream", "current-stream", "one-stream", "round-stream", "shuffle"),
         required=True,
     )
     parser.add_argument("--case", action="append", default=[], help="only the cases matching this pattern")
@@ -106,14 +111,14 @@ def main() -> int:
     if args.variant == "redraw":
         import torch
 
-        build = runner.build_workload
+        build = runner.build_workload  # type: ignore[attr-defined]
 
         def build_in_fresh_memory(spec: Any, device: str, *, seed: int = 0) -> Any:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             return build(spec, device, seed=seed)
 
-        runner.build_workload = build_in_fresh_memory  # type: ignore[assignment]
+        runner.build_workload = build_in_fresh_memory  # type: ignore[attr-defined,assignment]
     if args.variant == "persist":
         import random
 
@@ -152,31 +157,32 @@ def main() -> int:
             return prepare(self, spec)
 
         runner.SuiteSession.prepare = prepare_in_new_place  # type: ignore[method-assign]
-    if args.variant in ("stream", "one-stream", "round-stream"):
+    if args.variant in ("stream", "current-stream", "one-stream", "round-stream"):
         import torch
 
         streams: dict[int, Any] = {}  # one-stream: one, under 0; round-stream: one per round number
         rounds_run: dict[str, int] = {}
+        building: list[str] = [""]  # the case whose round the runner is preparing
+        prepare_case = runner.SuiteSession.prepare
 
-        def stream_for(case_id: str) -> Any:
+        def prepare_noting_case(self: Any, spec: Any) -> Any:
+            building[0] = spec.id
+            return prepare_case(self, spec)
+
+        def stream_for(self: Any) -> Any:  # in place of the runner's new_round_stream: the round's stream
             if args.variant == "stream":
                 return torch.cuda.Stream()  # type: ignore[no-untyped-call]
+            if args.variant == "current-stream":
+                return None
+            case_id = building[0]
             rounds_run[case_id] = rounds_run.get(case_id, 0) + 1
             key = rounds_run[case_id] if args.variant == "round-stream" else 0
             if key not in streams:
                 streams[key] = torch.cuda.Stream()  # type: ignore[no-untyped-call]
             return streams[key]
 
-        def on_its_stream(run_round: Any) -> Any:
-            def round_on_stream(self: Any, case: Any) -> Any:
-                case_id = case if isinstance(case, str) else case.id
-                with torch.cuda.stream(stream_for(case_id)):
-                    return run_round(self, case)
-
-            return round_on_stream
-
-        runner.SuiteSession.first = on_its_stream(runner.SuiteSession.first)  # type: ignore[method-assign]
-        runner.SuiteSession.again = on_its_stream(runner.SuiteSession.again)  # type: ignore[method-assign]
+        runner.SuiteSession.prepare = prepare_noting_case  # type: ignore[method-assign]
+        runner.SuiteSession.new_round_stream = stream_for  # type: ignore[method-assign]
     placed: list[dict[str, Any]] = []  # --addresses: per case-round, in the order they ran
     if args.addresses:
         import torch
@@ -184,13 +190,20 @@ def main() -> int:
         from bench.h200_workspace import allocations
 
         prepare_here = runner.SuiteSession.prepare  # around any variant's own wrapper: a shuffle pad is a block too
+        choose = runner.SuiteSession.new_round_stream  # any variant's own choice of the round's stream
+        handed: list[Any] = [None]
+
+        def stream_noted(self: Any) -> Any:
+            handed[0] = choose(self)
+            return handed[0]
 
         def prepare_and_record(self: Any, spec: Any) -> Any:
-            stream = torch.cuda.current_stream().cuda_stream  # type: ignore[no-untyped-call]
             failed, blocks = allocations(lambda: prepare_here(self, spec))
-            placed.append({"case": spec.id, "stream": int(stream), "blocks": blocks})
+            stream = handed[0] if handed[0] is not None else torch.cuda.current_stream()
+            placed.append({"case": spec.id, "stream": int(stream.cuda_stream), "blocks": blocks})
             return failed
 
+        runner.SuiteSession.new_round_stream = stream_noted  # type: ignore[method-assign]
         runner.SuiteSession.prepare = prepare_and_record  # type: ignore[method-assign]
     stem = f"{args.label or args.variant}-{os.getpid()}"
     rounds = f" --rounds {args.rounds}" if args.rounds is not None else ""
