@@ -10,13 +10,13 @@ the runner takes up a stream per case-round.
 ``bench/reports/h200-rounds.md`` found four cases (SHARED) moving together from process to process, about ±0.5%, and
 holding their level through a process's rounds. The raw data (``provenance.json`` lists the commands and GPUs):
 
-  pin/       ``bench/h200_redraw.py`` processes in turn: the profiler as it is, pinned to the host's first two CPUs
+  pin/       ``bench/h200_redraw.py`` processes in turn: the profiler then, pinned to the host's first two CPUs
              (``pin-lo``), to its last two (``pin-hi``), and not pinned (``reuse``); ``topo.txt``: the host's CPUs
-  stream/    the same lease, processes alternating between the profiler as it is (``reuse``: every round on the
+  stream/    the same lease, processes alternating between the profiler then (``reuse``: every round on the
              process's current stream) and each round on a new stream from PyTorch's pool (``stream``)
   runs/      ``bench/h200_truth.sh runs`` on another H200 with a stream per round built into the runner (785d8bc):
              both suites, do_bench beside them; compared with the two commands of ``--before`` (the runner as it is)
-  one-stream/ a third lease: processes alternating between the profiler as it is (``reuse``) and every round on one
+  one-stream/ a third lease: processes alternating between the profiler then (``reuse``) and every round on one
              non-default stream for the whole process (``one-stream``)
   round-stream/a, round-stream/b
              two more leases (two GPUs): processes in turn as it is (``reuse``), with a new stream per round of
@@ -154,7 +154,7 @@ def ab_section(variants: dict[str, list[Process]]) -> list[str]:
     out = [
         "## 1. A stream per round against the process's stream",
         "",
-        f"One lease, {len(reuse)} + {len(stream)} processes alternating (`reuse`: the profiler as it is, every round "
+        f"One lease, {len(reuse)} + {len(stream)} processes alternating (`reuse`: the profiler then, every round "
         "on the process's current stream; `stream`: each round's build, warm-up and timing on a new stream from "
         "PyTorch's pool). Per case: the process medians' standard deviation and range, the share of five-process "
         "subsets within 0.5%, the median range of a process's ten round medians, and the `stream` processes' median "
@@ -300,7 +300,8 @@ def runs_section(runs: list[Process], before: dict[str, list[Process]], before_g
             "",
         ]
     out += [
-        "The runner keeps every round on the process's stream. Each round's build placed anew, over both suites in "
+        "The runner then kept every round on the process's stream (section 6 has it take up a stream per "
+        "case-round). Each round's build placed anew, over both suites in "
         "one lease, is `bench/reports/h200-placement.md`.",
         "",
     ]
@@ -319,7 +320,7 @@ def one_stream_section(variants: dict[str, list[Process]], stream_levels: list[f
     out = [
         "## 4. One non-default stream for the whole process",
         "",
-        f"A third lease, {len(reuse)} + {len(one)} processes alternating: `reuse` (the profiler as it is) and "
+        f"A third lease, {len(reuse)} + {len(one)} processes alternating: `reuse` (the profiler then) and "
         "`one-stream` (every round on one stream from PyTorch's pool, the same for the whole process: a non-default "
         "stream, with no new stream per round and the allocator's blocks kept as they are), over the four cases "
         "and two forward ones. The last column compares the groups' means.",
@@ -578,7 +579,7 @@ def round_stream_section(
         + (", each on its own GPU" if apart and len(names) > 1 else "")
         + " ("
         + "; ".join(f"{n}: `{gpus[n]}`, {len(leases[n]['reuse'])} processes a variant" for n in names)
-        + "), the processes in turn: `reuse` (the profiler as it is), `round-stream` (a new stream from PyTorch's "
+        + "), the processes in turn: `reuse` (the profiler then), `round-stream` (a new stream from PyTorch's "
         "pool for each round of the suite, shared by every case of that round) and `stream` (a stream for each "
         "case-round, as in section 1: the pool hands out its streams in turn, so one comes back after as many "
         f"case-rounds as the pool holds, with the blocks the allocator cached on it), over {len(cases)} cases "
@@ -794,7 +795,7 @@ def _forward_lines(names: list[str], leases: dict[str, dict[str, list[Process]]]
 
 
 RULE = (
-    "The runner stays on the process's stream until one lease compares the two over both suites, with the rule "
+    "The runner stayed on the process's stream until one lease compared the two over both suites, with the rule "
     "set beforehand: take a stream per case-round if the expected number of cases ≥ 100 µs within 0.5% over every "
     "five rises and the 95% bootstrap interval of the geometric-mean sd ratio lies below 1 "
     "(`bench/h200_placement_report.py`'s measures; `bench/h200_adopt.py` applies the rule): "
@@ -979,7 +980,7 @@ def plot(variants: dict[str, list[Process]], path: Path) -> None:
             ax.scatter(jitter, values, s=16, alpha=0.8, color=("#d62728" if v == "reuse" else "#1f77b4"))
         ax.axhspan(-TARGET * 50, TARGET * 50, color="#2ca02c", alpha=0.12)
         ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels(["one stream\n(the profiler)", "a stream\nper round"])
+        ax.set_xticklabels(["one stream\n(the profiler then)", "a stream\nper round"])
         ax.set_xlim(-0.6, len(labels) - 0.4)
         ax.set_title(i, fontsize=9)
     axes[0].set_ylabel("process median, % from all processes' median")
@@ -1008,7 +1009,7 @@ def plot_levels(by_lease: dict[str, dict[str, list[Process]]], path: Path) -> No
         ax.axhspan(-TARGET * 50, TARGET * 50, color="#2ca02c", alpha=0.12)
         ax.set_xticks(range(len(ROUND_VARIANTS)))
         ax.set_xticklabels(
-            ["one stream\n(the profiler)", "a stream per\nround of the suite", "a stream per\ncase-round"]
+            ["one stream\n(the profiler then)", "a stream per\nround of the suite", "a stream per\ncase-round"]
         )
         ax.set_title(f"lease {lease}: {len(variants['reuse'])} processes a variant", fontsize=9)
     axes[0][0].set_ylabel("shared level, % from all processes' median")

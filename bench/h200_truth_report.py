@@ -635,9 +635,9 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
             "tested, and runs pooling two processes' rounds, simulated from committed runs, read no more cases "
             "within 0.5% (`bench/reports/h200-stream.md`, `bench/reports/h200-placement.md`); on two more GPUs a new "
             "stream per round narrowed the shared level, where new blocks on one stream were not shown to (`bench/reports/"
-            "h200-stream.md`, section 5); timed over both suites in one lease, a stream per case-round brought more "
-            "cases within 0.5% under a rule set beforehand, and the runner took it up (section 6 there): this run "
-            "predates it. Clocks were not locked"
+            "h200-stream.md`, section 5); timed over both suites in one lease, a stream per case-round was expected to "
+            "bring more cases within 0.5% in that lease under a rule set beforehand, and the runner took it up "
+            "(section 6 there): this run predates it. Clocks were not locked"
         )
     out.append(
         f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)}{cause} | "

@@ -359,7 +359,7 @@ def test_section_5_without_forward_cases_or_a_deciding_contrast_still_states_the
             {"a": shared_only, "b": shared_only}, {"a": built[1], "b": built[1]}, same_gpu, {"here": few}
         )
     )
-    assert "The runner stays on the process's stream until one lease compares" in text
+    assert "The runner stayed on the process's stream until one lease compared" in text
     assert "forward cases'" not in text and "each on its own GPU" not in text and "Two more leases (" in text
     assert "nor do their intervals exclude a narrowing as large as a new stream's here" in text
 

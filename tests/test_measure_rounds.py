@@ -14,12 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from profiler_core.documents import Case, ResultDocument
 from profiler_core.errors import SuiteError
 from profiler_core.measure import runner
 from profiler_core.measure.case import on_stream, round_stream
 from profiler_core.measure.runner import ProfileOptions, profile_suite
+from profiler_core.measure.timing import PAIRED_TIMING_METHOD, TIMING_METHOD
 from profiler_core.suite import TimingConfig, parse_suite
 
 MODULE = "attnprof_test_round_factories"
@@ -170,10 +172,16 @@ def test_each_case_round_is_built_warmed_up_and_timed_on_a_stream_of_its_own(
     assert factories.STREAM == [None]  # type: ignore[attr-defined]  # every round's stream was left
 
 
-def test_a_stream_per_case_round_is_cuda_s_alone() -> None:
+def test_a_stream_per_case_round_is_cuda_s_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     assert round_stream("cpu") is None
     with on_stream(None):  # no stream on the CPU: nothing to make current
         pass
+    # on CUDA each call takes a new stream from PyTorch (a stand-in here: no GPU), and the documents say so
+    made = iter(["pool stream 1", "pool stream 2"])
+    monkeypatch.setattr(torch.cuda, "Stream", lambda: next(made))
+    assert [round_stream("cuda"), round_stream("cuda")] == ["pool stream 1", "pool stream 2"]
+    assert TIMING_METHOD["cuda"].endswith("; a stream per case-round")
+    assert PAIRED_TIMING_METHOD["cuda"].endswith("; a stream per case-round")
 
 
 def test_a_case_that_fails_in_a_later_round_is_failed_with_the_round_named(

@@ -156,12 +156,14 @@ def round_stream(device: str) -> Any:
     """A stream for one case-round on CUDA, the next of PyTorch's pool (handed out in turn); None on the CPU.
 
     Each round's build, warm-up, timing (and in the first round its trace, clock pass and accuracy check) run on a
-    stream of its own. Timed on one stream throughout, a process read the level that stream's kernels settled on in
-    every round: four cases moved together from process to process by about +-0.5%. A stream per case-round draws
-    that level again each round and the pooled median averages it: on one H200, both suites profiled by ten
-    processes each way in turn, the cases of 100 us and more spread 0.69 times as widely (95% interval 0.52-0.88)
-    and 22.9 of 29 were expected within 0.5% over every five processes against 18.5 (``bench/reports/
-    h200-stream.md``, section 6; the rule, ``bench/h200_adopt.py``, was set before that lease)."""
+    stream of its own. Timed on one stream throughout, a process read one level in every round: four cases moved
+    together from process to process by about +-0.5%, with the stream and the blocks cached on it not told apart.
+    A stream per case-round draws that level again each round and the pooled median averages it: on one H200, both
+    suites profiled by ten processes each way in turn, the cases of 100 us and more spread 0.69 times as widely
+    (95% interval 0.52-0.88) and 22.9 of 29 were expected within 0.5% over every five processes against 18.5
+    (``bench/reports/h200-stream.md``, section 6; the rule, ``bench/h200_adopt.py``, was set before that lease).
+    The pool holds 32 streams a device, handed out in turn: where N cases take one each round, a case meets its
+    first stream again after 32 / gcd(N, 32) rounds (the suites measured had 25 and 20 cases)."""
     return torch.cuda.Stream() if device == "cuda" else None  # type: ignore[no-untyped-call]
 
 

@@ -208,8 +208,9 @@ class SuiteSession:
         warns = stack.enter_context(capture_warnings())
         # The workload's own context closes before the accuracy reference is computed; the warnings' after it.
         context = stack.enter_context(contextlib.ExitStack())
-        stream = self.new_round_stream()
+        stream = None
         try:
+            stream = self.new_round_stream()
             with on_stream(stream):
                 workload = build_workload(spec, self.device, seed=self.options.seed)
                 context.enter_context(workload.context())
@@ -271,6 +272,10 @@ class SuiteSession:
                         )
                 if record is None:
                     reference = workload.reference() if workload.reference else None
+                if self.device == "cuda":
+                    # the accuracy check reads the outputs and the reference off the round's stream: a pool stream
+                    # does not wait for the default stream's work, nor the default stream for its
+                    torch.cuda.synchronize()
         except Exception as exc:  # the workload is arbitrary code: every failure is the case's, not the run's
             return self._failed_round(spec, exc, prepared.warns)
         if record is None:

@@ -108,10 +108,11 @@ def _cpu_cache_bytes() -> int:
 # How the runner times, as a result document names it among its software (``environment.software``, under
 # TIMING_KEY), so that a comparison across a change of it lists the change beside one of torch or cuDNN: each moves
 # the numbers of unchanged code. The clean flush moved memory-bound decode kernels by 17% on the H200; a stream per
-# case-round moved one process's level by up to 0.4% (``bench/reports/h200-stream.md``, sections 1 and 6). Change
-# the words when, and only when, a change to the runner's timing moves what it reads: every project's next
-# comparison lists any change of them. A paired run's sides time half rounds in ABBA pairs, one case at a time
-# (``measure.paired``): their documents say so, since a paired head's run may become another run's baseline.
+# case-round moved case medians by up to 0.4% (0.9% for cases under 100 us: ``bench/reports/h200-stream.md``,
+# sections 1 and 6). Change the words when, and only when, a change to the runner's timing moves what it reads:
+# every project's next comparison lists any change of them. A paired run's sides time half rounds in ABBA pairs,
+# one case at a time (``measure.paired``): their documents say so, since a paired head's run may become another
+# run's baseline.
 TIMING_KEY = "attnprof timing"
 TIMING_METHOD = {
     "cuda": "hold, then a read sweep before each iteration; rounds over the suite, each built anew; a stream per "
