@@ -1,4 +1,5 @@
-"""Paired runs on CPU: two trees, one process per side, ABBA rounds, early stopping, the documents they write."""
+"""Paired runs on CPU: two trees, one process per side, ABBA rounds, early stopping, a stalled round set aside and its
+pair run again, the documents they write."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import jsonschema
 import pytest
 
+from profiler_core.analysis.paired_stats import Rule
 from profiler_core.documents import load_result
 from profiler_core.documents.paired import PairedDocument
-from profiler_core.measure.paired import side_environment
+from profiler_core.measure.paired import _CaseRounds, _run_case, side_environment
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -213,3 +217,123 @@ def test_a_cases_first_builds_run_apart_or_together_as_asked(tmp_path: Path, fir
     # The second pair's builds run at once either way.
     (b2s, b2e), (h2s, h2e) = builds["base"][1], builds["head"][1]
     assert min(b2e, h2e) - max(b2s, h2s) > 0.25, builds
+
+
+SLEEPY = """
+import time
+from pathlib import Path
+
+import torch
+
+BUILDS = Path({builds!r})
+
+
+def make(params, device):
+    builds = int(BUILDS.read_text()) + 1 if BUILDS.exists() else 1
+    BUILDS.write_text(str(builds))
+    sleep_s = {stalled_ms} / 1000 if builds == {stalled_build} else {sleep_ms} / 1000
+
+    def step(x):
+        time.sleep(sleep_s)
+        return x * 2
+
+    return step, (torch.ones(4, device=device),)
+"""
+
+# A tiny suite's timing (tests/worker/wkstack.py): 3 samples a paired round, one look at 4 pairs.
+TINY_SUITE = """
+[suite]
+name = "stall"
+[suite.timing]
+warmup = 1
+min_samples = 3
+max_samples = 5
+budget_s = 0.05
+trace_iters = 1
+
+[[cases]]
+name = "sleepy"
+target = "sleepy.work:make"
+"""
+
+
+def _sleepy_tree(root: Path, sleep_ms: float, stalled_build: int = 0, stalled_ms: float = 0.0) -> Path:
+    (root / "sleepy").mkdir(parents=True)
+    (root / "sleepy" / "__init__.py").write_text("")
+    source = SLEEPY.format(
+        builds=str(root / "builds"), sleep_ms=sleep_ms, stalled_build=stalled_build, stalled_ms=stalled_ms
+    )
+    (root / "sleepy" / "work.py").write_text(source)
+    return root
+
+
+def test_a_round_the_host_stalled_is_set_aside_and_its_pair_run_again(tmp_path: Path) -> None:
+    """The CI failure, planted: the head sleeps 6 ms a call, the base 2 ms, and the base's fourth round 15 ms (each
+    pair builds the workload again, so the fourth build is the fourth pair's). Its pair is set aside, a fifth runs in
+    its place, and the case settles as slower on the four that count."""
+    base = _sleepy_tree(tmp_path / "base", 2.0, stalled_build=4, stalled_ms=15.0)
+    head = _sleepy_tree(tmp_path / "head", 6.0)
+    suite = tmp_path / "attnprof.toml"
+    suite.write_text(TINY_SUITE)
+    done = _ab(tmp_path, suite, base, head)
+    assert done.returncode in (0, 1), done.stderr
+    paired = _paired(tmp_path)
+    (case,) = paired.cases
+    assert case.stopped_by == "slower", case.detail
+    assert paired.rule.max_pairs == 4 and paired.rule.max_set_aside == 1
+    assert [p.disturbed is not None for p in case.pairs] == [False, False, False, True, False]
+    assert (case.pairs[3].disturbed or "").startswith("disturbed: head/base -")
+    assert [p.order for p in case.counted] == ["AB", "BA", "AB", "BA"]  # the fifth pair runs BA in the fourth's place
+    assert "(1 more set aside as disturbed)" in (case.detail or "")
+    comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    (finding,) = [f for f in comparison["findings"] if f["case"] == "sleepy" and f["rounds"] is not None]
+    assert finding["status"] == "regressed" and finding["rounds"] == 4 and finding["set_aside"] == 1
+    assert finding["change"] > 1.0, finding
+
+
+class _ScriptedSide:
+    """A side answering the coordinator from a list of round medians (microseconds), one per ``time``."""
+
+    def __init__(self, medians_us: list[float]) -> None:
+        self.medians_us = list(medians_us)
+        self.timed = 0
+
+    def send(self, message: dict[str, Any]) -> None:
+        pass
+
+    def receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        if message["op"] != "time":
+            return {"ok": True}
+        self.timed += 1
+        return {"ok": True, "median_us": self.medians_us.pop(0), "samples": 3, "mhz": None}
+
+    def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        return self.receive(message)
+
+
+@pytest.mark.parametrize("stop_early", [True, False])
+def test_the_coordinator_runs_a_pair_in_place_of_a_disturbed_one_and_keeps_the_orders_even(stop_early: bool) -> None:
+    sides = {
+        "base": _ScriptedSide([2000.0, 2010.0, 15000.0, 1990.0, 2005.0]),
+        "head": _ScriptedSide([6000.0, 6020.0, 6010.0, 5990.0, 6000.0]),
+    }
+    rule = Rule(0.10, min_pairs=4, max_pairs=4, max_set_aside=1)
+    rounds = _CaseRounds(SimpleNamespace(id="sleepy"), rule)  # type: ignore[arg-type]
+    _run_case(sides, rounds, stop_early=stop_early, first_apart=False, on_pair=lambda: None)  # type: ignore[arg-type]
+    assert [p.disturbed is not None for p in rounds.pairs] == [False, False, True, False, False]
+    # AB, BA, then the disturbed AB; the pair after it runs BA, and the one replacing it AB.
+    assert [p.order for p in rounds.pairs] == ["AB", "BA", "AB", "BA", "AB"]
+    assert rounds.stopped_by == "slower" and sides["base"].timed == 5
+    assert rounds.detail is not None and rounds.detail.endswith("after 4 pairs (1 more set aside as disturbed)")
+
+
+def test_the_coordinator_stops_setting_aside_at_the_budget() -> None:
+    sides = {
+        "base": _ScriptedSide([2000.0, 2010.0, 15000.0, 1990.0, 14000.0, 2000.0]),
+        "head": _ScriptedSide([6000.0] * 6),
+    }
+    rule = Rule(0.10, min_pairs=4, max_pairs=4, max_set_aside=1)
+    rounds = _CaseRounds(SimpleNamespace(id="sleepy"), rule)  # type: ignore[arg-type]
+    _run_case(sides, rounds, stop_early=True, first_apart=False, on_pair=lambda: None)  # type: ignore[arg-type]
+    assert len(rounds.pairs) == 5 and sum(p.disturbed is not None for p in rounds.pairs) == 1
+    assert rounds.stopped_by == "max_rounds" and "ambiguous" in (rounds.detail or "")

@@ -26,7 +26,7 @@ from profiler_core.analysis.compare import (
 from profiler_core.analysis.config import PRECEDENCE, PRIOR_RUNS, default_noise_floor, resolve
 from profiler_core.analysis.errors import AnalysisError
 from profiler_core.analysis.kernels import kernel_moves
-from profiler_core.analysis.paired_stats import Rule, assess, log_ratios, run
+from profiler_core.analysis.paired_stats import Rule, assess, log_ratios
 from profiler_core.analysis.stats import benjamini_hochberg
 from profiler_core.analysis.timing import CI_LEVEL, Tested, _naming, _rate, decide, dram_finding
 from profiler_core.documents.comparison import (
@@ -47,7 +47,13 @@ def rule_for(paired: PairedDocument, min_effect: float) -> Rule:
     r = paired.rule
     step = r.looks[1] - r.looks[0] if len(r.looks) > 1 else 1
     return Rule(
-        min_effect=min_effect, alpha=r.alpha, min_pairs=r.min_pairs, max_pairs=r.max_pairs, step=step, trim=r.trim
+        min_effect=min_effect,
+        alpha=r.alpha,
+        min_pairs=r.min_pairs,
+        max_pairs=r.max_pairs,
+        step=step,
+        trim=r.trim,
+        max_set_aside=r.max_set_aside,
     )
 
 
@@ -103,7 +109,7 @@ def compare_paired(
             if check is not None:
                 findings.append(check)
         rounds = paired.case(case.id)
-        if rounds is None or len(rounds.pairs) < 2 or case.status != "ok" or before.status != "ok":
+        if rounds is None or len(rounds.counted) < 2 or case.status != "ok" or before.status != "ok":
             continue
         tested.append(_paired_finding(case, before, rounds, rule_for(paired, cth.paired)))
     q_values = benjamini_hochberg([t.finding.p if t.finding.p is not None else 1.0 for t in tested])
@@ -122,6 +128,12 @@ def compare_paired(
     if missing:
         verdict = "warn"
         notes.append(f"{len(missing)} base case(s) absent from the head: {', '.join(missing[:5])}")
+    set_aside = sum(len(c.pairs) - len(c.counted) for c in paired.cases)
+    if set_aside:
+        notes.append(
+            f"{set_aside} pair(s) of rounds set aside as disturbed (each far out of line with its case's other pairs: "
+            "one side's round stalled) and run again; they stay in the paired document, out of the test"
+        )
     ambiguous = [f.case for f in findings if f.stopped_by == "max_rounds"]
     if ambiguous:
         notes.append(
@@ -162,13 +174,14 @@ def compare_paired(
 
 
 def _paired_finding(case: Case, before: Case, rounds: PairedCase, rule: Rule) -> Tested:
-    pairs = rounds.pairs
+    # The pairs set aside as disturbed are the record's: the rounds set them aside and ran others in their place.
+    pairs = rounds.counted
+    set_aside = len(rounds.pairs) - len(pairs)
     base_us = [p.base_us for p in pairs]
     head_us = [p.head_us for p in pairs]
     d = log_ratios(base_us, head_us)
-    settled = run(d, rule)
-    # What the rounds stopped on is the record; the test above is the same rule read again from the pairs.
-    result = settled if settled.pairs == len(d) else assess(d, rule, final=True)
+    # The rounds stopped at a look or ran out: either way their last assessment is the rule's on the pairs kept.
+    result = assess(d, rule, final=True)
     cycles = None
     if all(p.base_mhz and p.head_mhz for p in pairs):
         c = [x + math.log((p.head_mhz or 1) / (p.base_mhz or 1)) for x, p in zip(d, pairs, strict=True)]
@@ -188,6 +201,8 @@ def _paired_finding(case: Case, before: Case, rounds: PairedCase, rule: Rule) ->
     )
     if result.trimmed:
         detail += f" ({result.trimmed} set aside at each end: a trimmed mean)"
+    if set_aside:
+        detail += f"; {set_aside} more pair(s) set aside as disturbed and run again (the paired document says why)"
     if cycles is not None:
         detail += f"; time x SM clock {cycles:+.2%}"
     if result.state == "ambiguous" and result.more_pairs is not None:
@@ -207,6 +222,7 @@ def _paired_finding(case: Case, before: Case, rounds: PairedCase, rule: Rule) ->
         p=result.p,
         detail=detail,
         rounds=result.pairs,
+        set_aside=set_aside or None,
         stopped_by=stopped,
         more_rounds=result.more_pairs if result.state == "ambiguous" else None,
         cycles_change=cycles,

@@ -66,19 +66,20 @@ def _pairs(n: int | None) -> str:
 
 def stopping(f: Finding, *, ascii: bool = False) -> str | None:
     """Why the rounds of a paired finding's case stopped, in words: "slower after 4 pairs", "the same within
-    ±0.5% after 6 pairs", "ambiguous after 15 pairs; ~40 more would settle it". None for a finding of no paired
-    test. ``ascii``: ``+-`` for ``±``."""
+    ±0.5% after 6 pairs", "ambiguous after 15 pairs; ~40 more would settle it", "slower after 4 pairs (1 more set
+    aside as disturbed)". None for a finding of no paired test. ``ascii``: ``+-`` for ``±``."""
     if f.stopped_by is None:
         return None
-    if f.stopped_by == "max_rounds":
-        more = f"; ~{f.more_rounds:,} more would settle it" if f.more_rounds is not None else ""
-        return f"ambiguous after {_pairs(f.rounds)}{more}"
     if f.stopped_by == "failed":
         return "failed: a side gave no round"
+    aside = f" ({f.set_aside} more set aside as disturbed)" if f.set_aside else ""
+    if f.stopped_by == "max_rounds":
+        more = f"; ~{f.more_rounds:,} more would settle it" if f.more_rounds is not None else ""
+        return f"ambiguous after {_pairs(f.rounds)}{aside}{more}"
     within = ""
     if f.stopped_by == "same" and f.threshold is not None:
         within = f" within {'+-' if ascii else '±'}{fmt_percent(f.threshold, digits=1, ascii=ascii)}"
-    return f"{_STOP_WORDS.get(f.stopped_by, f.stopped_by)}{within} after {_pairs(f.rounds)}"
+    return f"{_STOP_WORDS.get(f.stopped_by, f.stopped_by)}{within} after {_pairs(f.rounds)}{aside}"
 
 
 def stopped_counts(comparison: ComparisonDocument) -> str:

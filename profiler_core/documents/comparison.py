@@ -71,6 +71,12 @@ class Finding(_Model):
     q: float | None = Field(None, description="Benjamini-Hochberg adjusted p over the whole comparison")
     detail: str | None = Field(None, description="why, in words")
     rounds: int | None = Field(None, description="paired comparisons: the pairs of rounds the test used")
+    set_aside: int | None = Field(
+        None,
+        ge=1,
+        description="paired comparisons: pairs of rounds set aside as disturbed (far out of line with the case's "
+        "other pairs) and run again, not among those the test used; null: none",
+    )
     stopped_by: str | None = Field(
         None, description="paired comparisons: slower, faster, same, max_rounds (ambiguous), failed or skipped"
     )

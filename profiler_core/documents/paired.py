@@ -4,9 +4,10 @@ A paired run profiles two source trees, the merge base (``base``) and the head, 
 same time: per case, rounds of the two sides alternate in ABBA order (base then head, head then base, ...), each
 round timed as a profile run times one, and stops once the paired round differences settle the answer or the
 rounds run out. This document holds, per case, each pair's two round medians (microseconds) and SM clocks
-(MHz; null on CPU), the order the pair ran in, and why the case stopped. Each side's whole profile is an
-``attnprof.result/v1`` document of its own (``base_run`` and ``head_run``); the head's is an ordinary run of its
-branch, the base's is evidence for this comparison only and never joins a history.
+(MHz; null on CPU), the order the pair ran in, whether it was set aside as disturbed (and why), and why the case
+stopped. Each side's whole profile is an ``attnprof.result/v1`` document of its own (``base_run`` and
+``head_run``); the head's is an ordinary run of its branch, the base's is evidence for this comparison only and
+never joins a history.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class Pair(_Model):
     head_mhz: float | None = Field(None, gt=0, description="median SM clock over the head round (CUDA), MHz")
     base_samples: int = Field(ge=1, description="timed iterations in the base round")
     head_samples: int = Field(ge=1, description="timed iterations in the head round")
+    disturbed: str | None = Field(
+        None,
+        description="why the pair was set aside as disturbed, in words: its ratio far out of line with the case's "
+        "other pairs; it joins no statistic and a pair run after it takes its place. Null: the pair counts",
+    )
 
 
 class PairedRule(_Model):
@@ -57,6 +63,12 @@ class PairedRule(_Model):
         "trimmed-mean t; 0: Student's t on the mean, as documents without this field were judged)",
     )
     samples_per_round: str = Field(description="how a round's samples are chosen, in words")
+    max_set_aside: int = Field(
+        0,
+        ge=0,
+        description="disturbed pairs a case may set aside, each replaced by one more pair (so a case takes at most "
+        "max_pairs + max_set_aside pairs); 0 in documents without this field, whose pairs all count",
+    )
 
 
 class PairedCase(_Model):
@@ -66,6 +78,11 @@ class PairedCase(_Model):
     detail: str | None = Field(None, description="why the case stopped, in words")
     wall_s: float | None = Field(None, ge=0, description="wall time of the case's rounds, both sides, seconds")
     pairs: list[Pair] = Field(default_factory=list)
+
+    @property
+    def counted(self) -> list[Pair]:
+        """The pairs the test uses, in time order: all but those set aside as disturbed."""
+        return [p for p in self.pairs if p.disturbed is None]
 
 
 class PairedDocument(_Model):

@@ -14,7 +14,10 @@ elsewhere) and warm it up, then time their rounds back to back: the two timed wi
 round times half of what a profile round times (``TimingConfig.paired_round_config``) and answers its median. After
 ``min_pairs`` and every two pairs after, the sequential rule (``analysis.paired_stats``) looks at the pair
 differences and stops the case when it settles: slower, faster, or the same within the case's paired minimum effect
-(``thresholds.paired``); after ``max_pairs`` it is ``max_rounds`` (ambiguous). The coordinator imports no torch.
+(``thresholds.paired``); after ``max_pairs`` it is ``max_rounds`` (ambiguous). A look that does not settle first sets
+aside a pair far out of line with the case's others (one side's round stalled by something else on the host), marked
+in the document with why, and runs one more pair in its place: at most a quarter of ``max_pairs`` per case (at least
+one). The coordinator imports no torch.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, cast
 
 from profiler_core.analysis.config import resolve
-from profiler_core.analysis.paired_stats import Assessment, Rule, assess, log_ratios
+from profiler_core.analysis.paired_stats import Assessment, Replay, Rule, log_ratios, replay, set_aside_budget
 from profiler_core.documents import ResultDocument, load_result
 from profiler_core.documents.paired import Pair, PairedCase, PairedDocument, PairedRule, StoppedBy
 from profiler_core.documents.result import Mode
@@ -226,8 +229,11 @@ class _CaseRounds:
     detail: str | None = None
 
 
-def _describe(a: Assessment) -> str:
-    return f"head/base {a.change:+.2%} [{a.low:+.2%}, {a.high:+.2%}] after {a.pairs} pairs"
+def _describe(a: Assessment, set_aside: int) -> str:
+    text = f"head/base {a.change:+.2%} [{a.low:+.2%}, {a.high:+.2%}] after {a.pairs} pairs"
+    if set_aside:
+        text += f" ({set_aside} more set aside as disturbed)"
+    return text
 
 
 def _run_case(
@@ -238,12 +244,15 @@ def _run_case(
     first_apart: bool,
     on_pair: Callable[[], None],
 ) -> None:
-    """Pairs of rounds of one case until the rule settles it, the rounds run out, or a side fails."""
+    """Pairs of rounds of one case until the rule settles it, the rounds run out, or a side fails. A pair the rule
+    sets aside as disturbed stays in ``rounds.pairs``, marked, and one more pair takes its place."""
     rule = rounds.rule
-    looks = set(rule.looks)
-    for n in range(1, rule.max_pairs + 1):
+    so_far: Replay | None = None
+    for n in range(1, rule.max_pairs + rule.max_set_aside + 1):
         on_pair()
-        order = "AB" if n % 2 == 1 else "BA"
+        # AB, BA, AB, ... over the pairs that count: a pair that replaces a disturbed one keeps the orders even.
+        counted = [p.order for p in rounds.pairs if p.disturbed is None]
+        order: Literal["AB", "BA"] = "AB" if counted.count("AB") <= counted.count("BA") else "BA"
         turn = ("base", "head") if order == "AB" else ("head", "base")
         # Both sides built and warmed up first, then timed back to back, so the pair's two timed windows are
         # milliseconds apart; both sides run their round even when the other failed, so each document holds the case.
@@ -284,21 +293,27 @@ def _run_case(
                 head_samples=head["samples"],
             )
         )
-        if stop_early and n in looks and n < rule.max_pairs:
-            d = log_ratios([p.base_us for p in rounds.pairs], [p.head_us for p in rounds.pairs])
-            settled = assess(d, rule)
-            if settled.state != "ambiguous":
-                rounds.stopped_by = settled.state
-                rounds.detail = _describe(settled)
-                return
-    d = log_ratios([p.base_us for p in rounds.pairs], [p.head_us for p in rounds.pairs])
-    final = assess(d, rule, final=True)
+        if len(rounds.pairs) < rule.min_pairs:
+            continue
+        so_far = replay(
+            log_ratios([p.base_us for p in rounds.pairs], [p.head_us for p in rounds.pairs]),
+            rule,
+            stop_early=stop_early,
+        )
+        for found in so_far.set_aside:
+            rounds.pairs[found.index].disturbed = found.describe()
+        if so_far.done:
+            break
+    # Each set-aside takes one of max_set_aside, so max_pairs are kept by then: the rule has stopped.
+    assert so_far is not None and so_far.done and so_far.assessment is not None
+    final = so_far.assessment
+    detail = _describe(final, len(so_far.set_aside))
     if final.state == "ambiguous":
         rounds.stopped_by = "max_rounds"
-        rounds.detail = f"{_describe(final)}: ambiguous; about {final.more_pairs} more pairs would settle it"
+        rounds.detail = f"{detail}: ambiguous; about {final.more_pairs} more pairs would settle it"
     else:
         rounds.stopped_by = final.state
-        rounds.detail = _describe(final)
+        rounds.detail = detail
 
 
 def profile_paired(
@@ -330,7 +345,9 @@ def profile_paired(
         if sides["base"].mode != mode:
             raise PairedRunError(f"the sides run on different devices: base {sides['base'].mode}, head {mode}")
         defaults = resolve(cast(Mode, mode), suite.thresholds)
-        default_rule = Rule(defaults.paired, defaults.fdr, min(4, max_pairs), max_pairs)
+        default_rule = Rule(
+            defaults.paired, defaults.fdr, min(4, max_pairs), max_pairs, max_set_aside=set_aside_budget(max_pairs)
+        )
         rule_doc = PairedRule(
             min_effect=defaults.paired,
             alpha=defaults.fdr,
@@ -339,6 +356,7 @@ def profile_paired(
             looks=default_rule.looks,
             trim=default_rule.trim,
             samples_per_round=_samples_text(suite),
+            max_set_aside=default_rule.max_set_aside,
         )
         done = 0
         total = len(specs) * max_pairs
@@ -349,10 +367,10 @@ def profile_paired(
             rounds = _CaseRounds(spec, rule)
             case_started = time.perf_counter()
 
-            def on_pair(spec_id: str = spec.id) -> None:
+            def on_pair(spec_id: str = spec.id, last: int = (specs.index(spec) + 1) * max_pairs - 1) -> None:
                 nonlocal done
-                if progress:
-                    progress("case", done, total, spec_id)
+                if progress:  # a pair that replaces a disturbed one counts as the case's last
+                    progress("case", min(done, last), total, spec_id)
                 done += 1
 
             _run_case(
