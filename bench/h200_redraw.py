@@ -37,6 +37,11 @@ is made both ways:
            allocator gives a pad of 2-8 MiB a 20 MiB segment that the build's smaller tensors may share, so those
            sizes move fewer of them.) The pads' sizes are written to DIR/<label>-<pid>.pads.json
 
+Since the runner took up a stream per case-round, ``redraw``, ``persist`` and ``shuffle`` draw their placements on
+top of it (the allocator keeps each stream's blocks apart: a pad taken on the default stream no longer shares a
+segment with the build), and ``current-stream``, ``one-stream`` and ``round-stream`` documents name their own
+streams in ``attnprof timing``.
+
 ``bench/reports/h200-stream.md`` found that ``stream`` averages a level four cases share per process, and that within
 a process the four still move together from round to round; ``one-stream`` and ``round-stream`` split what
 ``stream`` changes.
@@ -183,6 +188,16 @@ def main() -> int:
 
         runner.SuiteSession.prepare = prepare_noting_case  # type: ignore[method-assign]
         runner.SuiteSession.new_round_stream = stream_for  # type: ignore[method-assign]
+        words = {
+            "current-stream": "every round on the process's current stream",
+            "one-stream": "every round on one pool stream",
+            "round-stream": "a stream per round of the suite",
+        }
+        if args.variant in words:  # the document says how this process timed, not how the runner does
+            from profiler_core.measure.timing import TIMING_METHOD
+
+            method = TIMING_METHOD["cuda"].replace("a stream per case-round", words[args.variant])
+            runner.TIMING_METHOD = {**TIMING_METHOD, "cuda": method}  # type: ignore[attr-defined]
     placed: list[dict[str, Any]] = []  # --addresses: per case-round, in the order they ran
     if args.addresses:
         import torch
