@@ -7,9 +7,11 @@ the runner timed the cases; the runner works on the CPU here, as in CI.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import statistics
 import sys
 import textwrap
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,7 +143,7 @@ def test_each_case_round_is_built_warmed_up_and_timed_on_a_stream_of_its_own(
     # torch.cuda.stream does, so the test sees which stream each build and each call of a step ran on.
     handed: list[str] = []
 
-    def next_stream(session: object) -> str:
+    def next_stream(session: object, case_id: str) -> str:
         handed.append(f"stream {len(handed) + 1}")
         return handed[-1]
 
@@ -170,6 +172,33 @@ def test_each_case_round_is_built_warmed_up_and_timed_on_a_stream_of_its_own(
     assert len(set(by_round.values())) == 6 and None not in by_round.values()
     assert [by_round[(n, b)] for b in (1, 2, 3) for n in ("first", "second")] == handed
     assert factories.STREAM == [None]  # type: ignore[attr-defined]  # every round's stream was left
+
+
+class _PoolStream:
+    def __init__(self, handle: int) -> None:
+        self.cuda_stream = handle
+
+
+def test_a_case_round_takes_a_pool_stream_its_case_has_not_run_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pool of four handed out in turn (PyTorch's holds 32), four cases taking one each round: in turn alone, each
+    # case would meet one stream in every round; skipping those it has used, each round of a case is on another.
+    pool = itertools.cycle(range(4))
+    monkeypatch.setattr(runner, "round_stream", lambda device: _PoolStream(next(pool)))
+    monkeypatch.setattr(runner, "STREAM_POOL", 4)
+    session = types.SimpleNamespace(device="cuda", _round_streams={})
+    rounds = [
+        {case: runner.SuiteSession.new_round_stream(session, case).cuda_stream for case in "abcd"}  # type: ignore[arg-type]
+        for _ in range(5)
+    ]
+    for case in "abcd":
+        assert sorted(r[case] for r in rounds[:4]) == [0, 1, 2, 3], rounds  # four rounds, four streams
+    assert all(len(set(r.values())) == 4 for r in rounds[:1])
+    assert session._round_streams["a"] == {rounds[4]["a"]}  # the pool used up: the fifth round starts again
+    # on the CPU there is no stream, and nothing is kept
+    cpu = types.SimpleNamespace(device="cpu", _round_streams={})
+    monkeypatch.setattr(runner, "round_stream", lambda device: None)
+    assert runner.SuiteSession.new_round_stream(cpu, "a") is None  # type: ignore[arg-type]
+    assert cpu._round_streams == {"a": set()}
 
 
 def test_a_stream_per_case_round_is_cuda_s_alone(monkeypatch: pytest.MonkeyPatch) -> None:

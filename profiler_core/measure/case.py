@@ -152,6 +152,9 @@ class _Prepared:
     stream: Any = None  # the round's CUDA stream (``round_stream``); None on the CPU
 
 
+STREAM_POOL = 32  # streams in PyTorch's pool of each priority on a device, handed out in turn (kStreamsPerPool)
+
+
 def round_stream(device: str) -> Any:
     """A stream for one case-round on CUDA, the next of PyTorch's pool (handed out in turn); None on the CPU.
 
@@ -162,8 +165,9 @@ def round_stream(device: str) -> Any:
     suites profiled by ten processes each way in turn, the cases of 100 us and more spread 0.69 times as widely
     (95% interval 0.52-0.88) and 22.9 of 29 were expected within 0.5% over every five processes against 18.5
     (``bench/reports/h200-stream.md``, section 6; the rule, ``bench/h200_adopt.py``, was set before that lease).
-    The pool holds 32 streams a device, handed out in turn: where N cases take one each round, a case meets its
-    first stream again after 32 / gcd(N, 32) rounds (the suites measured had 25 and 20 cases)."""
+    The pool holds 32 streams a device, handed out in turn: where N cases take one each round, a case would meet
+    its first stream again after 32 / gcd(N, 32) rounds, so the session skips the streams a case has used
+    (``SuiteSession.new_round_stream``)."""
     return torch.cuda.Stream() if device == "cuda" else None  # type: ignore[no-untyped-call]
 
 

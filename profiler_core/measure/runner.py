@@ -33,6 +33,7 @@ from profiler_core.documents import (
 from profiler_core.errors import DeviceError
 from profiler_core.measure import environment as env
 from profiler_core.measure.case import (
+    STREAM_POOL,
     _case_failure,
     _first_record,
     _Pending,
@@ -179,6 +180,7 @@ class SuiteSession:
         self.round_config = round_config or suite.timing.round_config()
         self.records: dict[str, Case | _Pending] = {}
         self._prepared: dict[str, _Prepared] = {}
+        self._round_streams: dict[str, set[int]] = {}  # per case, the streams its rounds ran on
 
     def first(self, spec: CaseSpec) -> Case | _Pending:
         """The case's first round, its trace and its accuracy check."""
@@ -191,10 +193,21 @@ class SuiteSession:
             return record
         return self.prepare(record.spec) or self.time_prepared(record.spec)
 
-    def new_round_stream(self) -> Any:
-        """The stream a case-round runs on, on CUDA a new one from PyTorch's pool (:func:`round_stream`); None on the
-        CPU."""
-        return round_stream(self.device)
+    def new_round_stream(self, case_id: str) -> Any:
+        """The stream a case-round runs on: on CUDA the next of PyTorch's pool (:func:`round_stream`) that the case
+        has not run a round on yet, while the pool holds one; None on the CPU. The pool hands its streams out in
+        turn, so with 32 cases (or 16, or 8) taking one each round a case would otherwise meet the same few again."""
+        used = self._round_streams.setdefault(case_id, set())
+        if len(used) >= STREAM_POOL:
+            used.clear()
+        stream = round_stream(self.device)
+        for _ in range(STREAM_POOL - 1):
+            if stream is None or stream.cuda_stream not in used:
+                break
+            stream = round_stream(self.device)
+        if stream is not None:
+            used.add(stream.cuda_stream)
+        return stream
 
     def prepare(self, spec: CaseSpec) -> Case | None:
         """Build the case and run its warm-up on the round's stream (:meth:`new_round_stream`), ready for
@@ -210,7 +223,7 @@ class SuiteSession:
         context = stack.enter_context(contextlib.ExitStack())
         stream = None
         try:
-            stream = self.new_round_stream()
+            stream = self.new_round_stream(spec.id)
             with on_stream(stream):
                 workload = build_workload(spec, self.device, seed=self.options.seed)
                 context.enter_context(workload.context())
