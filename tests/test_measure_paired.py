@@ -131,7 +131,9 @@ def test_a_planted_slowdown_stops_early_as_slower(tmp_path: Path) -> None:
     assert len(case.pairs) == paired.rule.min_pairs  # settled at the first look
     comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
     (finding,) = [f for f in comparison["findings"] if f["case"] == "plant" and f["rounds"] is not None]
-    assert finding["status"] == "regressed" and finding["change"] > 2
+    # twelve times the base's matmuls; the flush and the call around them weigh the same on both sides, and more on a
+    # loaded 2-core host (+111% seen under two test runs at once): still far above the 10% paired threshold
+    assert finding["status"] == "regressed" and finding["change"] > 0.5
     # A suspect run (this host is shared) warns instead of failing; otherwise the exit status says fail.
     assert done.returncode == (0 if comparison["suspect"] or finding["verdict"] == "warn" else 1), done.stderr
 
