@@ -18,6 +18,7 @@ from profiler_core.analysis.paired_stats import Rule
 from profiler_core.documents import load_result
 from profiler_core.documents.paired import PairedDocument
 from profiler_core.measure.paired import _CaseRounds, _run_case, side_environment
+from tests.profiling_support import suite_text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -242,21 +243,8 @@ def make(params, device):
     return step, (torch.ones(4, device=device),)
 """
 
-# A tiny suite's timing (tests/worker/wkstack.py): 3 samples a paired round, one look at 4 pairs.
-TINY_SUITE = """
-[suite]
-name = "stall"
-[suite.timing]
-warmup = 1
-min_samples = 3
-max_samples = 5
-budget_s = 0.05
-trace_iters = 1
-
-[[cases]]
-name = "sleepy"
-target = "sleepy.work:make"
-"""
+# A tiny suite's timing (tests/worker/wkstack.py's too): 3 samples a paired round, one look at 4 pairs.
+TINY_SUITE = suite_text("stall", '[[cases]]\nname = "sleepy"\ntarget = "sleepy.work:make"\n')
 
 
 def _sleepy_tree(root: Path, sleep_ms: float, stalled_build: int = 0, stalled_ms: float = 0.0) -> Path:
