@@ -35,7 +35,7 @@ POWER_CAP_BIT = 0x4  # NVML's sw_power_cap clock-event reason
 TWO_LEVEL_CASE = "hd256[backend=efficient]"  # its kernel switches between two levels with its placement
 TWO_LEVEL_SPLIT_US = 212.0  # between its levels on these GPUs (about 207 and 216 µs: section 3)
 ROOT = Path(__file__).resolve().parents[1]
-TRUTH_RUNS = ROOT / "bench" / "reports" / "data" / "h200-truth-2026-12-02-lead"  # the truth report's main runs
+TRUTH_RUNS = ROOT / "bench" / "reports" / "data" / "h200-truth-2026-12-02-lead"  # the truth runs of 2026-12-02
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Measurement truth on the H200: the committed report, generated from the raw data beside it.
 
-    .venv/bin/python bench/h200_truth_report.py --data bench/reports/data/h200-truth-2026-12-02-lead \\
-        --also bench/reports/data/h200-truth-2026-12-02-rounds5 \\
+    .venv/bin/python bench/h200_truth_report.py --data bench/reports/data/h200-truth-2026-12-04 \\
+        --also bench/reports/data/h200-truth-2026-12-02-rounds5 --again bench/reports/data/h200-truth-2026-12-04-b \\
         --isolation bench/reports/data/h200-truth-2026-12-02-r20 \\
         --same bench/reports/data/h200-same-process-2026-12-02 \\
         --later bench/reports/data/h200-clock-2026-12-02 \\
@@ -14,7 +14,7 @@ median mode, in the same process, with its own zero_() flush and with the profil
 ``ncu.csv.gz`` (Nsight Compute over one iteration of every case, default cache control, ``--clock-control
 none``), ``ncu-none.csv.gz`` (the same with ``--cache-control none``, duration only), ``hold.json`` and the
 versions. ``--also``: the same runs gathered another way (another number of rounds), for the spread and the slow
-samples. ``--isolation``: a lease's own runs and ncu passes with ``bench/h200_isolation.py``'s traces
+samples. ``--again``: a second five-process run of the same lease (runs only), for the spread. ``--isolation``: a lease's own runs and ncu passes with ``bench/h200_isolation.py``'s traces
 (``isolation.json``: every kernel after a flush, an idle gap or both) and ``bench/h200_ncu_grid.py``'s
 (``ncu-grid/``), for the cause of each per-kernel gap. ``--same``: ``bench/h200_same_process.py``'s sessions (five
 in one process, one in each of five), for whether the spread is the process's. ``--later``: later runs'
@@ -231,7 +231,9 @@ class KernelRow:
         return ncu_class(self.counters) if self.counters else None
 
 
-class Data:
+class Runs:
+    """Five processes' result documents and do_bench medians (``runN/<suite>.json.gz``, ``<suite>-dobench.json.gz``)."""
+
     def __init__(self, data: Path) -> None:
         self.dir = data
         self.docs: dict[str, list[ResultDocument]] = {
@@ -240,6 +242,19 @@ class Data:
         self.dobench: dict[str, list[dict[str, Any]]] = {
             s: [_json(data / f"run{i}" / f"{s}-dobench.json.gz") for i in range(1, RUNS + 1)] for s in SUITES
         }
+
+    def cases(self, suite: str) -> list[Case]:
+        return [c for c in self.docs[suite][0].cases if c.status == "ok"]
+
+    def runs_of(self, suite: str, case_id: str) -> list[Case]:
+        return [c for d in self.docs[suite] if (c := d.case(case_id)) is not None and c.status == "ok"]
+
+
+class Data(Runs):
+    """A lease's five processes with Nsight Compute's passes and the auxiliary experiments beside them."""
+
+    def __init__(self, data: Path) -> None:
+        super().__init__(data)
         self.ncu = _ncu(data, "ncu.csv.gz", "ncu-map.json")
         self.ncu_none = _ncu(data, "ncu-none.csv.gz", "ncu-none-map.json")
         provenance = data / "provenance.json"  # which lease gathered what, where the data folder says
@@ -257,12 +272,6 @@ class Data:
             (ln.strip() for ln in (data / "ncu-version.txt").read_text().splitlines() if ln.startswith("Version")), "?"
         )
         self.rows = [r for s in SUITES for r in self._kernel_rows(s)]
-
-    def cases(self, suite: str) -> list[Case]:
-        return [c for c in self.docs[suite][0].cases if c.status == "ok"]
-
-    def runs_of(self, suite: str, case_id: str) -> list[Case]:
-        return [c for d in self.docs[suite] if (c := d.case(case_id)) is not None and c.status == "ok"]
 
     def _kernel_rows(self, suite: str) -> list[KernelRow]:
         out = []
@@ -375,7 +384,7 @@ class CaseRow:
         return self.host_us is not None and self.host_us > self.ours_med + self.flush_us
 
 
-def case_rows(d: Data) -> list[CaseRow]:
+def case_rows(d: Runs) -> list[CaseRow]:
     out = []
     for s in SUITES:
         for case in d.cases(s):
@@ -412,25 +421,42 @@ def confusion(rows: list[KernelRow]) -> tuple[list[str], int, int]:
 
 
 def render(
-    d: Data, out: Path, plot: Path, also: Data | None = None, iso: Isolation | None = None, same: Path | None = None
+    d: Data,
+    out: Path,
+    plot: Path,
+    also: Data | None = None,
+    iso: Isolation | None = None,
+    same: Path | None = None,
+    again: Runs | None = None,
 ) -> str:
     cases = case_rows(d)
     env = d.docs["llama7b"][0].environment
     peaks = env.peaks
     day = d.docs["llama7b"][0].run.created_at.date().isoformat()
+    # the auxiliary experiments copied beside the runs: the same day's earlier leases unless provenance names their day
+    earlier = d.provenance.get("earlier_day")
+    aux = f"in a lease on {earlier}" if earlier and earlier != day else "in a lease earlier that day"
+    iso_day = iso.d.docs["llama7b"][0].run.created_at.date().isoformat() if iso is not None else day
     lines = [
         "# Measurement truth on the H200: flush, decode, custom kernels, bounds and durations against Nsight Compute",
         "",
-        f"Everything below comes from one H200 on {day} and is recomputed from the raw data in "
-        f"`{_rel(d.dir)}` by this report's script: the five profile processes "
+        (
+            "Everything below comes from one H200 on "
+            if iso_day == day and not earlier
+            else "The headline runs come from one H200 on "
+        )
+        + f"{day} and everything is recomputed from the raw data in "
+        f"`{_rel(d.dir)}` and the folders named below by this report's script: the five profile processes "
         "(`h200_truth.sh runs`) and the two Nsight Compute passes (`h200_truth.sh ncu`) "
         f"{d.provenance.get('leases', 'in two leases minutes apart')}; "
-        "the flush variants, the hold's place and ncu's per-launch overhead in a lease earlier that day, with the "
+        f"the flush variants, the hold's place and ncu's per-launch overhead {aux}, with the "
         "flush that summed the buffer into an int64 (section 1 compares it with the shipped one); the placement "
-        "experiment (section 4) in a lease before the profile runs"
+        "experiment (section 4) "
+        + (f"{aux}, before those" if earlier and earlier != day else "in a lease before the profile runs")
         + (
-            "; each kernel in ncu's conditions without ncu (section 3) in a lease of its own, later that day, with its "
-            "own five profile processes and ncu passes"
+            "; each kernel in ncu's conditions without ncu (section 3) in a lease of its own, "
+            + ("later that day" if iso_day == day else f"on {iso_day}")
+            + ", with its own five profile processes and ncu passes"
             if iso is not None
             else ""
         )
@@ -474,6 +500,11 @@ def render(
         "for i in 1 2 3; do python3 bench/h200_placement.py examples/llama7b.toml bench/validation/suite.toml --case ... --seed $i --out placement$i.json; done",
         f"BUDGET_S={d.provenance.get('budget_s', 480)} bash bench/h200_truth.sh runs {RUNS}",
         "bash bench/h200_truth.sh ncu",
+        *(
+            [f"BUDGET_S=400 bash bench/h200_truth.sh runs {RUNS}  # then --again, the same GPU"]
+            if again is not None
+            else []
+        ),
         *(
             [
                 "# the isolation lease: runs with 20 rounds, ncu, then each kernel in ncu's conditions without ncu",
@@ -532,6 +563,7 @@ def render(
         ),
         f"python bench/h200_truth_report.py --data {_rel(d.dir)} "
         + (f"--also {_rel(also.dir)} " if also is not None else "")
+        + (f"--again {_rel(again.dir)} " if again is not None else "")
         + (f"--isolation {_rel(iso.d.dir)} " if iso is not None else "")
         + (f"--same {_rel(same)} " if same is not None else "")
         + (f"--later {_rel(iso.later)} " if iso is not None and iso.later is not None else "")
@@ -540,7 +572,7 @@ def render(
         "```",
         "",
     ]
-    lines += _targets(d, cases, iso)
+    lines += _targets(d, cases, iso, again)
     lines += _flush_section(d, cases)
     lines += _bound_section(d)
     lines += _duration_section(d)
@@ -553,7 +585,7 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> list[str]:
+def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None, second: Runs | None = None) -> list[str]:
     out = ["## Targets", "", "| target | figure | status |", "|---|---|---|"]
     mem = [r for r in d.rows if r.heavy and r.ncu_bound == "memory" and r.ncu_us and r.ncu_us >= 10]
     mem_ok = sum(1 for r in mem if abs(r.delta or 1) <= TOL_KERNEL)
@@ -623,7 +655,7 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
         plain = [r for r in rows if r.plain >= SPREAD_LONG]
         again = profiler_clock_runs(iso.spread)
         cause = (
-            f"; in a later five-process run {sum(1 for _, m, _c in again if _spread(m) <= SPREAD_LONG)}/{len(again)}. "
+            f"; in the five-process run of `{_rel(iso.spread)}` {sum(1 for _, m, _c in again if _spread(m) <= SPREAD_LONG)}/{len(again)}. "
             f"Of the kernels ≥ 50 µs whose durations spread 0.5% or more without the probe, "
             f"{sum(1 for r in plain if r.follows_plain)} of {len(plain)} follow the SM clock the GPU ran them at "
             "(section 4). Later leases (`bench/reports/h200-spread-causes.md`) found where the tensors land moving "
@@ -637,8 +669,9 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
             "stream per round narrowed the shared level, where new blocks on one stream were not shown to (`bench/reports/"
             "h200-stream.md`, section 5); timed over both suites in one lease, a stream per case-round was expected to "
             "bring more cases within 0.5% in that lease under a rule set beforehand, and the runner took it up "
-            "(section 6 there): this run predates it. Clocks were not locked"
+            "(section 6 there); this report's runs use it"
         )
+    cause += _reference_spread_words(cases, second) + ". Clocks were not locked"
     out.append(
         f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)}{cause} | "
         + ("met" if tight == len(long_) else "**not met**: section 4")
@@ -646,6 +679,39 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None) -> lis
     )
     out.append("")
     return out
+
+
+def _tight(rows: list[CaseRow]) -> tuple[int, int, int, int, float, float]:
+    """Of the cases ≥ 100 µs: how many spread ≤ 0.5% for ours, do_bench clean and do_bench zero_(), of how many; the
+    median spread of ours and of do_bench clean."""
+    long_ = [c for c in rows if c.ours_med >= LONG_US]
+    return (
+        sum(1 for c in long_ if _spread(c.ours) <= SPREAD_LONG),
+        sum(1 for c in long_ if _spread(c.clean) <= SPREAD_LONG),
+        sum(1 for c in long_ if _spread(c.zero) <= SPREAD_LONG),
+        len(long_),
+        st.median(_spread(c.ours) for c in long_),
+        st.median(_spread(c.clean) for c in long_),
+    )
+
+
+def _reference_spread_words(cases: list[CaseRow], again: Runs | None) -> str:
+    """The spread target beside do_bench's in the same processes, for this report's runs and a second run."""
+    a = _tight(cases)
+    words = (
+        f". do_bench, in the same processes, spreads ≤ 0.5% on {a[1]}/{a[3]} of these cases with the clean flush and "
+        f"{a[2]}/{a[3]} with its zero_() (median spread {_pct(a[5], 2, False)} against ours {_pct(a[4], 2, False)})"
+    )
+    if again is not None:
+        b = _tight(case_rows(again))
+        at = again.docs["llama7b"][0].run.created_at
+        words += (
+            f"; a second five-process run on the same GPU right after (`{_rel(again.dir)}`, {at:%Y-%m-%d %H:%M} UTC): "
+            f"ours {b[0]}/{b[3]}, do_bench {b[1]}/{b[3]} and {b[2]}/{b[3]} (median spreads {_pct(b[4], 2, False)} and "
+            f"{_pct(b[5], 2, False)}). The reference timer in the same processes reaches the target on fewer cases "
+            "than the profiler: what is left is the level a process lands on, which clocks left free set"
+        )
+    return words
 
 
 def _flush_us(d: Data, copies: float = 1.0) -> float:
@@ -2355,6 +2421,9 @@ def main() -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--also", type=Path, help="the same runs with another number of rounds, for the spread")
+    parser.add_argument(
+        "--again", type=Path, help="a second five-process run of the same lease (runs only), for the spread"
+    )
     parser.add_argument("--isolation", type=Path, help="a lease's runs, ncu passes and bench/h200_isolation.py data")
     parser.add_argument("--same", type=Path, help="bench/h200_same_process.py's sessions in one process and in five")
     parser.add_argument(
@@ -2366,6 +2435,7 @@ def main() -> int:
     args = parser.parse_args()
     data = Data(args.data.resolve())
     also = Data(args.also.resolve()) if args.also else None
+    again = Runs(args.again.resolve()) if args.again else None
     iso = (
         Isolation(
             args.isolation.resolve(),
@@ -2376,7 +2446,7 @@ def main() -> int:
         else None
     )
     same = args.same.resolve() if args.same else None
-    text = render(data, args.out.resolve(), args.out.with_name("h200-truth.png"), also, iso, same)
+    text = render(data, args.out.resolve(), args.out.with_name("h200-truth.png"), also, iso, same, again)
     cases = case_rows(data)
     # the hold table and the spread words belong in section 4, after its case table
     marker = "|---|---:|---:|---:|---:|\n"
