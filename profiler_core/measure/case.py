@@ -176,6 +176,20 @@ def on_stream(stream: Any) -> contextlib.AbstractContextManager[Any]:
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
+def release_stream_workspaces(device: str) -> None:
+    """Free the workspaces cuBLAS keeps per (handle, stream), once a case-round is over.
+
+    PyTorch gives each stream that a cuBLAS call runs on a workspace of its own and keeps it for the life of the
+    process; with a stream per case-round (:func:`round_stream`) a run would hold one for every stream of the pool
+    that a case with matrix products met. Freed into the allocator's cache after each round, the next round's
+    workspace takes the same block again. A no-op on the CPU and where PyTorch has no such call."""
+    if device != "cuda":
+        return
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+
+
 # What ended a case's sampling, pooled over rounds: the one that says least about precision wins.
 _STOP_ORDER = ("budget", "max_samples", "precision")
 

@@ -43,6 +43,7 @@ from profiler_core.measure.case import (
     _Timing,
     disturbance_reasons,
     on_stream,
+    release_stream_workspaces,
     round_stream,
     safe_name,
 )
@@ -291,6 +292,7 @@ class SuiteSession:
                     torch.cuda.synchronize()
         except Exception as exc:  # the workload is arbitrary code: every failure is the case's, not the run's
             return self._failed_round(spec, exc, prepared.warns)
+        release_stream_workspaces(self.device)  # the round's stream is done with: its cuBLAS workspace goes back
         if record is None:
             record = _first_record(
                 spec,
