@@ -21,7 +21,7 @@ import torch
 from profiler_core.documents import Case, ResultDocument
 from profiler_core.errors import SuiteError
 from profiler_core.measure import runner
-from profiler_core.measure.case import on_stream, round_stream
+from profiler_core.measure.case import on_stream, release_stream_workspaces, round_stream
 from profiler_core.measure.runner import ProfileOptions, profile_suite
 from profiler_core.measure.timing import PAIRED_TIMING_METHOD, TIMING_METHOD
 from profiler_core.suite import TimingConfig, parse_suite
@@ -250,3 +250,32 @@ def test_rounds_out_of_range_is_a_suite_error_naming_the_key(value: object) -> N
         parse_suite(text, source="rounds.toml")
     assert err.value.key == "suite.timing.rounds"
     assert "rounds" in str(err.value)
+
+
+def test_each_case_round_frees_its_stream_s_cublas_workspace_once_timed(
+    factories: object, peaks_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After a round is timed (and, in the first, traced and checked), the workspace cuBLAS keeps for the round's
+    # stream is freed: a run would otherwise hold one for every stream of the pool that it met.
+    freed: list[tuple[str, int]] = []
+    calls = factories.CALLS  # type: ignore[attr-defined]
+    monkeypatch.setattr(runner, "release_stream_workspaces", lambda device: freed.append((device, len(calls))))
+    doc = profile(factories, suite(["first", "second"]), peaks_cache)
+    assert all(case(doc, n).status == "ok" for n in ("first", "second"))
+    assert [device for device, _ in freed] == ["cpu"] * 6  # two cases, three rounds
+    # each release comes after its round's calls and before the next round's build calls the step again
+    rounds = [(name, build) for name, build, _ in calls]
+    ends = [i + 1 for i in range(len(rounds)) if i + 1 == len(rounds) or rounds[i + 1] != rounds[i]]
+    assert [at for _, at in freed] == ends
+
+
+def test_the_workspace_release_is_cuda_s_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    cleared: list[bool] = []
+    monkeypatch.setattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: cleared.append(True), raising=False)
+    release_stream_workspaces("cpu")
+    assert cleared == []
+    release_stream_workspaces("cuda")  # PyTorch's own call (a stand-in here: no GPU)
+    assert cleared == [True]
+    monkeypatch.delattr(torch._C, "_cuda_clearCublasWorkspaces")
+    release_stream_workspaces("cuda")  # a PyTorch without it: nothing to free, no error
+    assert cleared == [True]
