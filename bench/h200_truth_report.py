@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -306,6 +306,23 @@ class Data(Runs):
         return out
 
 
+def _provenance(folder: Path) -> dict[str, Any]:
+    """Which lease gathered a folder's data, where the folder says (``provenance.json``)."""
+    path = folder / "provenance.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _day_of(folder: Path | None) -> str | None:
+    """The date a data folder's name carries (``h200-clock-2026-12-02`` -> ``2026-12-02``)."""
+    found = re.search(r"\d{4}-\d{2}-\d{2}", folder.name) if folder is not None else None
+    return found[0] if found else None
+
+
+def _stream_per_round(d: Runs) -> bool:
+    """The runs timed each case-round on a stream of its own (their documents' timing method says so)."""
+    return "a stream per case-round" in (d.docs["llama7b"][0].environment.software.get("attnprof timing") or "")
+
+
 def _rel(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
@@ -452,7 +469,7 @@ def render(
         f"the flush variants, the hold's place and ncu's per-launch overhead {aux}, with the "
         "flush that summed the buffer into an int64 (section 1 compares it with the shipped one); the placement "
         "experiment (section 4) "
-        + (f"{aux}, before those" if earlier and earlier != day else "in a lease before the profile runs")
+        + (aux if earlier and earlier != day else "in a lease before the profile runs")
         + (
             "; each kernel in ncu's conditions without ncu (section 3) in a lease of its own, "
             + ("later that day" if iso_day == day else f"on {iso_day}")
@@ -463,13 +480,15 @@ def render(
         + ("; the sessions in one process against separate processes (section 4) in a lease after that" if same else "")
         + (
             "; the SM clock, ncu's cost per kind of kernel, two more contexts and the driver's iterations without ncu "
-            "(sections 3 and 4) in later runs that evening"
+            "(sections 3 and 4) in later runs "
+            + ("that evening" if _day_of(iso.later) in (None, iso_day) else f"on {_day_of(iso.later)}")
             if iso is not None and iso.later is not None
             else ""
         )
         + (
             "; the SM clock over whole kernels, ncu's application replay and five processes of the profiler with its "
-            "clock pass (sections 3 and 4) in a lease the next day"
+            "clock pass (sections 3 and 4) in a lease "
+            + (f"on {_day_of(iso.spread)}" if _day_of(iso.spread) else "the next day")
             if iso is not None and iso.spread is not None
             else ""
         )
@@ -501,7 +520,7 @@ def render(
         f"BUDGET_S={d.provenance.get('budget_s', 480)} bash bench/h200_truth.sh runs {RUNS}",
         "bash bench/h200_truth.sh ncu",
         *(
-            [f"BUDGET_S=400 bash bench/h200_truth.sh runs {RUNS}  # then --again, the same GPU"]
+            [f"BUDGET_S={_provenance(again.dir).get('budget_s', 480)} bash bench/h200_truth.sh runs {RUNS}  # --again"]
             if again is not None
             else []
         ),
@@ -585,7 +604,7 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None, second: Runs | None = None) -> list[str]:
+def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None, again: Runs | None = None) -> list[str]:
     out = ["## Targets", "", "| target | figure | status |", "|---|---|---|"]
     mem = [r for r in d.rows if r.heavy and r.ncu_bound == "memory" and r.ncu_us and r.ncu_us >= 10]
     mem_ok = sum(1 for r in mem if abs(r.delta or 1) <= TOL_KERNEL)
@@ -653,15 +672,15 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None, second
     if iso is not None and iso.spread is not None:
         rows = whole_kernel_rows(iso.spread)
         plain = [r for r in rows if r.plain >= SPREAD_LONG]
-        again = profiler_clock_runs(iso.spread)
+        clock_runs = profiler_clock_runs(iso.spread)
         cause = (
-            f"; in the five-process run of `{_rel(iso.spread)}` {sum(1 for _, m, _c in again if _spread(m) <= SPREAD_LONG)}/{len(again)}. "
+            f"; in the five-process run of `{_rel(iso.spread)}` {sum(1 for _, m, _c in clock_runs if _spread(m) <= SPREAD_LONG)}/{len(clock_runs)}. "
             f"Of the kernels ≥ 50 µs whose durations spread 0.5% or more without the probe, "
             f"{sum(1 for r in plain if r.follows_plain)} of {len(plain)} follow the SM clock the GPU ran them at "
-            "(section 4). Later leases (`bench/reports/h200-spread-causes.md`) found where the tensors land moving "
+            "(section 4). Leases of 2026-12-03 (`bench/reports/h200-spread-causes.md`) found where the tensors land moving "
             "some kernels' levels, a hot start reading 0.13% faster, and each lease on its own GPU; "
-            "part of what is left is a level the cases of one process share. On a later lease's GPU "
-            "(`bench/reports/h200-rounds.md`) two five-process runs read 23/29 and 25/29; of the cases outside, "
+            "part of what is left is a level the cases of one process share. On another lease's GPU that day "
+            "(`bench/reports/h200-rounds.md`, one stream per process) two five-process runs read 23/29 and 25/29; of the cases outside, "
             "hd256[efficient] lands its builds on distinct levels and the backward cases carry a level their process "
             "shares (about ±0.5%); three have no cause shown. A stream per round and each round's build placed anew, "
             "tested, and runs pooling two processes' rounds, simulated from committed runs, read no more cases "
@@ -671,7 +690,7 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None, second
             "bring more cases within 0.5% in that lease under a rule set beforehand, and the runner took it up "
             "(section 6 there); this report's runs use it"
         )
-    cause += _reference_spread_words(cases, second) + ". Clocks were not locked"
+    cause += _reference_spread_words(cases, again) + ". Clocks were not locked: the lease leaves them as it finds them"
     out.append(
         f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)}{cause} | "
         + ("met" if tight == len(long_) else "**not met**: section 4")
@@ -681,11 +700,21 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None, second
     return out
 
 
-def _tight(rows: list[CaseRow]) -> tuple[int, int, int, int, float, float]:
-    """Of the cases ≥ 100 µs: how many spread ≤ 0.5% for ours, do_bench clean and do_bench zero_(), of how many; the
-    median spread of ours and of do_bench clean."""
+class Tight(NamedTuple):
+    """The spread target over a set of cases ≥ 100 µs: how many spread ≤ 0.5% (ours, do_bench with the clean flush,
+    do_bench with its zero_()), of how many, and the median spread of ours and of do_bench clean."""
+
+    ours: int
+    clean: int
+    zero: int
+    cases: int
+    ours_median: float
+    clean_median: float
+
+
+def _tight(rows: list[CaseRow]) -> Tight:
     long_ = [c for c in rows if c.ours_med >= LONG_US]
-    return (
+    return Tight(
         sum(1 for c in long_ if _spread(c.ours) <= SPREAD_LONG),
         sum(1 for c in long_ if _spread(c.clean) <= SPREAD_LONG),
         sum(1 for c in long_ if _spread(c.zero) <= SPREAD_LONG),
@@ -695,21 +724,32 @@ def _tight(rows: list[CaseRow]) -> tuple[int, int, int, int, float, float]:
     )
 
 
+def _tight_words(t: Tight, device: Tight) -> str:
+    return (
+        f"ours {t.ours}/{t.cases}, do_bench {t.clean}/{t.cases} with the clean flush and {t.zero}/{t.cases} with its "
+        f"zero_() (median spreads: ours {_pct(t.ours_median, 2, False)}, do_bench clean "
+        f"{_pct(t.clean_median, 2, False)}); over the {device.cases} cases that are not host-bound under do_bench, ours "
+        f"{device.ours}/{device.cases} and do_bench {device.clean}/{device.cases} and {device.zero}/{device.cases} "
+        f"(medians {_pct(device.ours_median, 2, False)} and {_pct(device.clean_median, 2, False)})"
+    )
+
+
 def _reference_spread_words(cases: list[CaseRow], again: Runs | None) -> str:
     """The spread target beside do_bench's in the same processes, for this report's runs and a second run."""
-    a = _tight(cases)
-    words = (
-        f". do_bench, in the same processes, spreads ≤ 0.5% on {a[1]}/{a[3]} of these cases with the clean flush and "
-        f"{a[2]}/{a[3]} with its zero_() (median spread {_pct(a[5], 2, False)} against ours {_pct(a[4], 2, False)})"
-    )
+    sets = [cases] + ([case_rows(again)] if again is not None else [])
+    tights = [(_tight(rows), _tight([c for c in rows if not c.host_bound])) for rows in sets]
+    words = ". do_bench timed the same cases in the same processes: " + _tight_words(*tights[0])
     if again is not None:
-        b = _tight(case_rows(again))
         at = again.docs["llama7b"][0].run.created_at
         words += (
-            f"; a second five-process run on the same GPU right after (`{_rel(again.dir)}`, {at:%Y-%m-%d %H:%M} UTC): "
-            f"ours {b[0]}/{b[3]}, do_bench {b[1]}/{b[3]} and {b[2]}/{b[3]} (median spreads {_pct(b[4], 2, False)} and "
-            f"{_pct(b[5], 2, False)}). The reference timer in the same processes reaches the target on fewer cases "
-            "than the profiler: what is left is the level a process lands on, which clocks left free set"
+            f"; in a second five-process run on the same GPU right after (`{_rel(again.dir)}`, {at:%Y-%m-%d %H:%M} "
+            "UTC): " + _tight_words(*tights[1])
+        )
+    if all(d.ours >= d.clean and d.ours >= d.zero for _, d in tights):
+        words += (
+            ". The reference timer, in the same processes, meets the target on no more cases than the profiler: "
+            "what is left is a level each process lands on, not the profiler's timing; whether locked clocks would "
+            "remove it is not measured"
         )
     return words
 
@@ -792,8 +832,13 @@ def _flush_section(d: Data, cases: list[CaseRow]) -> list[str]:
         f"~{_flush_us(d):.0f} µs at the measured copy bandwidth). An earlier version summed into int64, which first "
         "writes an int64 copy of the buffer (512 MiB) and then reads it: it ends on a read, so the L2 holds clean "
         f"lines, but it moves five times the bytes (~{_flush_us(d, 5):.0f} µs). Measured side by side after the "
-        "hold, interleaved in blocks of 10, 300 iterations each (`bench/h200_flush_variants.py`, same day, an "
-        "earlier lease: `flush-variants.json`), medians in µs:",
+        "hold, interleaved in blocks of 10, 300 iterations each (`bench/h200_flush_variants.py`, "
+        + (
+            f"a lease on {d.provenance['earlier_day']}"
+            if d.provenance.get("earlier_day")
+            else "same day, an earlier lease"
+        )
+        + ": `flush-variants.json`), medians in µs:",
         "",
         "| case | sum into int64 (before) | one read (now) | zero_() |",
         "|---|---:|---:|---:|",
@@ -1706,7 +1751,7 @@ def _same_process_words(folder: Path) -> str:
     )
 
 
-def _rounds_words(r: Data, here: tuple[int, int, int, int], kept: int | None, then: bool) -> str:
+def _rounds_words(r: Data, here: tuple[int, int, int, int], kept: int | None, then: bool, d_here: Runs) -> str:
     """The isolation lease's five processes with more rounds: the spread, and the processes whose cases of a suite sat
     together away from the five-process medians (beyond the pooled median's ±0.2%)."""
     cases = case_rows(r)
@@ -1724,7 +1769,16 @@ def _rounds_words(r: Data, here: tuple[int, int, int, int], kept: int | None, th
         f"With {rounds[1] if rounds else 'more'} rounds (the isolation lease, `{_rel(r.dir)}`, five processes with both "
         f"suites' rounds raised): spread no wider than do_bench's on {a[0]}/{a[1]} cases, ≤ 0.5% on {a[2]}/{a[3]} cases "
         f"≥ 100 µs, against {here[0]}/{here[1]} and {here[2]}/{here[3]} here"
-        + (f": more rounds did not narrow it, so the suites keep {kept}" if a[2] <= here[2] and kept else "")
+        + (
+            " (that lease timed each case on one stream per process, these runs each case-round on its own)"
+            if _stream_per_round(d_here) and not _stream_per_round(r)
+            else ""
+        )
+        + (
+            f": more rounds did not narrow it, so the suites keep {kept}"
+            if a[2] <= here[2] and kept and _stream_per_round(r) == _stream_per_round(d_here)
+            else ""
+        )
         + ". "
         + (
             "The median over a suite's device-bound cases of a process's offset from the five-process medians went "
@@ -1854,13 +1908,22 @@ def _spread_words(
             f"{a[0]}/{a[1]} cases, ≤ 0.5% on {a[2]}/{a[3]} cases ≥ 100 µs; this report's runs"
             + " ("
             + ", ".join(
-                ([f"{t.effective_rounds} rounds"] if t is not None else []) + (["the lead hold"] if _lead(d) else [])
+                ([f"{t.effective_rounds} rounds"] if t is not None else [])
+                + (["the lead hold"] if _lead(d) else [])
+                + (["a stream per case-round"] if _stream_per_round(d) and not _stream_per_round(also) else [])
+                + (
+                    [f"{d.docs['llama7b'][0].run.created_at:%Y-%m-%d}, another lease"]
+                    if _day_of(d.dir) != _day_of(also.dir)
+                    else []
+                )
             )
             + ")"
             + f": {b[0]}/{b[1]} and {b[2]}/{b[3]}. The cases still wider than 0.5% are named in the table above."
         )
     if iso is not None:
-        out.append(_rounds_words(iso.d, _spread_counts(cases), t.effective_rounds if t else None, sessions is not None))
+        out.append(
+            _rounds_words(iso.d, _spread_counts(cases), t.effective_rounds if t else None, sessions is not None, d)
+        )
     if sessions is not None:
         out.append(_same_process_words(sessions))
     if iso is not None and iso.later is not None and (iso.later / "processes").exists():
