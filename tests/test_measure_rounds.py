@@ -214,8 +214,10 @@ def test_a_stream_per_case_round_is_cuda_s_alone(monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_case_that_fails_in_a_later_round_is_failed_with_the_round_named(
-    factories: object, peaks_cache: Path
+    factories: object, peaks_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    freed: list[str] = []
+    monkeypatch.setattr(runner, "release_stream_workspaces", freed.append)
     doc = profile(factories, suite(["first", "flaky"]), peaks_cache)
     flaky = case(doc, "flaky")
     assert flaky.status == "failed" and flaky.error is not None
@@ -225,6 +227,8 @@ def test_a_case_that_fails_in_a_later_round_is_failed_with_the_round_named(
     assert case(doc, "first").status == "ok"
     # the failed case is not built again in round 3; the other case still gets all three
     assert factories.BUILDS == {"first": 3, "flaky": 2}  # type: ignore[attr-defined]
+    # every round that ran frees its stream's workspaces, the failed one too: first's three, flaky's two
+    assert freed == ["cpu"] * 5
 
 
 def test_rounds_share_the_samples_budget_and_precision() -> None:

@@ -177,12 +177,16 @@ def on_stream(stream: Any) -> contextlib.AbstractContextManager[Any]:
 
 
 def release_stream_workspaces(device: str) -> None:
-    """Free the workspaces cuBLAS keeps per (handle, stream), once a case-round is over.
+    """Free the workspaces cuBLAS keeps per (handle, stream), once a case-round is over (timed or failed).
 
     PyTorch gives each stream that a cuBLAS call runs on a workspace of its own and keeps it for the life of the
-    process; with a stream per case-round (:func:`round_stream`) a run would hold one for every stream of the pool
-    that a case with matrix products met. Freed into the allocator's cache after each round, the next round's
-    workspace takes the same block again. A no-op on the CPU and where PyTorch has no such call."""
+    process; with a stream per case-round (:func:`round_stream`) a run would keep one for every stream of the pool
+    that a case with matrix products met (on an H200, both suites: 1.6 GiB still allocated after the run and
+    8.3 GiB that ``empty_cache`` could not return; ``bench/reports/h200-cublas-workspaces.md``). PyTorch's call
+    clears its whole map, every handle and stream of the process, into the allocator's cache; a stream's next call
+    allocates again. A CUDA graph that a workload captures itself and keeps past its round would hold a freed
+    workspace's address (PyTorch's own graph trees clear the workspaces around capture, so theirs come from the
+    graph's private pool). A no-op on the CPU and where PyTorch has no such call."""
     if device != "cuda":
         return
     clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)

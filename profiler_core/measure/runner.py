@@ -292,7 +292,7 @@ class SuiteSession:
                     torch.cuda.synchronize()
         except Exception as exc:  # the workload is arbitrary code: every failure is the case's, not the run's
             return self._failed_round(spec, exc, prepared.warns)
-        release_stream_workspaces(self.device)  # the round's stream is done with: its cuBLAS workspace goes back
+        release_stream_workspaces(self.device)  # the round is over: cuBLAS's workspaces go back to the allocator
         if record is None:
             record = _first_record(
                 spec,
@@ -315,6 +315,7 @@ class SuiteSession:
 
     def _failed_round(self, spec: CaseSpec, exc: BaseException, warns: list[str]) -> Case:
         failed = _case_failure(spec, exc, warns, self.device)
+        release_stream_workspaces(self.device)
         before = self.records.get(spec.id)
         if isinstance(before, _Pending) and failed.error is not None:
             failed.error.message = f"in timing round {before.timing.rounds + 1}: {failed.error.message}"[:4000]
