@@ -85,6 +85,43 @@ def test_attended_pairs_match_a_brute_force_bottom_right_mask_for_cross_attentio
             assert attended_pairs(AttentionShape(1, 1, 1, sq, skv, 8)) == sq * skv
 
 
+def test_a_sliding_window_keeps_the_pairs_a_brute_force_mask_keeps() -> None:
+    # the flex target's mask (measure/targets.py): query i sits at key position i + skv - sq; causal keeps keys at or
+    # before it, a window keeps keys fewer than W positions behind it (and, not causal, every key ahead)
+    for sq in range(1, 12):
+        for skv in range(1, 12):
+            for causal in (False, True):
+                plain = attended_pairs(AttentionShape(1, 1, 1, sq, skv, 8, causal=causal))
+                for w in range(1, 14):
+                    kept = sum(
+                        1
+                        for i in range(sq)
+                        for j in range(skv)
+                        if (not causal or j <= i + skv - sq) and i + skv - sq - j < w
+                    )
+                    unwindowed = sum(1 for i in range(sq) for j in range(skv) if not causal or j <= i + skv - sq)
+                    got = attended_pairs(AttentionShape(1, 1, 1, sq, skv, 8, causal=causal, window=w))
+                    # a window that removes nothing gives the unwindowed figure, its convention included
+                    assert got == (plain if kept == unwindowed else kept), (sq, skv, causal, w)
+
+
+def test_a_sliding_window_cuts_the_flops_of_a_flex_case_and_says_so() -> None:
+    params = {**LLAMA, "seq_q": 4096, "causal": True, "pass": "fwd"}
+    full = case_work("flex", None, params)
+    windowed = case_work("flex", None, {**params, "window": 128})
+    assert full is not None and windowed is not None
+    # each of the 4096 queries sees at most 128 keys: 128·129/2 + (4096 - 128)·128 pairs, against 4096²/2
+    pairs = 128 * 129 // 2 + (4096 - 128) * 128
+    assert windowed.flops == 4 * 32 * pairs * 128
+    assert full.flops == 4 * 32 * (4096 * 4096 // 2) * 128
+    assert full.flops / windowed.flops > 15
+    assert "sliding window W=128" in windowed.formula and "window=128" in windowed.formula
+    # a window as wide as the keys changes nothing
+    assert case_work("flex", None, {**params, "window": 4096}).flops == full.flops  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="window must be positive, got 0"):
+        AttentionShape(1, 1, 1, 4, 4, 8, window=0)
+
+
 @pytest.mark.parametrize(
     "overrides",
     [{}, {"kv_heads": 4}, {"causal": True}, {"seq_q": 7, "causal": True}, {"seq_q": 5, "seq_kv": 9, "causal": True}],

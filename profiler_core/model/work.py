@@ -12,7 +12,11 @@ Attended pairs (score entries per batch and head that the mask keeps):
 * causal cross-attention (Sq != Skv): the mask aligned to the bottom right, as inference with a KV cache
   uses it (query i sits at key position i + Skv - Sq; PyTorch's ``causal_lower_right``), which keeps
   Σ_{i<Sq} clamp(i + 1 + Skv - Sq, 0, Skv) pairs: Sq·Skv - Sq·(Sq - 1)/2 when Sq < Skv, so a decode
-  step (Sq = 1) attends all Skv keys.
+  step (Sq = 1) attends all Skv keys;
+* with a sliding window W (``flex``): query i also sees no key W or more positions behind its own
+  (i + Skv - Sq), ahead of it too when not causal; the exact count of the pairs the mask keeps, which
+  removes Σ_i max(0, i + Skv - Sq - W + 1) from the unwindowed exact count. A window that removes nothing
+  gives the unwindowed figure (the causal self-attention convention above included).
 
 FLOPs: forward 4·B·Hq·pairs·D (two matmuls of 2 FLOPs per multiply-add: QKᵀ and PV), which is
 4·B·Hq·Sq·Skv·D without a mask; backward 2.5× forward (five matmuls to the forward's two); a forward and
@@ -46,7 +50,7 @@ and the bytes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from profiler_core.documents.result import Work
@@ -79,18 +83,22 @@ class AttentionShape:
     head_dim: int
     causal: bool = False
     dtype: str = "bf16"
+    window: int | None = None  # sliding window: keys fewer than ``window`` positions behind the query's
 
     def __post_init__(self) -> None:
         for name in ("batch", "q_heads", "kv_heads", "seq_q", "seq_kv", "head_dim"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.window is not None and self.window <= 0:
+            raise ValueError(f"window must be positive, got {self.window}")
         dtype_bytes(self.dtype)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> AttentionShape | None:
         """The shape named by a case's parameters, or None when q_heads, seq_q or head_dim is missing.
 
-        Defaults: ``kv_heads`` = q_heads, ``seq_kv`` = seq_q, ``batch`` = 1, ``causal`` False, ``dtype`` bf16.
+        Defaults: ``kv_heads`` = q_heads, ``seq_kv`` = seq_q, ``batch`` = 1, ``causal`` False, ``dtype`` bf16,
+        no ``window``.
         """
         if any(params.get(k) is None for k in ("q_heads", "seq_q", "head_dim")):
             return None
@@ -108,20 +116,43 @@ class AttentionShape:
             head_dim=int(params["head_dim"]),
             causal=bool(params.get("causal", False)),
             dtype=_DTYPE_ALIASES.get(dtype, dtype),
+            window=None if params.get("window") is None else int(params["window"]),
         )
 
     def describe(self) -> str:
         """The sizes in words, for formulas shown to people."""
         mask = "causal" if self.causal else "non-causal"
+        if self.window is not None:
+            mask += f" window={self.window}"
         return (
             f"B={self.batch} Hq={self.q_heads} Hkv={self.kv_heads} Sq={self.seq_q} Skv={self.seq_kv} "
             f"D={self.head_dim} {self.dtype} {mask}"
         )
 
 
+def _behind_window(shape: AttentionShape) -> int:
+    """Pairs a sliding window removes: Σ_{i<Sq} max(0, i + c), c = Skv - Sq - W + 1 (query i sits at key
+    position i + Skv - Sq and sees no key W or more positions behind it)."""
+    if shape.window is None:
+        return 0
+    c = shape.seq_kv - shape.seq_q - shape.window + 1
+    first = max(0, -c)  # the first query with keys behind its window
+    if first >= shape.seq_q:
+        return 0
+    n = shape.seq_q - first
+    return n * ((first + c) + (shape.seq_q - 1 + c)) // 2
+
+
 def _double_pairs(shape: AttentionShape) -> int:
     """Twice the attended pairs: exact even for causal self-attention of odd length."""
     sq, skv = shape.seq_q, shape.seq_kv
+    removed = _behind_window(shape)
+    if removed:
+        # the exact count less the pairs behind the window (causal self-attention counted exactly here)
+        exact = 2 * sq * skv if not shape.causal else _double_pairs(replace(shape, window=None))
+        if shape.causal and sq == skv:
+            exact = sq * (sq + 1)
+        return exact - 2 * removed
     if not shape.causal:
         return 2 * sq * skv
     if sq == skv:
@@ -250,6 +281,17 @@ def case_work(target: str, backend: str | None, params: Mapping[str, Any]) -> Ca
         if not shape.causal
         else ("Sq·Skv/2" if shape.seq_q == shape.seq_kv else "Sq·Skv - Sq·(Sq-1)/2 (bottom-right causal)")
     )
+    if _behind_window(shape):
+        exact = (
+            "Sq·Skv"
+            if not shape.causal
+            else (
+                "Sq·(Sq+1)/2"
+                if shape.seq_q == shape.seq_kv
+                else ("Sq·Skv - Sq·(Sq-1)/2" if shape.seq_q < shape.seq_kv else "Skv·(Skv+1)/2")
+            )
+        )
+        pairs = f"{exact} - Σ_i max(0, i + Skv - Sq - W + 1) (sliding window W={shape.window})"
     score_bytes: int | None = None
     if target == "sdpa" and backend == "math":
         # The math backend upcasts fp16/bf16 inputs to fp32 before QKᵀ: its scores are fp32.
