@@ -17,9 +17,10 @@ import pytest
 import torch
 
 from profiler_core.attribution import KernelSummary
+from profiler_core.attribution.declared import DeclaredWork
 from profiler_core.documents import Case, ResultDocument
 from profiler_core.documents.result import WorkSource
-from profiler_core.measure.kernels import CASE_WORK_SHARE, _share_case_work
+from profiler_core.measure.kernels import CASE_WORK_SHARE, _declared, _share_case_work
 from profiler_core.measure.runner import ProfileOptions, profile_suite
 from profiler_core.measure.timing import Flusher
 from profiler_core.measure.triton_hooks import record_of
@@ -112,9 +113,14 @@ def test_undeclared_kernels_of_a_custom_case_share_its_attention_work(doc: Resul
             assert (k.share or 0) < 0.05
         else:
             assert k.bound is not None
-    # one kernel holding >= 90% gets it all; otherwise the shares add up to it
-    assert sum(k.flops or 0 for k in shared) == pytest.approx(work.flops)
-    assert sum(k.bytes or 0 for k in shared) == pytest.approx(work.bytes_min)
+    # one kernel holding >= 90% gets it all; otherwise each its part by time among the kernels holding >= 5%,
+    # the modelled ones included (their own figures already count part of the case's work)
+    if len(shared) == 1 and (shared[0].share or 0) >= CASE_WORK_SHARE:
+        part = 1.0
+    else:
+        part = sum(k.share or 0 for k in shared) / sum(k.share or 0 for k in c.kernels if (k.share or 0) >= 0.05)
+    assert sum(k.flops or 0 for k in shared) == pytest.approx(work.flops * part, rel=1e-6)
+    assert sum(k.bytes or 0 for k in shared) == pytest.approx(work.bytes_min * part, rel=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -141,10 +147,14 @@ def test_a_dominant_kernel_gets_all_of_the_case_work_and_others_share_by_time() 
     figures = _share_case_work(split, [(None, None, None)] * 3, work, 100.0)
     assert [f[2] for f in figures] == ["case", "case", None]  # c holds under 5% of the time
     assert figures[0][0] == pytest.approx(1000 * 60 / 97) and figures[1][0] == pytest.approx(1000 * 37 / 97)
-    # a kernel that declared or has a model keeps its own figures
+    # a kernel that declared or has a model keeps its own figures, and the others get only their part of the case's
+    # work: the declared kernel's time counts among the kernels sharing it, so no work is counted twice
     own: list[tuple[float | None, float | None, WorkSource | None]] = [(5.0, 6.0, "launch_metadata")]
     figures = _share_case_work(split, own + [(None, None, None)] * 2, work, 100.0)
-    assert figures[0] == (5.0, 6.0, "launch_metadata") and figures[1] == (1000.0, 100.0, "case")
+    assert figures[0] == (5.0, 6.0, "launch_metadata")
+    assert figures[1][0] == pytest.approx(1000 * 37 / 97) and figures[1][1] == pytest.approx(100 * 37 / 97)
+    assert figures[1][2] == "case"
+    assert figures[2] == (None, None, None)
 
 
 def test_launch_metadata_records_sum_flops_widths_and_skip_what_declares_nothing() -> None:
@@ -171,3 +181,18 @@ def test_the_flush_reads_its_buffer_and_writes_none_of_it() -> None:
         if e.name == "aten::copy_":
             assert all(math.prod(shape) < 1024 for shape in e.input_shapes if shape is not None), e.input_shapes
     assert flush.sink.dtype == flush.buffer.dtype
+
+
+def test_a_declaration_of_no_work_is_passed_over_for_the_model_or_the_case() -> None:
+    k = _summary("attn_fwd", 80.0)
+    said = {"attn_fwd": DeclaredWork(flops_per_launch=2e9, bytes_per_launch=None)}
+    assert _declared(k, said, None) == (2e9, None, "launch_metadata")  # one half is a declaration
+    for flops, nbytes in ((0.0, 0.0), (None, None), (0.0, None)):
+        nothing = {"attn_fwd": DeclaredWork(flops_per_launch=flops, bytes_per_launch=nbytes)}
+        assert _declared(k, nothing, None) is None, (flops, nbytes)
+        assert _declared(k, {}, {"attn": {"flops": flops, "bytes": nbytes}}) is None, (flops, nbytes)
+    assert _declared(k, {}, {"attn": {"flops": None, "bytes": 4e6}}) == (None, 4e6, "factory")
+    # passed over, the custom case's kernel that holds the time gets the case's work and a bound
+    work = CaseWork(flops=1000, bytes_min=100, formula="")
+    figures = _share_case_work([k, _summary("copy", 4.0)], [(None, None, None)] * 2, work, 84.0)
+    assert figures[0] == (1000.0, 100.0, "case")

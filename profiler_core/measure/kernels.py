@@ -69,16 +69,19 @@ def _declared(
     metadata: dict[str, DeclaredWork],
     factory: dict[str, dict[str, float | None]] | None,
 ) -> tuple[float | None, float | None, WorkSource] | None:
-    """What the kernel itself (launch_metadata) or its factory declared, per iteration, or None."""
+    """What the kernel itself (launch_metadata) or its factory declared, per iteration, or None.
+
+    A declaration of no work (nothing, or zero FLOPs and zero bytes) says nothing about the kernel: it is passed
+    over, so that the model or the case's work can give the kernel its figures and its bound."""
     own = metadata.get(s.name)
-    if own is not None and (own.flops_per_launch is not None or own.bytes_per_launch is not None):
+    if own is not None and (own.flops_per_launch or own.bytes_per_launch):
         n = s.launches_per_iter
         flops = None if own.flops_per_launch is None else own.flops_per_launch * n
         nbytes = None if own.bytes_per_launch is None else own.bytes_per_launch * n
         return flops, nbytes, "launch_metadata"
     if factory:
         figures = factory_work_for(s.name, factory)
-        if figures is not None:
+        if figures is not None and (figures[0] or figures[1]):
             return figures[0], figures[1], "factory"
     return None
 
@@ -92,16 +95,21 @@ def _share_case_work(
     """A custom case's kernels that declared nothing and have no model get the case's attention work.
 
     A kernel holding at least ``CASE_WORK_SHARE`` of the kernel time gets all of it; otherwise each such
-    kernel with at least ``MIN_SHARE`` of the time gets the part of the case's work in proportion to its
-    time (an estimate: it assumes they run at one rate), so every kernel that matters has a bound."""
+    kernel with at least ``MIN_SHARE`` of the time gets the part of the case's work in proportion to its time
+    among all the kernels with at least ``MIN_SHARE``, those with figures of their own included (an estimate: it
+    assumes they run at one rate), so every kernel that matters has a bound and no work is counted twice."""
     unknown = [i for i, f in enumerate(figures) if f[2] is None]
     dominant = [i for i in unknown if summaries[i].duration_median_us >= CASE_WORK_SHARE * total_us]
     if dominant:
         shares = {dominant[0]: 1.0}
     else:
-        sizable = [i for i in unknown if summaries[i].duration_median_us >= MIN_SHARE * total_us]
+        sizable = [i for i in range(len(summaries)) if summaries[i].duration_median_us >= MIN_SHARE * total_us]
         time_us = sum(summaries[i].duration_median_us for i in sizable)
-        shares = {i: summaries[i].duration_median_us / time_us for i in sizable} if time_us > 0 else {}
+        shares = (
+            {i: summaries[i].duration_median_us / time_us for i in sizable if figures[i][2] is None}
+            if time_us > 0
+            else {}
+        )
     out = list(figures)
     for i, part in shares.items():
         out[i] = (float(case_share.flops) * part, float(case_share.bytes_min) * part, "case")
