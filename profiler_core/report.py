@@ -11,7 +11,20 @@ from profiler_core.documents import Case, Kernel, Peaks, ResultDocument
 from profiler_core.rounds import round_levels
 from profiler_core.units import MISSING, fmt_duration_range_us, fmt_duration_us, fmt_gbps, fmt_percent, fmt_tflops
 
-KERNEL_COLUMNS = ("phase", "kernel", "launches", "latency", "share", "bound", "BW util", "compute util", "occupancy")
+KERNEL_COLUMNS = (
+    "phase",
+    "kernel",
+    "launches",
+    "latency",
+    "share",
+    "bound",
+    "BW util",
+    "compute util",
+    "work from",
+    "occupancy",
+)
+# Where a kernel's FLOPs and bytes (and so its utilisations and bound) came from (``Kernel.work_source``).
+WORK_FROM = {"launch_metadata": "launch_metadata", "factory": "factory", "model": "model", "case": "case's work"}
 COUNTER_COLUMNS = ("DRAM %", "SM %", "tensor %", "ncu bound")
 
 
@@ -91,6 +104,7 @@ def kernel_rows(case: Case) -> Iterator[list[str]]:
             k.bound or MISSING,
             fmt_percent(k.bandwidth_util),
             fmt_percent(k.compute_util),
+            WORK_FROM.get(k.work_source or "", MISSING),
             fmt_percent(k.theoretical_occupancy),
         ]
         if with_counters:
@@ -180,7 +194,7 @@ def render_table(doc: ResultDocument, *, width: int = 160) -> str:
         with_counters = any(k.counters for k in case.kernels)
         table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
         for col in KERNEL_COLUMNS + (COUNTER_COLUMNS if with_counters else ()):
-            right = col not in ("phase", "kernel", "bound", "ncu bound")
+            right = col not in ("phase", "kernel", "bound", "work from", "ncu bound")
             table.add_column(col, justify="right" if right else "left", overflow="fold")
         for row in kernel_rows(case):
             table.add_row(*row)

@@ -21,6 +21,7 @@ from profiler_core.documents import Kernel, ResultDocument, parse_result
 from profiler_core.measure.kernels import kernel_records
 from profiler_core.model import attention_flops
 from profiler_core.model.work import AttentionShape, case_work
+from profiler_core.report import render_markdown
 from profiler_core.suite import CaseSpec, load_suite
 from tests.profiling_support import DATA, REPO
 
@@ -123,6 +124,20 @@ def test_a_custom_triton_kernel_gets_its_work_and_a_phase(case_id: str, source: 
     work = case_work("bench.validation.triton_attention:make_case", None, spec("validation", case_id).params)
     assert work is not None and k.flops == work.flops
     assert k.bound is not None and k.compute_util is not None and k.bandwidth_util is not None
+
+
+def test_the_report_says_where_each_kernel_s_work_came_from() -> None:
+    text = render_markdown(doc("validation"))
+    header = next(line for line in text.splitlines() if line.startswith("| phase |"))
+    column = header.split(" | ").index("work from")
+    sources = {}
+    for block in text.split("\n## ")[1:]:
+        case_id, _, body = block.partition("\n")
+        rows = [line for line in body.splitlines() if line.startswith("| ") and not line.startswith("| phase")]
+        sources[case_id] = {row.split(" | ")[column] for row in rows}
+    assert sources["triton[causal=false]"] == {"launch_metadata"}
+    assert sources["triton-undeclared"] == {"case's work"}
+    assert "model" in sources["hd64[backend=flash]"]
 
 
 def test_the_stored_documents_agree_with_the_recomputation() -> None:
