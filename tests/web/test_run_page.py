@@ -4,6 +4,7 @@ hand-over to Perfetto, the baseline actions with the keyboard, and what a reader
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 import re
 from collections.abc import Iterator
@@ -311,6 +312,26 @@ def test_the_sm_clock_under_load_shows_where_the_run_read_it(site: Site, own: Pr
     assert "SM clock under load 1,712 MHz" in html
     assert "SM clock under load</th>" in html and '<td class="num">1,650 MHz</td>' in html
     assert "SM clock under load" not in bare
+
+
+def test_each_kernel_says_where_its_work_came_from(site: Site, own: Project) -> None:
+    """The kernel table's "Work from" column: the source each kernel's FLOPs and bytes came from; a kernel of an
+    older document, which does not say, reads "–"."""
+    doc = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    case = next(c for c in doc["cases"] if c["id"] == "block")  # seven kernels
+    kernels = case["kernels"]
+    for k, source in zip(kernels, ("launch_metadata", "case", "factory", "model"), strict=False):
+        k["work_source"] = source
+    for k in kernels[4:]:
+        k.pop("work_source", None)
+    (html,) = _run_pages(site, own, "work-from", {"f" * 40: doc})
+    assert ">Work from</th>" in html
+    section = html.split(f'<details id="{case_anchor("block")}"', 1)[1]
+    table = section.split('<table class="kernels">', 1)[1].split("</table>", 1)[0]
+    # the plain cells of each row: phase, kernel, bound, work from
+    cells = [html_lib.unescape(row.split("<td>")[4].split("</td>")[0]) for row in table.split("<tr>")[2:]]
+    named = {"launch_metadata": "launch_metadata", "case": "case's work", "factory": "factory", "model": "model"}
+    assert cells == [named[k["work_source"]] if "work_source" in k else "–" for k in kernels]
 
 
 def test_a_case_whose_rounds_landed_on_levels_says_so(site: Site, own: Project) -> None:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from attnprof.contract.links import PATHS
 from profiler_core.attribution.reconcile import case_reconciliation
 from profiler_core.documents import Achieved, Case, Kernel, Peaks, ResultDocument, RunInfo, SuiteInfo
+from profiler_core.report import WORK_FROM
 from profiler_core.rounds import round_levels
 from service.baselines import service as baselines
 from service.baselines.models import BaselineRule
@@ -92,6 +93,7 @@ def _kernel_view(k: Kernel) -> dict[str, Any]:
         "counter_bound": k.counter_bound,
         "bandwidth_util": k.bandwidth_util,
         "compute_util": k.compute_util,
+        "work_from": WORK_FROM.get(k.work_source or ""),
         "tflops": k.tflops,
         "gbps": k.gbps,
         "intensity": figures.kernel_intensity(k),
