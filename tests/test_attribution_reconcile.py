@@ -187,6 +187,30 @@ def test_cpu_trace_overhead_is_named_when_the_ops_sum_to_more() -> None:
     assert f"traced iteration {fmt_duration_us(span)} against 120.0 µs timed" in r.reason
 
 
+def test_cpu_ops_on_several_threads_are_named_as_overlap() -> None:
+    """Ops on two threads within one iteration (a workload that forks work) sum past the iteration's host range,
+    which one thread's ops cannot: the gap is their overlap, not the profiler's overhead."""
+
+    def op(name: str, tid: int, ts: float, dur: float) -> dict[str, object]:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": {}}
+
+    annotation = {"ph": "X", "cat": "user_annotation", "name": "attnprof/iter/0", "pid": 1, "tid": 1}
+    events = [{**annotation, "ts": 0.0, "dur": 100.0}, op("aten::mm", 1, 2.0, 90.0), op("aten::mul", 2, 5.0, 90.0)]
+    parsed = parse_trace({"traceEvents": events})
+    (t,) = iteration_times(parsed)
+    assert t.span_us == pytest.approx(100.0) and t.kernel_sum_us == pytest.approx(180.0)
+    r = reconcile([_kernel(90.0), _kernel(90.0)], 102.0, parsed=parsed)
+    assert r is not None and r.cause == "overlap"
+    assert (
+        r.reason
+        == "ops overlap on several threads: the traced ops sum to 180.0 µs in the iteration's 100.0 µs host range"
+    )
+    # one thread's ops that sum to more than the timed latency, inside their iteration: the profiler's overhead
+    single = parse_trace({"traceEvents": [{**annotation, "ts": 0.0, "dur": 150.0}, op("aten::mm", 1, 2.0, 140.0)]})
+    r = reconcile([_kernel(140.0)], 102.0, parsed=single)
+    assert r is not None and r.cause == "trace_overhead"
+
+
 def test_report_shows_the_sum_beside_the_latency(cpu_run: tuple[Case, Path]) -> None:
     case, _ = cpu_run
     r = case.reconciliation

@@ -15,7 +15,8 @@ table's sum and the latency has these sources, and the trace tells them apart:
   The traced iteration's host span against the timed latency measures it. Not a counting error: the ops
   counted never overlap (:func:`.cpu.cpu_kernels` subtracts what an op delegates).
 - overlapping kernels on several streams (sum above the busy time): concurrent kernels add up to more than
-  the wall time they occupy.
+  the wall time they occupy; on CPU, ops on several threads (a workload that forks work, say) add up to more
+  than the iteration's host range, which one thread's ops cannot.
 
 No view truncates the kernel table (the report and the dashboard list every kernel), so there is no
 "kernels under the display limit" share to name.
@@ -117,6 +118,11 @@ def _cause(gap_fraction: float, on_gpu: bool, overlap: bool) -> GapCause:
 
 
 def _reason(cause: GapCause, on_gpu: bool, latency_us: float, t: IterationTime | None) -> str:
+    if cause == "overlap" and t is not None and not on_gpu:
+        return (
+            f"ops overlap on several threads: the traced ops sum to {_us(t.kernel_sum_us)} in the iteration's "
+            f"{_us(t.span_us)} host range"
+        )
     if cause == "overlap" and t is not None:
         return (
             f"kernels overlap on several streams: the traced kernels sum to {_us(t.kernel_sum_us)} "
@@ -170,7 +176,9 @@ def reconcile(
     gap = latency_us - kernel_sum
     fraction = gap / latency_us
     t = _median_iteration(iteration_times(parsed)) if parsed is not None else None
-    overlap = t is not None and t.kernel_sum_us > t.busy_us * (1 + TOLERANCE)
+    # concurrent kernels: on a GPU their sum beyond the time at least one ran; on CPU, where the busy time is the
+    # ops' sum, beyond the iteration's host range (one thread's ops never overlap)
+    overlap = t is not None and t.kernel_sum_us > (t.busy_us if gpu else t.span_us) * (1 + TOLERANCE)
     cause = _cause(fraction, gpu, overlap)
     return KernelReconciliation(
         kernel_sum_us=round(kernel_sum, 4),
