@@ -61,6 +61,22 @@ def test_threads_waiting_for_a_core_mark_the_case_even_when_every_sample_is_alik
     assert host_wait_reason(None, busy) is None and host_wait_reason(before, before) is None
 
 
+def test_steal_time_marks_the_case_where_the_thread_s_own_counts_cannot_see_it() -> None:
+    # In a virtual machine a stolen stretch reads, to the guest, as time its thread ran: only /proc/stat's steal
+    # column shows it. 30 of 200 host ticks stolen while timing (2 CPUs, one second) marks the case.
+    steady = [300.0 + i for i in range(20)]
+    before = ThreadTimes(running_ns=10_000_000_000, waiting_ns=0, steal_ticks=500, cpu_ticks=100_000)
+    stolen = ThreadTimes(running_ns=before.running_ns + 900_000_000, waiting_ns=0, steal_ticks=530, cpu_ticks=100_200)
+    assert disturbance_reasons(steady, waits_before=before, waits_after=stolen) == [
+        "the hypervisor gave 15% of the host's CPU time to other guests while timing (steal time): the virtual "
+        "machine's cores were taken from it"
+    ]
+    light = ThreadTimes(running_ns=stolen.running_ns, waiting_ns=0, steal_ticks=510, cpu_ticks=100_200)
+    assert host_wait_reason(before, light) is None  # 5%
+    brief = ThreadTimes(running_ns=stolen.running_ns, waiting_ns=0, steal_ticks=505, cpu_ticks=100_010)
+    assert host_wait_reason(before, brief) is None  # 10 ticks: too short a stretch to judge
+
+
 def test_thread_times_are_read_from_this_process_and_grow_with_work() -> None:
     first = thread_times()
     assert first is not None  # Linux keeps schedstat; the CI and the GPU hosts run Linux
@@ -71,6 +87,10 @@ def test_thread_times_are_read_from_this_process_and_grow_with_work() -> None:
     assert second is not None
     assert second.running_ns - first.running_ns >= 40_000_000
     assert second.waiting_ns >= first.waiting_ns
+    # the host's ticks from /proc/stat: they grow with the 50 ms on a core, steal never beyond them
+    assert second.cpu_ticks >= first.cpu_ticks + 1 and 0 <= second.steal_ticks - first.steal_ticks <= 1 + (
+        second.cpu_ticks - first.cpu_ticks
+    )
 
 
 def test_the_run_is_suspect_only_when_most_cases_were_disturbed() -> None:

@@ -103,6 +103,8 @@ class _Timing:
     clocks: list[float] = field(default_factory=list)
     running_ns: int = 0
     waiting_ns: int = 0
+    steal_ticks: int = 0
+    cpu_ticks: int = 0
     waits_known: bool = True
     rounds: int = 0
     sizes: list[int] = field(default_factory=list)  # samples per round, in time order
@@ -120,11 +122,15 @@ class _Timing:
         else:
             self.running_ns += after.running_ns - before.running_ns
             self.waiting_ns += after.waiting_ns - before.waiting_ns
+            self.steal_ticks += after.steal_ticks - before.steal_ticks
+            self.cpu_ticks += after.cpu_ticks - before.cpu_ticks
 
     def waits(self) -> tuple[env.ThreadTimes | None, env.ThreadTimes | None]:
         if not self.waits_known:
             return None, None
-        return env.ThreadTimes(0, 0), env.ThreadTimes(self.running_ns, self.waiting_ns)
+        return env.ThreadTimes(0, 0), env.ThreadTimes(
+            self.running_ns, self.waiting_ns, self.steal_ticks, self.cpu_ticks
+        )
 
 
 @dataclass

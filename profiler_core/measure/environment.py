@@ -41,6 +41,9 @@ CASE_CLOCK_DROP = 0.03  # a clock 3% under the top moves a compute-bound kernel 
 # a 2-core host (2026-12-02, examples/cpu.toml): 1-4% alone, 25-52% with one core kept busy by another process,
 # when the samples ran 2-100x slower.
 HOST_WAIT_SHARE = 0.15
+# Steal time (a virtual machine's CPUs given to other guests) is judged over at least this many of the host's CPU
+# ticks (/proc/stat counts in USER_HZ, 100 a second a CPU): shorter stretches read whole ticks or none.
+MIN_STEAL_TICKS = 20
 
 
 def describe_device(device: str) -> Device:
@@ -185,10 +188,14 @@ def cpu_suspect_reasons() -> list[str]:
 
 @dataclass(frozen=True)
 class ThreadTimes:
-    """Time this process's threads have spent so far on a CPU and waiting in the run queue for one, nanoseconds."""
+    """Time this process's threads have spent so far on a CPU and waiting in the run queue for one, nanoseconds;
+    and the host's CPU time so far and the part of it the hypervisor gave to other guests (steal), in ticks, which
+    a thread's own counts cannot see: to the guest, a stolen stretch is time its thread ran."""
 
     running_ns: int
     waiting_ns: int
+    steal_ticks: int = 0
+    cpu_ticks: int = 0
 
 
 def thread_times() -> ThreadTimes | None:
@@ -205,7 +212,22 @@ def thread_times() -> ThreadTimes | None:
         except (OSError, ValueError, IndexError):  # a thread that ended between the listing and the read
             continue
         found = True
-    return ThreadTimes(running, waiting) if found else None
+    steal, total = _host_ticks()
+    return ThreadTimes(running, waiting, steal, total) if found else None
+
+
+def _host_ticks() -> tuple[int, int]:
+    """(steal, all) CPU ticks of the host so far, from the ``cpu`` line of ``/proc/stat`` (user nice system idle
+    iowait irq softirq steal ...); (0, 0) where it cannot be read."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        ticks = [int(x) for x in fields[1:9]]
+    except (OSError, ValueError):
+        return 0, 0
+    if fields[:1] != ["cpu"] or len(ticks) < 8:
+        return 0, 0
+    return ticks[7], sum(ticks)
 
 
 def host_wait_reason(before: ThreadTimes | None, after: ThreadTimes | None) -> str | None:
@@ -215,12 +237,19 @@ def host_wait_reason(before: ThreadTimes | None, after: ThreadTimes | None) -> s
         return None
     waiting = after.waiting_ns - before.waiting_ns
     runnable = waiting + after.running_ns - before.running_ns
-    if runnable <= 0 or waiting < HOST_WAIT_SHARE * runnable:
-        return None
-    return (
-        f"the profiler's threads waited for a core {waiting / runnable:.0%} of their runnable time while timing "
-        f"({waiting / 1e6:.0f} ms): the host was busy with other work"
-    )
+    if runnable > 0 and waiting >= HOST_WAIT_SHARE * runnable:
+        return (
+            f"the profiler's threads waited for a core {waiting / runnable:.0%} of their runnable time while timing "
+            f"({waiting / 1e6:.0f} ms): the host was busy with other work"
+        )
+    steal = after.steal_ticks - before.steal_ticks
+    ticks = after.cpu_ticks - before.cpu_ticks
+    if ticks >= MIN_STEAL_TICKS and steal >= HOST_WAIT_SHARE * ticks:
+        return (
+            f"the hypervisor gave {steal / ticks:.0%} of the host's CPU time to other guests while timing (steal "
+            "time): the virtual machine's cores were taken from it"
+        )
+    return None
 
 
 def disturbed_run_reasons(disturbed: int, timed: int) -> list[str]:
