@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from profiler_core.analysis.bursts import find_burst
 from profiler_core.documents import load_result
@@ -97,3 +98,18 @@ def test_too_few_or_degenerate_samples_are_no_burst() -> None:
     assert find_burst([]) is None
     assert find_burst([1.0, 500.0]) is None
     assert find_burst([0.0] * 10 + [5.0] * 5) is None
+
+
+@pytest.mark.parametrize(("slow", "where"), [(range(4, 20), (5, 20)), (range(0, 17), (1, 17))])
+def test_a_burst_over_three_quarters_of_the_samples_is_found_from_the_fastest_stretch(
+    slow: range, where: tuple[int, int]
+) -> None:
+    # 160x over 16 or 17 of 20 samples: the lower quartile is inside the burst; the case's usual time is the
+    # stretch of at least three samples in a row it ran at before or after the disturbance
+    samples = [(100.0 + i % 3) * (160.0 if i in slow else 1.0) for i in range(20)]
+    burst = find_burst(samples)
+    assert burst is not None and burst.far == len(slow) and (burst.first + 1, burst.last + 1) == where
+    assert burst.usual_us == 102.0 and "its fastest 3 samples in a row" in burst.describe()
+    # two fast samples are no stretch, and a case that is slow throughout has no burst
+    assert find_burst([s * 160.0 if i >= 2 else s for i, s in enumerate([100.0] * 20)]) is None
+    assert find_burst([16_000.0 + i % 3 for i in range(20)]) is None

@@ -6,7 +6,10 @@ not by a few percent. Ordinary noise, even a heavy tail, puts only the odd sampl
 
 The usual time is the lower quartile of the samples, not the median: disturbances only ever add time, and on
 a busy 2-core host a burst can cover half a case's samples or more (measured 2026-12-02: 9 of 20 samples at
-22-44x, 7 of 10 at 100x), where the median is itself inside the burst. A sample is *far* when it is at least
+22-44x, 7 of 10 at 100x), where the median is itself inside the burst. Where the burst covers more than three
+quarters of the samples, the lower quartile is inside it too; then the fastest ``MIN_RUN`` samples in a row, when
+the lower quartile is ``FAR_FACTOR`` times their slowest or more, are the usual time: a level the case held for a
+stretch before or after the disturbance. A sample is *far* when it is at least
 ``FAR_FACTOR`` times the usual time; the case has a burst when at least ``MIN_FAR`` samples are far and they
 either follow one another (``MIN_RUN`` in a row) or make up ``MIN_SHARE`` of the samples. On the committed H200
 documents (bench/reports/data/h200-2026-11-29 and pipeline-h200-2026-11-30: 480 timed cases in 32 runs) the 99th
@@ -33,18 +36,19 @@ class Burst:
 
     far: int  # how many samples are far
     samples: int  # how many samples the case has
-    usual_us: float  # the case's usual time (lower quartile), microseconds
+    usual_us: float  # the case's usual time (lower quartile, or the fastest stretch), microseconds
     median_factor: float  # median of the far samples over the usual time
     max_factor: float  # slowest sample over the usual time
     first: int  # position of the first far sample
     last: int  # position of the last far sample
     longest_run: int  # most far samples in a row
+    usual_from: str = "its lower quartile"  # what the usual time is
 
     def describe(self) -> str:
         """The burst in words, for a case's ``suspect`` list (positions 1-based)."""
         return (
             f"a burst of {self.far} of {self.samples} samples at {self.median_factor:.0f}x the case's usual time "
-            f"(up to {self.max_factor:.0f}x its lower quartile, {fmt_duration_us(self.usual_us, ascii=True)}) "
+            f"(up to {self.max_factor:.0f}x {self.usual_from}, {fmt_duration_us(self.usual_us, ascii=True)}) "
             f"between samples {self.first + 1} and {self.last + 1}: something else took the machine while timing"
         )
 
@@ -56,6 +60,11 @@ def find_burst(samples_us: Sequence[float]) -> Burst | None:
         return None
     ordered = sorted(samples_us)
     usual = ordered[(n - 1) // 4]
+    usual_from = "its lower quartile"
+    stretch = min(max(samples_us[i : i + MIN_RUN]) for i in range(n - MIN_RUN + 1))
+    if 0.0 < stretch and FAR_FACTOR * stretch <= usual:
+        # the lower quartile is inside the burst: the case ran at its usual time only for a stretch
+        usual, usual_from = stretch, f"its fastest {MIN_RUN} samples in a row"
     if usual <= 0.0:
         return None
     limit = FAR_FACTOR * usual
@@ -83,4 +92,5 @@ def find_burst(samples_us: Sequence[float]) -> Burst | None:
         first=positions[0],
         last=positions[-1],
         longest_run=longest,
+        usual_from=usual_from,
     )
