@@ -7,9 +7,13 @@ here. Every table is bounded: at most ``KERNELS_MAX`` kernel rows, ``WHY_MAX`` c
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from profiler_core import units
 from profiler_core.documents.comparison import Finding
 from profiler_core.documents.result import Kernel, ResultDocument
+from profiler_core.units import fmt_gbps, fmt_tflops
 from service.github.regressions import clip, kernel_of
 
 KERNELS_MAX = 20  # rows of a kernel table
@@ -64,9 +68,15 @@ def _attr(kernel: Kernel | None, name: str) -> float | int | str | None:
     return value if isinstance(value, (int, float, str)) else None
 
 
-def _pair(baseline: float | int | str | None, candidate: float | int | str | None, fmt: str = "{}") -> str:
+def _pair(
+    baseline: float | int | str | None,
+    candidate: float | int | str | None,
+    fmt: str | Callable[[Any], str] = "{}",
+) -> str:
     def one(v: float | int | str | None) -> str:
-        return "–" if v is None else fmt.format(v)
+        if v is None:
+            return "–"
+        return fmt(v) if callable(fmt) else fmt.format(v)
 
     if baseline == candidate:
         return one(candidate)
@@ -159,13 +169,14 @@ def achieved(baseline: ResultDocument | None, candidate: ResultDocument | None, 
         return []
     ba = b.achieved if b is not None else None
     parts = []
-    for name, label, fmt in (
+    fields: tuple[tuple[str, str, str | Callable[[Any], str]], ...] = (
         ("bandwidth_util", "DRAM bandwidth util", "{:.0%}"),
         ("compute_util", "compute util", "{:.0%}"),
-        ("gbps", "GB/s", "{:.4g}"),
-        ("tflops", "TFLOP/s", "{:.4g}"),
+        ("gbps", "bandwidth", fmt_gbps),
+        ("tflops", "FLOP rate", fmt_tflops),  # GFLOP/s below 1 TFLOP/s, as a CPU's
         ("bound", "bound", "{}"),
-    ):
+    )
+    for name, label, fmt in fields:
         now = getattr(c.achieved, name)
         if now is not None:
             parts.append(f"{label} {_pair(getattr(ba, name, None) if ba else None, now, fmt)}")

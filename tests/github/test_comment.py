@@ -9,6 +9,7 @@ from profiler_core.documents import load_result
 from profiler_core.documents.comparison import FieldChange, Finding
 from profiler_core.documents.result import CaseError, ResultDocument
 from service.github.comment import CommentInput, case_outcomes, marker, render
+from service.github.tables import achieved
 
 RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
 
@@ -48,7 +49,7 @@ def test_regression_comment_shows_verdict_table_kernels_links_and_reproduction()
     assert "| 🔴 | `prefill[backend=cudnn]` | latency | 87.0 µs | 91.7 µs | +5.3% | [+3.8%, +7.1%] (95%) |" in text
     assert "#### `prefill[backend=flash]`: latency +5.1%" in text
     assert "`cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16`" in text
-    assert "Whole case: GB/s 583.7 → 552; TFLOP/s 792.8 → 749.7; bound latency." in text
+    assert "Whole case: bandwidth 584 GB/s → 552 GB/s; FLOP rate 793 TFLOP/s → 750 TFLOP/s; bound latency." in text
     assert "<details><summary>All" in text
     # The comment is read by people: its links open the dashboard's pages, never the API's routes.
     assert "[job](https://perf.example/ui/p/flash/jobs/j-1)" in text
@@ -224,3 +225,14 @@ def test_a_change_of_the_timing_method_is_listed_with_each_value_whole() -> None
     )
     text = render(_input(comparison=compare(baselines, candidate), candidate=candidate))
     assert f"attnprof timing `not recorded` → `{method}`" in text
+
+
+def test_a_cpu_case_s_flop_rate_reads_in_gflop_s() -> None:
+    baselines, candidate = _docs()
+    case = candidate.cases[0]
+    assert case.achieved is not None and baselines[0].case(case.id) is not None
+    slow = candidate.model_copy(deep=True)
+    slow.cases[0].achieved = case.achieved.model_copy(update={"tflops": 0.0123, "gbps": 0.85})
+    lines = achieved(baselines[0], slow, case.id)
+    assert lines and "→ 12.3 GFLOP/s" in lines[0] and "→ 0.85 GB/s" in lines[0]
+    assert "0.0123" not in lines[0]
