@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -158,6 +158,18 @@ def test_a_stable_calibration_is_cached_with_its_date_and_software_and_read_back
     assert measure.calls == 1
     assert again.origin == "cached" and again.measured_at == first.measured_at
     assert again.dram_gbps == first.dram_gbps and again.tflops == first.tflops
+
+
+def test_a_cache_dated_ahead_of_the_clock_is_measured_again(tmp_path: Path) -> None:
+    load_or_measure("cpu", DEVICE_NAME, KEY, tmp_path, measure=QuietCalibration(gbps=7.0, fp32=0.02))
+    path = cache_path(tmp_path, KEY)
+    ahead = json.loads(path.read_text())
+    ahead["measured_at"] = (datetime.now(UTC) + timedelta(days=30)).isoformat()
+    path.write_text(json.dumps(ahead))
+    measure = QuietCalibration(gbps=24.0)
+    peaks = load_or_measure("cpu", DEVICE_NAME, KEY, tmp_path, measure=measure)
+    assert measure.calls == 1 and peaks.origin == "measured now" and peaks.dram_gbps.value == 24.0
+    assert datetime.fromisoformat(json.loads(path.read_text())["measured_at"]) <= datetime.now(UTC)
 
 
 @pytest.mark.parametrize(

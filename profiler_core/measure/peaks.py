@@ -47,7 +47,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
@@ -291,6 +291,8 @@ def _read_cache(path: Path, software: dict[str, str | None]) -> Peaks | None:
         return None  # absent, corrupt, or a shape this version does not know: measured again
     if peaks.measured_at is None or peaks.measured_with != software or peaks.status != "stable":
         return None  # written by an older attnprof, or by other software
+    if peaks.measured_at > datetime.now(UTC) + timedelta(minutes=5):
+        return None  # dated ahead of this host's clock: another host's clock, or written by hand; not a calibration
     return peaks.model_copy(update={"origin": "cached"})
 
 
