@@ -334,6 +334,24 @@ def test_each_kernel_says_where_its_work_came_from(site: Site, own: Project) -> 
     assert cells == [named[k["work_source"]] if "work_source" in k else "–" for k in kernels]
 
 
+def test_the_peaks_say_where_they_came_from(site: Site, own: Project) -> None:
+    """Cached peaks with their date, peaks measured now with why they were not cached; an older document says
+    nothing more."""
+    cached = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    cached["environment"]["peaks"].update(origin="cached", measured_at="2026-11-30T08:15:00+00:00", note=None)
+    loaded = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    note = "other processes used 60% of the host's CPU time (limit 25%) in 2 of 2 calibration rounds"
+    loaded["environment"]["peaks"].update(origin="measured now", note=note)
+    older = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    for key in ("origin", "note", "measured_at"):
+        older["environment"]["peaks"].pop(key, None)
+    pages = _run_pages(site, own, "peaks-origin", {"1" * 40: cached, "2" * 40: loaded, "3" * 40: older})
+    lines = [html_lib.unescape(page.split("<dt>Peaks</dt><dd>", 1)[1].split("</dd>", 1)[0]) for page in pages]
+    assert lines[0].endswith(" · cached, 2026-11-30 08:15 UTC")
+    assert lines[1].endswith(f" · measured now · not cached: {note}")
+    assert " · cached" not in lines[2] and "measured now" not in lines[2]
+
+
 def test_a_case_whose_rounds_landed_on_levels_says_so(site: Site, own: Project) -> None:
     """A case whose rounds' medians fall into two groups 3.5% apart: the page names the levels under the case; the
     same samples without their round counts, and the other cases, show no such line."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import UTC
 from functools import partial
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -111,6 +112,20 @@ def _kernel_view(k: Kernel) -> dict[str, Any]:
     }
 
 
+def peaks_origin(peaks: Peaks) -> str | None:
+    """Where the run's peaks came from, as the report says it: ``cached, <date> UTC``, ``measured now``, with why a
+    calibration was not cached; None for a document older than the field."""
+    words = []
+    if peaks.origin == "cached":
+        when = f", {peaks.measured_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if peaks.measured_at else ""
+        words.append(f"cached{when}")
+    elif peaks.origin is not None:
+        words.append(peaks.origin)
+    if peaks.note:
+        words.append(f"not cached: {peaks.note}")
+    return " · ".join(words) or None
+
+
 def _case_view(case: Case, peaks: Peaks, *, mode: str) -> dict[str, Any]:
     kernels = [_kernel_view(k) for k in case.kernels]
     return {
@@ -188,7 +203,14 @@ rendered_runs = RenderedRuns(size=8)
 def _render_document(viewer: Viewer, row: Any, doc: ResultDocument, href: str) -> RenderedRun:
     env = doc.environment
     cases = [_case_view(c, env.peaks, mode=doc.run.mode) for c in doc.cases]
-    common = {"viewer_project": viewer.project.name, "run": row, "doc_run": doc.run, "env": env, "href": href}
+    common = {
+        "viewer_project": viewer.project.name,
+        "run": row,
+        "doc_run": doc.run,
+        "env": env,
+        "peaks_origin": peaks_origin(env.peaks),
+        "href": href,
+    }
     head = render_fragment("_run_head.html", latency_chart=figures.case_latency(doc.cases, href), **common)
     body = render_fragment(
         "_run_cases.html",
