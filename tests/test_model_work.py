@@ -100,9 +100,12 @@ def test_a_sliding_window_keeps_the_pairs_a_brute_force_mask_keeps() -> None:
                         if (not causal or j <= i + skv - sq) and i + skv - sq - j < w
                     )
                     unwindowed = sum(1 for i in range(sq) for j in range(skv) if not causal or j <= i + skv - sq)
-                    got = attended_pairs(AttentionShape(1, 1, 1, sq, skv, 8, causal=causal, window=w))
-                    # a window that removes nothing gives the unwindowed figure, its convention included
-                    assert got == (plain if kept == unwindowed else kept), (sq, skv, causal, w)
+                    shape = AttentionShape(1, 1, 1, sq, skv, 8, causal=causal, window=w)
+                    # the unwindowed figure (its convention included) less the pairs behind the windows
+                    assert attended_pairs(shape) == plain - (unwindowed - kept), (sq, skv, causal, w)
+                    if w > 1:  # a narrower window never counts more
+                        narrower = AttentionShape(1, 1, 1, sq, skv, 8, causal=causal, window=w - 1)
+                        assert attention_flops(narrower, "fwd") <= attention_flops(shape, "fwd")
 
 
 def test_a_sliding_window_cuts_the_flops_of_a_flex_case_and_says_so() -> None:
@@ -110,14 +113,22 @@ def test_a_sliding_window_cuts_the_flops_of_a_flex_case_and_says_so() -> None:
     full = case_work("flex", None, params)
     windowed = case_work("flex", None, {**params, "window": 128})
     assert full is not None and windowed is not None
-    # each of the 4096 queries sees at most 128 keys: 128·129/2 + (4096 - 128)·128 pairs, against 4096²/2
-    pairs = 128 * 129 // 2 + (4096 - 128) * 128
+    # each of the 4096 queries sees at most 128 keys: 128·129/2 + (4096 - 128)·128 pairs, less half the diagonal
+    # (the causal self-attention convention), against 4096²/2
+    pairs = 128 * 129 // 2 + (4096 - 128) * 128 - 4096 // 2
     assert windowed.flops == 4 * 32 * pairs * 128
     assert full.flops == 4 * 32 * (4096 * 4096 // 2) * 128
     assert full.flops / windowed.flops > 15
     assert "sliding window W=128" in windowed.formula and "window=128" in windowed.formula
     # a window as wide as the keys changes nothing
     assert case_work("flex", None, {**params, "window": 4096}).flops == full.flops  # type: ignore[union-attr]
+    # decode under a window reads only the keys in it: one query, 32768 keys, a 1024-key window
+    decode = {**LLAMA, "seq_q": 1, "seq_kv": 32768, "kv_heads": 8, "causal": True, "pass": "fwd"}
+    whole, near = case_work("flex", None, decode), case_work("flex", None, {**decode, "window": 1024})
+    assert whole is not None and near is not None
+    q_o = 2 * 2 * 32 * 128 + 4 * 32  # q and o in bf16, the fp32 logsumexp
+    assert whole.bytes_min == q_o + 2 * 2 * 8 * 32768 * 128 and near.bytes_min == q_o + 2 * 2 * 8 * 1024 * 128
+    assert whole.flops == 32 * near.flops
     with pytest.raises(ValueError, match="window must be positive, got 0"):
         AttentionShape(1, 1, 1, 4, 4, 8, window=0)
 

@@ -14,9 +14,9 @@ Attended pairs (score entries per batch and head that the mask keeps):
   Σ_{i<Sq} clamp(i + 1 + Skv - Sq, 0, Skv) pairs: Sq·Skv - Sq·(Sq - 1)/2 when Sq < Skv, so a decode
   step (Sq = 1) attends all Skv keys;
 * with a sliding window W (``flex``): query i also sees no key W or more positions behind its own
-  (i + Skv - Sq), ahead of it too when not causal; the exact count of the pairs the mask keeps, which
-  removes Σ_i max(0, i + Skv - Sq - W + 1) from the unwindowed exact count. A window that removes nothing
-  gives the unwindowed figure (the causal self-attention convention above included).
+  (i + Skv - Sq), ahead of it too when not causal: the unwindowed count less the Σ_i max(0, i + Skv - Sq - W + 1)
+  pairs behind the windows, so causal self-attention keeps its convention (half the diagonal uncounted) and
+  a narrower window never counts more.
 
 FLOPs: forward 4·B·Hq·pairs·D (two matmuls of 2 FLOPs per multiply-add: QKᵀ and PV), which is
 4·B·Hq·Sq·Skv·D without a mask; backward 2.5× forward (five matmuls to the forward's two); a forward and
@@ -28,7 +28,9 @@ Minimum bytes of a fused kernel (each tensor crosses DRAM once):
 * backward: read q, o, dO and write dq: 4·e·B·Hq·Sq·D; read k, v and write dk, dv: 4·e·B·Hkv·Skv·D;
   read the fp32 logsumexp 4·B·Hq·Sq; write and read the fp32 delta = rowsum(dO∘o) 8·B·Hq·Sq; so
   e·4·(B·Hq·Sq·D + B·Hkv·Skv·D) + 12·B·Hq·Sq;
-* forward and backward: the sum.
+* forward and backward: the sum;
+* with a sliding window W, k and v are read only for the last min(Skv, Sq + W - 1) keys, the ones some query
+  sees (dk and dv are still written whole).
 
 The unfused path (math backend, naive attention) materialises the Sq×Skv scores, whatever the mask. Its
 minimum adds to the fused one, with eₛ the score element size: forward write S, read S (softmax), write
@@ -148,11 +150,7 @@ def _double_pairs(shape: AttentionShape) -> int:
     sq, skv = shape.seq_q, shape.seq_kv
     removed = _behind_window(shape)
     if removed:
-        # the exact count less the pairs behind the window (causal self-attention counted exactly here)
-        exact = 2 * sq * skv if not shape.causal else _double_pairs(replace(shape, window=None))
-        if shape.causal and sq == skv:
-            exact = sq * (sq + 1)
-        return exact - 2 * removed
+        return _double_pairs(replace(shape, window=None)) - 2 * removed
     if not shape.causal:
         return 2 * sq * skv
     if sq == skv:
@@ -191,6 +189,12 @@ def _kv_elems(shape: AttentionShape) -> int:
     return shape.batch * shape.kv_heads * shape.seq_kv * shape.head_dim
 
 
+def _kv_read_elems(shape: AttentionShape) -> int:
+    """Key (or value) elements some query sees: under a sliding window only the last Sq + W - 1 keys."""
+    keys = shape.seq_kv if shape.window is None else min(shape.seq_kv, shape.seq_q + shape.window - 1)
+    return shape.batch * shape.kv_heads * keys * shape.head_dim
+
+
 def _rows(shape: AttentionShape) -> int:
     return shape.batch * shape.q_heads * shape.seq_q
 
@@ -198,8 +202,9 @@ def _rows(shape: AttentionShape) -> int:
 def fused_bytes_min(shape: AttentionShape, pass_: Direction) -> int:
     """Minimum DRAM bytes of fused attention (formulas in the module docstring), bytes."""
     e = dtype_bytes(shape.dtype)
-    fwd = e * (2 * _q_elems(shape) + 2 * _kv_elems(shape)) + 4 * _rows(shape)
-    bwd = e * 4 * (_q_elems(shape) + _kv_elems(shape)) + 12 * _rows(shape)
+    # a sliding window leaves the keys behind every query's window unread; dk and dv are written whole
+    fwd = e * (2 * _q_elems(shape) + 2 * _kv_read_elems(shape)) + 4 * _rows(shape)
+    bwd = e * (4 * _q_elems(shape) + 2 * _kv_read_elems(shape) + 2 * _kv_elems(shape)) + 12 * _rows(shape)
     if pass_ == "fwd":
         return fwd
     if pass_ == "bwd":
@@ -282,16 +287,7 @@ def case_work(target: str, backend: str | None, params: Mapping[str, Any]) -> Ca
         else ("Sq·Skv/2" if shape.seq_q == shape.seq_kv else "Sq·Skv - Sq·(Sq-1)/2 (bottom-right causal)")
     )
     if _behind_window(shape):
-        exact = (
-            "Sq·Skv"
-            if not shape.causal
-            else (
-                "Sq·(Sq+1)/2"
-                if shape.seq_q == shape.seq_kv
-                else ("Sq·Skv - Sq·(Sq-1)/2" if shape.seq_q < shape.seq_kv else "Skv·(Skv+1)/2")
-            )
-        )
-        pairs = f"{exact} - Σ_i max(0, i + Skv - Sq - W + 1) (sliding window W={shape.window})"
+        pairs = f"{pairs} - Σ_i max(0, i + Skv - Sq - W + 1) (sliding window W={shape.window})"
     score_bytes: int | None = None
     if target == "sdpa" and backend == "math":
         # The math backend upcasts fp16/bf16 inputs to fp32 before QKᵀ: its scores are fp32.
