@@ -304,8 +304,8 @@ class Kernel(_Model):
         None,
         description="where flops and bytes came from: launch_metadata (what the Triton kernel declared), "
         "factory (what the custom factory declared), model (the op or attention formulas), case (a custom "
-        "case's attention formula: all of it for a kernel holding >= 90% of the case's time, else shared "
-        "among its undeclared kernels by their time)",
+        "case's attention formula: all of it for a kernel holding >= 90% of the case's time, else a part by "
+        "time among its kernels >= 5% that declared their work or nothing; modelled kernels take no part)",
     )
     counters: dict[str, float] | None = None
     counter_bound: Bound | None = Field(None, description="bound by NVIDIA's speed-of-light rule")
@@ -345,7 +345,8 @@ class KernelReconciliation(_Model):
     )
     cause: GapCause = Field(
         description="none (within 2%), launch_gaps (GPU idle between kernels), host_time (CPU time outside the "
-        "ops), trace_overhead (the trace pass ran slower), overlap (kernels on several streams)"
+        "ops), trace_overhead (the trace pass ran slower), overlap (kernels on several streams; on CPU, ops on "
+        "several threads)"
     )
     reason: str = Field(description="the gap named in words")
 

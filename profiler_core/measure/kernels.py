@@ -96,14 +96,20 @@ def _share_case_work(
 
     A kernel holding at least ``CASE_WORK_SHARE`` of the kernel time gets all of it; otherwise each such
     kernel with at least ``MIN_SHARE`` of the time gets the part of the case's work in proportion to its time
-    among all the kernels with at least ``MIN_SHARE``, those with figures of their own included (an estimate: it
-    assumes they run at one rate), so every kernel that matters has a bound and no work is counted twice."""
+    among the kernels with at least ``MIN_SHARE`` that do the case's own work: those that declared nothing and
+    those that declared their work (launch_metadata or the factory), which hold the rest of it. Kernels the op
+    models cover (copies, elementwise passes) do other work and take no part. An estimate: it assumes the
+    sharing kernels run at one rate; every kernel that matters has a bound, and no work is counted twice."""
     unknown = [i for i, f in enumerate(figures) if f[2] is None]
     dominant = [i for i in unknown if summaries[i].duration_median_us >= CASE_WORK_SHARE * total_us]
     if dominant:
         shares = {dominant[0]: 1.0}
     else:
-        sizable = [i for i in range(len(summaries)) if summaries[i].duration_median_us >= MIN_SHARE * total_us]
+        sizable = [
+            i
+            for i in range(len(summaries))
+            if summaries[i].duration_median_us >= MIN_SHARE * total_us and figures[i][2] != "model"
+        ]
         time_us = sum(summaries[i].duration_median_us for i in sizable)
         shares = (
             {i: summaries[i].duration_median_us / time_us for i in sizable if figures[i][2] is None}
