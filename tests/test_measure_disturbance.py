@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from profiler_core.documents import load_result
+from profiler_core.measure.case import _Timing
 from profiler_core.measure.environment import (
     ThreadTimes,
     disturbed_run_reasons,
@@ -14,6 +15,7 @@ from profiler_core.measure.environment import (
     thread_times,
 )
 from profiler_core.measure.runner import disturbance_reasons
+from profiler_core.measure.timing import TimingResult
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_LOADED = REPO / "tests" / "data" / "service" / "cpu-run-1.json"
@@ -75,6 +77,21 @@ def test_steal_time_marks_the_case_where_the_thread_s_own_counts_cannot_see_it()
     assert host_wait_reason(before, light) is None  # 5%
     brief = ThreadTimes(running_ns=stolen.running_ns, waiting_ns=0, steal_ticks=505, cpu_ticks=100_010)
     assert host_wait_reason(before, brief) is None  # 10 ticks: too short a stretch to judge
+
+
+def test_steal_pools_over_the_rounds_that_read_the_host_s_ticks_on_both_sides() -> None:
+    timing = _Timing()
+    result = TimingResult(samples_us=[300.0] * 10, warmup=0, stopped_by="max_samples", wall_s=0.01)
+    start = ThreadTimes(running_ns=0, waiting_ns=0, steal_ticks=500, cpu_ticks=100_000)
+    for r in range(3):  # three rounds, 20 of 100 ticks stolen in each
+        before = ThreadTimes(0, 0, start.steal_ticks + 20 * r, start.cpu_ticks + 100 * r)
+        timing.add(result, before, ThreadTimes(1, 0, before.steal_ticks + 20, before.cpu_ticks + 100))
+    # a round whose /proc/stat could not be read on one side adds nothing, not the ticks since boot
+    timing.add(result, ThreadTimes(0, 0, 0, 0), ThreadTimes(1, 0, 900, 200_000))
+    waits = timing.waits()
+    assert waits[1] is not None and (waits[1].steal_ticks, waits[1].cpu_ticks) == (60, 300)
+    reasons = disturbance_reasons(timing.samples, waits_before=waits[0], waits_after=waits[1])
+    assert reasons and reasons[-1].startswith("the hypervisor gave 20% of the host's CPU time to other guests")
 
 
 def test_thread_times_are_read_from_this_process_and_grow_with_work() -> None:

@@ -160,6 +160,21 @@ def test_a_stable_calibration_is_cached_with_its_date_and_software_and_read_back
     assert again.dram_gbps == first.dram_gbps and again.tflops == first.tflops
 
 
+def test_a_cache_dated_without_a_zone_is_read_as_utc(tmp_path: Path) -> None:
+    load_or_measure("cpu", DEVICE_NAME, KEY, tmp_path, measure=QuietCalibration(gbps=7.0, fp32=0.02))
+    path = cache_path(tmp_path, KEY)
+    naive = json.loads(path.read_text())
+    naive["measured_at"] = "2026-11-30T08:15:00"
+    path.write_text(json.dumps(naive))
+    measure = QuietCalibration(gbps=24.0)
+    peaks = load_or_measure("cpu", DEVICE_NAME, KEY, tmp_path, measure=measure)
+    assert measure.calls == 0 and peaks.origin == "cached" and peaks.dram_gbps.value == 7.0
+    assert peaks.measured_at == datetime(2026, 11, 30, 8, 15, tzinfo=UTC)
+    naive["measured_at"] = (datetime.now(UTC) + timedelta(days=30)).replace(tzinfo=None).isoformat()
+    path.write_text(json.dumps(naive))
+    assert load_or_measure("cpu", DEVICE_NAME, KEY, tmp_path, measure=measure).origin == "measured now"
+
+
 def test_a_cache_dated_ahead_of_the_clock_is_measured_again(tmp_path: Path) -> None:
     load_or_measure("cpu", DEVICE_NAME, KEY, tmp_path, measure=QuietCalibration(gbps=7.0, fp32=0.02))
     path = cache_path(tmp_path, KEY)

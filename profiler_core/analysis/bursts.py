@@ -61,7 +61,7 @@ def find_burst(samples_us: Sequence[float]) -> Burst | None:
     ordered = sorted(samples_us)
     usual = ordered[(n - 1) // 4]
     usual_from = "its lower quartile"
-    stretch = min(max(samples_us[i : i + MIN_RUN]) for i in range(n - MIN_RUN + 1))
+    stretch = min((max(samples_us[i : i + MIN_RUN]) for i in range(n - MIN_RUN + 1)), default=0.0)
     if stretch > 0.0 and FAR_FACTOR * stretch <= usual:
         # the lower quartile is inside the burst: the case ran at its usual time only for a stretch
         usual, usual_from = stretch, f"its fastest {MIN_RUN} samples in a row"

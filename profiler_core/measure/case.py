@@ -122,8 +122,9 @@ class _Timing:
         else:
             self.running_ns += after.running_ns - before.running_ns
             self.waiting_ns += after.waiting_ns - before.waiting_ns
-            self.steal_ticks += after.steal_ticks - before.steal_ticks
-            self.cpu_ticks += after.cpu_ticks - before.cpu_ticks
+            if before.cpu_ticks and after.cpu_ticks:  # /proc/stat read on both sides of the round
+                self.steal_ticks += after.steal_ticks - before.steal_ticks
+                self.cpu_ticks += after.cpu_ticks - before.cpu_ticks
 
     def waits(self) -> tuple[env.ThreadTimes | None, env.ThreadTimes | None]:
         if not self.waits_known:

@@ -117,7 +117,10 @@ def peaks_origin(peaks: Peaks) -> str | None:
     calibration was not cached; None for a document older than the field."""
     words = []
     if peaks.origin == "cached":
-        when = f", {peaks.measured_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if peaks.measured_at else ""
+        at = peaks.measured_at
+        if at is not None and at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)  # written without a zone: the profiler writes UTC
+        when = f", {at.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if at is not None else ""
         words.append(f"cached{when}")
     elif peaks.origin is not None:
         words.append(peaks.origin)
