@@ -133,6 +133,14 @@ def reconciliation_line(case: Case, mode: str) -> str | None:
     )
 
 
+def no_kernels_line(case: Case) -> str | None:
+    """The line in place of the kernel table of a timed case whose trace recorded no kernel: its latency stands
+    unexplained, and the report says so rather than print nothing."""
+    if case.status != "ok" or case.kernels or case.latency_us is None:
+        return None
+    return f"no kernels traced: {fmt_duration_us(case.latency_us.median)} of case latency without a kernel table"
+
+
 def header(doc: ResultDocument) -> list[str]:
     e = doc.environment
     lines = [
@@ -170,6 +178,9 @@ def render_markdown(doc: ResultDocument) -> str:
             summary = reconciliation_line(case, doc.run.mode)
             if summary:
                 out += [summary, ""]
+        empty = no_kernels_line(case)
+        if empty:
+            out += [empty, ""]
     return "\n".join(out)
 
 
@@ -190,6 +201,9 @@ def render_table(doc: ResultDocument, *, width: int = 160) -> str:
         if levels:
             console.print(escape(levels), highlight=False, soft_wrap=True)
         if not case.kernels:
+            empty = no_kernels_line(case)
+            if empty:
+                console.print(escape(empty), highlight=False, soft_wrap=True)
             continue
         with_counters = any(k.counters for k in case.kernels)
         table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")

@@ -225,6 +225,19 @@ def test_report_shows_the_sum_beside_the_latency(cpu_run: tuple[Case, Path]) -> 
     assert ("gap " in line) == (r.gap_us >= 0) and (" over: " in line) == (r.gap_us < 0)
 
 
+def test_a_timed_case_without_kernels_says_so_in_both_renderers(cpu_run: tuple[Case, Path]) -> None:
+    case, _ = cpu_run
+    assert case.latency_us is not None
+    bare = case.model_copy(update={"kernels": [], "reconciliation": None})
+    doc = load_result(RUN / "result.json")
+    doc = doc.model_copy(update={"cases": [bare]})
+    line = f"no kernels traced: {fmt_duration_us(case.latency_us.median)} of case latency without a kernel table"
+    assert line in render_markdown(doc).splitlines()
+    assert line in render_table(doc).splitlines()
+    with_kernels = doc.model_copy(update={"cases": [case]})
+    assert "no kernels traced" not in render_markdown(with_kernels) + render_table(with_kernels)
+
+
 def test_report_renderers_put_the_line_under_each_kernel_table() -> None:
     doc = load_result(RUN / "result.json")
     naive = doc.case("naive[pass=fwd]")
