@@ -32,20 +32,28 @@ def _num(x: float | None, digits: int = 1) -> str:
     return MISSING if x is None else f"{x:,.{digits}f}"
 
 
+def peaks_origin(peaks: Peaks) -> str | None:
+    """Where a run's peaks came from: ``cached, <date> UTC`` or ``measured now`` (or the datasheet), with why a
+    calibration was not cached; None for a document older than the field."""
+    words = []
+    if peaks.origin == "cached":
+        when = f", {peaks.measured_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if peaks.measured_at else ""
+        words.append(f"cached{when}")
+    elif peaks.origin is not None:
+        words.append(peaks.origin)
+    if peaks.note:
+        words.append(f"not cached: {peaks.note}")
+    return " · ".join(words) or None
+
+
 def peaks_line(peaks: Peaks) -> str:
     """The peaks, and where they came from: the cache (with when they were measured), measured now, the datasheet."""
     dram = peaks.dram_gbps
     line = f"peaks {fmt_gbps(dram.value)} ({dram.source})" + "".join(
         f", {k} {fmt_tflops(v.value)} ({v.source})" for k, v in peaks.tflops.items()
     )
-    if peaks.origin == "cached":
-        when = f", {peaks.measured_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if peaks.measured_at else ""
-        line += f" · cached{when}"
-    elif peaks.origin is not None:
-        line += f" · {peaks.origin}"
-    if peaks.note:
-        line += f" · not cached: {peaks.note}"
-    return line
+    origin = peaks_origin(peaks)
+    return f"{line} · {origin}" if origin else line
 
 
 def short_kernel(k: Kernel, width: int = 60) -> str:

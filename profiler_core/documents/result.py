@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -150,6 +150,11 @@ class PeakValue(_Model):
     detail: str | None = Field(None, description="how it was obtained (size, method)")
 
 
+def _as_utc(at: datetime | None) -> datetime | None:
+    """A time without a zone is the profiler's UTC (a hand-written or older file's); one with a zone stays."""
+    return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
+
+
 class Peaks(_Model):
     """The device's ceilings: copy bandwidth (GB/s) and matmul rate per dtype (TFLOP/s), and where they came from.
 
@@ -160,7 +165,9 @@ class Peaks(_Model):
     origin: PeakOrigin | None = Field(
         None, description="where this run took them: the peaks cache, a calibration at its start, or the datasheet"
     )
-    measured_at: datetime | None = Field(None, description="when the calibration ran (UTC)")
+    measured_at: Annotated[datetime | None, AfterValidator(_as_utc)] = Field(
+        None, description="when the calibration ran (UTC; a time written without a zone is read as UTC)"
+    )
     measured_with: dict[str, str | None] | None = Field(
         None, description="what the calibration ran on: torch and CUDA versions, the device's name"
     )

@@ -291,10 +291,9 @@ def _read_cache(path: Path, software: dict[str, str | None]) -> Peaks | None:
         return None  # absent, corrupt, or a shape this version does not know: measured again
     if peaks.measured_at is None or peaks.measured_with != software or peaks.status != "stable":
         return None  # written by an older attnprof, or by other software
-    measured_at = peaks.measured_at if peaks.measured_at.tzinfo else peaks.measured_at.replace(tzinfo=UTC)
-    if measured_at > datetime.now(UTC) + timedelta(minutes=5):
+    if peaks.measured_at > datetime.now(UTC) + timedelta(minutes=5):
         return None  # dated ahead of this host's clock: another host's clock, or written by hand; not a calibration
-    return peaks.model_copy(update={"origin": "cached", "measured_at": measured_at})
+    return peaks.model_copy(update={"origin": "cached"})
 
 
 def load_or_measure(

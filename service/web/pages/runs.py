@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import UTC
 from functools import partial
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -19,7 +18,7 @@ from sqlalchemy.orm import Session
 from attnprof.contract.links import PATHS
 from profiler_core.attribution.reconcile import case_reconciliation
 from profiler_core.documents import Achieved, Case, Kernel, Peaks, ResultDocument, RunInfo, SuiteInfo
-from profiler_core.report import WORK_FROM
+from profiler_core.report import WORK_FROM, peaks_origin
 from profiler_core.rounds import round_levels
 from service.baselines import service as baselines
 from service.baselines.models import BaselineRule
@@ -110,23 +109,6 @@ def _kernel_view(k: Kernel) -> dict[str, Any]:
         "counters": [counters.get(metric) for _, metric, _ in COUNTER_COLUMNS],
         "sm_clock_mhz": k.sm_clock_mhz,
     }
-
-
-def peaks_origin(peaks: Peaks) -> str | None:
-    """Where the run's peaks came from, as the report says it: ``cached, <date> UTC``, ``measured now``, with why a
-    calibration was not cached; None for a document older than the field."""
-    words = []
-    if peaks.origin == "cached":
-        at = peaks.measured_at
-        if at is not None and at.tzinfo is None:
-            at = at.replace(tzinfo=UTC)  # written without a zone: the profiler writes UTC
-        when = f", {at.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if at is not None else ""
-        words.append(f"cached{when}")
-    elif peaks.origin is not None:
-        words.append(peaks.origin)
-    if peaks.note:
-        words.append(f"not cached: {peaks.note}")
-    return " · ".join(words) or None
 
 
 def _case_view(case: Case, peaks: Peaks, *, mode: str) -> dict[str, Any]:
