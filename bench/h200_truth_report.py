@@ -242,6 +242,8 @@ class Runs:
         self.dobench: dict[str, list[dict[str, Any]]] = {
             s: [_json(data / f"run{i}" / f"{s}-dobench.json.gz") for i in range(1, RUNS + 1)] for s in SUITES
         }
+        provenance = data / "provenance.json"  # which lease gathered what, where the data folder says
+        self.provenance: dict[str, Any] = json.loads(provenance.read_text()) if provenance.exists() else {}
 
     def cases(self, suite: str) -> list[Case]:
         return [c for c in self.docs[suite][0].cases if c.status == "ok"]
@@ -257,8 +259,6 @@ class Data(Runs):
         super().__init__(data)
         self.ncu = _ncu(data, "ncu.csv.gz", "ncu-map.json")
         self.ncu_none = _ncu(data, "ncu-none.csv.gz", "ncu-none-map.json")
-        provenance = data / "provenance.json"  # which lease gathered what, where the data folder says
-        self.provenance: dict[str, Any] = json.loads(provenance.read_text()) if provenance.exists() else {}
         self.hold = json.loads((data / "hold.json").read_text())
         self.flushes = json.loads((data / "flush-variants.json").read_text())
         self.spin_events = json.loads((data / "ncu-overhead" / "events.json").read_text())
@@ -304,12 +304,6 @@ class Data(Runs):
                     )
                 )  # fmt: skip
         return out
-
-
-def _provenance(folder: Path) -> dict[str, Any]:
-    """Which lease gathered a folder's data, where the folder says (``provenance.json``)."""
-    path = folder / "provenance.json"
-    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _day_of(folder: Path | None) -> str | None:
@@ -452,7 +446,8 @@ def render(
     day = d.docs["llama7b"][0].run.created_at.date().isoformat()
     # the auxiliary experiments copied beside the runs: the same day's earlier leases unless provenance names their day
     earlier = d.provenance.get("earlier_day")
-    aux = f"in a lease on {earlier}" if earlier and earlier != day else "in a lease earlier that day"
+    aux_day = earlier if earlier and earlier != day else None
+    aux = f"in a lease on {aux_day}" if aux_day else "in a lease earlier that day"
     iso_day = iso.d.docs["llama7b"][0].run.created_at.date().isoformat() if iso is not None else day
     lines = [
         "# Measurement truth on the H200: flush, decode, custom kernels, bounds and durations against Nsight Compute",
@@ -469,7 +464,7 @@ def render(
         f"the flush variants, the hold's place and ncu's per-launch overhead {aux}, with the "
         "flush that summed the buffer into an int64 (section 1 compares it with the shipped one); the placement "
         "experiment (section 4) "
-        + (aux if earlier and earlier != day else "in a lease before the profile runs")
+        + (aux if aux_day else "in a lease before the profile runs")
         + (
             "; each kernel in ncu's conditions without ncu (section 3) in a lease of its own, "
             + ("later that day" if iso_day == day else f"on {iso_day}")
@@ -520,7 +515,7 @@ def render(
         f"BUDGET_S={d.provenance.get('budget_s', 480)} bash bench/h200_truth.sh runs {RUNS}",
         "bash bench/h200_truth.sh ncu",
         *(
-            [f"BUDGET_S={_provenance(again.dir).get('budget_s', 480)} bash bench/h200_truth.sh runs {RUNS}  # --again"]
+            [f"BUDGET_S={again.provenance.get('budget_s', 480)} bash bench/h200_truth.sh runs {RUNS}  # --again"]
             if again is not None
             else []
         ),
@@ -666,8 +661,7 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None, again:
         + ("met" if no_wider >= 0.8 * len(cases) else "**not met**")
         + " |"
     )
-    long_ = [c for c in cases if c.ours_med >= LONG_US]
-    tight = sum(1 for c in long_ if _spread(c.ours) <= SPREAD_LONG)
+    tight = _tight(cases)
     cause = ""
     if iso is not None and iso.spread is not None:
         rows = whole_kernel_rows(iso.spread)
@@ -692,8 +686,8 @@ def _targets(d: Data, cases: list[CaseRow], iso: Isolation | None = None, again:
         )
     cause += _reference_spread_words(cases, again) + ". Clocks were not locked: the lease leaves them as it finds them"
     out.append(
-        f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight}/{len(long_)}{cause} | "
-        + ("met" if tight == len(long_) else "**not met**: section 4")
+        f"| spread ≤ 0.5% for cases ≥ 100 µs | {tight.ours}/{tight.cases}{cause} | "
+        + ("met" if tight.ours == tight.cases else "**not met**: section 4")
         + " |"
     )
     out.append("")
@@ -1803,8 +1797,8 @@ def _hold_rows(d: Data) -> list[str]:
 def _spread_counts(cases: list[CaseRow]) -> tuple[int, int, int, int]:
     """(no wider than do_bench clean, of cases; ≤ 0.5%, of cases ≥ 100 µs)."""
     no_wider = sum(1 for c in cases if _spread(c.ours) <= _spread(c.clean) + 1e-12)
-    long_ = [c for c in cases if c.ours_med >= LONG_US]
-    return no_wider, len(cases), sum(1 for c in long_ if _spread(c.ours) <= SPREAD_LONG), len(long_)
+    tight = _tight(cases)
+    return no_wider, len(cases), tight.ours, tight.cases
 
 
 def _pooling_helps(d: Data) -> str:
