@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from profiler_core.documents import ResultDocument  # noqa: E402
+from worker.gpu import handback, outcome, sandbox  # noqa: E402
 from worker.gpu import jail as jails  # noqa: E402
-from worker.gpu import outcome, sandbox  # noqa: E402
 
 
 def _read(path: str) -> str:
@@ -139,18 +139,18 @@ json.dump(out, open("/job/probe-out.json", "w"))
 
 
 def cuda(scratch_root: Path, strategy: str) -> dict[str, Any]:
-    from worker.gpu.profile import make_scratch, remove_scratch
+    from worker.gpu import scratch as scratches
 
     jail = _jail(strategy)
-    scratch = make_scratch(scratch_root, "cuda-probe", 1)
+    made = scratches.make(scratch_root, "cuda-probe", 1, disk_bytes=0)
+    scratch = made.job
     try:
         (scratch / "src" / "probe.py").write_text(_CUDA_INSIDE)
-        jail.prepare(scratch)
+        jail.prepare(scratch, etc=made.etc)
         done = sandbox.run(
-            jail.argv([sys.executable, "-I", "/job/src/probe.py"], scratch=scratch, peaks=None),
+            jail.argv([sys.executable, "-I", "/job/src/probe.py"], scratch=scratch, etc=made.etc, peaks=None),
             cwd=scratch,
             env={**_env(jails.JOB_ROOT), **jail.env()},
-            log_path=scratch / "out.log",
             limits=sandbox.ProcessLimits(timeout_s=300, memory_bytes=64 << 30, max_processes=jail.max_processes),
             run_as=jail.run_as,
             lines=50,
@@ -163,7 +163,7 @@ def cuda(scratch_root: Path, strategy: str) -> dict[str, Any]:
         result["nvml_pids_foreign"] = sorted(set(inside.get("nvml_pids", [])) - done.pids)
         return result
     finally:
-        remove_scratch(scratch)
+        scratches.remove(made.path)
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -178,10 +178,13 @@ def _profile_once(
     mode: str, suite: Path, scratch_root: Path, cache: Path, jail: jails.Jail | None, *, intruder: bool = False
 ) -> dict[str, Any]:
     """One run; ``intruder``: another CUDA process holds the GPU for 20 s from 3 s in (the run must be suspect)."""
+    from worker.gpu import scratch as scratches
     from worker.gpu.device import GpuWatch
-    from worker.gpu.profile import SPEC_NAME, make_scratch, remove_scratch
+    from worker.gpu.profile import SPEC_NAME
 
-    scratch = make_scratch(scratch_root, f"ab-{mode}", 1)
+    made = scratches.make(scratch_root, f"ab-{mode}", 1, disk_bytes=0)
+
+    scratch = made.job
     try:
         (scratch / SPEC_NAME).write_text(suite.read_text())
         root = jails.JOB_ROOT if jail else scratch
@@ -191,8 +194,8 @@ def _profile_once(
             "--cache-dir", str(jails.PEAKS_DIR if jail else cache), "--quiet",
         ]  # fmt: skip
         if jail:
-            jail.prepare(scratch)
-            argv = jail.argv([*argv, "--pid-namespace"], scratch=scratch, peaks=cache, cwd=root / "src")
+            jail.prepare(scratch, etc=made.etc)
+            argv = jail.argv([*argv, "--pid-namespace"], scratch=scratch, etc=made.etc, peaks=cache, cwd=root / "src")
         watch = GpuWatch() if jail and DEVICE == "cuda" else None
         other = None
         if intruder:
@@ -203,7 +206,6 @@ def _profile_once(
             watch=watch,
             cwd=scratch / "src",
             env={**_env(root), **(jail.env() if jail else {})},
-            log_path=scratch / "output.log",
             limits=sandbox.ProcessLimits(
                 timeout_s=500, memory_bytes=96 << 30, max_processes=jail.max_processes if jail else 0
             ),
@@ -213,7 +215,8 @@ def _profile_once(
         if other is not None:
             other.kill()
             other.wait()
-        read = outcome.read_document(scratch / "out" / "result.json")
+        with handback.Folder(scratch) as folder:
+            read = outcome.read_document(folder, "out/result.json")
         doc = read if isinstance(read, ResultDocument) else None
         if doc is not None and watch is not None:
             outcome.note_foreign_gpu_processes(doc, watch.foreign(done.pids))
@@ -238,7 +241,7 @@ def _profile_once(
             "tail": done.tail[-5:],
         }
     finally:
-        remove_scratch(scratch)
+        scratches.remove(made.path)
 
 
 def ab(suite: Path, pairs: int, scratch_root: Path, out: Path, strategy: str, budget_s: float) -> list[dict[str, Any]]:
@@ -273,30 +276,30 @@ def ab(suite: Path, pairs: int, scratch_root: Path, out: Path, strategy: str, bu
 def start(scratch_root: Path, strategy: str, n: int, out: Path) -> dict[str, Any]:
     """What the jail itself costs a job: ``python -c pass`` direct and jailed, alternately, ``n`` times each (the
     jailed time includes preparing the scratch folder and the bubblewrap set-up)."""
-    from worker.gpu.profile import make_scratch, remove_scratch
+    from worker.gpu import scratch as scratches
 
     jail = _jail(strategy)
     times: dict[str, list[float]] = {"direct": [], "jailed": []}
     for i in range(2 * n):
         mode = ("direct", "jailed")[(i + i // 2) % 2]  # ABBA
-        scratch = make_scratch(scratch_root, "start", 1)
+        made = scratches.make(scratch_root, "start", 1, disk_bytes=0)
+        scratch = made.job
         t = time.perf_counter()
         if mode == "jailed":
-            jail.prepare(scratch)
-            argv = jail.argv([sys.executable, "-c", "pass"], scratch=scratch, peaks=None)
+            jail.prepare(scratch, etc=made.etc)
+            argv = jail.argv([sys.executable, "-c", "pass"], scratch=scratch, etc=made.etc, peaks=None)
         else:
             argv = [sys.executable, "-c", "pass"]
         done = sandbox.run(
             argv,
             cwd=scratch,
             env=_env(jails.JOB_ROOT if mode == "jailed" else scratch),
-            log_path=scratch / "out.log",
             limits=sandbox.ProcessLimits(timeout_s=60, memory_bytes=8 << 30, poll_s=0.01),
             run_as=jail.run_as if mode == "jailed" else None,
         )
         times[mode].append(time.perf_counter() - t)
         assert done.exit_code == 0, done.tail
-        remove_scratch(scratch)
+        scratches.remove(made.path)
     result = {
         "strategy": strategy,
         "n": n,

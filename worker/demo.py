@@ -130,8 +130,9 @@ def prepare(workdir: Path, port: int) -> DemoEnv:
 
 
 def _jail_setting(workdir: Path) -> dict[str, str]:
-    """Jobs run in the jail a real worker uses; only where none can be built here does the demo's worker run them
-    without one (the trusted single-tenant setting), and the demo says so."""
+    """Jobs run in the jail and the cgroup a real worker uses; only where neither can be built here does the demo's
+    worker run them without (the trusted single-tenant setting), and the demo says so."""
+    from worker.gpu.cgroup import Cgroups, CgroupUnavailable
     from worker.gpu.jail import Jail, JailUnavailable
 
     try:
@@ -141,7 +142,15 @@ def _jail_setting(workdir: Path) -> dict[str, str]:
         _say("  The demo's worker runs its two jobs WITHOUT a sandbox (ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT=true);")
         _say("  a real worker refuses to start like this. `apt-get install bubblewrap` gives the demo its jail.")
         return {"ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT": "true"}
-    _say("  jobs run in a bubblewrap jail (their own PID and network namespaces, an unprivileged uid)")
+    try:
+        Cgroups.find().self_test()
+    except (CgroupUnavailable, OSError) as exc:
+        _say(f"NOTE: no cgroup can be made for a job here ({exc}).")
+        _say("  The demo's jobs are bounded by the watchdog alone (ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT=true); a")
+        _say("  real worker shared by tenants refuses to start like this (run it as root, or delegate a cgroup).")
+        _say("  jobs run in a bubblewrap jail (their own PID and network namespaces, an unprivileged uid)")
+        return {"ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT": "true"}
+    _say("  jobs run in a bubblewrap jail (their own PID and network namespaces, an unprivileged uid) and a cgroup")
     return {}
 
 

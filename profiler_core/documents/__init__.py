@@ -1,6 +1,14 @@
 """The documents profiler_core reads and writes, and their JSON Schemas. Torch-free."""
 
-from profiler_core.documents.io import load_result, parse_comparison, parse_result, write_result
+from profiler_core.documents.io import (
+    DOCUMENT_MAX_BYTES,
+    decode_json,
+    inflate,
+    load_result,
+    parse_comparison,
+    parse_result,
+    write_result,
+)
 from profiler_core.documents.result import (
     MAX_PARAMS_DEPTH,
     PHASES,
@@ -29,6 +37,7 @@ from profiler_core.documents.result import (
 )
 
 __all__ = [
+    "DOCUMENT_MAX_BYTES",
     "MAX_PARAMS_DEPTH",
     "PHASES",
     "RESULT_SCHEMA",
@@ -52,6 +61,8 @@ __all__ = [
     "TensorAccuracy",
     "Thresholds",
     "Work",
+    "decode_json",
+    "inflate",
     "load_result",
     "parse_comparison",
     "parse_result",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import zlib
 from pathlib import Path
@@ -16,24 +15,54 @@ from profiler_core.errors import DocumentError
 
 _Doc = TypeVar("_Doc", ResultDocument, ComparisonDocument)
 
+# The most a document may hold once inflated, in bytes: far above any real suite's (a 10,000-case document is a
+# few tens of MB), far below what a small gzip bomb inflates to.
+DOCUMENT_MAX_BYTES = 512 * 1024 * 1024
 
-def _read_json(path: Path) -> Any:
+
+def inflate(raw: bytes, *, max_bytes: int = DOCUMENT_MAX_BYTES, source: str = "<document>") -> bytes:
+    """``raw`` as it is, or inflated when it is gzip, never past ``max_bytes`` (``DocumentError`` beyond: the stream
+    is inflated in steps, so a bomb costs at most ``max_bytes`` of memory)."""
+    if raw[:2] != b"\x1f\x8b":
+        if len(raw) > max_bytes:
+            raise DocumentError(f"{source}: {len(raw):,} bytes, over the {max_bytes:,} a document may hold")
+        return raw
+    out = bytearray()
+    stream = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    pending = raw
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DocumentError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    if raw[:2] == b"\x1f\x8b":
-        # A truncated stream raises EOFError and a corrupt one zlib.error, neither an OSError.
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise DocumentError(f"{path}: not a valid gzip file: {exc}") from exc
+        while True:
+            out += stream.decompress(pending, max_bytes + 1 - len(out))
+            if len(out) > max_bytes:
+                raise DocumentError(f"{source}: inflates past the {max_bytes:,} bytes a document may hold")
+            pending = stream.unconsumed_tail
+            if stream.eof:
+                break
+            if not pending:
+                raise DocumentError(f"{source}: not a valid gzip file: the stream is truncated")
+    except zlib.error as exc:
+        raise DocumentError(f"{source}: not a valid gzip file: {exc}") from exc
+    return bytes(out)
+
+
+def decode_json(raw: bytes, *, source: str, max_bytes: int = DOCUMENT_MAX_BYTES) -> Any:
+    """The JSON value in ``raw`` (plain or gzip, inflated within ``max_bytes``), or ``DocumentError``."""
+    raw = inflate(raw, max_bytes=max_bytes, source=source)
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DocumentError(f"{path}: not JSON: {exc}") from exc
+        raise DocumentError(f"{source}: not JSON: {exc}") from exc
     except RecursionError as exc:  # json's decoder recurses once per nested array or object
-        raise DocumentError(f"{path}: JSON nested too deeply to be a result document") from exc
+        raise DocumentError(f"{source}: JSON nested too deeply to be a result document") from exc
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(DOCUMENT_MAX_BYTES + 1)
+    except OSError as exc:
+        raise DocumentError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return decode_json(raw, source=str(path))
 
 
 def _first_errors(exc: ValidationError, limit: int = 5) -> str:

@@ -21,7 +21,7 @@ from pydantic import SecretStr
 from profiler_core.documents import load_result
 from worker.gpu import jail as jails
 from worker.gpu import outcome, sandbox
-from worker.gpu.profile import make_scratch, remove_scratch
+from worker.gpu import scratch as scratches
 from worker.gpu.settings import GpuWorkerSettings, ProfileWorker
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
@@ -49,18 +49,28 @@ def scratch_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _run(jail: jails.Jail, scratch: Path, code: str, *, timeout_s: float = 60, env: dict[str, str] | None = None):
-    (scratch / "src" / "hostile.py").write_text(textwrap.dedent(code))
-    jail.prepare(scratch)
+def make_scratch(root: Path, name: str, attempt: int) -> scratches.Scratch:
+    return scratches.make(root, name, attempt, disk_bytes=0)
+
+
+def _run(
+    jail: jails.Jail,
+    scratch: scratches.Scratch,
+    code: str,
+    *,
+    timeout_s: float = 60,
+    env: dict[str, str] | None = None,
+):
+    (scratch.job / "src" / "hostile.py").write_text(textwrap.dedent(code))
+    jail.prepare(scratch.job, etc=scratch.etc)
     command = [sys.executable, "-I", str(jails.JOB_ROOT / "src" / "hostile.py")]
     base = sandbox.scrubbed_env(
         os.environ, home=jails.JOB_ROOT / "home", tmp=jails.JOB_ROOT / "tmp", pythonpath=jails.JOB_ROOT / "src"
     )
     return sandbox.run(
-        jail.argv(command, scratch=scratch, peaks=None, cwd=jails.JOB_ROOT / "src"),
-        cwd=scratch,
+        jail.argv(command, scratch=scratch.job, etc=scratch.etc, peaks=None, cwd=jails.JOB_ROOT / "src"),
+        cwd=scratch.path,
         env={**base, **jail.env(), **(env or {})},
-        log_path=scratch / "output.log",
         limits=sandbox.ProcessLimits(timeout_s=timeout_s, memory_bytes=2**33, max_processes=jail.max_processes),
         lines=50,
         run_as=jail.run_as,
@@ -96,7 +106,7 @@ def test_the_job_cannot_read_the_worker_or_other_jobs(
     home_file = Path.home() / f".attnprof-canary-{secrets.token_hex(4)}"
     home_file.write_text(canary)
     other = make_scratch(scratch_root, "other-job", 1)
-    (other / "src" / "secret_model.py").write_text(canary)
+    (other.job / "src" / "secret_model.py").write_text(canary)
     mine = make_scratch(scratch_root, "hostile-job", 1)
     try:
         done = _run(
@@ -112,8 +122,8 @@ def test_the_job_cannot_read_the_worker_or_other_jobs(
                     print(what + ": refused " + type(e).__name__)
             attempt("parent environ", lambda: open("/proc/%d/environ" % {os.getpid()}).read())
             attempt("every environ", lambda: [open(p).read() for p in glob.glob("/proc/*/environ")])
-            attempt("other job", lambda: open({str(other / "src" / "secret_model.py")!r}).read())
-            attempt("other job glob", lambda: [open(p).read() for p in glob.glob({str(scratch_root)!r} + "/*/src/*")])
+            attempt("other job", lambda: open({str(other.job / "src" / "secret_model.py")!r}).read())
+            attempt("other job glob", lambda: [open(p).read() for p in glob.glob({str(scratch_root)!r} + "/*/job/src/*")])
             attempt("worker home", lambda: open({str(home_file)!r}).read())
             attempt("shadow", lambda: open("/etc/shadow").read())
             attempt("postgres data", lambda: os.listdir("/var/lib/postgresql"))
@@ -193,14 +203,14 @@ def test_the_job_writes_only_its_scratch_folder(jail: jails.Jail, scratch_root: 
     )
     said = _verdicts(done)
     assert done.exit_code == 0, done.tail
-    assert said[f"/job/{marker}"] == "written" and (scratch / marker).exists()
+    assert said[f"/job/{marker}"] == "written" and (scratch.job / marker).exists()
     assert said[f"/tmp/{marker}"] == "written" and not Path("/tmp", marker).exists()  # its own /tmp
     for path, verdict in said.items():
         if path not in (f"/job/{marker}", f"/tmp/{marker}"):
             assert verdict.startswith("refused"), (path, verdict)
     assert not (scratch_root / marker).exists() and not Path("/", marker).exists()
     if jail.as_root:
-        assert (scratch / marker).stat().st_uid == jail.job_uid != os.geteuid()
+        assert (scratch.job / marker).stat().st_uid == jail.job_uid != os.geteuid()
 
 
 def test_a_daemon_left_behind_dies_with_the_job(jail: jails.Jail, scratch_root: Path) -> None:
@@ -225,7 +235,7 @@ def test_a_daemon_left_behind_dies_with_the_job(jail: jails.Jail, scratch_root: 
     )
     assert done.exit_code == 0, done.tail
     time.sleep(4)
-    assert not (scratch / marker).exists(), "a process of the job outlived it"
+    assert not (scratch.job / marker).exists(), "a process of the job outlived it"
     left = [p for p in done.pids if Path(f"/proc/{p}").exists() and _state(p) != "Z"]
     assert not left, left
 
@@ -285,7 +295,7 @@ def test_the_hidden_paths_skip_what_the_jail_binds(jail: jails.Jail, tmp_path: P
 def _clean(scratch_root: Path) -> Iterator[None]:
     yield
     for path in scratch_root.iterdir():
-        remove_scratch(path)
+        scratches.remove(path)
 
 
 @pytest.fixture

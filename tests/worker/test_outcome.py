@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 from pathlib import Path
 
 from profiler_core.documents import ResultDocument, parse_result
 from profiler_core.errors import DocumentError
+from worker.gpu import handback
 from worker.gpu.outcome import REASON_MAX_CHARS, JobFailure, decide, read_document, with_output
 from worker.gpu.sandbox import Finished
 
@@ -80,21 +83,52 @@ def test_reasons_fit_the_service_and_keep_their_head() -> None:
     assert "0099 " in text and "0000 " not in text
 
 
+def _read(folder: Path, name: str) -> ResultDocument | DocumentError | None:
+    with handback.Folder(folder) as job:
+        return read_document(job, name)
+
+
 def test_read_document(tmp_path: Path) -> None:
-    assert read_document(tmp_path / "none.json") is None
+    assert _read(tmp_path, "none.json") is None
     (tmp_path / "bad.json").write_text("{not json")
-    bad = read_document(tmp_path / "bad.json")
-    assert isinstance(bad, DocumentError) and str(bad).startswith("bad.json: not JSON")
+    bad = _read(tmp_path, "bad.json")
+    assert isinstance(bad, DocumentError) and str(bad).startswith("/job/bad.json: not JSON")
     (tmp_path / "list.json").write_text("[1]")
-    assert "a result document is a JSON object" in str(read_document(tmp_path / "list.json"))
+    assert "a result document is a JSON object" in str(_read(tmp_path, "list.json"))
     broken = json.loads(H200_RESULT.read_text())
     broken["cases"][0]["latency_us"]["median"] = -1.0
     (tmp_path / "broken.json").write_text(json.dumps(broken))
-    refused = read_document(tmp_path / "broken.json")
+    refused = _read(tmp_path, "broken.json")
     assert isinstance(refused, DocumentError) and str(tmp_path) not in str(refused)
     assert "cases.0.latency_us.median: Input should be greater than or equal to 0" in str(refused)
-    ok = read_document(H200_RESULT)
+    ok = _read(H200_RESULT.parent, H200_RESULT.name)
     assert isinstance(ok, ResultDocument) and ok == parse_result(json.loads(H200_RESULT.read_text()))
+
+
+def test_a_document_that_is_a_link_a_fifo_or_a_bomb_is_refused_unread(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text('{"schema": "the host file"}')
+    job = tmp_path / "job"
+    (job / "out").mkdir(parents=True)
+    (job / "out" / "result.json").symlink_to(secret)
+    assert "a symbolic link" in str(_read(job, "out/result.json"))
+    (job / "out" / "result.json").unlink()
+    os.mkfifo(job / "out" / "result.json")  # opening it for reading would block forever
+    assert "a FIFO, not a regular file" in str(_read(job, "out/result.json"))
+    (job / "out" / "result.json").unlink()
+    (job / "out").rmdir()
+    (job / "out").symlink_to(tmp_path)  # a link on the way, not only at the end
+    assert str(_read(job, "out/secret")).endswith("/job/out: not a folder (a link or a file): not followed")
+    (job / "out").unlink()
+    (job / "out").mkdir()
+    with gzip.open(job / "out" / "result.json", "wb", compresslevel=9) as f:  # ~300 KB inflating to 300 MB
+        for _ in range(300):
+            f.write(b" " * (1024 * 1024))
+    assert (job / "out" / "result.json").stat().st_size < 1024 * 1024
+    bomb = _read(job, "out/result.json")
+    assert isinstance(bomb, DocumentError) and "inflates past the" in str(bomb)
+    os.link(job / "out" / "result.json", job / "hard")  # a second name for a file: not read
+    assert "links: not read" in str(_read(job, "hard"))
 
 
 def test_a_document_its_model_refuses_is_a_failure_that_says_why() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.worker.wkstack import tar_gz
 from worker.gpu import profile
+from worker.gpu import scratch as scratches
 from worker.gpu.api import Stale, Unreachable
 
 
@@ -160,14 +161,14 @@ def test_a_job_cancelled_before_the_run_reports_nothing(tmp_path: Path) -> None:
 
 def test_scratch_left_by_a_dead_worker_is_reaped(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    dead = profile.make_scratch(root, "job-a", 1)
-    mine = profile.make_scratch(root, "job-b", 1)
+    dead = scratches.make(root, "job-a", 1, disk_bytes=0).path
+    mine = scratches.make(root, "job-b", 1, disk_bytes=0).path
     gone = root / dead.name.replace(f"-p{os.getpid()}-", "-p999999-")
     dead.rename(gone)
-    (gone / "src" / "ro").write_text("x")
-    (gone / "src" / "ro").chmod(0o400)
-    (gone / "src").chmod(0o500)
-    assert profile.reap_stale_scratch(root) == [gone]
+    (gone / "job" / "src" / "ro").write_text("x")
+    (gone / "job" / "src" / "ro").chmod(0o400)
+    (gone / "job" / "src").chmod(0o500)
+    assert scratches.reap_stale(root) == [gone]
     assert not gone.exists() and mine.exists()
 
 

@@ -96,6 +96,30 @@ def gpu_nodes(minor: int | None) -> list[str]:
     return nodes
 
 
+def sys_paths(*, gpu: bool) -> list[str]:
+    """What of ``/sys`` a job sees: the CPU topology that thread counts come from and, with a GPU, the PCI tree and
+    the NVIDIA modules that NVML and the CUDA driver read. Never the host's cgroups, its other devices' classes or
+    its firmware tables."""
+    paths = ["/sys/devices/system/cpu", "/sys/devices/system/node"]
+    if gpu:
+        paths += [*sorted(glob.glob("/sys/devices/pci*")), "/sys/bus/pci", "/sys/module/nvidia"]
+        paths.append("/sys/module/nvidia_uvm")
+    return [p for p in paths if os.path.exists(p)]
+
+
+def hidden_argv(argv: Sequence[str]) -> tuple[list[str], int]:
+    """``argv`` (a bubblewrap command) with its options moved into a memory file bubblewrap reads (``--args``), and
+    that file's descriptor, to pass to the child and close after: the jail's PID 1 is bubblewrap, and its command
+    line, which every process in the jail may read, then names no host path (the binds are in the options; the
+    command after ``--`` stays on the line, and names only paths as the job sees them)."""
+    cut = list(argv).index("--")
+    fd = os.memfd_create("attnprof-jail-args", os.MFD_CLOEXEC)
+    os.write(fd, b"".join(a.encode() + b"\0" for a in argv[1:cut]))
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.set_inheritable(fd, True)
+    return [argv[0], "--args", str(fd), *argv[cut:]], fd
+
+
 Strategy = Literal["privileged", "userns"]
 
 
@@ -171,11 +195,10 @@ class Jail:
 
     # --- the command ------------------------------------------------------------------------------------
 
-    def prepare(self, scratch: Path) -> None:
-        """Make ``scratch`` the job's: its ``passwd`` and ``group``, and (root worker) every file owned by the job's
-        uid, so the job can write there and nowhere else. Called after the bundle is unpacked."""
-        etc = scratch / ".etc"
-        etc.mkdir(exist_ok=True)
+    def prepare(self, job: Path, *, etc: Path) -> None:
+        """Make ``job`` (``/job`` in the jail) the job's: (root worker) every file in it owned by the job's uid, so the
+        job can write there and nowhere else; and write its ``passwd``, ``group`` and the rest into ``etc``, a
+        folder of the worker's that the jail binds read-only. Called after the bundle is unpacked."""
         uid, gid = self.inside_ids
         home = JOB_ROOT / "home"
         users = ["root:x:0:0:root:/nonexistent:/usr/sbin/nologin", f"{self.job_user}:x:{uid}:{gid}::{home}:/bin/false"]
@@ -190,20 +213,22 @@ class Jail:
             # Only these files: the host's own may name NSS modules (systemd, sss, ldap) that are not in the jail.
             "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\n",
         }
+        etc.mkdir(mode=0o755, exist_ok=True)
         for name, text in written.items():
             (etc / name).write_text(text)
+            (etc / name).chmod(0o644)
         if self.as_root:
-            os.chown(scratch, self.job_uid, self.job_gid)
-            for root, dirs, files in os.walk(scratch):
+            # Before the job ran: the tree is the worker's own unpacking (a checked bundle), so walking it is safe.
+            os.chown(job, self.job_uid, self.job_gid)
+            for root, dirs, files in os.walk(job):
                 for name in [*dirs, *files]:
-                    path = os.path.join(root, name)
-                    if not path.startswith(str(etc)):
-                        os.lchown(path, self.job_uid, self.job_gid)
-            for name in ETC_WRITTEN:
-                os.chown(etc / name, 0, 0)
+                    os.lchown(os.path.join(root, name), self.job_uid, self.job_gid)
 
-    def argv(self, command: Sequence[str], *, scratch: Path, peaks: Path | None, cwd: Path = JOB_ROOT) -> list[str]:
-        """``command`` (paths as the job sees them: under ``/job`` and ``/peaks``) wrapped in the jail."""
+    def argv(
+        self, command: Sequence[str], *, scratch: Path, etc: Path, peaks: Path | None, cwd: Path = JOB_ROOT
+    ) -> list[str]:
+        """``command`` (paths as the job sees them: under ``/job`` and ``/peaks``) wrapped in the jail: ``scratch`` is
+        bound at ``/job``, the files ``prepare`` wrote in ``etc`` at ``/etc``."""
         args = [
             self.bwrap,
             "--unshare-pid",
@@ -230,7 +255,6 @@ class Jail:
         for name in _ETC_FILES:
             if os.path.exists(name):
                 args += ["--ro-bind", name, name]
-        etc = scratch / ".etc"
         for name in ETC_WRITTEN:
             args += ["--ro-bind", str(etc / name), f"/etc/{name}"]
         args += ["--proc", "/proc", "--dev", "/dev"]
@@ -238,8 +262,7 @@ class Jail:
             args += ["--perms", "1777", "--size", str(self.tmpfs_bytes), "--tmpfs", tmpfs]
         for node in self.devices:
             args += ["--dev-bind", node, node]
-        # NVML and the CUDA driver read the PCI tree; on the CPU only the topology that thread counts come from.
-        system = ["/sys"] if self.devices else ["/sys/devices/system/cpu", "/sys/fs/cgroup"]
+        system = sys_paths(gpu=bool(self.devices))
         made: set[str] = {"/", "/usr", "/etc", "/proc", "/dev", "/tmp", *_SYSTEM_DIRS}
         under_usr = [p for p in self.ro_binds if p == Path("/usr") or p.is_relative_to("/usr")]  # bound with /usr
         binds = [(str(p), str(p)) for p in self.ro_binds if p not in under_usr]
@@ -332,27 +355,35 @@ class Jail:
         scratch = Path(
             subprocess.check_output(["mktemp", "-d", str(scratch_root / "selftest-XXXXXX")], text=True).strip()
         )
+        job, etc = scratch / "job", scratch / "etc"
+        job.mkdir()
         try:
-            self.prepare(scratch)
+            self.prepare(job, etc=etc)
             probe = {
                 "worker_pid": os.getpid(),
                 "worker_uid": os.geteuid(),
                 "forbidden": [str(p) for p in [Path("/etc/shadow"), *self.hidden(forbidden)]],
                 "addresses": sorted(set(addresses)),
+                "host_paths": [str(scratch_root.resolve())],
             }
-            (scratch / "probe.json").write_text(json.dumps(probe))
+            (job / "probe.json").write_text(json.dumps(probe))
             if self.as_root:
-                os.chown(scratch / "probe.json", self.job_uid, self.job_gid)
+                os.chown(job / "probe.json", self.job_uid, self.job_gid)
             command = [sys.executable, "-I", "-S", "-c", _PROBE, str(JOB_ROOT / "probe.json")]
-            done = subprocess.run(
-                die_with_parent(self.argv(command, scratch=scratch, peaks=None), run_as=self.run_as),
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
+            wrapped, args_fd = hidden_argv(self.argv(command, scratch=job, etc=etc, peaks=None))
+            try:
+                done = subprocess.run(
+                    die_with_parent(wrapped, run_as=self.run_as),
+                    env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                    pass_fds=(args_fd,),
+                )
+            finally:
+                os.close(args_fd)
             if done.returncode != 0:
                 why = (done.stderr or done.stdout).strip().splitlines()[-3:]
                 raise JailUnavailable(
@@ -360,7 +391,7 @@ class Jail:
                     + _HINT
                 )
             holes = json.loads(done.stdout.strip().splitlines()[-1])
-            owner = (scratch / "attnprof-probe").stat().st_uid
+            owner = (job / "attnprof-probe").stat().st_uid
             if owner == os.geteuid() and self.as_root:
                 holes.append(f"the job's files belong to the worker's uid {owner}")
             if holes:
@@ -418,6 +449,13 @@ for host, port in p["addresses"]:
         holes.append("the job reached %s:%d" % (host, port))
     except OSError:
         pass
+with open("/proc/1/cmdline", "rb") as f:
+    first = f.read().decode("utf-8", "replace")
+for path in p["host_paths"]:
+    if path in first:
+        holes.append("the jail's PID 1 names the host path " + path + " in its command line")
+if os.path.exists("/sys/fs/cgroup"):
+    holes.append("the job sees the host's cgroups (/sys/fs/cgroup)")
 with open("/proc/net/dev") as f:
     devs = [line.split(":")[0].strip() for line in f.readlines()[2:]]
 if [d for d in devs if d != "lo"]:

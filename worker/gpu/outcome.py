@@ -4,8 +4,10 @@ The rule: a suite that ran is a result, even with failed cases (the comparison f
 baseline and fails now, naming its error). A suite that could not run at all is a failure of the job:
 
 - stopped at the wall-clock limit: ``timed_out``;
-- stopped by the host-memory watchdog: out of host memory (a GPU out-of-memory is a case error instead:
-  PyTorch raises it inside the case, and the case is recorded as failed);
+- stopped at the memory limit (the job's cgroup's, which counts memfd, tmpfs and dirty page cache too, or the
+  watchdog's): out of host memory (a GPU out-of-memory is a case error instead: PyTorch raises it inside the case,
+  and the case is recorded as failed);
+- stopped for printing more than the output limit, or for filling its folder past the disk quota;
 - bad input (exit code 2: the suite file or the device);
 - a crash (a signal, or an exit without a result document);
 - a document its model refuses (the service would refuse it too, and the same code writes it again);
@@ -20,14 +22,16 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
-from pathlib import Path
 
-from profiler_core.documents import Case, ResultDocument, load_result
+from profiler_core.documents import Case, ResultDocument, decode_json, parse_result
 from profiler_core.errors import DocumentError
+from worker.gpu import handback
 from worker.gpu.sandbox import Finished
 
 REASON_MAX_CHARS = 9000  # the service takes 10,000
 _CASES_NAMED = 8
+# The most a result document may hold as the job hands it back, in bytes (gzip inflated within the same bound).
+DOCUMENT_MAX_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -66,16 +70,31 @@ def with_output(head: str, tail: list[str]) -> str:
         lines = lines[1:]
 
 
-def read_document(path: Path) -> ResultDocument | DocumentError | None:
-    """The result document the subprocess wrote, read through its model (the one validation on this side); ``None``
-    when it wrote none; or the ``DocumentError`` saying why what it wrote is not one (unreadable, not JSON, or the
-    first fields the model refuses), the file named without the scratch folder."""
-    if not path.is_file():
-        return None
+def read_json(folder: handback.Folder, path: str) -> object:
+    """The JSON value of ``path`` in the job's folder (plain or gzip), read as hostile input (``handback``: no link
+    followed, a regular file only, within ``DOCUMENT_MAX_BYTES`` read and inflated); ``None`` when absent;
+    ``DocumentError`` naming ``/job/...`` when it is not one."""
+    shown = f"{folder.shown}/{path}"
     try:
-        return load_result(path)
+        raw = folder.read(path, max_bytes=DOCUMENT_MAX_BYTES)
+    except handback.Missing:
+        return None
+    except handback.Refused as exc:
+        raise DocumentError(str(exc)) from None
+    return decode_json(raw, source=shown, max_bytes=DOCUMENT_MAX_BYTES)
+
+
+def read_document(folder: handback.Folder, path: str) -> ResultDocument | DocumentError | None:
+    """The result document the subprocess wrote at ``path`` in the job's folder, read through its model (the one
+    validation on this side); ``None`` when it wrote none; or the ``DocumentError`` saying why what it wrote is not
+    one (not a regular file, too big, not JSON, or the first fields the model refuses), named as the job sees it."""
+    try:
+        data = read_json(folder, path)
+        if data is None:
+            return None
+        return parse_result(data, source=f"{folder.shown}/{path}")
     except DocumentError as exc:
-        return DocumentError(str(exc).replace(str(path), path.name))
+        return exc
 
 
 def _case_errors(cases: list[Case]) -> tuple[list[str], bool]:
@@ -91,11 +110,30 @@ def _case_errors(cases: list[Case]) -> tuple[list[str], bool]:
 
 
 def decide(
-    finished: Finished, document: ResultDocument | DocumentError | None, *, timeout_s: float, memory_limit_bytes: int
+    finished: Finished,
+    document: ResultDocument | DocumentError | None,
+    *,
+    timeout_s: float,
+    memory_limit_bytes: int,
+    disk_limit_bytes: int = 0,
+    output_limit_bytes: int = 0,
+    max_processes: int = 0,
 ) -> ResultDocument | JobFailure:
     """The result document to upload, or the ``JobFailure`` to report. ``finished.stopped == "cancelled"`` is the
     caller's to handle (nothing is reported for a cancelled job)."""
     tail = finished.tail
+    if finished.stopped == "output":
+        head = (
+            f"too much output: the job printed more than the worker's limit of {_mib(output_limit_bytes)} "
+            "(stdout and stderr together) and was stopped"
+        )
+        return JobFailure(with_output(head, tail))
+    if finished.stopped == "disk":
+        head = (
+            f"out of disk: the job's folder (/job) held {_mib(finished.disk_bytes)}, over the worker's quota of "
+            f"{_mib(disk_limit_bytes)}, and the job was stopped"
+        )
+        return JobFailure(with_output(head, tail))
     if finished.stopped == "timeout":
         head = (
             f"timed out: the suite ran for more than the worker's wall-clock limit of {_seconds(timeout_s)} "
@@ -104,10 +142,24 @@ def decide(
         return JobFailure(with_output(head, tail), timed_out=True)
     if finished.stopped == "memory":
         head = (
-            f"out of host memory: the profiling processes held {_mib(finished.peak_rss_bytes)} of resident memory, "
-            f"over the worker's limit of {_mib(memory_limit_bytes)}, and were stopped"
+            f"out of host memory: the job held {_mib(finished.peak_rss_bytes)} (its processes, and any memfd, /tmp, "
+            f"/dev/shm and /job files they wrote), over the worker's limit of {_mib(memory_limit_bytes)}, and was "
+            "stopped"
         )
         return JobFailure(with_output(head, tail))
+    decided = _ran(finished, document)
+    if isinstance(decided, JobFailure) and finished.processes_refused:
+        note = (
+            f"; the job reached its limit of {max_processes:,} processes and threads "
+            f"({finished.processes_refused:,} refused)"
+        )
+        head, _, rest = decided.reason.partition("\n")
+        return JobFailure(head + note + ("\n" + rest if rest else ""), timed_out=decided.timed_out)
+    return decided
+
+
+def _ran(finished: Finished, document: ResultDocument | DocumentError | None) -> ResultDocument | JobFailure:
+    tail = finished.tail
     code = finished.exit_code
     if code == 2:
         return JobFailure(with_output("the suite could not run (bad input, exit code 2)", tail))

@@ -6,7 +6,6 @@ paired documents it writes beside the head's result, read for the upload.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -15,7 +14,8 @@ from pydantic import ValidationError
 from attnprof.contract import bundle as archive
 from profiler_core.documents import ResultDocument
 from profiler_core.documents.paired import PairedDocument
-from worker.gpu import outcome
+from profiler_core.errors import DocumentError
+from worker.gpu import handback, outcome
 from worker.gpu.api import Refused, Unreachable, WorkerAPI
 
 BASE_DIR = "base"
@@ -23,9 +23,9 @@ SPEC_NAME = "attnprof.toml"
 
 
 def fetch_base(
-    http: WorkerAPI, job_id: str, scratch: Path, *, max_bytes: int, max_unpacked_bytes: int, max_members: int
+    http: WorkerAPI, job_id: str, job: Path, *, max_bytes: int, max_unpacked_bytes: int, max_members: int
 ) -> outcome.JobFailure | None:
-    """Download the job's base bundle and unpack it, checked as the head's is, into ``scratch/base``; the failure
+    """Download the job's base bundle and unpack it, checked as the head's is, into ``job/base``; the failure
     to report otherwise (a download that failed is the host's: retried)."""
     try:
         data = http.bundle(job_id, max_bytes=max_bytes, tree="base")
@@ -34,7 +34,7 @@ def fetch_base(
     try:
         archive.unpack(
             data,
-            scratch / BASE_DIR,
+            job / BASE_DIR,
             max_bytes=max_bytes,
             max_unpacked_bytes=max_unpacked_bytes,
             max_members=max_members,
@@ -69,19 +69,25 @@ def ab_argv(root: Path, cache_dir: Path, *, device: str, pid_namespace: bool) ->
     return [*argv, "--pid-namespace"] if pid_namespace else argv
 
 
-def read_sides(out: Path, head: ResultDocument) -> tuple[ResultDocument, PairedDocument] | outcome.JobFailure:
-    """The base's result document and the paired document that ``ab`` wrote in ``out`` beside the head's ``head``,
-    or the failure saying which is missing or invalid (the service would refuse the result without them)."""
-    base = outcome.read_document(out / "base.json")
+def read_sides(
+    folder: handback.Folder, head: ResultDocument
+) -> tuple[ResultDocument, PairedDocument] | outcome.JobFailure:
+    """The base's result document and the paired document that ``ab`` wrote in the job's ``out`` beside the head's
+    ``head`` (read as hostile input: ``handback``), or the failure saying which is missing or invalid (the service
+    would refuse the result without them)."""
+    base = outcome.read_document(folder, "out/base.json")
     if not isinstance(base, ResultDocument):
         why = "it wrote none" if base is None else str(base)
         return outcome.JobFailure(f"the paired run wrote no valid base result document: {why}")
-    path = out / "paired.json"
-    if not path.is_file():
+    try:
+        data = outcome.read_json(folder, "out/paired.json")
+    except DocumentError as exc:
+        return outcome.JobFailure(f"the paired run wrote no valid paired document: {exc}")
+    if data is None:
         return outcome.JobFailure("the paired run wrote no paired document (paired.json)")
     try:
-        paired = PairedDocument.model_validate(json.loads(path.read_bytes()))
-    except (ValueError, ValidationError) as exc:  # JSON or the model
+        paired = PairedDocument.model_validate(data)
+    except ValidationError as exc:
         shown = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return outcome.JobFailure(f"the paired run wrote no valid paired document: {shown}")
     if (paired.base_run, paired.head_run) != (base.run.id, head.run.id):

@@ -16,10 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
-import shutil
 import socket
-import stat
 import sys
 import tempfile
 import threading
@@ -30,9 +27,11 @@ from typing import Any, Literal
 
 from attnprof.contract import bundle as archive
 from profiler_core.documents import ResultDocument
+from worker.gpu import cgroup as cgroups
+from worker.gpu import handback, outcome, sandbox
 from worker.gpu import jail as jails
-from worker.gpu import outcome, sandbox
 from worker.gpu import paired as ab
+from worker.gpu import scratch as scratches
 from worker.gpu.api import Refused, ServiceAPIError, Stale, Unreachable, WorkerAPI
 from worker.gpu.device import GpuWatch
 from worker.gpu.settings import GpuWorkerSettings
@@ -77,6 +76,9 @@ class ProfileConfig:
     bundle_members: int
     jail: jails.Jail | None = None
     max_processes: int = 0
+    disk_limit_bytes: int = 0
+    output_limit_bytes: int = 64 * 1024 * 1024
+    cgroups: cgroups.Cgroups | None = None
     worker: str = field(default_factory=worker_name)
 
     @classmethod
@@ -98,8 +100,11 @@ class ProfileConfig:
             bundle_bytes=settings.limits.bundle_bytes,
             bundle_unpacked_bytes=settings.limits.bundle_unpacked_bytes,
             bundle_members=settings.limits.bundle_members,
-            jail=job_jail(settings),
+            jail=(jail := job_jail(settings)),
             max_processes=w.max_processes,
+            disk_limit_bytes=w.disk_limit_mib * 1024 * 1024,
+            output_limit_bytes=w.output_limit_mib * 1024 * 1024,
+            cgroups=job_cgroups(w.limits, trusted=w.trusted_single_tenant or jail is None),
         )
 
 
@@ -129,6 +134,33 @@ def job_jail(settings: GpuWorkerSettings) -> jails.Jail | None:
         if w.trusted_single_tenant:
             return None
         raise
+
+
+@functools.lru_cache(maxsize=4)
+def job_cgroups(mode: str, *, trusted: bool) -> cgroups.Cgroups | None:
+    """Where each job's cgroup is made (found and self-tested once per worker process); ``None`` where jobs are
+    bounded by the watchdog alone, which only a trusted single-tenant host may do. Raises ``JailUnavailable`` (the
+    worker refuses to start) where no cgroup can be made and none may be done without."""
+    if mode == "watchdog":
+        if not trusted:
+            raise jails.JailUnavailable(
+                "ATTNPROF_WORKER__LIMITS=watchdog needs ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT=true: the watchdog "
+                "sees neither memfd nor tmpfs, and a uid's process limit is shared by every job of that uid"
+            )
+        return None
+    try:
+        found = cgroups.Cgroups.find()
+        found.self_test()
+        return found
+    except (cgroups.CgroupUnavailable, OSError) as exc:
+        if mode == "auto" and trusted:
+            log.warning("no cgroup for jobs (%s): the watchdog alone bounds them on this trusted host", exc)
+            return None
+        raise jails.JailUnavailable(
+            f"no cgroup can be made for a job's limits: {exc}. A root worker needs the memory and pids controllers "
+            "(cgroup v2, or v1 hierarchies) writable; ATTNPROF_WORKER__LIMITS=watchdog is for a trusted single-tenant "
+            "host only"
+        ) from None
 
 
 class HeartbeatThread(threading.Thread):
@@ -204,57 +236,6 @@ class Liveness(threading.Thread):
             self.join(timeout=self._interval_s + 5)
 
 
-def _writable(func: Callable[..., Any], path: str, _exc: BaseException) -> None:
-    # User code may leave read-only files and directories behind: make them writable, then try again.
-    os.chmod(path, stat.S_IRWXU)
-    parent = os.path.dirname(path)
-    if parent:
-        os.chmod(parent, stat.S_IRWXU)
-    func(path)
-
-
-def remove_scratch(path: Path) -> None:
-    """Remove a scratch directory whatever it holds (read-only files included); never follows links."""
-    if path.exists():
-        shutil.rmtree(path, onerror=lambda f, p, e: _writable(f, p, e[1]))
-
-
-_OWNER = re.compile(r"-p(\d+)-[^-]+$")
-
-
-def make_scratch(root: Path, job_id: str, attempt: int) -> Path:
-    """A fresh directory for one attempt, named after the job, the attempt and this worker's pid."""
-    root.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=f"{job_id}-a{attempt}-p{os.getpid()}-", dir=root))
-    for sub in ("src", "home", "tmp", "out"):
-        (path / sub).mkdir(mode=0o700)
-    return path
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def reap_stale_scratch(root: Path) -> list[Path]:
-    """Remove the scratch directories of workers that are gone (a worker killed with SIGKILL cannot clean up
-    after itself); returns what was removed. Directories of live workers are left alone."""
-    removed: list[Path] = []
-    if not root.is_dir():
-        return removed
-    for path in root.iterdir():
-        match = _OWNER.search(path.name)
-        if match and path.is_dir() and not path.is_symlink() and not _alive(int(match.group(1))):
-            remove_scratch(path)
-            removed.append(path)
-    return removed
-
-
 def profiler_argv(cfg: ProfileConfig, root: Path, cache_dir: Path, *, paired: bool = False) -> list[str]:
     """The profiling command, with the scratch folder at ``root`` and the peaks cache at ``cache_dir`` (as the job
     sees them: inside the jail, ``/job`` and ``/peaks``); a paired job's profiles its two trees interleaved."""
@@ -285,7 +266,7 @@ def run_job(
     """Run attempt ``attempt`` of job ``job_id``, claimed with its message's ``claim_secret``, and report its result
     or failure to the service."""
     connect = api or (lambda: WorkerAPI(cfg.service_url, cfg.token))
-    for path in reap_stale_scratch(cfg.scratch_root):
+    for path in scratches.reap_stale(cfg.scratch_root):
         log.warning("removed %s, left by a worker that is gone", path)
     with connect() as worker_http:
         try:
@@ -301,10 +282,10 @@ def run_job(
         attempt_api = functools.partial(worker_http.for_job, str(claim["token"]))
     with attempt_api() as http:
         beat = HeartbeatThread(attempt_api, job_id, attempt, cfg.heartbeat_s)
-        scratch: Path | None = None
+        scratch: scratches.Scratch | None = None
         try:
             beat.start()
-            scratch = make_scratch(cfg.scratch_root, job_id, attempt)
+            scratch = scratches.make(cfg.scratch_root, job_id, attempt, disk_bytes=cfg.disk_limit_bytes)
             return _attempt(http, claim, job_id, attempt, cfg, scratch, beat)
         except (Stale, Unreachable, Refused) as exc:
             # The job stays running without heartbeats: the sweeper gives it to the next attempt.
@@ -321,7 +302,7 @@ def run_job(
         finally:
             beat.finish()
             if scratch is not None:
-                remove_scratch(scratch)
+                scratches.remove(scratch.path)
 
 
 def _report(http: WorkerAPI, job_id: str, attempt: int, failure: outcome.JobFailure) -> None:
@@ -338,10 +319,11 @@ def _attempt(
     job_id: str,
     attempt: int,
     cfg: ProfileConfig,
-    scratch: Path,
+    scratch: scratches.Scratch,
     beat: HeartbeatThread,
 ) -> Outcome:
-    src = scratch / "src"
+    job = scratch.job
+    src = job / "src"
     if claim.get("bundle_sha256"):
         try:
             data = http.bundle(job_id, max_bytes=cfg.bundle_bytes)
@@ -364,7 +346,7 @@ def _attempt(
         refused = ab.fetch_base(
             http,
             job_id,
-            scratch,
+            job,
             max_bytes=cfg.bundle_bytes,
             max_unpacked_bytes=cfg.bundle_unpacked_bytes,
             max_members=cfg.bundle_members,
@@ -372,12 +354,57 @@ def _attempt(
         if refused is not None:
             _report(http, job_id, attempt, refused)
             return "failed"
-    (scratch / SPEC_NAME).write_text(str(claim["spec"]))
+    (job / SPEC_NAME).write_text(str(claim["spec"]))
     if beat.stop.is_set():
         return "cancelled" if beat.cancelled else "lost"
-    # Inside the jail the scratch folder is /job and the peaks cache /peaks (read-only); without one (a trusted
+    finished, foreign = _run_jailed(job_id, attempt, cfg, scratch, beat, paired=is_paired)
+    if finished.stopped == "cancelled" or beat.stop.is_set():
+        why = "cancelled" if beat.cancelled else f"lost ({beat.lost})"
+        log.info("job %s attempt %s: %s: the subprocess was stopped", job_id, attempt, why)
+        return "cancelled" if beat.cancelled else "lost"
+    # From here on the job's folder is what the job left: read only through handback (no link followed, only
+    # regular files, every read bounded).
+    with handback.Folder(job) as folder:
+        document = outcome.read_document(folder, "out/result.json")
+        if isinstance(document, ResultDocument):
+            outcome.note_foreign_gpu_processes(document, foreign)
+        decided = outcome.decide(
+            finished,
+            document,
+            timeout_s=cfg.timeout_s,
+            memory_limit_bytes=cfg.memory_limit_bytes,
+            disk_limit_bytes=cfg.disk_limit_bytes,
+            output_limit_bytes=cfg.output_limit_bytes,
+            max_processes=cfg.max_processes,
+        )
+        base, pairs = None, None
+        if is_paired and isinstance(decided, ResultDocument):
+            sides = ab.read_sides(folder, decided)
+            if isinstance(sides, outcome.JobFailure):
+                decided = outcome.JobFailure(outcome.with_output(sides.reason, finished.tail))
+            else:
+                base, pairs = sides
+        if isinstance(decided, outcome.JobFailure):
+            _report(http, job_id, attempt, decided)
+            log.info("job %s attempt %s: failed: %s", job_id, attempt, decided.reason.splitlines()[0])
+            return "failed"
+        answer = http.result(job_id, attempt, decided, base=base, paired=pairs)
+        _upload_traces(http, job_id, attempt, decided, folder)
+    log.info(
+        "job %s attempt %s: result stored as run %s in %.1f s", job_id, attempt, answer.get("run_id"), finished.wall_s
+    )
+    return "uploaded"
+
+
+def _run_jailed(
+    job_id: str, attempt: int, cfg: ProfileConfig, scratch: scratches.Scratch, beat: HeartbeatThread, *, paired: bool
+) -> tuple[sandbox.Finished, list[int]]:
+    """Run the profiler over the job's folder, in the jail and the job's cgroup when the worker has them; how it
+    ended, and the host PIDs seen on the GPU meanwhile that were not the job's."""
+    job = scratch.job
+    # Inside the jail the job's folder is /job and the peaks cache /peaks (read-only); without one (a trusted
     # single-tenant host) the real paths.
-    root = jails.JOB_ROOT if cfg.jail is not None else scratch
+    root = jails.JOB_ROOT if cfg.jail is not None else job
     parent = jails.profiler_parent()
     env = sandbox.scrubbed_env(
         os.environ,
@@ -388,68 +415,81 @@ def _attempt(
         library_paths=[parent] if parent else [],
     )
     limits = sandbox.ProcessLimits(
-        timeout_s=cfg.timeout_s, memory_bytes=cfg.memory_limit_bytes, max_processes=cfg.max_processes
+        timeout_s=cfg.timeout_s,
+        memory_bytes=cfg.memory_limit_bytes,
+        max_processes=cfg.max_processes,
+        output_bytes=cfg.output_limit_bytes,
+        disk_bytes=cfg.disk_limit_bytes,
     )
+    args_fd: int | None = None
     if cfg.jail is not None:
         env.update(cfg.jail.env())
-        cfg.jail.prepare(scratch)
-        argv = cfg.jail.argv(
-            profiler_argv(cfg, root, jails.PEAKS_DIR, paired=is_paired),
-            scratch=scratch,
-            peaks=cfg.cache_dir,
-            cwd=root / "src",
+        cfg.jail.prepare(job, etc=scratch.etc)
+        argv, args_fd = jails.hidden_argv(
+            cfg.jail.argv(
+                profiler_argv(cfg, root, jails.PEAKS_DIR, paired=paired),
+                scratch=job,
+                etc=scratch.etc,
+                peaks=cfg.cache_dir,
+                cwd=root / "src",
+            )
         )
     else:
-        argv = profiler_argv(cfg, root, cfg.cache_dir, paired=is_paired)
-    log.info("job %s attempt %s: profiling in %s", job_id, attempt, scratch)
+        argv = profiler_argv(cfg, root, cfg.cache_dir, paired=paired)
+    log.info("job %s attempt %s: profiling in %s", job_id, attempt, scratch.path)
     watch = GpuWatch() if cfg.jail is not None and cfg.device != "cpu" else None
-    finished = sandbox.run(
-        argv,
-        cwd=src,
-        env=env,
-        log_path=scratch / "output.log",
-        limits=limits,
-        stop=beat.stop,
-        lines=cfg.output_lines,
-        run_as=cfg.jail.run_as if cfg.jail is not None else None,
-        watch=watch,
+    cgroup = (
+        cfg.cgroups.create(
+            f"attnprof-{job_id}-a{attempt}-p{os.getpid()}",
+            memory_bytes=cfg.memory_limit_bytes,
+            max_processes=cfg.max_processes,
+        )
+        if cfg.cgroups is not None
+        else None
     )
-    if watch is not None:
-        watch.close()
-    if finished.stopped == "cancelled" or beat.stop.is_set():
-        why = "cancelled" if beat.cancelled else f"lost ({beat.lost})"
-        log.info("job %s attempt %s: %s: the subprocess was stopped", job_id, attempt, why)
-        return "cancelled" if beat.cancelled else "lost"
-    document = outcome.read_document(scratch / "out" / "result.json")
-    if isinstance(document, ResultDocument) and watch is not None:
-        outcome.note_foreign_gpu_processes(document, watch.foreign(finished.pids))
-    decided = outcome.decide(finished, document, timeout_s=cfg.timeout_s, memory_limit_bytes=cfg.memory_limit_bytes)
-    base, pairs = None, None
-    if is_paired and isinstance(decided, ResultDocument):
-        sides = ab.read_sides(scratch / "out", decided)
-        if isinstance(sides, outcome.JobFailure):
-            decided = outcome.JobFailure(outcome.with_output(sides.reason, finished.tail))
-        else:
-            base, pairs = sides
-    if isinstance(decided, outcome.JobFailure):
-        _report(http, job_id, attempt, decided)
-        log.info("job %s attempt %s: failed: %s", job_id, attempt, decided.reason.splitlines()[0])
-        return "failed"
-    answer = http.result(job_id, attempt, decided, base=base, paired=pairs)
-    _upload_traces(http, job_id, attempt, decided, scratch / "out" / "traces")
-    log.info(
-        "job %s attempt %s: result stored as run %s in %.1f s", job_id, attempt, answer.get("run_id"), finished.wall_s
-    )
-    return "uploaded"
+    try:
+        finished = sandbox.run(
+            argv,
+            cwd=job / "src",
+            env=env,
+            limits=limits,
+            stop=beat.stop,
+            lines=cfg.output_lines,
+            run_as=cfg.jail.run_as if cfg.jail is not None else None,
+            watch=watch,
+            cgroup=cgroup,
+            disk_bytes=scratch.used_bytes,
+            pass_fds=() if args_fd is None else (args_fd,),
+        )
+    finally:
+        if args_fd is not None:
+            os.close(args_fd)
+        if cgroup is not None:
+            cgroup.remove()
+        if watch is not None:
+            watch.close()
+    return finished, watch.foreign(finished.pids) if watch is not None else []
 
 
-def _upload_traces(http: WorkerAPI, job_id: str, attempt: int, document: ResultDocument, folder: Path) -> None:
+# What the worker reads of one trace before handing it on: the service's default limit for a trace; a larger one
+# is skipped here as the service would refuse it there.
+TRACE_MAX_BYTES = 64 * 1024 * 1024
+
+
+def _upload_traces(
+    http: WorkerAPI, job_id: str, attempt: int, document: ResultDocument, folder: handback.Folder
+) -> None:
     for name in sorted({c.trace for c in document.cases if c.trace}):
-        file = folder / name
-        # The document is the user's process's output: a name must not lead out of the trace folder.
-        if "/" in name or "\\" in name or name.startswith(".") or not file.is_file() or file.is_symlink():
+        # The document is the user's process's output: a name is one plain component of the trace folder, and the
+        # file is read without following a link on the way (handback).
+        if "/" in name or "\\" in name or name.startswith("."):
             continue
         try:
-            http.trace(job_id, attempt, name, file.read_bytes())
+            data = folder.read(f"out/traces/{name}", max_bytes=TRACE_MAX_BYTES)
+        except handback.Refused as exc:
+            log.warning("job %s: trace %s not stored: %s", job_id, name, exc)
+            continue
+        try:
+            http.trace(job_id, attempt, name, data)
         except Refused as exc:  # a trace over the limit: the run is stored without it
             log.warning("job %s: trace %s not stored: %s", job_id, name, exc)

@@ -10,7 +10,10 @@
   kills the whole tree with SIGKILL, and the tree is killed again after a normal exit to take any child the
   user's code left behind. On Linux the subprocess also dies with the worker (``PR_SET_PDEATHSIG``), so a
   worker killed with SIGKILL leaves no profiling running on its GPU.
-- Output (stdout and stderr together) goes to a file in the scratch directory; its last lines are kept.
+- Output (stdout and stderr together) comes to the worker through a pipe, never through a file the job could
+  replace: its size is bounded, and its last lines are kept in memory.
+- With a cgroup per job (``worker.gpu.cgroup``), the memory limit counts everything the kernel charges to the job
+  (memfd, tmpfs, dirty page cache), and the process limit is the job's own, not its uid's.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from worker.gpu.cgroup import JobCgroup
 
 # Variables passed through when the worker has them: locale, the GPU it was given, where CUDA lives, and
 # the thread counts that decide CPU timings. Nothing else.
@@ -53,13 +58,17 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TAIL_BYTES = 256 * 1024
 _LINE_CHARS = 400
 
-# Run first, in the subprocess: become ``uid``/``gid`` when given (no groups, no new privileges), ask the kernel to
+# Run first, in the subprocess: join the job's cgroups (while still the worker's uid, which may write them), become
+# ``uid``/``gid`` when given (no groups, no new privileges), ask the kernel to
 # SIGKILL it when the worker thread that started it dies (after the uid change, which would clear the request),
 # bound the processes (threads included) its user may have, then become the real command. The parent's pid is
 # checked after the request, closing the race where the worker died before it was made.
 _LAUNCHER = (
     "import ctypes, os, resource, sys\n"
     "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "for procs in filter(None, sys.argv[5].split('\\n')):\n"
+    "    with open(procs, 'w') as f:\n"
+    "        f.write(str(os.getpid()))\n"
     "uid, gid = int(sys.argv[3]), int(sys.argv[4])\n"
     "if uid >= 0:\n"
     "    os.setgroups([]); os.setresgid(gid, gid, gid); os.setresuid(uid, uid, uid)\n"
@@ -68,10 +77,10 @@ _LAUNCHER = (
     "os.getppid() == int(sys.argv[1]) or os._exit(137)\n"
     "n = int(sys.argv[2])\n"
     "n and resource.setrlimit(resource.RLIMIT_NPROC, (n, n))\n"
-    "os.execv(sys.argv[5], sys.argv[5:])\n"
+    "os.execv(sys.argv[6], sys.argv[6:])\n"
 )
 
-Stopped = Literal["timeout", "memory", "cancelled"]
+Stopped = Literal["timeout", "memory", "cancelled", "output", "disk"]
 
 
 def is_passable(name: str) -> bool:
@@ -123,7 +132,11 @@ class ProcessLimits:
     timeout_s: float
     memory_bytes: int
     poll_s: float = 0.25
-    max_processes: int = 0  # processes and threads of the job's user at once (RLIMIT_NPROC); 0: unbounded
+    # Processes and threads at once: the job's cgroup's pids limit, or without one RLIMIT_NPROC (which counts every
+    # process of the job's uid, so it bounds jobs of one uid together); 0: unbounded.
+    max_processes: int = 0
+    output_bytes: int = 64 * 1024 * 1024  # stdout and stderr together, as the worker reads them
+    disk_bytes: int = 0  # what the job's folder may hold; 0: unbounded
 
 
 @dataclass(frozen=True)
@@ -136,6 +149,9 @@ class Finished:
     peak_rss_bytes: int
     tail: list[str]
     pids: frozenset[int] = frozenset()  # host PIDs of the tree, as seen at each poll
+    output_bytes: int = 0
+    disk_bytes: int = 0  # what the job's folder held when last measured
+    processes_refused: int = 0  # forks refused at the job's cgroup's process limit
 
 
 # --- the process tree, read from /proc ---------------------------------------------------------------------
@@ -209,8 +225,15 @@ def kill_tree(root: int, *, alive: bool = True) -> None:
 # --- running ---------------------------------------------------------------------------------------------
 
 
+def _clean_lines(raw: bytes, lines: int) -> list[str]:
+    text = _ANSI.sub("", raw.decode("utf-8", "replace")).replace("\r", "\n")
+    kept = [ln.rstrip() for ln in text.split("\n") if ln.strip()]
+    return [ln if len(ln) <= _LINE_CHARS else ln[: _LINE_CHARS - 1] + "…" for ln in kept[-lines:]]
+
+
 def tail_lines(path: Path, lines: int) -> list[str]:
-    """The last ``lines`` non-empty lines of a log file, ANSI colours removed, each cut at 400 characters."""
+    """The last ``lines`` non-empty lines of a log file the worker wrote itself, ANSI colours removed, each cut at 400
+    characters. Never for a file in a job's folder: that goes through ``handback``."""
     try:
         with path.open("rb") as f:
             f.seek(0, os.SEEK_END)
@@ -219,15 +242,56 @@ def tail_lines(path: Path, lines: int) -> list[str]:
             raw = f.read()
     except OSError:
         return []
-    text = _ANSI.sub("", raw.decode("utf-8", "replace")).replace("\r", "\n")
-    kept = [ln.rstrip() for ln in text.split("\n") if ln.strip()]
-    return [ln if len(ln) <= _LINE_CHARS else ln[: _LINE_CHARS - 1] + "…" for ln in kept[-lines:]]
+    return _clean_lines(raw, lines)
 
 
-def die_with_parent(argv: Sequence[str], *, max_processes: int = 0, run_as: tuple[int, int] | None = None) -> list[str]:
-    """``argv`` wrapped so that, on Linux, the process is SIGKILLed when the thread that starts it dies; it runs as
-    ``run_as`` (uid, gid: a root worker's job user) when given, and its user may hold at most ``max_processes``
-    processes and threads when not 0."""
+class Output(threading.Thread):
+    """Reads the subprocess's output from its pipe: keeps the last 256 KiB in memory (and, when given, copies it to
+    a log the worker owns, up to ``max_bytes``), counts every byte, and sets ``over`` past ``max_bytes``. The job
+    never holds the file its output is kept in."""
+
+    def __init__(self, fd: int, *, max_bytes: int, copy_to: Path | None = None) -> None:
+        super().__init__(name="job-output", daemon=True)
+        self._fd = fd
+        self._max_bytes = max_bytes
+        self._copy_to = copy_to
+        self._kept = bytearray()
+        self.total_bytes = 0
+        self.over = threading.Event()
+
+    def run(self) -> None:
+        log = self._copy_to.open("wb") if self._copy_to is not None else None
+        try:
+            while chunk := os.read(self._fd, 65536):
+                if log is not None and self.total_bytes < self._max_bytes:
+                    log.write(chunk[: self._max_bytes - self.total_bytes])
+                self.total_bytes += len(chunk)
+                self._kept += chunk
+                if len(self._kept) > 2 * _TAIL_BYTES:
+                    del self._kept[: len(self._kept) - _TAIL_BYTES]
+                if self.total_bytes > self._max_bytes:
+                    self.over.set()
+        except OSError:
+            pass
+        finally:
+            if log is not None:
+                log.close()
+
+    def tail(self, lines: int) -> list[str]:
+        return _clean_lines(bytes(self._kept[-_TAIL_BYTES:]), lines)
+
+
+def die_with_parent(
+    argv: Sequence[str],
+    *,
+    max_processes: int = 0,
+    run_as: tuple[int, int] | None = None,
+    join: Sequence[str] = (),
+) -> list[str]:
+    """``argv`` wrapped so that, on Linux, the process is SIGKILLed when the thread that starts it dies; it joins the
+    cgroups whose ``cgroup.procs`` files ``join`` names (before anything else, while it still may), runs as ``run_as``
+    (uid, gid: a root worker's job user) when given, and its user may hold at most ``max_processes`` processes and
+    threads when not 0."""
     if not sys.platform.startswith("linux"):
         return list(argv)
     uid, gid = run_as or (-1, -1)
@@ -241,6 +305,7 @@ def die_with_parent(argv: Sequence[str], *, max_processes: int = 0, run_as: tupl
         str(max_processes),
         str(uid),
         str(gid),
+        "\n".join(join),
         *argv,
     ]
 
@@ -250,32 +315,54 @@ def run(
     *,
     cwd: Path,
     env: Mapping[str, str],
-    log_path: Path,
     limits: ProcessLimits,
+    log_path: Path | None = None,
     stop: threading.Event | None = None,
     lines: int = 40,
     run_as: tuple[int, int] | None = None,
     watch: Callable[[set[int]], None] | None = None,
+    cgroup: JobCgroup | None = None,
+    disk_bytes: Callable[[], int] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Finished:
-    """Run ``argv`` under the limits (as ``run_as``, uid and gid, when given); ``stop`` set by another thread (a
-    cancel) kills it; ``watch`` is called at each poll with every host PID of the tree seen so far. Never raises
-    for what the subprocess does; raises ``OSError`` only when it cannot be started."""
-    command = die_with_parent(argv, max_processes=limits.max_processes, run_as=run_as)
+    """Run ``argv`` under the limits (as ``run_as``, uid and gid, when given; inside ``cgroup`` when given, whose
+    memory, with everything the kernel charges to it, is then what the memory limit bounds); ``stop`` set by another
+    thread (a cancel) kills it; ``watch`` is called at each poll with every host PID of the tree seen so far;
+    ``disk_bytes`` says what the job's folder holds (checked against ``limits.disk_bytes`` every second). Output goes
+    through a pipe to the worker (``log_path``: a copy the worker writes, outside the job's reach). Never raises for
+    what the subprocess does; raises ``OSError`` only when it cannot be started."""
+    command = die_with_parent(
+        argv,
+        max_processes=0 if cgroup is not None else limits.max_processes,
+        run_as=run_as,
+        join=cgroup.procs_files if cgroup is not None else (),
+    )
     started = time.monotonic()
-    with log_path.open("wb") as log:
+    read_end, write_end = os.pipe()
+    try:
         proc = subprocess.Popen(
             command,
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
-            stdout=log,
+            stdout=write_end,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            pass_fds=tuple(pass_fds),
         )
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    output = Output(read_end, max_bytes=limits.output_bytes, copy_to=log_path)
+    output.start()
     stopped: Stopped | None = None
     peak = 0
     seen: set[int] = {proc.pid}
+    disk_checked = 0.0
+    used_disk = 0
     try:
         while True:
             try:
@@ -285,31 +372,63 @@ def run(
                 pass
             table = _table()
             members = tree(proc.pid, table)
+            if cgroup is not None:
+                members |= cgroup.members()
             seen |= members
             if watch is not None:
                 watch(seen)
-            rss = sum(table[pid][2] for pid in members if pid in table)
-            peak = max(peak, rss)
+            if cgroup is not None:
+                held = cgroup.memory_bytes()
+            else:
+                held = sum(table[pid][2] for pid in members if pid in table)
+            peak = max(peak, held)
+            if disk_bytes is not None and time.monotonic() - disk_checked >= 1.0:
+                used_disk = disk_bytes()
+                disk_checked = time.monotonic()
             if stop is not None and stop.is_set():
                 stopped = "cancelled"
-            elif rss > limits.memory_bytes:
+            elif held > limits.memory_bytes or (cgroup is not None and cgroup.oom_kills()):
                 stopped = "memory"
+            elif output.over.is_set():
+                stopped = "output"
+            elif limits.disk_bytes and used_disk >= limits.disk_bytes:
+                stopped = "disk"
             elif time.monotonic() - started > limits.timeout_s:
                 stopped = "timeout"
             if stopped is not None:
-                kill_tree(proc.pid)
+                _kill_all(proc.pid, cgroup)
                 code = proc.wait()
                 break
     finally:
         if proc.returncode is None:  # an exception in this thread: leave nothing running
-            kill_tree(proc.pid)
+            _kill_all(proc.pid, cgroup)
             proc.wait()
-        kill_tree(proc.pid, alive=False)  # whatever the user's code left behind in its session
+        _kill_all(proc.pid, cgroup, alive=False)  # whatever the user's code left behind in its session
+        output.join(timeout=5)
+        os.close(read_end)
+    if stopped is None and cgroup is not None and cgroup.oom_kills():
+        stopped = "memory"  # the kernel killed a process at the limit between two polls
+        peak = max(peak, limits.memory_bytes)
+    if stopped is None and output.total_bytes > limits.output_bytes:
+        stopped = "output"
+    if stopped is None and disk_bytes is not None and limits.disk_bytes:
+        used_disk = disk_bytes()
+        if used_disk >= limits.disk_bytes:
+            stopped = "disk"
     return Finished(
         exit_code=code,
         stopped=stopped,
         wall_s=time.monotonic() - started,
         peak_rss_bytes=peak,
-        tail=tail_lines(log_path, lines),
+        tail=output.tail(lines),
         pids=frozenset(seen),
+        output_bytes=output.total_bytes,
+        disk_bytes=used_disk,
+        processes_refused=cgroup.processes_refused() if cgroup is not None else 0,
     )
+
+
+def _kill_all(root: int, cgroup: JobCgroup | None, *, alive: bool = True) -> None:
+    kill_tree(root, alive=alive)
+    if cgroup is not None:
+        cgroup.kill()

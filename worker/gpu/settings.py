@@ -44,6 +44,17 @@ class ProfileWorker(BaseModel):
         "none: no jail, allowed only with trusted_single_tenant",
     )
     max_processes: int = Field(4096, ge=16, description="processes and threads a job may hold at once")
+    disk_limit_mib: int = Field(
+        8192, ge=16, description="what the job's folder (/job: its bundle, outputs, traces) may hold"
+    )
+    output_limit_mib: int = Field(64, ge=1, description="what a job may print (stdout and stderr together)")
+    limits: Literal["auto", "cgroup", "watchdog"] = Field(
+        "auto",
+        description="how a job's memory and processes are bounded: cgroup (a cgroup per job: memory including memfd, "
+        "tmpfs and dirty page cache, and processes counted per job); watchdog (the resident memory of the job's "
+        "processes, RLIMIT_NPROC per uid), allowed only with trusted_single_tenant; auto: cgroup where one can be "
+        "made, else as watchdog",
+    )
     tmpfs_mib: int = Field(1024, ge=16, description="size of the job's own /tmp and /dev/shm, each")
     sandbox_ro_binds: list[str] = Field(
         default_factory=list, description="extra host paths the job sees read-only (a model cache, a toolkit)"
