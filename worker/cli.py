@@ -3,9 +3,11 @@
 ``attnprof worker --testbed NAME``: a profile worker, one process per GPU (``--pool=solo``, one message at a
 time, the GPU given by ``CUDA_VISIBLE_DEVICES`` or ``--gpu``). Before it takes a job it asks the service
 for its token's testbed and checks, through NVML and without starting CUDA, that the GPU matches the
-testbed's key; it refuses to start otherwise. Settings: ``ATTNPROF_BROKER_URL``, ``ATTNPROF_SERVICE_URL``,
-``ATTNPROF_WORKER_TOKEN`` and ``ATTNPROF_WORKER__*`` (``worker.gpu.settings``; no database). The settings are read
-once here; what the start chooses (the device, the jail) is passed on in them, never written back to the environment.
+testbed's key; it refuses to start otherwise. Once its jail and peaks are ready it tells the service its device,
+which keys a testbed that has no key yet (a testbed's key is its workers' word, never a result document's).
+Settings: ``ATTNPROF_BROKER_URL``, ``ATTNPROF_SERVICE_URL``, ``ATTNPROF_WORKER_TOKEN`` and ``ATTNPROF_WORKER__*``
+(``worker.gpu.settings``; no database). The settings are read once here; what the start chooses (the device, the
+jail) is passed on in them, never written back to the environment.
 
 ``attnprof worker --analysis``: the analysis worker (database access) with beat, which sends ``jobs.sweep``.
 
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from worker.gpu.device import LocalDevice
     from worker.gpu.settings import GpuWorkerSettings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="attnprof worker verbs.")
@@ -109,13 +112,17 @@ def _profile(
     if found.get("name") != testbed:
         raise _die(f"this worker token serves testbed {found.get('name')!r}, not {testbed!r}")
     try:
-        mode, why = gpus.check(found, choice, gpus.probe_gpu() if choice != "cpu" else None)
-    except gpus.DeviceMismatch as exc:
+        probed = gpus.probe_gpu() if choice != "cpu" else None
+        mode = gpus.profile_mode(choice, probed)
+        here = probed if mode == "cuda" and probed is not None else gpus.probe_cpu(_plain_env())
+        why = gpus.check(found, here)
+    except (gpus.DeviceMismatch, gpus.DeviceUnknown) as exc:
         raise _die(str(exc)) from None
     typer.echo(f"testbed {testbed}: {why}", err=True)
     settings = _jail_and_peaks(settings.with_worker(device=mode))
     if check_only:
         return
+    _register(settings, testbed, here)
     from worker.gpu.app import make_app
 
     celery = make_app(settings)
@@ -138,6 +145,22 @@ def _profile(
             loglevel,
         ]
     )
+
+
+def _register(settings: GpuWorkerSettings, testbed: str, here: LocalDevice) -> None:
+    """Tell the service the device this worker probed (outside the jail, before any job), with the worker token:
+    a testbed with no key takes it; one keyed by another device meanwhile (another worker) is refused by the
+    service, and the worker then does not start."""
+    from worker.gpu.api import ServiceAPIError, WorkerAPI
+
+    assert settings.worker_token is not None
+    try:
+        with WorkerAPI(settings.service_url, settings.worker_token.get_secret_value()) as api:
+            answer = api.register(here.key(), here.meaning())
+    except ServiceAPIError as exc:
+        raise _die(f"testbed {testbed}: {exc}") from None
+    what = "keyed with this worker's device" if answer.get("keyed") else "its key is this worker's device's"
+    typer.echo(f"testbed {testbed}: {what} (key {answer.get('key')})", err=True)
 
 
 def _say_alive_while_consuming(settings: GpuWorkerSettings, testbed: str) -> None:

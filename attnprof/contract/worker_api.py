@@ -5,9 +5,9 @@ Shared by the service (its routes validate with them) and the GPU workers (which
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 INT_MAX = 2**31 - 1  # Postgres ``integer``: attempt numbers are stored in one
 
@@ -89,8 +89,36 @@ class Failure(BaseModel):
 
 class WorkerTestbed(BaseModel):
     name: str
-    key: str | None = Field(description="the testbed key last seen in a run; null before the first run")
+    key: str | None = Field(
+        description="the testbed key, set by the first of its workers to start (``POST /internal/testbed/key``); null "
+        "before one has"
+    )
     meaning: dict[str, Any] | None = Field(description="what the key hashes (device, driver, mode), in words")
+
+
+_MeaningName = Annotated[str, StringConstraints(min_length=1, max_length=50)]
+_MeaningValue = Annotated[str, StringConstraints(max_length=300)]
+
+
+class WorkerDevice(BaseModel):
+    """The device a profile worker found at start, outside the jail and before it takes a job: the testbed key its
+    runs will carry and what that key hashes. Only a worker token sends it: a testbed's key is its workers' word,
+    never a result document's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(
+        pattern=r"^[0-9a-f]{16}$", description="the testbed key (``profiler_core.testbed.testbed_key`` of meaning)"
+    )
+    meaning: dict[_MeaningName, _MeaningValue] = Field(
+        min_length=1, max_length=10, description="what the key hashes: device, driver, mode (and threads on a CPU)"
+    )
+
+
+class WorkerDeviceAnswer(WorkerTestbed):
+    keyed: bool = Field(
+        description="true: the testbed had no key and now has this device's; false: it already had this key"
+    )
 
 
 # How often a profile worker says it is alive by default (``ATTNPROF_FAIRNESS__WORKER_ALIVE_S``, in seconds): the

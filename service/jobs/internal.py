@@ -2,8 +2,9 @@
 (the public one at ``/openapi.json`` leaves them out).
 
 A worker token (``WorkerToken``) opens the testbed and liveness routes and the claim, which also needs the claim
-secret of the job's latest ``profile.run`` message; the claim answers with the attempt's job token (``JobToken``),
-and only that opens the job's bundle, heartbeat, result, failure and trace routes (``service.jobs.attempts`` says
+secret of the job's latest ``profile.run`` message; it alone keys its testbed (``POST /internal/testbed/key``, from
+the device the worker probed at start); the claim answers with the attempt's job token (``JobToken``), and only that
+opens the job's bundle, heartbeat, result, failure and trace routes (``service.jobs.attempts`` says
 for how long).
 """
 
@@ -15,6 +16,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
+from sqlalchemy.orm import Session
 from starlette.applications import Starlette
 
 from attnprof.contract.worker_api import (
@@ -25,15 +27,18 @@ from attnprof.contract.worker_api import (
     Failure,
     Heartbeat,
     HeartbeatAnswer,
+    WorkerDevice,
+    WorkerDeviceAnswer,
     WorkerResult,
     WorkerResultAnswer,
     WorkerTestbed,
 )
 from service import queue
 from service.auth.dependencies import JobTokenDep, WorkerDep
+from service.config import Settings
 from service.db import SessionDep, utcnow
-from service.dependencies import FeedbackDep, SettingsDep
-from service.errors import Conflict
+from service.dependencies import FeedbackDep, FeedbackSender, SettingsDep
+from service.errors import Conflict, error_response
 from service.jobs import attempts, dispatch, service
 from service.jobs.models import FINAL
 from service.jobs.schemas import JobOut
@@ -58,6 +63,18 @@ def testbed(worker: WorkerDep, session: SessionDep) -> WorkerTestbed:
     """The testbed this worker token serves and its key (what a worker checks its GPU against before it starts)."""
     tb = attempts.worker_testbed(session, worker)
     return WorkerTestbed(name=tb.name, key=tb.key, meaning=tb.meaning)
+
+
+@router.post("/testbed/key", response_model=WorkerDeviceAnswer, responses={**_WORKER_ERRORS, **errors(409, 422)})
+def register(body: WorkerDevice, worker: WorkerDep, session: SessionDep) -> WorkerDeviceAnswer:
+    """The device this worker profiles on, as it probed it at start (outside the jail, before any job): a testbed
+    with no key takes it as its key and meaning; one with the same key is left as it is. 409 when the testbed is
+    keyed by another device, naming both: the worker must not start. Only a worker token keys a testbed; a result
+    document never does."""
+    tb = attempts.worker_testbed(session, worker)
+    tb, keyed = testbeds.register(session, testbed_id=tb.id, key=body.key, meaning=body.meaning)
+    session.commit()
+    return WorkerDeviceAnswer(name=tb.name, key=tb.key, meaning=tb.meaning, keyed=keyed)
 
 
 @router.post("/alive", response_model=AliveAnswer, responses={**_WORKER_ERRORS, **errors(409)})
@@ -133,27 +150,72 @@ def bundle(
     return Response(attempts.bundle(session, job_id, token.sha256, tree=tree), media_type="application/gzip")
 
 
-@router.post("/jobs/{job_id}/result", response_model=WorkerResultAnswer, responses={**_JOB_ERRORS, **errors(409)})
+@router.post("/jobs/{job_id}/result", response_model=WorkerResultAnswer, responses={**_JOB_ERRORS, **errors(409, 422)})
 def result(
-    job_id: JobId, body: WorkerResult, token: JobTokenDep, session: SessionDep, settings: SettingsDep
-) -> WorkerResultAnswer:
+    job_id: JobId,
+    body: WorkerResult,
+    token: JobTokenDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    background: BackgroundTasks,
+    send_feedback: FeedbackDep,
+) -> WorkerResultAnswer | Response:
     """Store the attempt's result document as a run (once per job and attempt), then queue its analysis. A paired
-    job's base and paired documents come in the same body and are stored with the run, never as a run."""
-    run, duplicate = attempts.accept_result(
-        session,
-        job_id,
-        token.sha256,
-        attempt=body.attempt,
-        result=body.result,
-        wait_s=settings.sweep.analyzing_stale_s,
-        base=body.base,
-        paired=body.paired,
-    )
+    job's base and paired documents come in the same body and are stored with the run, never as a run.
+
+    A document measured on another testbed key than the job's testbed's is refused (422, naming both keys), and the
+    job fails with that reason: nothing is stored and the testbed is left as it was."""
+    try:
+        run, duplicate = attempts.accept_result(
+            session,
+            job_id,
+            token.sha256,
+            attempt=body.attempt,
+            result=body.result,
+            wait_s=settings.sweep.analyzing_stale_s,
+            base=body.base,
+            paired=body.paired,
+        )
+    except testbeds.KeyMismatch as exc:
+        return _refuse_result(job_id, body.attempt, exc, token.sha256, session, settings, background, send_feedback)
     if not duplicate:
         session.commit()
         queue.enqueue_analysis(settings, job_id=job_id)
         dispatch.after_commit(session, settings, [run.testbed_id])  # the worker is free
     return WorkerResultAnswer(run_id=run.id, status="analyzing", duplicate=duplicate)
+
+
+def _refuse_result(
+    job_id: str,
+    attempt: int,
+    refused: testbeds.KeyMismatch,
+    token_sha256: str,
+    session: Session,
+    settings: Settings,
+    background: BackgroundTasks,
+    send_feedback: FeedbackSender,
+) -> Response:
+    """End the job whose result was measured on another key: the document is the job's own output (the user's code
+    writes it), so trying again on this testbed cannot help. The failure is committed before the refusal answers,
+    and its GitHub feedback is sent once it has (a refusal raised would roll it back, and drop that send)."""
+    session.rollback()  # whatever the refused store began
+    job = attempts.fail(
+        session,
+        job_id,
+        token_sha256,
+        attempt=attempt,
+        reason=f"the result document was refused: {refused.detail}",
+        timed_out=False,
+        retry=False,
+    )
+    service.owe_feedback(job)
+    session.commit()
+    dispatch.after_commit(session, settings, [job.testbed_id])  # the worker is free
+    if job.repo:
+        background.add_task(send_feedback, [job.id])
+    response = error_response(refused.status, refused.error, refused.detail)
+    response.background = background
+    return response
 
 
 @router.put(

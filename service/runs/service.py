@@ -41,7 +41,9 @@ def store_run(
     attempt: int | None = None,
 ) -> Run:
     """Insert the run and its normalised rows in the caller's transaction (nothing is committed here). ``testbed``:
-    the name of the testbed it ran on (None: the one first seen with the document's testbed key)."""
+    the name of the testbed it ran on (None: the one keyed with the document's testbed key, else one named after
+    it). A document measured on another key than its testbed's is refused before anything is stored
+    (``testbeds.KeyMismatch``); the testbed's key is never changed here (``service.testbeds.service``)."""
     if repository.get_by_document_id(session, project_id, document.run.id) is not None:
         raise Conflict(f"run {document.run.id} of this result document is already stored")
     env = document.environment

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import bindparam, delete, exists, func, select, update
 from sqlalchemy.orm import Session, aliased
@@ -33,8 +34,17 @@ def get_by_key(session: Session, key: str) -> Testbed | None:
     return session.scalars(select(Testbed).where(Testbed.key == key).order_by(Testbed.id).limit(1)).one_or_none()
 
 
-def get(session: Session, testbed_id: int) -> Testbed | None:
-    return session.get(Testbed, testbed_id)
+def get(session: Session, testbed_id: int, *, fresh: bool = False) -> Testbed | None:
+    """The testbed; ``fresh``: read again from the database even when the session holds it."""
+    return session.get(Testbed, testbed_id, populate_existing=fresh)
+
+
+def key_if_none(session: Session, testbed_id: int, *, key: str, meaning: dict[str, Any]) -> bool:
+    """Set the testbed's key and meaning if it has no key (one statement: of two transactions at once, the second
+    waits for the first and then finds the key set); whether it set them."""
+    q = update(Testbed).where(Testbed.id == testbed_id, Testbed.key.is_(None)).values(key=key, meaning=meaning)
+    done = session.execute(q.execution_options(synchronize_session=False))
+    return bool(done.rowcount)  # type: ignore[attr-defined]
 
 
 def lock_for_dispatch(session: Session, testbed_id: int, now: datetime) -> str | None:

@@ -1,4 +1,11 @@
-"""Testbeds exist from their first use (DESIGN 3.5): by a job, a run or a worker token."""
+"""Testbeds exist from their first use (DESIGN 3.5): by a job, a run or a worker token.
+
+A testbed's key and meaning (what must match for two runs to be compared: device, driver, mode) are its workers'
+word alone: the first worker to start sets them from its own device, probed outside the jail before it takes a job,
+with the testbed's worker token (``register``). A result document, an upload's or a job's (written by user code),
+never changes them: one measured on another key is refused (``KeyMismatch``), and one for a testbed that no worker
+has keyed yet is stored as what it claims while the testbed stays keyless (``for_run``).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.errors import InvalidPayload
+from profiler_core.testbed import testbed_key
+from service.errors import Conflict, InvalidPayload
 from service.testbeds import repository
 from service.testbeds.models import Testbed
 
@@ -45,12 +53,59 @@ def ensure(session: Session, name: str) -> Testbed:
     return testbed
 
 
+class KeyMismatch(InvalidPayload):
+    """A result document measured on another testbed key than its testbed's (``environment.testbed_key``)."""
+
+
+# A meaning is shown in errors and a job's reason; a document's is the user's own text: each part is bounded.
+_SHOWN_PARTS = 8
+_SHOWN_CHARS = 80
+
+
+def describe(meaning: dict[str, Any] | None) -> str:
+    """What a key hashes, in words (``device NVIDIA H200, driver 580.1, mode cuda``), bounded for an error."""
+    if not meaning:
+        return "nothing recorded"
+    parts = []
+    for name, value in sorted(meaning.items())[:_SHOWN_PARTS]:
+        text = str(value)
+        parts.append(f"{str(name)[:_SHOWN_CHARS]} {text[:_SHOWN_CHARS]}{'…' if len(text) > _SHOWN_CHARS else ''}")
+    more = len(meaning) - _SHOWN_PARTS
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
 def for_run(session: Session, *, name: str | None, key: str, meaning: dict[str, Any]) -> Testbed:
-    """The testbed a run belongs to: the one named, else the one first seen with its key (named after the key)."""
+    """The testbed a run belongs to: the one named, else the one keyed with the run's key, else one named after the
+    key. Never changes the testbed's key or meaning: a keyed testbed takes runs of its key only (``KeyMismatch``,
+    nothing changed); one with no key yet (no worker has registered) takes the run as what it claims to be, and stays
+    keyless."""
     testbed = ensure(session, name) if name else repository.get_by_key(session, key) or ensure(session, key)
-    testbed.key = key
-    testbed.meaning = meaning
+    if testbed.key is not None and testbed.key != key:
+        raise KeyMismatch(
+            f"environment.testbed_key: this document was measured on key {key} ({describe(meaning)}); testbed "
+            f"{testbed.name} is key {testbed.key} ({describe(testbed.meaning)}), set by its workers: a testbed takes "
+            "runs measured on its own device only"
+        )
     return testbed
+
+
+def register(session: Session, *, testbed_id: int, key: str, meaning: dict[str, str]) -> tuple[Testbed, bool]:
+    """A worker of the testbed says, at start, which device it profiles on: (the testbed, whether this set its key).
+    A testbed with no key takes this one; one with this key is left as it is; one with another key answers
+    ``Conflict`` naming both devices (the worker must not start). Of two workers keying one testbed at once, the
+    first to commit sets it and the other then compares with it. Not committed."""
+    if testbed_key(meaning) != key:
+        raise InvalidPayload(f"key: {key} is not the testbed key of meaning ({describe(meaning)})")
+    keyed = repository.key_if_none(session, testbed_id, key=key, meaning=meaning)
+    testbed = repository.get(session, testbed_id, fresh=True)
+    if testbed is None:
+        raise Conflict(f"testbed {testbed_id} is gone")
+    if testbed.key != key:
+        raise Conflict(
+            f"this worker's device does not match testbed {testbed.name}: the testbed is {describe(testbed.meaning)} "
+            f"(key {testbed.key}); this worker's device is {describe(meaning)} (key {key})"
+        )
+    return testbed, keyed
 
 
 # --- live workers (DESIGN 3.5: jobs for a testbed with no live worker wait in ``queued``, and say so) ------------

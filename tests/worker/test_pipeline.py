@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from profiler_core import testbed as keys
 from tests.profiling_support import tar_gz
 from tests.worker.wkstack import (
     ATTNPROF,
@@ -163,7 +165,7 @@ def test_the_worker_refuses_to_start_where_it_does_not_fit(stack: Stack) -> None
         return subprocess.run(argv, env={**env, **extra}, capture_output=True, text=True, timeout=60)
 
     ok = check("--testbed", "tb-main", "--device", "cpu")
-    assert ok.returncode == 0 and "the testbed's CPU model matches" in ok.stderr, ok.stderr
+    assert ok.returncode == 0 and re.search(r"threads: testbed key [0-9a-f]{16} matches", ok.stderr), ok.stderr
     wrong = check("--testbed", "tb-faults", "--device", "cpu")
     assert wrong.returncode == 2 and "serves testbed 'tb-main', not 'tb-faults'" in wrong.stderr
     assert "NVML finds no GPU" in check("--testbed", "tb-main", "--device", "cuda").stderr
@@ -171,6 +173,38 @@ def test_the_worker_refuses_to_start_where_it_does_not_fit(stack: Stack) -> None
     refused = check("--testbed", "tb-main", ATTNPROF_WORKER_TOKEN="ap_not_a_token")
     assert refused.returncode == 2 and "refused the worker token" in refused.stderr
     assert check("--analysis", "--testbed", "tb-main").returncode == 2
+
+
+def test_the_workers_key_their_testbed_and_a_forged_upload_changes_nothing(stack: Stack) -> None:
+    # The two workers of tb-main told the service their device as they started: one keyed the testbed, the other
+    # found it keyed with its own device. Its jobs' runs (measured in the jail) carry that key.
+    said = [stack.procs[name].text() for name in ("main-1", "main-2")]
+    assert sum("testbed tb-main: keyed with this worker's device" in text for text in said) == 1, said
+    assert sum("testbed tb-main: its key is this worker's device's" in text for text in said) == 1, said
+    ((key, meaning),) = sql(stack.database_url, "SELECT key, meaning FROM testbeds WHERE name = %s", "tb-main")
+    assert meaning["mode"] == "cpu" and f"(key {key})" in "".join(said)
+    ran = "SELECT DISTINCT r.testbed_key FROM runs r JOIN testbeds t ON t.id = r.testbed_id WHERE t.name = %s"
+    assert {k for (k,) in sql(stack.database_url, ran, "tb-main")} <= {key}
+
+    # An upload naming tb-main, measured (or written) on another device, is refused and changes nothing.
+    forged = json.loads((Path(__file__).parents[1] / "data" / "service" / "cpu-run-1.json").read_text())
+    forged["run"]["id"] = str(uuid.uuid4())
+    forged["environment"]["testbed"] = {"device": "FORGED-GPU", "driver": "999.1", "mode": "cuda"}
+    forged["environment"]["testbed_key"] = keys.testbed_key(forged["environment"]["testbed"])
+    with stack.http() as http:
+        r = http.post(
+            f"/api/v1/projects/{stack.project}/results",
+            json={"result": forged, "branch": "main", "commit": "f0", "testbed": "tb-main"},
+        )
+    assert r.status_code == 422 and r.json()["detail"].startswith("environment.testbed_key: "), r.text
+    assert f"testbed tb-main is key {key}" in r.json()["detail"]
+    assert sql(stack.database_url, "SELECT key, meaning FROM testbeds WHERE name = %s", "tb-main") == [(key, meaning)]
+
+    # A worker of tb-main starting now still fits it.
+    env = {**stack.env, "ATTNPROF_DATABASE_URL": NO_DATABASE, "ATTNPROF_WORKER_TOKEN": stack.worker_tokens["tb-main"]}
+    argv = [*ATTNPROF, "worker", "--testbed", "tb-main", "--device", "cpu", "--check", "--wait-for-service", "0"]
+    started = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0 and f"testbed key {key} matches" in started.stderr, started.stderr
 
 
 def test_submit_exit_codes_without_a_verdict(stack: Stack, tmp_path: Path) -> None:

@@ -1,13 +1,15 @@
 """The service's internal API as a profile worker sees it: HTTP, no database. The worker token opens the testbed
-and the claim (with the message's claim secret); the claim answers with the attempt's job token, and a client made
-from it (``for_job``) opens the job's bundle, heartbeat, result, traces and failure.
+(reading it, and keying it with the worker's device at start) and the claim (with the message's claim secret); the
+claim answers with the attempt's job token, and a client made from it (``for_job``) opens the job's bundle,
+heartbeat, result, traces and failure.
 
 Errors, in one place:
 
 ``ServiceAPIError``  base
 ``Stale``            409 or 404, and 401 to a job token (revoked): this attempt is not (or no longer) the job's:
                      drop it, report nothing
-``Refused``          another 4xx: the request was wrong (a bug, or a limit); retrying cannot help
+``Refused``          another 4xx: the request was wrong (a bug, or a limit); retrying cannot help. Also a 409 or
+                     404 to ``register``: the testbed is keyed by another device (the worker must not start)
 ``Unreachable``      no answer, or a 5xx/429 after the retries: the service is down or overloaded
 """
 
@@ -104,6 +106,17 @@ class WorkerAPI:
     def testbed(self) -> dict[str, Any]:
         """The token's testbed: ``name``, ``key`` (null before its first run) and ``meaning``."""
         data: dict[str, Any] = self._call("GET", "/internal/testbed").json()
+        return data
+
+    def register(self, key: str, meaning: dict[str, str]) -> dict[str, Any]:
+        """Key the token's testbed with this worker's device (what it probed at start, outside the jail): the
+        testbed's ``name``, ``key``, ``meaning`` and whether this set the key (``keyed``). ``Refused`` naming both
+        devices when the testbed is keyed by another one."""
+        try:
+            r = self._call("POST", "/internal/testbed/key", json={"key": key, "meaning": meaning})
+        except Stale as exc:  # no attempt here to be stale: the testbed's answer to this device
+            raise Refused(str(exc)) from None
+        data: dict[str, Any] = r.json()
         return data
 
     def alive(self, worker: str, testbed: str) -> dict[str, Any]:

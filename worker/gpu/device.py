@@ -1,25 +1,29 @@
-"""Does this host's device belong to the testbed? Checked before a profile worker starts, through NVML only.
+"""Does this host's device belong to the testbed? Checked before a profile worker starts, outside the jail and
+before any user code: the device found here is also what the worker keys its testbed with (``POST
+/internal/testbed/key``), so it must be the key the profiler writes into each job's document.
 
 NVML reads the GPU's name and the driver without creating a CUDA context (a worker process never starts
 CUDA: the profiler does, in its subprocess). The testbed key is the profiler's (``profiler_core.testbed``, a
 torch-free module that both use): a hash of the device's name, the driver and the mode.
 
-On a CPU testbed the check compares the mode and the CPU's model; the profiler also hashes the thread count
-PyTorch picks, which only torch can tell, so that part is left to the comparison (a mismatch there shows
-as a testbed-key mismatch, a warning).
+On a CPU the profiler also hashes the thread count PyTorch picks, which only torch can tell: ``probe_cpu`` asks the
+profiler's own code for it in a subprocess of the worker's code (no user code), with the environment jobs get.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from profiler_core.testbed import cpu_model, testbed_key
+from profiler_core.testbed import testbed_key, testbed_meaning
 
 T = TypeVar("T")
 
@@ -28,17 +32,53 @@ class DeviceMismatch(Exception):
     """This worker's device does not match its testbed: the worker must not start."""
 
 
+class DeviceUnknown(Exception):
+    """This worker's device could not be read (the CPU probe failed): the worker must not start."""
+
+
 @dataclass(frozen=True)
 class LocalDevice:
     mode: str  # "cuda" or "cpu"
     name: str
     driver: str | None
+    threads: int | None = None  # on a CPU: the thread count PyTorch uses, which the key hashes
 
     def meaning(self) -> dict[str, str]:
-        return {"device": self.name, "driver": self.driver or "none", "mode": self.mode}
+        return testbed_meaning(self.name, self.driver, self.mode, self.threads)
 
     def key(self) -> str:
         return testbed_key(self.meaning())
+
+
+# Run by ``probe_cpu`` with the worker's own code: the device as the profiler describes it, so the key agrees.
+_CPU_PROBE = (
+    "import json\n"
+    "from profiler_core.measure.environment import describe_device\n"
+    "d = describe_device('cpu')\n"
+    "print(json.dumps({'name': d.name, 'threads': d.cpu_threads}))\n"
+)
+CPU_PROBE_TIMEOUT_S = 300.0
+
+
+def probe_cpu(env: dict[str, str], *, timeout_s: float = CPU_PROBE_TIMEOUT_S) -> LocalDevice:
+    """This host's CPU as the profiler sees it (its model and PyTorch's thread count), read by the profiler's code
+    in a subprocess with ``env`` (a job's environment, without its user code). Raises ``DeviceUnknown``."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _CPU_PROBE], env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DeviceUnknown(f"probing the CPU failed: {exc}") from None
+    failed = DeviceUnknown(
+        f"probing the CPU failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}"
+    )
+    if done.returncode != 0:
+        raise failed
+    try:
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        return LocalDevice(mode="cpu", name=str(found["name"]), driver=None, threads=int(found["threads"]))
+    except (ValueError, IndexError, KeyError, TypeError):
+        raise failed from None
 
 
 def _text(value: Any) -> str:
@@ -143,13 +183,9 @@ def _describe(meaning: dict[str, Any] | None) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(meaning.items()))
 
 
-def check(testbed: dict[str, Any], device: str, gpu: LocalDevice | None) -> tuple[str, str]:
-    """The device the worker will profile on (``cuda`` or ``cpu``) and a line saying why it fits the testbed.
-
-    ``testbed`` is the service's answer for the worker token (``name``, ``key``, ``meaning``); ``device`` is
-    ``auto``, ``cuda`` or ``cpu``; ``gpu`` is what ``probe_gpu`` found. Raises ``DeviceMismatch``.
-    """
-    name = testbed.get("name", "?")
+def profile_mode(device: str, gpu: LocalDevice | None) -> str:
+    """The device the worker will profile on, ``cuda`` or ``cpu``: ``device`` is ``auto``, ``cuda`` or ``cpu``;
+    ``gpu`` is what ``probe_gpu`` found. Raises ``DeviceMismatch`` where no one GPU can be served."""
     visible = visible_devices()
     if len(visible) > 1:
         raise DeviceMismatch(
@@ -158,24 +194,42 @@ def check(testbed: dict[str, Any], device: str, gpu: LocalDevice | None) -> tupl
         )
     if device == "cuda" and gpu is None:
         raise DeviceMismatch("--device cuda, but NVML finds no GPU (no driver, or CUDA_VISIBLE_DEVICES hides it)")
-    mode = "cuda" if device != "cpu" and gpu is not None else "cpu"
+    return "cuda" if device != "cpu" and gpu is not None else "cpu"
+
+
+def check(testbed: dict[str, Any], here: LocalDevice) -> str:
+    """A line saying why the device found ``here`` (``probe_gpu``'s, or ``probe_cpu``'s) fits the testbed.
+
+    ``testbed`` is the service's answer for the worker token (``name``, ``key``, ``meaning``). A testbed with no key
+    fits any device: this worker keys it when it starts. Raises ``DeviceMismatch``.
+    """
+    name = testbed.get("name", "?")
     key, meaning = testbed.get("key"), testbed.get("meaning") or {}
     if key is None:
-        return mode, f"testbed {name} has no key yet: its first run will set it ({mode})"
-    if mode == "cuda":
-        assert gpu is not None
-        if gpu.key() != key:
+        return (
+            f"testbed {name} has no key yet: this worker keys it as it starts, with its {here.mode.upper()} "
+            f"({_describe(here.meaning())}; key {here.key()})"
+        )
+    if here.mode == "cuda":
+        if here.key() != key:
             raise DeviceMismatch(
                 f"this GPU does not match testbed {name}: the testbed is {_describe(meaning)} (key {key}); "
-                f"this worker's GPU is {_describe(gpu.meaning())} (key {gpu.key()})"
+                f"this worker's GPU is {_describe(here.meaning())} (key {here.key()})"
             )
-        return mode, f"GPU {gpu.name}, driver {gpu.driver}: testbed key {key} matches"
+        return f"GPU {here.name}, driver {here.driver}: testbed key {key} matches"
     if meaning.get("mode") != "cpu":
         raise DeviceMismatch(
             f"testbed {name} is {_describe(meaning)}, and this worker would profile on the CPU "
             "(no GPU found, or --device cpu)"
         )
-    here = cpu_model()
-    if meaning.get("device") != here:
-        raise DeviceMismatch(f"testbed {name} is a CPU testbed of {meaning.get('device')!r}; this host is {here!r}")
-    return mode, f"CPU {here}: the testbed's CPU model matches"
+    if meaning.get("device") != here.name:
+        raise DeviceMismatch(
+            f"testbed {name} is a CPU testbed of {meaning.get('device')!r}; this host is {here.name!r}"
+        )
+    if here.key() != key:
+        raise DeviceMismatch(
+            f"this CPU does not match testbed {name}: the testbed is {_describe(meaning)} (key {key}); the profiler "
+            f"here would use {here.threads} threads ({_describe(here.meaning())}, key {here.key()}): "
+            "OMP_NUM_THREADS sets the count"
+        )
+    return f"CPU {here.name}, {here.threads} threads: testbed key {key} matches"
