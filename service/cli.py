@@ -14,7 +14,10 @@ import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="attnprof service verbs.")
 db_app = typer.Typer(no_args_is_help=True, help="The database schema (Alembic migrations shipped in the package).")
-admin_app = typer.Typer(no_args_is_help=True, help="Projects and tokens, straight in the database.")
+admin_app = typer.Typer(
+    no_args_is_help=True,
+    help="Projects, the GitHub repositories they may report to, and tokens, straight in the database.",
+)
 app.add_typer(db_app, name="db")
 app.add_typer(admin_app, name="admin")
 
@@ -167,10 +170,21 @@ def _ends(token: Any) -> str:
     return f"expires {when(token.expires_at)}" if token.expires_at else "never expires"
 
 
+RepoOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--repo",
+        help="a GitHub repository (owner/name) the project may report to: its commit statuses and pull-request "
+        "comment, sent with the service's GitHub token; repeat for several",
+    ),
+]
+
+
 @admin_app.command("create-project")
 def create_project(
     name: str,
     default_branch: Annotated[str, typer.Option(help="the branch whose runs are the history")] = "main",
+    repo: RepoOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a project and print it with an admin token (shown once)."""
@@ -181,19 +195,111 @@ def create_project(
     with _session() as session:
         try:
             project = projects.create(session, name=name, default_branch=default_branch)
+            for each in repo or []:
+                projects.allow_repository(session, project_id=project.id, repo=each, added_by=_actor())
             token, secret = auth.create_project_token(
                 session, project_id=project.id, role="admin", name="created", actor=_actor()
             )
             session.commit()
         except ServiceError as exc:
             _die(exc.detail)
+        allowed = sorted({r.lower() for r in repo or []})
         data = {
-            "project": {"id": project.id, "name": project.name, "default_branch": project.default_branch},
+            "project": {
+                "id": project.id,
+                "name": project.name,
+                "default_branch": project.default_branch,
+                "repositories": allowed,
+            },
             "token": secret,
             "role": "admin",
             "token_id": token.id,
         }
-    _emit(as_json, data, f"project {name} created\nadmin token (shown once): {secret}")
+    reports = f"\nreports to: {', '.join(allowed)}" if allowed else ""
+    _emit(as_json, data, f"project {name} created{reports}\nadmin token (shown once): {secret}")
+
+
+def _project_id(session: Any, project: str) -> int:
+    """The id of ``project``; exits 2 when there is none."""
+    from service.projects import repository as projects
+
+    found = projects.get_by_name(session, project)
+    if found is None:
+        _die(f"no project {project!r}")
+    assert found is not None
+    return found.id
+
+
+RepoArg = Annotated[str, typer.Argument(help="the GitHub repository, owner/name")]
+
+
+@admin_app.command("allow-repo")
+def allow_repo(project: str, repo: RepoArg, as_json: JsonOpt = False) -> None:
+    """Let a project report to a GitHub repository: its jobs and uploads that name it get commit statuses and the
+    pull-request comment there, sent with the service's token. Only this command allows one: a project's tokens
+    cannot, since the token that posts is the service's."""
+    from service.errors import ServiceError
+    from service.projects import repository as project_rows
+    from service.projects import service as projects
+
+    with _session() as session:
+        project_id = _project_id(session, project)
+        try:
+            added = projects.allow_repository(session, project_id=project_id, repo=repo, added_by=_actor())
+            session.commit()
+        except ServiceError as exc:
+            _die(exc.detail)
+        allowed = project_rows.repositories(session, project_id)
+    said = "may now report to" if added else "could already report to"
+    _emit(
+        as_json,
+        {"project": project, "repo": repo.lower(), "added": added, "repositories": allowed},
+        f"{project} {said} {repo.lower()}",
+    )
+
+
+@admin_app.command("disallow-repo")
+def disallow_repo(project: str, repo: RepoArg, as_json: JsonOpt = False) -> None:
+    """Stop a project reporting to a GitHub repository: its jobs and uploads naming it are refused from now on, and
+    feedback still owed there is not sent."""
+    from service.errors import ServiceError
+    from service.projects import repository as project_rows
+    from service.projects import service as projects
+
+    with _session() as session:
+        project_id = _project_id(session, project)
+        try:
+            removed = projects.disallow_repository(session, project_id=project_id, repo=repo)
+            session.commit()
+        except ServiceError as exc:
+            _die(exc.detail)
+        allowed = project_rows.repositories(session, project_id)
+    said = "may no longer report to" if removed else "could not report to"
+    _emit(
+        as_json,
+        {"project": project, "repo": repo.lower(), "removed": removed, "repositories": allowed},
+        f"{project} {said} {repo.lower()}",
+    )
+
+
+@admin_app.command("list-repos")
+def list_repos(project: str, as_json: JsonOpt = False) -> None:
+    """The GitHub repositories a project may report to, and those its jobs and uploads named that it may not (what
+    to allow, after an upgrade that started every project with none)."""
+    from service.projects import repository as project_rows
+
+    with _session() as session:
+        project_id = _project_id(session, project)
+        allowed = project_rows.repositories(session, project_id)
+        named = project_rows.named_repositories(session, project_id)
+    not_allowed = [{"repo": repo, "named": times} for repo, times in named if repo not in allowed]
+    lines = [f"reports to {repo}" for repo in allowed] or ["reports to no repository"]
+    lines += [
+        f"named by {n['named']} job(s) or upload(s), not allowed: {n['repo']} (attnprof admin allow-repo {project} "
+        f"{n['repo']})"
+        for n in not_allowed
+    ]
+    _emit(as_json, {"project": project, "repositories": allowed, "named_not_allowed": not_allowed}, "\n".join(lines))
 
 
 @admin_app.command("create-token")

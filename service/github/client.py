@@ -5,10 +5,16 @@ with ``x-ratelimit-reset`` (epoch seconds); 5xx and transport errors are retried
 At most ``attempts`` requests are sent per call; the last failure raises ``GitHubError``. Any other 4xx (a plain
 403, 404, 422 Validation Failed) is not retried: the same request would get the same answer. Its ``GitHubError`` says
 so (``retryable`` False), so that the outbox does not send it again either.
+
+The service's own identity on GitHub (``login``: the user its token authenticates as, ``GET /user``) is learned once
+per process and token: the PR comment the service edits is one that identity wrote, never one that merely starts
+with the same hidden marker.
 """
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -55,6 +61,12 @@ def _errors(response: httpx.Response) -> tuple[str, ...]:
     return tuple(out)
 
 
+# The login of each token's user, by API address and the token's digest: it never changes for a token, and one
+# ``GET /user`` per process spares a request on every delivery.
+_LOGINS: dict[tuple[str, str], str] = {}
+_LOGINS_LOCK = threading.Lock()
+
+
 def _wait_s(response: httpx.Response, attempt: int, backoff_s: float, now: float) -> float | None:
     """Seconds to wait before retrying ``response``, or None when it must not be retried."""
     if response.status_code not in RETRY_STATUS:
@@ -90,6 +102,7 @@ class GitHubClient:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(base_url=api_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport)
+        self._identity = (api_url.rstrip("/"), hashlib.sha256((token or "").encode()).hexdigest())
         self.attempts, self.backoff_s, self.max_wait_s, self._sleep = attempts, backoff_s, max_wait_s, sleep
         self.retries = 0
         """Requests retried over this client's life (a rate limit or a server error each)."""
@@ -140,6 +153,7 @@ class GitHubClient:
     def create_status(
         self, repo: str, sha: str, *, state: str, context: str, description: str, target_url: str | None
     ) -> None:
+        # GitHub refuses a description over 140 characters (422): the callers keep under it, this keeps any under it
         body = {"state": state, "context": context, "description": description[:140]}
         if target_url:
             body["target_url"] = target_url
@@ -148,12 +162,49 @@ class GitHubClient:
     def permission(self, repo: str, user: str) -> str:
         return str(self.request("GET", f"/repos/{repo}/collaborators/{user}/permission").json().get("permission", ""))
 
+    def login(self) -> str:
+        """The login of the user this client's token authenticates as (``GET /user``; a bot account's for the
+        service's token), asked once per process and token. ``GitHubError`` when GitHub does not say (a token
+        ``GET /user`` refuses, such as a GitHub App's installation token: 403)."""
+        with _LOGINS_LOCK:
+            known = _LOGINS.get(self._identity)
+        if known is not None:
+            return known
+        try:
+            answer = self.request("GET", "/user").json()
+        except GitHubError as exc:
+            if exc.retryable:
+                raise
+            # said once here, where an operator reads it (the job's reason): which token the comment needs
+            raise GitHubError(
+                f"{exc} (the service's token names no user, so its PR comment cannot be told from a copy: "
+                "ATTNPROF_GITHUB_TOKEN must be a user's or a bot account's token)",
+                exc.status,
+                retryable=False,
+            ) from exc
+        login = answer.get("login") if isinstance(answer, dict) else None
+        if not isinstance(login, str) or not login:
+            raise GitHubError("GET /user: GitHub's answer names no login", 200, retryable=False)
+        with _LOGINS_LOCK:
+            _LOGINS[self._identity] = login
+        return login
+
     def upsert_comment(self, repo: str, pr: int, *, marker: str, body: str) -> tuple[int, bool]:
-        """The id of the PR comment that starts with ``marker``, updated to ``body``, or created; and whether
-        it was created."""
+        """The id of the PR comment this client's user wrote that starts with ``marker``, updated to ``body``, or
+        created; and whether it was created.
+
+        Anyone may write a comment that starts with the marker: only the author tells the service's comment apart
+        (``user.login``, against ``login``; GitHub's logins ignore case). The login is asked only when some comment
+        starts with the marker, so a pull request's first comment costs no extra request."""
+        mine: str | None = None
         for comment in self.paginate(f"/repos/{repo}/issues/{pr}/comments"):
-            if str(comment.get("body") or "").startswith(marker):
-                self.request("PATCH", f"/repos/{repo}/issues/comments/{comment['id']}", json={"body": body})
-                return int(comment["id"]), False
+            if not isinstance(comment, dict) or not str(comment.get("body") or "").startswith(marker):
+                continue
+            mine = mine or self.login().lower()
+            author = comment.get("user")
+            if not isinstance(author, dict) or str(author.get("login") or "").lower() != mine:
+                continue
+            self.request("PATCH", f"/repos/{repo}/issues/comments/{comment['id']}", json={"body": body})
+            return int(comment["id"]), False
         created = self.request("POST", f"/repos/{repo}/issues/{pr}/comments", json={"body": body}).json()
         return int(created["id"]), True

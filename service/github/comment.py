@@ -1,7 +1,9 @@
 """The pull-request comment, in GitHub markdown, rendered from a job's comparison and its run documents.
 
 Pure: no database, no network. ``render`` takes everything it shows; ``service.github.service`` gathers it.
-Changes are fractions in the documents and percentages here; durations are microseconds. The comment always fits
+Changes are fractions in the documents and percentages here; durations are microseconds. Everything a user chose
+(project, testbed, suite, branch, case and kernel names, notes, details, reasons, a failure's output) is written by
+``service.github.markdown``, so none of it becomes markup, a mention or the marker. The comment always fits
 in one GitHub comment (``service.github.budget``): it leads with a line per regressed case
 (``service.github.regressions``), then as many tables (``service.github.tables``) as the budget holds, then says
 what it left out and links the comparison page that has it all.
@@ -19,7 +21,8 @@ from service.github import paired as paired_words
 from service.github import regressions as ranked
 from service.github import tables
 from service.github.budget import COMMENT_BUDGET_CHARS, GITHUB_COMMENT_MAX_CHARS, Budget, github_chars
-from service.github.regressions import Regression, clip
+from service.github.markdown import code, fenced, text
+from service.github.regressions import Regression, name
 
 MARKER_PREFIX = "<!-- attnprof:"
 _ICONS = {"pass": "✅", "warn": "⚠️", "fail": "❌"}
@@ -42,7 +45,9 @@ _NEXT = {
 
 
 def marker(project: str) -> str:
-    """The hidden line that finds the project's comment again among a pull request's comments."""
+    """The hidden line that finds the project's comment again among a pull request's comments (with its author:
+    ``GitHubClient.upsert_comment``). A project's name is lowercase letters, digits, ``.``, ``_`` and ``-``, so it
+    cannot end the HTML comment early."""
     return f"{MARKER_PREFIX}{project} -->"
 
 
@@ -95,16 +100,17 @@ def _links(inp: CommentInput, cases: list[str]) -> list[str]:
         found = inp.candidate.case(case) if inp.candidate is not None else None
         trace = found.trace if found is not None else None
         if inp.run_id and trace and (inp.traces is None or trace in inp.traces):
-            traces.append(f"[trace of `{case}`]({ui.ui_trace(inp.project, inp.run_id, trace)})")
+            traces.append(f"[trace of {name(case)}]({ui.ui_trace(inp.project, inp.run_id, trace)})")
     return ["**Links:** " + " · ".join(links + traces)]
 
 
 _NO_PATH_SUITE = "attnprof.toml"
+_NAME_MAX = 120  # characters of a suite, branch or testbed name shown
 
 
 def _no_path(inp: CommentInput) -> str:
     """What the reproduction says when the job carries no suite path: where the suite is to be found instead."""
-    suite = f"`{clip(inp.suite_name)}`" if inp.suite_name else ""
+    suite = code(inp.suite_name, _NAME_MAX) if inp.suite_name else ""
     if inp.job_id:
         page = Links(inp.public_url).ui_job(inp.project, inp.job_id)
         return (
@@ -122,22 +128,19 @@ def _reproduce(inp: CommentInput, cases: list[str], *, compare: bool = True) -> 
     lines = ["<details><summary>Reproduce locally</summary>", ""]
     if not inp.suite_path:
         lines += [_no_path(inp), ""]
-    lines += ["```sh", f"git checkout {shlex.quote(inp.commit)}"]
+    commands = [f"git checkout {shlex.quote(inp.commit)}"]
     selected = "".join(f" --case {shlex.quote(c)}" for c in cases[:5])
     if _paired(inp) or inp.base_commit:
-        lines += _reproduce_paired(inp, suite, selected)
+        commands += _reproduce_paired(inp, suite, selected)
     else:
-        lines.append(f"attnprof profile {suite}{selected} --out candidate.json")
+        commands.append(f"attnprof profile {suite}{selected} --out candidate.json")
     if compare and not _paired(inp) and not inp.base_commit:
-        lines += [
+        commands += [
             "# the same on the base commit, written to baseline.json, then:",
             "attnprof compare baseline.json candidate.json",
         ]
-    lines += [
-        "```",
-        "",
-        "</details>",
-    ]
+    # a case id may hold backticks and line breaks (quoted for the shell): the fence is longer than any run of them
+    lines += [*fenced("\n".join(commands), "sh"), "", "</details>"]
     return lines
 
 
@@ -159,11 +162,12 @@ def _reproduce_paired(inp: CommentInput, suite: str, selected: str) -> list[str]
 
 def _headline(inp: CommentInput) -> str:
     doc = inp.comparison
+    project, testbed = code(inp.project), code(inp.testbed, _NAME_MAX)
     if doc is not None:
-        return f"## {_ICONS[doc.verdict]} attnprof `{inp.project}`: **{doc.verdict}** on `{inp.testbed}`"
+        return f"## {_ICONS[doc.verdict]} attnprof {project}: **{text(doc.verdict)}** on {testbed}"
     if inp.status in _ENDED:
-        return f"## ⛔ attnprof `{inp.project}`: **no verdict** (job {_ENDED[inp.status]}) on `{inp.testbed}`"
-    return f"## ⏳ attnprof `{inp.project}`: job {inp.status} on `{inp.testbed}`"
+        return f"## ⛔ attnprof {project}: **no verdict** (job {_ENDED[inp.status]}) on {testbed}"
+    return f"## ⏳ attnprof {project}: job {text(inp.status)} on {testbed}"
 
 
 def _no_verdict(inp: CommentInput) -> list[str]:
@@ -173,11 +177,10 @@ def _no_verdict(inp: CommentInput) -> list[str]:
     gone rather than leaving a verdict that no longer describes the code under review.
     """
     if inp.status not in _ENDED:
-        return ["", f"No verdict yet: the job is **{inp.status}**.", "", *_links(inp, []), ""]
+        return ["", f"No verdict yet: the job is **{text(inp.status)}**.", "", *_links(inp, []), ""]
     reason = (inp.reason or "no reason was recorded").strip()
     if len(reason) > _REASON_MAX:
         reason = "…" + reason[-_REASON_MAX:]
-    fence = "````" if "```" in reason else "```"
     stale = " A verdict on an earlier commit of this pull request no longer applies." if inp.pr is not None else ""
     out = [
         "",
@@ -186,9 +189,7 @@ def _no_verdict(inp: CommentInput) -> list[str]:
         "",
         "**Why:**",
         "",
-        f"{fence}text",
-        reason,
-        fence,
+        *fenced(reason, "text"),
         "",
         _NEXT[inp.status],
         "",
@@ -226,48 +227,58 @@ def _head(inp: CommentInput, doc: ComparisonDocument) -> tuple[list[str], int]:
     against = "the head against its merge base" if doc.mode == "paired" else f"against {baselines} baseline run(s)"
     out = [
         f"{s.compared} of {s.cases} cases compared {against} "
-        f"(testbed `{doc.testbed_candidate}`): {counts['regressed']} regressed, {counts['improved']} improved, "
+        f"(testbed {code(doc.testbed_candidate, _NAME_MAX)}): {counts['regressed']} regressed, "
+        f"{counts['improved']} improved, "
         f"{counts['inconclusive']} inconclusive, {counts['unchanged']} unchanged "
         f"({len(doc.findings)} finding(s) over their metrics)."
     ]
     if doc.testbed_mismatch:
-        out.append(f"\n⚠️ The baselines ran on other testbeds: {clip(', '.join(doc.testbed_baseline), _DETAIL_MAX)}.")
+        beds = ", ".join(code(bed, _NAME_MAX) for bed in doc.testbed_baseline[:_NOTES_MAX])
+        more = f" and {len(doc.testbed_baseline) - _NOTES_MAX} more" if len(doc.testbed_baseline) > _NOTES_MAX else ""
+        out.append(f"\n⚠️ The baselines ran on other testbeds: {beds}{more}.")
     if doc.suspect:
-        out.append("\n⚠️ The candidate's numbers are doubtful: " + clip("; ".join(doc.suspect), _DETAIL_MAX))
-    out += [f"\n> {clip(n, _NOTE_MAX)}" for n in doc.notes[:_NOTES_MAX]]
+        out.append("\n⚠️ The candidate's numbers are doubtful: " + text("; ".join(doc.suspect), _DETAIL_MAX))
+    out += [f"\n> {text(n, _NOTE_MAX)}" for n in doc.notes[:_NOTES_MAX]]
     if doc.software:
-        # each value in a code span: a value may hold commas and semicolons (the timing method's words do)
-        software = ", ".join(f"{sw.name} `{sw.baseline or '–'}` → `{sw.candidate or '–'}`" for sw in doc.software)
-        out += ["", "**Software that differs:** " + clip(software, _DETAIL_MAX)]
+        # each value in a code span: a value may hold commas and semicolons (the timing method's words do); whole
+        # entries are left out past the limit, never a span cut in two
+        software: list[str] = []
+        for sw in doc.software:
+            entry = f"{text(sw.name, _NAME_MAX)} {code(sw.baseline or '–', 200)} → {code(sw.candidate or '–', 200)}"
+            if sum(len(e) + 2 for e in software) + len(entry) > _DETAIL_MAX:
+                software.append(f"… {len(doc.software) - len(software)} more")
+                break
+            software.append(entry)
+        out += ["", "**Software that differs:** " + ", ".join(software)]
     return out, max(0, len(doc.notes) - _NOTES_MAX)
 
 
 def _section(inp: CommentInput, f: Finding) -> list[str]:
     """What one regressed finding says beyond its case's line: its kernels, its detail, the case's rates."""
-    detail = [clip(f.detail, _DETAIL_MAX)] if f.detail else []
+    detail = [text(f.detail, _DETAIL_MAX)] if f.detail else []
+    case_name = name(f.case)
     if f.metric == "backend":
-        head = f"#### ⚠️ `{tables.cell(f.case)}`: backend switch {tables.num(f.baseline)} → {tables.num(f.candidate)}"
+        head = f"#### ⚠️ {case_name}: backend switch {tables.num(f.baseline)} → {tables.num(f.candidate)}"
         return ["", head, *detail, *tables.kernel_sets(inp.baseline, inp.candidate, f.case)]
     if f.metric == "variance":
-        return ["", f"#### `{tables.cell(f.case)}`: run-to-run variance {tables.pct(f.change)}", *detail]
+        return ["", f"#### {case_name}: run-to-run variance {tables.pct(f.change)}", *detail]
     if f.metric == "accuracy":
         return [
             "",
-            f"#### ❌ `{tables.cell(f.case)}`: accuracy {tables.num(f.baseline)} → {tables.num(f.candidate)}",
+            f"#### ❌ {case_name}: accuracy {tables.num(f.baseline)} → {tables.num(f.candidate)}",
             *detail,
         ]
     if f.metric == "status":
         # a case that ran in the baseline and failed here: its stored error is the first thing to read
-        head = f"#### ❌ `{tables.cell(f.case)}`: {tables.num(f.baseline)} → {tables.num(f.candidate)}"
+        head = f"#### ❌ {case_name}: {tables.num(f.baseline)} → {tables.num(f.candidate)}"
         case = inp.candidate.case(f.case) if inp.candidate else None
         error = case.error if case is not None else None
         if error is None:
             return ["", head, *detail]
-        # a fence inside the message would end the code block early
-        text = clip(f"{error.type}: {error.message}", _ERROR_MAX).replace("```", "` ` `")
-        return ["", head, *detail, "", "```", text, "```"]
+        message = ranked.clip(f"{error.type}: {error.message}", _ERROR_MAX)
+        return ["", head, *detail, "", *fenced(message, "text")]
     if f.metric in ranked.TIMING:
-        out = ["", f"#### `{tables.cell(f.case)}`: {f.metric} {tables.pct(f.change)}", *detail, ""]
+        out = ["", f"#### {case_name}: {text(f.metric)} {tables.pct(f.change)}", *detail, ""]
         return (
             out
             + tables.achieved(inp.baseline, inp.candidate, f.case)
@@ -313,7 +324,9 @@ def render(inp: CommentInput, *, budget_chars: int = COMMENT_BUDGET_CHARS, kerne
     regressed.
     """
     out = [marker(inp.project), _headline(inp), ""]
-    out.append(f"Suite `{clip(inp.suite_name)}`, commit `{inp.commit[:12]}` on `{clip(inp.branch)}`.")
+    out.append(
+        f"Suite {code(inp.suite_name, _NAME_MAX)}, commit {code(inp.commit[:12])} on {code(inp.branch, _NAME_MAX)}."
+    )
     doc = inp.comparison
     if doc is None:
         return _fit("\n".join(out + _no_verdict(inp)), inp, budget_chars)
@@ -398,9 +411,9 @@ def _fit(body: str, inp: CommentInput, budget_chars: int) -> str:
     cut = f"\n\n**Cut** to stay under GitHub's limit of {GITHUB_COMMENT_MAX_CHARS:,} characters: {_page(inp)} has all."
     room = budget_chars - github_chars(cut)
     kept: list[str] = []
-    for text in body.split("\n"):
-        room -= github_chars(text) + 1
+    for line in body.split("\n"):
+        room -= github_chars(line) + 1
         if room < 0:
             break
-        kept.append(text)
+        kept.append(line)
     return "\n".join(kept) + cut

@@ -38,6 +38,7 @@ from service.db import utcnow
 from service.github import service as github
 from service.github.client import GitHubClient, GitHubError
 from service.jobs import repository as jobs
+from service.projects.service import RepoNotAllowed
 from service.runs import repository as runs
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ def _deliver_once(
             try:
                 feedback = github.feedback_of(session, settings, job)
             except ValueError as exc:  # a stored document that does not load: a failed delivery, retried later
+                error = exc
+            except RepoNotAllowed as exc:  # nothing is sent where the project may not report
                 error = exc
         session.commit()
     if feedback is not None and client is not None:
@@ -151,7 +154,7 @@ def deliver_run(
         if run is not None and run.repo and client is not None:
             try:
                 feedback = github.run_feedback_of(session, settings, run)
-            except ValueError as exc:
+            except (ValueError, RepoNotAllowed) as exc:
                 error = exc
         session.commit()
     if feedback is not None and client is not None:

@@ -3,7 +3,7 @@ base and the head profiled interleaved on one GPU, how each case's rounds stoppe
 stored-history comparison of the same run said.
 
 Pure: no database, no network. A finding's stopping reason is worded once, by ``profiler_core.analysis.render``, for
-the CLI's table, this comment and the dashboard.
+the CLI's table, this comment and the dashboard; what it quotes of a document is escaped (``service.github.markdown``).
 Changes are fractions in the documents and percentages here.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from profiler_core.analysis.render import stopped_counts, stopping
 from profiler_core.documents.comparison import ComparisonDocument, Finding
 from profiler_core.units import fmt_percent
-from service.github import tables
+from service.github import markdown, tables
 from service.github.budget import Budget
-from service.github.regressions import CASE_TIME, clip
+from service.github.regressions import CASE_TIME, name
 
 _ROW_ORDER = {"regressed": 0, "inconclusive": 1, "improved": 2, "unchanged": 3}
 _ICONS = {"regressed": "🔴", "improved": "🟢", "inconclusive": "❔"}
@@ -33,7 +33,7 @@ def lead(doc: ComparisonDocument) -> list[str]:
         f"**Paired run on one GPU:** this verdict comes from the merge base and the head profiled interleaved on the "
         f"same GPU (ABBA rounds, one process per side), {info.rounds} pairs of rounds over all cases{wall} "
         f"(at most {info.max_pairs} per case), minimum effect {fmt_percent(info.min_effect, digits=1)}. "
-        f"Cases stopped: {stopped_counts(doc)}.",
+        f"Cases stopped: {markdown.text(stopped_counts(doc), 400)}.",
     ]
 
 
@@ -42,11 +42,12 @@ def history_line(history: ComparisonDocument, link: str | None) -> list[str]:
     of its regressed cases named; ``link`` (markdown) to its page."""
     s = history.summary
     regressed = list(dict.fromkeys(f.case for f in history.findings if f.status == "regressed"))
-    named = ", ".join(f"`{clip(c)}`" for c in regressed[:_HISTORY_REGRESSED_MAX])
+    named = ", ".join(name(c) for c in regressed[:_HISTORY_REGRESSED_MAX])
     more = f" and {len(regressed) - _HISTORY_REGRESSED_MAX} more" if len(regressed) > _HISTORY_REGRESSED_MAX else ""
     against = "no baseline run" if history.baseline is None else f"{len(history.baseline)} stored baseline run(s)"
     text = (
-        f"Beside it, the stored-history comparison (against {against}) says **{history.verdict}**, which does not "
+        f"Beside it, the stored-history comparison (against {against}) says **{markdown.text(history.verdict)}**, "
+        "which does not "
         f"decide: {s.regressed} regressed, {s.improved} improved, {s.inconclusive} inconclusive, "
         f"{s.unchanged} unchanged finding(s)"
     )
@@ -59,8 +60,8 @@ def _row(f: Finding) -> str:
     interval = f"[{tables.pct(f.ci.low)}, {tables.pct(f.ci.high)}] ({f.ci.level:.0%})" if f.ci else "–"
     clock = tables.pct(f.cycles_change) if f.cycles_change is not None else "–"
     return (
-        f"| {_ICONS.get(f.status, '')} | `{tables.cell(f.case)}` | {clip(stopping(f) or '–', 200)} "
-        f"| {f.metric} {tables.pct(f.change)} | {interval} | {clock} |"
+        f"| {_ICONS.get(f.status, '')} | {tables.cell(f.case)} | {markdown.text(stopping(f) or '–', 200)} "
+        f"| {tables.words(f.metric)} {tables.pct(f.change)} | {interval} | {clock} |"
     )
 
 

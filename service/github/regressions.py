@@ -1,7 +1,8 @@
 """The regressed cases of a comparison, largest first, one line each: what the PR comment leads with.
 
 Pure: no database, no network. Durations are microseconds; changes are fractions in the documents and
-percentages in the lines, written by ``profiler_core.units`` as everywhere else.
+percentages in the lines, written by ``profiler_core.units`` as everywhere else. Case ids, kernel keys and the
+values a document holds are the user's: each is written by ``service.github.markdown``.
 
 **Impact** (the order): what a regression costs, in three tiers, then the microseconds it added:
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from profiler_core.documents.comparison import ComparisonDocument, Finding, KernelMove
 from profiler_core.documents.result import Kernel, ResultDocument
 from profiler_core.units import fmt_change, fmt_duration_delta_us, fmt_duration_us, fmt_number, fmt_percent
+from service.github import markdown
 
 TIMING = ("latency", "bandwidth", "throughput", "dram_bytes")
 CASE_TIME = ("latency", "bandwidth", "throughput")
@@ -70,7 +72,12 @@ class Regression:
 
 
 def clip(text: str, limit: int = NAME_MAX) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return markdown.clip(text, limit)
+
+
+def name(text: str, *, table: bool = False) -> str:
+    """A case id or kernel key as an inline code span, at most ``NAME_MAX`` characters of it."""
+    return markdown.code(text, NAME_MAX, table=table)
 
 
 def _span(baseline_us: float, candidate_us: float) -> str:
@@ -190,18 +197,19 @@ def _kernel_part(reg: Regression, baseline: ResultDocument | None, candidate: Re
     if not moves:
         return ""
     m = moves[0]
-    name = f"`{clip(m.key)}`"
+    key = name(m.key)
     if m.appeared:
-        head = f"{name} new, {fmt_duration_delta_us(m.candidate_us or 0.0)}"
+        head = f"{key} new, {fmt_duration_delta_us(m.candidate_us or 0.0)}"
     elif m.vanished:
-        head = f"{name} gone, {fmt_duration_delta_us(-(m.baseline_us or 0.0))}"
+        head = f"{key} gone, {fmt_duration_delta_us(-(m.baseline_us or 0.0))}"
     else:
-        head = f"{name} {fmt_duration_delta_us(m.delta_us or 0.0)} ({fmt_change(m.change)})"
+        head = f"{key} {fmt_duration_delta_us(m.delta_us or 0.0)} ({fmt_change(m.change)})"
     b, c = kernel_of(baseline, reg.case, m), kernel_of(candidate, reg.case, m)
     parts = [head]
     if c is not None and c.bound:
         was = b.bound if b is not None else None
-        parts.append(f"{c.bound}-bound" if was in (None, c.bound) else f"{was}-bound → {c.bound}-bound")
+        now = markdown.text(c.bound, 40)
+        parts.append(f"{now}-bound" if was in (None, c.bound) else f"{markdown.text(was, 40)}-bound → {now}-bound")
     util = _util(b, c)
     if util:
         parts.append(util)
@@ -212,14 +220,15 @@ def _kernel_part(reg: Regression, baseline: ResultDocument | None, candidate: Re
 def _value(value: float | str | None) -> str:
     if value is None:
         return "–"
-    return f"`{clip(value, 60)}`" if isinstance(value, str) else fmt_number(value)
+    return markdown.code(value, 60) if isinstance(value, str) else fmt_number(value)
 
 
 def line(reg: Regression, baseline: ResultDocument | None, candidate: ResultDocument | None) -> str:
     """One markdown list item: the case, its change and medians (its timing finding's estimate), then what moved:
     the kernel that moved most (its change in µs and %, its bound, the utilisation that moved), or what else
-    regressed (backend, accuracy, status, variance). At most ``LINE_MAX`` characters."""
-    text = f"- `{clip(reg.case)}`"
+    regressed (backend, accuracy, status, variance). At most ``LINE_MAX`` characters: whole parts are left out
+    past it ("…"), never cut inside one, where a cut code span would let the rest of a name be read as markdown."""
+    text = f"- {name(reg.case)}"
     if reg.baseline_us is not None and reg.candidate_us is not None and reg.change is not None:
         text += f" {fmt_change(reg.change)} ({_span(reg.baseline_us, reg.candidate_us)})"
     what: list[str] = []
@@ -229,12 +238,19 @@ def line(reg: Regression, baseline: ResultDocument | None, candidate: ResultDocu
             if timing_done:
                 continue
             timing_done = True
-            fallback = f"{f.metric} {fmt_change(f.change)}, no kernel moved"
+            fallback = f"{markdown.text(f.metric)} {fmt_change(f.change)}, no kernel moved"
             what.append(_kernel_part(reg, baseline, candidate) or fallback)
         elif f.metric == "variance":
             what.append(f"run-to-run variance {fmt_change(f.change)}")
         else:
-            what.append(f"{f.metric} {_value(f.baseline)} → {_value(f.candidate)}")
-    if what:
-        text += ": " + "; ".join(what)
-    return clip(text, LINE_MAX)
+            what.append(f"{markdown.text(f.metric)} {_value(f.baseline)} → {_value(f.candidate)}")
+    shown = 0
+    for part in what:
+        sep = "; " if shown else ": "
+        if len(text) + len(sep) + len(part) + len("; …") > LINE_MAX:
+            break
+        text += sep + part
+        shown += 1
+    if shown < len(what):
+        text += "; …" if shown else ": …"
+    return text

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import exists, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
 from service.jobs.models import Job
@@ -10,8 +10,13 @@ from service.runs.models import Run
 
 
 def last_jobs_of_pr(session: Session, *, repo: str, pr: int) -> list[Job]:
-    """The newest job of each project for pull request ``pr`` of ``repo`` (a pull request has few jobs)."""
-    q = select(Job).where(Job.repo == repo, Job.pr == pr).order_by(Job.project_id, Job.created_at.desc(), Job.id)
+    """The newest job of each project for pull request ``pr`` of ``repo`` (any case: GitHub's names ignore it, and a
+    webhook names the repository as GitHub spells it) (a pull request has few jobs)."""
+    q = (
+        select(Job)
+        .where(func.lower(Job.repo) == repo.lower(), Job.pr == pr)
+        .order_by(Job.project_id, Job.created_at.desc(), Job.id)
+    )
     newest: dict[int, Job] = {}
     for job in session.scalars(q):
         newest.setdefault(job.project_id, job)

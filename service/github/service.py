@@ -27,6 +27,7 @@ from service.comparisons import documents as comparison_documents
 from service.comparisons import repository as comparisons
 from service.config import Settings, Sweep
 from service.errors import NotFound
+from service.github import markdown
 from service.github import repository as feedback_rows
 from service.github.budget import COMPACT_BUDGET_CHARS
 from service.github.client import GitHubClient, GitHubError
@@ -34,6 +35,8 @@ from service.github.comment import CommentInput, marker, render
 from service.jobs import paired as paired_sides
 from service.jobs.models import FINAL, Job
 from service.projects import repository as projects
+from service.projects import service as project_service
+from service.projects.service import RepoNotAllowed
 from service.runs import documents
 from service.runs import repository as run_rows
 from service.runs.models import Run
@@ -115,15 +118,22 @@ def comment_markdown(session: Session, job: Job, settings: Settings) -> str:
 
 
 def _first_line(text: str | None) -> str:
-    """The reason without the feedback note, first line only."""
+    """The reason without the feedback note, first line only, with no control character (a worker's output may
+    hold escape sequences)."""
     kept = (text or "").split(FEEDBACK_FAILED)[0].strip().rstrip(";").strip()
-    return kept.splitlines()[0] if kept else ""
+    return markdown.one_line(kept.splitlines()[0]).strip() if kept else ""
+
+
+STATUS_DESCRIPTION_CHARS = 140
+"""GitHub's limit on a commit status's description (a longer one is refused, 422). The description is plain text:
+GitHub renders no markdown in it."""
 
 
 def status_of(job: Job) -> tuple[str, str]:
-    """The commit status state of ``job`` and its one-line description (GitHub keeps 140 characters)."""
+    """The commit status state of ``job`` and its one-line description (at most ``STATUS_DESCRIPTION_CHARS``)."""
     if job.status in _ENDED:
-        return "error", f"no verdict: job {_ENDED[job.status]}: {_first_line(job.reason) or 'no reason recorded'}"
+        why = _first_line(job.reason) or "no reason recorded"
+        return "error", markdown.clip(f"no verdict: job {_ENDED[job.status]}: {why}", STATUS_DESCRIPTION_CHARS)
     if job.status != "done" or job.verdict is None:
         return "pending", f"job {job.status}"
     state = "failure" if job.verdict == "fail" else "success"
@@ -172,10 +182,21 @@ class Feedback:
     ``comment`` as too long."""
 
 
+def check_repo(session: Session, *, project_id: int, repo: str) -> None:
+    """Refuse (``RepoNotAllowed``) a delivery to a repository the project may not report to now: read in the
+    delivery's claim, right before it posts, so a row stored before the repository was taken from the project (or
+    before the check existed) reaches nothing."""
+    if not project_service.may_report(session, project_id=project_id, repo=repo):
+        reason = project_service.refusal(session, project_id=project_id, repo=repo)
+        raise RepoNotAllowed(f"{reason}; nothing was sent to it")
+
+
 def feedback_of(session: Session, settings: Settings, job: Job) -> Feedback:
     """What GitHub is told of ``job`` (one that names a repository), read from the database: its commit status and,
-    for a pull request once the job has ended, its comment. ``ValueError`` when a stored document does not load."""
+    for a pull request once the job has ended, its comment. ``ValueError`` when a stored document does not load;
+    ``RepoNotAllowed`` when the job's project may not report to its repository."""
     assert job.repo, "a job that names no repository owes nothing"
+    check_repo(session, project_id=job.project_id, repo=job.repo)
     project = _project(session, job)
     state, description = status_of(job)
     comment = compact = None
@@ -268,8 +289,10 @@ def run_feedback_of(session: Session, settings: Settings, run: Run) -> Feedback:
     """What GitHub is told of an uploaded ``run`` (one that names a repository), read from the database: the commit
     status of its latest comparison's verdict and, for a pull request, the project's comment, the same one a job's
     feedback edits. ``ValueError`` when a stored document does not load, or when the run has no comparison (an
-    upload is compared in the transaction that stores it)."""
+    upload is compared in the transaction that stores it); ``RepoNotAllowed`` when the run's project may not report
+    to its repository."""
     assert run.repo, "a run that names no repository owes nothing"
+    check_repo(session, project_id=run.project_id, repo=run.repo)
     project_row = projects.get(session, run.project_id)
     project = project_row.name if project_row else str(run.project_id)
     found = comparisons.latest_for_run(session, run.id)
@@ -316,6 +339,8 @@ def settled(job: Job, *, sent_status: str | None, error: Exception | None, cfg: 
     - GitHub refused it for good (a ``GitHubError`` that is not ``retryable``: a 4xx other than a rate limit, such
       as 422 Validation Failed): the same request would get the same answer, so it is noted and given up at once,
       never sent again as it is. A new state of the job owes new feedback; an admin's resend sends it again;
+    - not sent, since the job's project may not report to its repository (``RepoNotAllowed``): noted and given up at
+      once, as a refusal for good; once the service's admin allows the repository, an admin's resend sends it;
     - delivered: nothing is owed and the note goes; but a job that ended while an older state was being sent owes
       its end at once, so that the end is sent after the older state, never before it.
     """
@@ -325,7 +350,9 @@ def settled(job: Job, *, sent_status: str | None, error: Exception | None, cfg: 
         return Settled(due_at=now if ended_since else None, attempts=0, reason=kept)
     attempts = (job.feedback_attempts or 0) + 1
     due_at: datetime | None
-    if isinstance(error, GitHubError) and not error.retryable:
+    if isinstance(error, RepoNotAllowed):
+        due_at, then = None, f"not sent again; once it is allowed, POST {PATHS.api_github_resend(job.id)}"
+    elif isinstance(error, GitHubError) and not error.retryable:
         due_at, then = None, f"refused for good, not sent again; POST {PATHS.api_github_resend(job.id)}"
     elif attempts >= cfg.feedback_attempts:
         due_at, then = None, f"given up after {attempts} deliveries; POST {PATHS.api_github_resend(job.id)}"
@@ -349,14 +376,17 @@ class RunSettled:
 
 def run_settled(run: Run, *, error: Exception | None, cfg: Sweep, now: datetime) -> RunSettled:
     """What a delivery leaves on an uploaded ``run``, by the rules of a job's (``settled``): delivered, nothing owed
-    and no note; refused for good (a 4xx other than a rate limit, such as 422), noted and never sent again as it is;
+    and no note; refused for good (a 4xx other than a rate limit, such as 422, or a repository its project may not
+    report to), noted and never sent again as it is;
     refused otherwise, owed again after the backoff until ``cfg.feedback_attempts`` deliveries failed. A run's state
     never changes after its upload, so no newer state can be owed at once."""
     if error is None:
         return RunSettled(due_at=None, attempts=0, note=None)
     attempts = (run.feedback_attempts or 0) + 1
     due_at: datetime | None
-    if isinstance(error, GitHubError) and not error.retryable:
+    if isinstance(error, RepoNotAllowed):
+        due_at, then = None, "not sent again"
+    elif isinstance(error, GitHubError) and not error.retryable:
         due_at, then = None, "refused for good, not sent again"
     elif attempts >= cfg.feedback_attempts:
         due_at, then = None, f"given up after {attempts} deliveries"

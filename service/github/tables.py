@@ -2,7 +2,8 @@
 
 Pure: no database, no network. Durations are microseconds; changes are fractions in the documents and percentages
 here. Every table is bounded: at most ``KERNELS_MAX`` kernel rows, ``WHY_MAX`` changes listed under them, names cut at
-``regressions.NAME_MAX`` characters.
+``regressions.NAME_MAX`` characters. Every word a document holds (case ids, kernel keys, phases, bounds, field names
+and values) is the user's, written by ``service.github.markdown`` with its pipes escaped.
 """
 
 from __future__ import annotations
@@ -14,17 +15,19 @@ from profiler_core import units
 from profiler_core.documents.comparison import Finding
 from profiler_core.documents.result import Kernel, ResultDocument
 from profiler_core.units import fmt_gbps, fmt_tflops
-from service.github.regressions import clip, kernel_of
+from service.github import markdown
+from service.github.regressions import NAME_MAX, kernel_of, name
 
 KERNELS_MAX = 20  # rows of a kernel table
 WHY_MAX = 10  # launch and rate changes listed under a kernel table
 
 
-def num(value: float | str | None, unit: str | None = None) -> str:
+def num(value: float | str | None, unit: str | None = None, *, table: bool = False) -> str:
+    """A finding's value: a string (a backend's name) as code, a number with its unit. ``table``: for a cell."""
     if value is None:
         return "–"
     if isinstance(value, str):
-        return f"`{clip(value)}`"
+        return markdown.code(value, NAME_MAX, table=table)
     if unit:  # a duration, rate or fraction: the one formatter (µs below 10 ms, ms above, with the unit)
         return units.fmt_in_unit(value, unit)
     # unitless (an accuracy's relative error): it spans orders of magnitude, so four significant digits
@@ -45,8 +48,14 @@ def _interval(f: Finding) -> str:
 
 
 def cell(text: str) -> str:
-    """A case id or kernel key for a table cell: one line, its pipes escaped, at most ``regressions.NAME_MAX``."""
-    return clip(text).replace("|", "\\|").replace("\n", " ")
+    """A case id or kernel key as code for a table cell: one line, its pipes escaped, at most
+    ``regressions.NAME_MAX``."""
+    return name(text, table=True)
+
+
+def words(value: object) -> str:
+    """A word from a document (a phase, a bound, a field's name or value) as plain text, also in a cell."""
+    return markdown.text(value, NAME_MAX)
 
 
 def findings_table(findings: list[Finding]) -> list[str]:
@@ -57,7 +66,8 @@ def findings_table(findings: list[Finding]) -> list[str]:
     for f in findings:
         icon = {"regressed": "🔴", "improved": "🟢", "inconclusive": "❔"}.get(f.status, "")
         lines.append(
-            f"| {icon} | `{cell(f.case)}` | {f.metric} | {num(f.baseline, f.unit)} | {num(f.candidate, f.unit)} "
+            f"| {icon} | {cell(f.case)} | {words(f.metric)} | {num(f.baseline, f.unit, table=True)} "
+            f"| {num(f.candidate, f.unit, table=True)} "
             f"| {pct(f.change)} | {_interval(f)} |"
         )
     return lines
@@ -76,7 +86,8 @@ def _pair(
     def one(v: float | int | str | None) -> str:
         if v is None:
             return "–"
-        return fmt(v) if callable(fmt) else fmt.format(v)
+        shown = fmt(v) if callable(fmt) else fmt.format(v)
+        return words(shown) if isinstance(v, str) else shown
 
     if baseline == candidate:
         return one(candidate)
@@ -98,7 +109,7 @@ def kernel_lines(baseline: ResultDocument | None, candidate: ResultDocument | No
         b, c = kernel_of(baseline, f.case, m), kernel_of(candidate, f.case, m)
         state = " (new)" if m.appeared else " (gone)" if m.vanished else ""
         lines.append(
-            f"| `{cell(m.key)}`{state} | {m.phase or '–'} "
+            f"| {cell(m.key)}{state} | {words(m.phase) if m.phase else '–'} "
             f"| {num(m.baseline_us, 'us')} | {num(m.candidate_us, 'us')} "
             f"| {pct(m.change)} "
             f"| {_pair(_attr(b, 'theoretical_occupancy'), _attr(c, 'theoretical_occupancy'), '{:.0%}')} "
@@ -109,9 +120,9 @@ def kernel_lines(baseline: ResultDocument | None, candidate: ResultDocument | No
         )
         for fc in [*m.launch, *m.rates]:
             change = f" ({pct(fc.change)})" if fc.change is not None else ""
-            why.append(f"- `{cell(m.key)}`: {fc.field} {_field(fc.baseline)} → {_field(fc.candidate)}{change}")
+            why.append(f"- {name(m.key)}: {words(fc.field)} {_field(fc.baseline)} → {_field(fc.candidate)}{change}")
         if c is not None and c.occupancy_limiter and b is not None and b.occupancy_limiter != c.occupancy_limiter:
-            why.append(f"- `{cell(m.key)}`: occupancy now limited by {c.occupancy_limiter}")
+            why.append(f"- {name(m.key)}: occupancy now limited by {words(c.occupancy_limiter)}")
     if len(f.kernels) > KERNELS_MAX:
         lines.append(f"| … {len(f.kernels) - KERNELS_MAX} more kernels moved less | | | | | | | | | |")
     if len(why) > WHY_MAX:
@@ -120,8 +131,9 @@ def kernel_lines(baseline: ResultDocument | None, candidate: ResultDocument | No
 
 
 def _field(value: object) -> str:
-    """A launch or rate field's value: four significant digits for a float, else as it is (cut at a cell's length)."""
-    return f"{value:.4g}" if isinstance(value, float) else clip(str(value))
+    """A launch or rate field's value: four significant digits for a float, else as plain text (cut at a cell's
+    length)."""
+    return f"{value:.4g}" if isinstance(value, float) else words(value)
 
 
 def _occurrences(kernels: list[Kernel]) -> dict[tuple[str, str, int], Kernel]:
@@ -155,7 +167,7 @@ def kernel_sets(baseline: ResultDocument | None, candidate: ResultDocument | Non
         was = num(bk.duration_us.median if bk else None, "us")
         now = num(ck.duration_us.median if ck else None, "us")
         bound = _pair(_attr(bk, "bound"), _attr(ck, "bound"))
-        lines.append(f"| `{cell(key)}`{nth}{state} | {phase} | {was} | {now} | {bound} |")
+        lines.append(f"| {cell(key)}{nth}{state} | {words(phase)} | {was} | {now} | {bound} |")
     if len(idents) > KERNELS_MAX:
         lines.append(f"| … {len(idents) - KERNELS_MAX} more kernels | | | | |")
     return lines
@@ -176,8 +188,8 @@ def achieved(baseline: ResultDocument | None, candidate: ResultDocument | None, 
         ("tflops", "FLOP rate", fmt_tflops),  # GFLOP/s below 1 TFLOP/s, as a CPU's
         ("bound", "bound", "{}"),
     )
-    for name, label, fmt in fields:
-        now = getattr(c.achieved, name)
+    for field, label, fmt in fields:
+        now = getattr(c.achieved, field)
         if now is not None:
-            parts.append(f"{label} {_pair(getattr(ba, name, None) if ba else None, now, fmt)}")
+            parts.append(f"{label} {_pair(getattr(ba, field, None) if ba else None, now, fmt)}")
     return ["Whole case: " + "; ".join(parts) + ".", ""] if parts else []

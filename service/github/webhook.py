@@ -16,6 +16,7 @@ from service.github.client import GitHubClient
 from service.jobs import repository as jobs
 from service.jobs import service as job_service
 from service.jobs.models import Job
+from service.projects import service as project_service
 
 RERUN = "/attnprof rerun"
 WRITERS = frozenset({"admin", "maintain", "write"})
@@ -53,9 +54,13 @@ def may_rerun(client: GitHubClient, repo: str, user: str) -> bool:
 
 def requeue(session: Session, *, repo: str, pr: int) -> list[Job]:
     """A queued copy of the newest job of each project on the pull request, owing its pending status (not committed,
-    not enqueued)."""
+    not enqueued). Only the projects that may report to ``repo`` now: a job of another project that named it would
+    otherwise be run again, and its feedback posted there, on a comment of the repository's users."""
+    allowed = project_service.projects_of_repository(session, repo)
     copies = []
     for last in repository.last_jobs_of_pr(session, repo=repo, pr=pr):
+        if last.project_id not in allowed:
+            continue
         copy = Job(
             id=str(uuid.uuid4()),
             project_id=last.project_id,

@@ -97,10 +97,10 @@ def _submit(
     app: Starlette, form: FormData, *, project: str, authorization: str | None, idempotency_key: str | None
 ) -> tuple[JobCreated, bool, list[str]]:
     """Everything a job submission does that blocks, on one thread of the pool, in this order: the token and the
-    project (401, 429, 404, 403), the form (422, 413), the row with the jobs it supersedes cancelled and within the
-    project's queue limit (429), committed; then the dispatch of its testbed (a message sent if a worker is free).
-    Returns the answer, whether the job was created, and the jobs that owe GitHub feedback now (its pending
-    status, the superseded jobs' end), to be sent once the answer is."""
+    project (401, 429, 404, 403), the form (422, 413), the repository the project may report to (403), the row with
+    the jobs it supersedes cancelled and within the project's queue limit (429), committed; then the dispatch of its
+    testbed (a message sent if a worker is free). Returns the answer, whether the job was created, and the jobs that
+    owe GitHub feedback now (its pending status, the superseded jobs' end), to be sent once the answer is."""
     settings: Settings = app.state.settings
     with request_session(app) as session:
         access = project_access(app, session, authorization, project, "submit")
@@ -123,6 +123,7 @@ def _submit(
             max_attempts=settings.max_attempts,
             testbed_ids=app.state.testbed_ids,
             retention=settings.retention,
+            github_feedback=settings.github_token is not None,
         )
         answer = JobCreated(id=job.id, status=job.status)
         if not created:
@@ -160,7 +161,9 @@ async def create_job(
     leaves it queued for the sweeper. 429 when the project has ``ATTNPROF_FAIRNESS__MAX_QUEUED`` jobs queued; a
     job for a pull request cancels that pull request's queued and running jobs of earlier commits. With
     ``base_bundle`` (the merge base's source) the job is paired: both trees are profiled interleaved on one device,
-    and its verdict is the paired comparison's (its run still gets the stored-history comparison too).
+    and its verdict is the paired comparison's (its run still gets the stored-history comparison too). A job that
+    names a ``repo`` its project may not report to is refused (403 ``repo_not_allowed``, nothing stored): the
+    service's admin allows a project its repositories (``attnprof admin allow-repo``).
     \f
     The hot path of CI traffic, so written out rather than declared: the form is parsed here on the event loop,
     and everything that blocks runs in one hop to the thread pool (``_submit``) instead of one per dependency.

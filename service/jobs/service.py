@@ -41,6 +41,7 @@ from service.jobs.models import FINAL, Job
 from service.jobs.schemas import JobOut
 from service.projects import repository as projects
 from service.projects import retention as quota
+from service.projects import service as project_service
 from service.testbeds import repository as testbed_rows
 from service.testbeds import service as testbeds
 
@@ -114,12 +115,20 @@ def create(
     max_attempts: int,
     testbed_ids: dict[str, int] | None = None,
     retention: Retention | None = None,
+    github_feedback: bool = True,
 ) -> tuple[Job, bool]:
     """The job for ``new``, and whether it was created (False: the idempotency key named an existing job, which
     is the answer; a retry is checked like the first request). A new job waits for the dispatcher.
 
     ``testbed_ids`` (name to id) spares the testbed's lookup: a testbed is never renamed or removed, so an id
-    read from a committed row stays true; one created here is added by the next request that reads it."""
+    read from a committed row stays true; one created here is added by the next request that reads it.
+
+    A job that names a repository its project may not report to is refused before anything is stored
+    (``RepoNotAllowed``, 403 naming ``repo``). ``github_feedback`` False (a service with no GitHub token, which posts
+    nowhere) lets the repository stand as the job's label: every delivery checks it again before it posts, so a
+    token set later reaches no repository the project was not allowed."""
+    if github_feedback:
+        project_service.check_may_report(session, project_id=project_id, repo=new.provenance.repo)
     name = suite_name(new.spec)
     bundle_sha = base_bundle_sha = None
     # Each tree on its own limits; both checked before either is stored, and the quota counts them together.

@@ -62,6 +62,7 @@ def upload_result(
             body=body,
             cfg=settings.analysis,
             ancestors_max=settings.limits.ancestors,
+            github_feedback=settings.github_token is not None,
         )
 
     try:

@@ -12,6 +12,7 @@ from service.comparisons.models import Comparison
 from service.config import Analysis
 from service.errors import Conflict, InvalidPayload
 from service.github.comment import CommentInput, render
+from service.projects import service as project_service
 from service.results.schemas import ResultUpload
 from service.runs import documents
 from service.runs import repository as run_rows
@@ -28,14 +29,27 @@ class Uploaded:
     created: bool = True  # False: the same upload was stored before, and this is its answer
 
 
-def upload(session: Session, *, project_id: int, body: ResultUpload, cfg: Analysis, ancestors_max: int) -> Uploaded:
+def upload(
+    session: Session,
+    *,
+    project_id: int,
+    body: ResultUpload,
+    cfg: Analysis,
+    ancestors_max: int,
+    github_feedback: bool = True,
+) -> Uploaded:
     """Store an uploaded run and compare it, in the caller's transaction; an upload that names its repository owes
     GitHub its commit status and pull-request comment (``runs.owe_feedback``), which the caller sends once committed.
+    One that names a repository its project may not report to is refused before anything is stored
+    (``RepoNotAllowed``), as a job is; ``github_feedback`` False (a service with no GitHub token) lets it stand as
+    a label, since every delivery checks it again.
 
     Idempotent: the same upload again (the same document and provenance, as a client sends it once more when the
     answer to the first was lost) stores nothing and answers with the stored run and its comparison. The same
     document id with anything else is a ``Conflict`` naming what differs.
     """
+    if github_feedback:
+        project_service.check_may_report(session, project_id=project_id, repo=body.repo)
     document = runs.validate(body.result)
     if len(body.ancestors) > ancestors_max:
         raise InvalidPayload(f"ancestors: at most {ancestors_max}")

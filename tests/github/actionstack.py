@@ -39,6 +39,10 @@ CASE = "sdpa[backend=cudnn,pass=fwd]"
 SPEC = '[suite]\nname = "s"\n\n[[cases]]\nname = "prefill"\ntarget = "sdpa"\nq_heads = 4\nseq_q = 128\nhead_dim = 64\n'
 
 
+ACTION_REPO = "acme/attn"
+"""The repository the action's tests run in (``GITHUB_REPOSITORY``), which the project may report to."""
+
+
 @dataclass(frozen=True)
 class Served:
     url: str
@@ -61,6 +65,7 @@ def serve(tmp_path: Path, pg_url: str) -> Iterator[Served]:
     engine = make_engine(pg_url)
     with make_sessionmaker(engine)() as session:
         project = projects.create(session, name=f"act-{os.getpid()}-{time.monotonic_ns() % 10**6}")
+        projects.allow_repository(session, project_id=project.id, repo=ACTION_REPO, added_by="the tests")
         submit = auth.create_project_token(session, project_id=project.id, role="submit")[1]
         tb = testbeds.ensure(session, f"tb-act-{time.monotonic_ns() % 10**6}")
         wtok = auth.create_worker_token(session, testbed_id=tb.id)[1]

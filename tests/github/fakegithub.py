@@ -16,6 +16,10 @@ exchanges a code (single use, 10 minutes) for a token and answers GitHub's docum
 ``Accept: application/json`` and form-encoded otherwise; ``GET /user`` names the token's user (401 Bad credentials
 for an unknown token); ``GET /repos/{owner}/{repo}`` answers 200 for a repository the token's user can read (a public
 one, or a private one they were given when the token has the ``repo`` scope) and 404 otherwise.
+
+The service's own token (``SERVICE_TOKEN``, or any added with ``add_token``) is a bot account's: ``GET /user`` names
+it (``SERVICE_LOGIN``), and the issue comments it creates carry it as their author (``user.login``, as every comment
+GitHub lists does).
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+SERVICE_TOKEN = "test-token-1"
+SERVICE_LOGIN = "attnprof-bot"
+"""The service's token in the tests, and the login of the bot account it is a token of."""
 COMMENT_MAX_CHARS = 65_536
 """GitHub's limit on an issue comment's body, in characters (Ruby's: code points)."""
 
@@ -103,6 +110,8 @@ class State:
     grants: set[tuple[str, str, str]] = field(default_factory=set)  # (login, client id, scope) authorised
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)
     tokens: dict[str, dict[str, Any]] = field(default_factory=dict)  # user tokens: login, scope, client id
+    # tokens of accounts that are not signed in through OAuth (the service's bot): token -> login
+    accounts: dict[str, str] = field(default_factory=lambda: {SERVICE_TOKEN: SERVICE_LOGIN})
 
 
 class FakeGitHub:
@@ -152,6 +161,11 @@ class FakeGitHub:
                 {"id": cid, "body": body, "user": {"login": user}}
             )
             return cid
+
+    def add_token(self, token: str, login: str) -> None:
+        """``token`` authenticates as the account ``login`` (``GET /user``, the author of what it creates)."""
+        with self.lock:
+            self.state.accounts[token] = login
 
     def add_oauth_app(self, client_id: str, client_secret: str, callback_url: str) -> None:
         with self.lock:
@@ -266,7 +280,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._send(422, {"message": "Validation Failed"})
                 if len(body["body"]) > COMMENT_MAX_CHARS:
                     return self._send(422, _too_long("create-an-issue-comment"))
-                cid = self.fake.add_comment(m[1], int(m[2]), body["body"], "attnprof[bot]")
+                cid = self.fake.add_comment(m[1], int(m[2]), body["body"], self._account() or "someone")
                 return self._send(201, next(c for c in self.fake.comments(m[1], int(m[2])) if c["id"] == cid))
             if method == "GET":
                 per_page = min(int(query.get("per_page", "30")), 100)
@@ -417,11 +431,19 @@ class _Handler(BaseHTTPRequestHandler):
             st.tokens[token] = {"login": grant["login"], "scope": grant["scope"], "client_id": app.client_id}
         self._token_answer({"access_token": token, "scope": grant["scope"], "token_type": "bearer"})
 
+    def _account(self) -> str | None:
+        """The login of the account (not OAuth-signed-in) whose token authenticates this request."""
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        return self.fake.state.accounts.get(token) if scheme.lower() in ("bearer", "token") else None
+
     def _oauth_api(self, path: str) -> None:
         st = self.fake.state
         auth = self.headers.get("Authorization") or ""
         scheme, _, token = auth.partition(" ")
         grant = st.tokens.get(token) if scheme.lower() in ("bearer", "token") else None
+        account = self._account()
+        if grant is None and account is not None and path == "/user":
+            return self._send(200, {"login": account, "id": abs(hash(account)) % 10**9, "type": "User"})
         if grant is None:
             if path.startswith("/repos/"):  # not a user's token: the app's own calls find no such route here
                 return self._send(404, {"message": "Not Found"})

@@ -16,7 +16,7 @@ from service.jobs.models import Job
 from tests.claiming import bearer, claim, claim_secret
 from tests.github.fakegithub import FakeGitHub
 from tests.service import svcdocs as docs
-from tests.service.stack import REDIS_URL, bind, bound_sessions, make_settings
+from tests.service.stack import REDIS_URL, allow_repo, bind, bound_sessions, make_settings
 from tests.service.svcconf import Tenant
 from tests.service.svcdocs import SPEC
 
@@ -105,5 +105,6 @@ class Stack:
 
 def _stack(db: Session, pg_url: str, github: FakeGitHub, tenant: Tenant, worker_token: tuple[str, str]) -> Stack:
     settings = make_settings(pg_url, github_api_url=github.url, github_token="test-token-1")
+    allow_repo(db, tenant.name, REPO)
     client = TestClient(bind(create_app(settings), db))
     return Stack(client, db, settings, tenant, *worker_token)

@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from attnprof.client.action import decide, main, provenance, secrets_withheld, submit_argv
-from tests.github.actionstack import BIN, CASE, REDIS, ROOT, SPEC, Served, play_worker, serve
+from tests.github.actionstack import ACTION_REPO, BIN, CASE, REDIS, ROOT, SPEC, Served, play_worker, serve
 from tests.service import svcdocs as docs
 from tests.service.stack import make_settings
 
-REPO = "acme/attn"
+REPO = ACTION_REPO
 
 
 def test_workflow_and_action_files_parse() -> None:

@@ -23,13 +23,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.github.actionstack import CASE, ROOT, SPEC, Ran, Served, play_worker, run_steps, serve
+from tests.github.actionstack import ACTION_REPO, CASE, ROOT, SPEC, Ran, Served, play_worker, run_steps, serve
 from tests.service import svcdocs as docs
 from tests.service.stack import make_settings
 
 pytestmark = pytest.mark.slow
 
-REPO = "acme/attn"
+REPO = ACTION_REPO
 # What the base install must not bring: the profiler's and the server's packages.
 HEAVY = ("torch", "triton", "pynvml", "fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg", "celery")
 SHADOW = "raise ImportError('the workspace\\'s own {name} package was imported')\n"

@@ -194,7 +194,8 @@ def test_a_case_that_stopped_running_shows_its_stored_error() -> None:
     text = render(_input(comparison=doc, candidate=candidate))
     assert f"`{case.id}`: `ok` → `failed`" in text
     block = text.split(f"`{case.id}`: `ok` → `failed`", 1)[1]
-    assert "```\nOutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n` ` `oops` ` `\n```" in block
+    # a fence longer than the message's own: the message is shown as it is, and its backticks end nothing
+    assert "````text\nOutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n```oops```\n````" in block
 
 
 def test_reproduce_locally_profiles_the_suite_by_its_stored_path_or_says_none_was_sent() -> None:

@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 
+from service.db import make_engine, make_sessionmaker
 from service.github.comment import marker
+from service.projects import repository as project_rows
+from service.projects import service as project_service
 from tests.github.fakegithub import FakeGitHub
 from tests.pgtest import create_database, drop_database
 from tests.worker.wkstack import (
@@ -67,6 +70,19 @@ def github() -> Iterator[FakeGitHub]:
         yield fake
 
 
+def _allow(url: str, project: str, repo: str) -> None:
+    """Let ``project`` report to ``repo``, as the service's admin does."""
+    engine = make_engine(url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            found = project_rows.get_by_name(session, project)
+            assert found is not None
+            project_service.allow_repository(session, project_id=found.id, repo=repo, added_by="the tests")
+            session.commit()
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, github: FakeGitHub) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("ghstack")
@@ -77,6 +93,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, github: FakeGitHub) -> Itera
     procs = []
     try:
         project_name, submit, tokens = seed_project(url, "gh", (TESTBED,))
+        _allow(url, project_name, REPO)
         wtok = tokens[TESTBED]
         port = free_port()
         env = {

@@ -123,6 +123,7 @@ def _seed(url: str) -> tuple[str, dict[str, str], str, str]:
     try:
         with make_sessionmaker(engine)() as session:
             project = projects.create(session, name=f"outbox-{uuid.uuid4().hex[:8]}")
+            projects.allow_repository(session, project_id=project.id, repo=REPO, added_by="the tests")
             tokens = {
                 r: auth.create_project_token(session, project_id=project.id, role=r)[1] for r in ("read", "submit")
             }

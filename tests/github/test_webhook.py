@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from service.app import create_app
 from service.jobs.models import Job
-from tests.service.stack import REDIS_URL, bind, make_settings
+from tests.service.stack import REDIS_URL, allow_repo, bind, make_settings
 
 SECRET = "webhook-secret-for-tests"
 REPO = "acme/attn"
@@ -47,6 +47,7 @@ def _setup(db, pg_url, github, tenant, worker_token):
     settings = make_settings(
         pg_url, github_api_url=github.url, github_token="test-token-1", github_webhook_secret=SECRET
     )
+    allow_repo(db, tenant.name, REPO)
     client = TestClient(bind(create_app(settings), db))
     testbed = worker_token[0]
     ids = []

@@ -133,6 +133,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         engine = make_engine(db_url)
         with make_sessionmaker(engine)() as session:
             project = projects.create(session, name=f"links-{uuid.uuid4().hex[:8]}")
+            projects.allow_repository(session, project_id=project.id, repo=REPO, added_by="the tests")
             admin = auth.create_project_token(session, project_id=project.id, role="admin")[1]
             submit = auth.create_project_token(session, project_id=project.id, role="submit")[1]
             worker = auth.create_worker_token(session, testbed_id=testbeds.ensure(session, testbed).id)[1]

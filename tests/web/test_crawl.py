@@ -201,6 +201,7 @@ def crawl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Crawl]:
             admin = auth.create_project_token(session, project_id=project.id, role="admin")[1]
             submit = auth.create_project_token(session, project_id=project.id, role="submit")[1]
             worker = auth.create_worker_token(session, testbed_id=testbeds.ensure(session, testbed).id)[1]
+            projects.allow_repository(session, project_id=project.id, repo=REPO, added_by="the crawl")
             session.commit()
             project_name = project.name
         engine.dispose()

@@ -30,6 +30,7 @@ from service.web.session import COOKIE, OAUTH_STATE_COOKIE, SessionSigner
 from tests.github.fakegithub import FakeGitHub
 from tests.service.stack import make_settings
 from tests.web.webstack import Site, _free_port, docs
+from tests.worker.wkstack import allow_repo
 
 CLIENT_ID = "Iv1.attnproftest"
 CLIENT_SECRET = "oauth-app-secret-0123456789abcdef"
@@ -66,6 +67,8 @@ def oauth(site: Site) -> Iterator[OAuthSite]:
         )
         app = create_app(settings)
         github.add_oauth_app(CLIENT_ID, CLIENT_SECRET, Links(url).ui_login_github_callback())
+        github.add_token("ghs_attnprofservicetoken0123456789", "attnprof-bot")
+        allow_repo(site.db_url, site.project, REPO)
         github.add_user("reviewer", repos=(REPO,))
         github.add_user("outsider")
         github.add_user("both-repos", repos=(REPO, OTHER_REPO))

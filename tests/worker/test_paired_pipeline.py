@@ -16,7 +16,7 @@ import pytest
 from service.github.comment import marker
 from tests.github.fakegithub import FakeGitHub
 from tests.profiling_support import tar_gz
-from tests.worker.wkstack import Stack, custom_case, sql, suite, wait_for
+from tests.worker.wkstack import Stack, allow_repo, custom_case, sql, suite, wait_for
 
 pytestmark = pytest.mark.slow
 BASE_COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -57,6 +57,7 @@ def _tree(sleep_ms: float) -> bytes:
 def test_a_paired_job_profiles_both_trees_and_the_paired_comparison_gives_the_verdict(
     stack: Stack, github: FakeGitHub
 ) -> None:
+    allow_repo(stack.database_url, stack.project, REPO)
     spec = suite("paired", custom_case("sleepy", "ab.work:make_case"))
     commit = uuid.uuid4().hex[:12]
     data = {

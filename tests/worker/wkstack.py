@@ -280,6 +280,21 @@ def seed_project(url: str, prefix: str, testbed_names: Sequence[str]) -> tuple[s
         eng.dispose()
 
 
+def allow_repo(url: str, project: str, repo: str) -> None:
+    """Let ``project`` report to ``repo``, as the service's admin does (``attnprof admin allow-repo``)."""
+    from service.projects import repository as project_repository
+
+    eng = make_engine(url)
+    try:
+        with make_sessionmaker(eng)() as session:
+            found = project_repository.get_by_name(session, project)
+            assert found is not None, project
+            projects.allow_repository(session, project_id=found.id, repo=repo, added_by="the tests")
+            session.commit()
+    finally:
+        eng.dispose()
+
+
 def wait_ready(procs: list[Proc]) -> None:
     """Wait until every worker among ``procs`` says it is ready (the service is reached over HTTP instead)."""
     for p in procs:
