@@ -14,10 +14,11 @@ from service.config import Settings, get_settings
 from service.db import make_engine, make_sessionmaker, request_session
 from service.errors import install_handlers
 from service.github.outbox import Sender as FeedbackSender
-from service.limits import BodyLimitMiddleware
+from service.limits import BodyGateMiddleware, BodyLimitMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.openapi import LICENSE, SERVERS, operation_id
 from service.openapi import install as install_openapi
+from service.preauth import check as preauth_check
 from service.query import known_query_only
 from service.ratelimit import make_rate_limiter
 from service.routers import ROUTERS
@@ -69,6 +70,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         bundle_bytes=settings.limits.bundle_bytes,
         trace_bytes=settings.limits.trace_bytes,
     )
+    # Outside the size limit, which reads a chunked body whole: credentials are checked before any of it is read.
+    app.add_middleware(BodyGateMiddleware, check=preauth_check, max_unfinished=settings.limits.unfinished_bodies)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(ServerTimingMiddleware)
     app.add_middleware(ClientAddressMiddleware, trusted_proxies=settings.trusted_proxies)

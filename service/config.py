@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from ipaddress import ip_network
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
@@ -30,6 +30,12 @@ class Limits(BaseModel):
     trace_bytes: int = Field(64 * MIB, ge=1024)
     ancestors: int = Field(50, ge=0, description="first-parent ancestors accepted with a job or upload")
     page_size_max: int = Field(1000, ge=1)
+    unfinished_bodies: int = Field(
+        16,
+        ge=1,
+        description="request bodies over 64 KiB that one server process receives at once (each from a request whose "
+        "credentials were checked before its body was read); past it: 503 with Retry-After",
+    )
 
 
 class RateLimit(BaseModel):
@@ -159,6 +165,30 @@ class AlertWebhooks(BaseModel):
     timeout_s: float = Field(10.0, gt=0, le=120, description="one POST to a receiver waits at most this long")
     retry_s: float = Field(30.0, gt=0, description="a refused delivery is retried after this, doubling up to 1 h")
     attempts: int = Field(8, ge=1, description="deliveries of one alert tried before giving up")
+    allow_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="networks a webhook may reach besides public addresses, comma-separated CIDRs (10.0.0.0/8, "
+        "fd12::/64, 127.0.0.1/32): loopback, link-local, private, shared, multicast and reserved addresses are "
+        "refused unless one of these holds them; the cloud metadata service is refused whatever this says",
+    )
+
+    @field_validator("allow_networks", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> Any:
+        items = [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+        if not isinstance(items, list):
+            return items
+        networks = []
+        for item in items:
+            try:
+                networks.append(str(ip_network(str(item).strip(), strict=False)))
+            except ValueError as exc:
+                raise ValueError(f"{item!r} is not a network (10.0.0.0/8, 127.0.0.1/32, fd12::/64)") from exc
+        return networks
+
+    def networks(self) -> list[IPv4Network | IPv6Network]:
+        """``allow_networks`` as networks."""
+        return [ip_network(n) for n in self.allow_networks]
 
 
 class Retention(BaseModel):

@@ -139,7 +139,7 @@ def _secret_hash(authorization: str | None) -> str:
     return hash_secret(secret.strip())
 
 
-def _principal(session: Session, row: repository.TokenRow | None) -> Principal:
+def _working(row: repository.TokenRow | None) -> repository.TokenRow:
     if row is None:
         raise Unauthorized("unknown or revoked token")
     if row.revoked_at is not None or row.expires_at is not None:
@@ -148,6 +148,11 @@ def _principal(session: Session, row: repository.TokenRow | None) -> Principal:
             raise Unauthorized("unknown or revoked token")
         if row.expires_at is not None and row.expires_at <= now:
             raise Unauthorized(f"token expired at {when(row.expires_at)}")
+    return row
+
+
+def _principal(session: Session, found: repository.TokenRow | None) -> Principal:
+    row = _working(found)
     # The request's address against the one read with the token: nothing more is asked of the database unless
     # it changed.
     address = request_address()
@@ -161,6 +166,13 @@ def authenticate(session: Session, authorization: str | None) -> Principal:
     """The principal behind an ``Authorization: Bearer <token>`` header, or ``Unauthorized`` (unknown, revoked or
     expired). Its use from an address other than its last is recorded (``token.new_address``)."""
     return _principal(session, repository.row_by_hash(session, _secret_hash(authorization)))
+
+
+def precheck(session: Session, authorization: str | None) -> None:
+    """What ``authenticate`` checks of the token itself (the header's form; a token that is known, not revoked, not
+    expired), with no write and no audit event: ``Unauthorized`` as ``authenticate`` raises it. For deciding from a
+    request's headers whether its body may be read (``service.preauth``)."""
+    _working(repository.row_by_hash(session, _secret_hash(authorization)))
 
 
 def authenticate_with_project(

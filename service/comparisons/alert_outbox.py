@@ -7,7 +7,9 @@ transaction that records a new alert of a project that has a webhook). One deliv
 1. claim it in a short transaction of its own, committed before anything is sent: one conditional statement moves
    ``notify_due_at`` ``CLAIM_S`` ahead, so another sender finds it due later and skips it; the body is built from
    the stored rows in the same transaction;
-2. POST it, signed (``service.comparisons.alert_webhook``), with no transaction open;
+2. POST it, signed (``service.comparisons.alert_webhook``), with no transaction open, to a checked address only
+   (``service.outbound``: a URL whose host is or now resolves to this service's own network is not sent to, and
+   that refusal is recorded as a failed delivery, before any connection is tried);
 3. record the outcome in another short transaction, if the claim is still this sender's: delivered (the debt
    cleared), or refused and owed again after a backoff that doubles from ``retry_s`` up to an hour, until
    ``attempts`` tries have failed (then the last error stays on the row and nothing more is sent).
@@ -32,6 +34,7 @@ from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
 from attnprof.contract.links import Links
+from service import outbound
 from service.comparisons import alert_webhook, repository
 from service.comparisons.models import Alert
 from service.config import AlertWebhooks, get_settings
@@ -105,6 +108,8 @@ def _post(client: httpx.Client, url: str, secret: str, data: bytes) -> str | Non
     }
     try:
         answer = client.post(url, content=data, headers=headers)
+    except outbound.RefusedDestination as exc:
+        return f"not sent: {exc}"
     except httpx.HTTPError as exc:
         return f"{type(exc).__name__}: {exc}"
     if 200 <= answer.status_code < 300:
@@ -178,7 +183,7 @@ def deliver_owed(
     if not alert_ids:
         return counts
     started = time.monotonic()
-    with httpx.Client(timeout=cfg.timeout_s, follow_redirects=False) as client:
+    with outbound.client(timeout_s=cfg.timeout_s, allow=cfg.networks()) as client:
         for alert_id in alert_ids:
             if budget_s is not None and time.monotonic() - started > budget_s:
                 break

@@ -21,7 +21,9 @@ from datetime import datetime
 from typing import Any
 
 from profiler_core import units
+from service import outbound
 from service.comparisons.models import Alert
+from service.config import AlertWebhooks
 
 SIGNATURE_HEADER = "X-Attnprof-Signature"
 TIMESTAMP_HEADER = "X-Attnprof-Timestamp"
@@ -42,6 +44,13 @@ class AlertContext:
     first_bad_commit: str
     first_bad_at: datetime | None
     url: str
+
+
+def url_refusal(url: str, cfg: AlertWebhooks) -> str | None:
+    """Why alerts may not be sent to ``url`` (its host is, or resolves now to, an address of the service's own
+    network that ``cfg.allow_networks`` does not allow: ``service.outbound``), or None. Checked again at each
+    delivery."""
+    return outbound.url_refusal(url, cfg.networks())
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:

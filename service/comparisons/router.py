@@ -6,6 +6,7 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Path, Query, Response
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.orm import Session
 
@@ -14,6 +15,7 @@ from service.auth.dependencies import AdminProject, ReadProject
 from service.comparisons import alert_webhook, alerts, repository
 from service.comparisons.models import Alert, AlertWebhook
 from service.db import INT_MAX, SessionDep, utcnow
+from service.dependencies import SettingsDep
 from service.errors import NotFound
 from service.openapi import errors
 
@@ -216,8 +218,13 @@ def get_webhook(access: AdminProject, session: SessionDep) -> WebhookOut:
 
 
 @router.put("/alert-webhook", response_model=WebhookOut)
-def put_webhook(body: WebhookIn, access: AdminProject, session: SessionDep) -> WebhookOut:
-    """Send the project's new alerts to ``url``, each body signed with ``secret`` (README, "Alert webhooks")."""
+def put_webhook(body: WebhookIn, access: AdminProject, session: SessionDep, settings: SettingsDep) -> WebhookOut:
+    """Send the project's new alerts to ``url``, each body signed with ``secret`` (README, "Alert webhooks"). A URL
+    whose host is, or resolves to, a loopback, link-local, private or other non-public address is refused (422)
+    unless the service's operator allows its network."""
+    refused = alert_webhook.url_refusal(body.url, settings.alert_webhooks)
+    if refused is not None:
+        raise RequestValidationError([{"type": "url_refused", "loc": ("body", "url"), "msg": refused}])
     hook = repository.save_webhook(
         session,
         AlertWebhook(

@@ -11,12 +11,14 @@ from fastapi import FastAPI
 from sqlalchemy.orm import Session
 
 from service.auth import service as auth
-from service.config import Analysis, Limits, RateLimit, Settings
+from service.config import AlertWebhooks, Analysis, Limits, RateLimit, Settings
 from service.github.outbox import Sessions
+from service.projects import repository as project_repository
 from service.projects import service as projects
 from tests.service.svcconf import Tenant
 
 REDIS_URL = os.environ.get("ATTNPROF_TEST_REDIS", "redis://127.0.0.1:6379/11")
+LOOPBACK = ["127.0.0.0/8", "::1/128"]
 
 
 def make_settings(url: str, **kw: object) -> Settings:
@@ -27,6 +29,9 @@ def make_settings(url: str, **kw: object) -> Settings:
         "limits": Limits(),
         "rate_limit": RateLimit(requests_per_minute=60_000, burst=10_000),
         "analysis": Analysis(),
+        # The tests' webhook receivers listen on this machine's loopback, which a deployment refuses unless its
+        # operator allows it: these settings allow it, as an operator would. A test of the refusal passes its own.
+        "alert_webhooks": AlertWebhooks(allow_networks=LOOPBACK),
     }
     base.update(kw)
     return Settings(**base)  # type: ignore[arg-type]
@@ -44,6 +49,14 @@ def make_tenant(db: Session, name: str | None = None) -> Tenant:
     secrets = {r: auth.create_project_token(db, project_id=project.id, role=r)[1] for r in ("admin", "submit", "read")}
     db.commit()
     return Tenant(name=project.name, **secrets)
+
+
+def allow_repo(db: Session, project: str, repo: str) -> None:
+    """Let ``project`` report to ``repo``, as the service's admin does (``attnprof admin allow-repo``); committed."""
+    found = project_repository.get_by_name(db, project)
+    assert found is not None, project
+    projects.allow_repository(db, project_id=found.id, repo=repo, added_by="the tests")
+    db.commit()
 
 
 def bound_sessions(db: Session) -> Sessions:

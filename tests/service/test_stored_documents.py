@@ -39,7 +39,7 @@ from tests.claiming import bearer, claim, claim_secret
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL
 from tests.service.svcconf import Tenant
-from worker.gpu import outcome
+from worker.gpu import handback, outcome
 
 SPEC = '[suite]\nname = "s"\n[[cases]]\nname = "prefill"\ntarget = "sdpa"\nq_heads = 4\nseq_q = 128\nhead_dim = 64\n'
 MODELS = {"result": ResultDocument, "comparison": ComparisonDocument, "case": Case}
@@ -268,7 +268,11 @@ class _Walk:
             stages[name] = [self.validations[m] for m in MODELS]
             return value
 
-        read = stage("GPU worker: read the profiler's file", lambda: outcome.read_document(result_file))
+        def read_back() -> Any:
+            with handback.Folder(folder) as job:
+                return outcome.read_document(job, result_file.name)
+
+        read = stage("GPU worker: read the profiler's file", read_back)
         assert isinstance(read, ResultDocument)
         body = {"attempt": 1, "result": read.model_dump(mode="json", by_alias=True)}
         stored = stage(

@@ -123,7 +123,8 @@ def test_the_job_cannot_read_the_worker_or_other_jobs(
             attempt("parent environ", lambda: open("/proc/%d/environ" % {os.getpid()}).read())
             attempt("every environ", lambda: [open(p).read() for p in glob.glob("/proc/*/environ")])
             attempt("other job", lambda: open({str(other.job / "src" / "secret_model.py")!r}).read())
-            attempt("other job glob", lambda: [open(p).read() for p in glob.glob({str(scratch_root)!r} + "/*/job/src/*")])
+            others = {str(scratch_root)!r} + "/*/job/src/*"
+            attempt("other job glob", lambda: [open(p).read() for p in glob.glob(others)])
             attempt("worker home", lambda: open({str(home_file)!r}).read())
             attempt("shadow", lambda: open("/etc/shadow").read())
             attempt("postgres data", lambda: os.listdir("/var/lib/postgresql"))
