@@ -230,6 +230,25 @@ def _project_id(session: Any, project: str) -> int:
     return found.id
 
 
+@admin_app.command("reset-testbed-key")
+def reset_testbed_key(testbed: str, as_json: JsonOpt = False) -> None:
+    """Forget a testbed's key (its device, driver and mode): after a driver upgrade on every host of it, or for a
+    key that predates registration. Its next worker to start keys it with its own device; until then runs are stored
+    as what they claim. Only this command and the testbed's workers set a key: never a result document."""
+    from service.testbeds import repository as testbeds
+
+    with _session() as session:
+        found = testbeds.get_by_name(session, testbed)
+        if found is None:
+            _die(f"testbed: no testbed named {testbed!r}")
+            return
+        before = found.key
+        cleared = testbeds.clear_key(session, found.id)
+        session.commit()
+    said = f"{testbed}: key {before} cleared; its next worker keys it" if cleared else f"{testbed} has no key"
+    _emit(as_json, {"testbed": testbed, "cleared": cleared, "key_was": before}, said)
+
+
 RepoArg = Annotated[str, typer.Argument(help="the GitHub repository, owner/name")]
 
 

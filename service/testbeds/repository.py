@@ -47,6 +47,13 @@ def key_if_none(session: Session, testbed_id: int, *, key: str, meaning: dict[st
     return bool(done.rowcount)  # type: ignore[attr-defined]
 
 
+def clear_key(session: Session, testbed_id: int) -> bool:
+    """Forget the testbed's key and meaning (its next worker keys it again); whether it had one."""
+    q = update(Testbed).where(Testbed.id == testbed_id, Testbed.key.is_not(None)).values(key=None, meaning=None)
+    done = session.execute(q.execution_options(synchronize_session=False))
+    return bool(done.rowcount)  # type: ignore[attr-defined]
+
+
 def lock_for_dispatch(session: Session, testbed_id: int, now: datetime) -> str | None:
     """Take the testbed's dispatch lock until the transaction ends and return its name; None when there is no such
     testbed. On Postgres the lock is ``FOR UPDATE`` on its row, which also waits for every transaction inserting a

@@ -249,3 +249,43 @@ def test_keying_is_one_statement_that_a_second_device_cannot_overwrite(
     assert testbeds.register(db, testbed_id=tb.id, key=CPU.key(), meaning=CPU.meaning())[1] is True
     assert testbed_rows.key_if_none(db, tb.id, key=keys.testbed_key(FORGED), meaning=FORGED) is False
     assert (_testbed(db, name).key, _testbed(db, name).meaning) == (CPU.key(), CPU.meaning())
+
+
+def test_an_admin_clears_a_testbeds_key_and_its_next_worker_keys_it_again() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from service.db import make_engine, make_sessionmaker
+    from tests.pgtest import create_database, drop_database
+
+    attnprof = [str(Path(sys.executable).parent / "attnprof")]
+    name, url = create_database()
+    env = {**os.environ, "ATTNPROF_DATABASE_URL": url, "ATTNPROF_BROKER_URL": REDIS_URL}
+
+    def admin(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*attnprof, *args], env=env, capture_output=True, text=True, timeout=120)
+
+    engine = make_engine(url)
+    try:
+        assert admin("db", "upgrade").returncode == 0
+        old = {"device": "NVIDIA H200", "driver": "570.1", "mode": "cuda"}
+        new = {"device": "NVIDIA H200", "driver": "580.2", "mode": "cuda"}
+        with make_sessionmaker(engine)() as session:
+            testbed_id = testbeds.ensure(session, "h200").id
+            testbeds.register(session, testbed_id=testbed_id, key=keys.testbed_key(old), meaning=old)
+            session.commit()
+        cleared = admin("admin", "reset-testbed-key", "h200", "--json")
+        assert cleared.returncode == 0, cleared.stderr
+        assert json.loads(cleared.stdout) == {"testbed": "h200", "cleared": True, "key_was": keys.testbed_key(old)}
+        with make_sessionmaker(engine)() as session:
+            # the upgraded host's worker now keys it; the old driver's would be refused
+            _, keyed = testbeds.register(session, testbed_id=testbed_id, key=keys.testbed_key(new), meaning=new)
+            session.commit()
+            assert keyed and testbed_rows.get(session, testbed_id, fresh=True).key == keys.testbed_key(new)
+        again = admin("admin", "reset-testbed-key", "nowhere")
+        assert again.returncode == 2 and "no testbed named 'nowhere'" in again.stderr
+    finally:
+        engine.dispose()
+        drop_database(name)
