@@ -42,5 +42,5 @@ step ab && python3 bench/jail_h200.py ab --pairs "${PAIRS:-2}" --budget-s "${BUD
 # The embedded mode end to end on the GPU: a hostile job, then another project's honest job, through the service,
 # the analysis worker and a profile worker whose jail has the GPU passed in.
 export ATTNPROF_WORKER__SANDBOX_RO_BINDS='["/opt/attnprof-site"]'
-step embedded && timeout 400 python3 bench/hostile_embedded.py --device cuda --testbed h200 --out "$DEST" 2>&1 | tail -25
+step embedded && timeout 560 python3 bench/hostile_embedded.py --device cuda --testbed h200 --out "$DEST" 2>&1 | tail -25
 exit 0

@@ -18,11 +18,12 @@ _Doc = TypeVar("_Doc", ResultDocument, ComparisonDocument)
 # The most a document may hold once inflated, in bytes: far above any real suite's (a 10,000-case document is a
 # few tens of MB), far below what a small gzip bomb inflates to.
 DOCUMENT_MAX_BYTES = 512 * 1024 * 1024
+_STEP_BYTES = 1024 * 1024
 
 
-def inflate(raw: bytes, *, max_bytes: int = DOCUMENT_MAX_BYTES, source: str = "<document>") -> bytes:
+def inflate(raw: bytes, *, max_bytes: int = DOCUMENT_MAX_BYTES, source: str = "<document>") -> bytes | bytearray:
     """``raw`` as it is, or inflated when it is gzip, never past ``max_bytes`` (``DocumentError`` beyond: the stream
-    is inflated in steps, so a bomb costs at most ``max_bytes`` of memory)."""
+    is inflated 1 MiB at a time into one buffer, so a bomb costs at most ``max_bytes`` and a step of memory)."""
     if raw[:2] != b"\x1f\x8b":
         if len(raw) > max_bytes:
             raise DocumentError(f"{source}: {len(raw):,} bytes, over the {max_bytes:,} a document may hold")
@@ -32,24 +33,28 @@ def inflate(raw: bytes, *, max_bytes: int = DOCUMENT_MAX_BYTES, source: str = "<
     pending = raw
     try:
         while True:
-            out += stream.decompress(pending, max_bytes + 1 - len(out))
+            want = min(_STEP_BYTES, max_bytes + 1 - len(out))
+            chunk = stream.decompress(pending, want)
+            out += chunk
             if len(out) > max_bytes:
                 raise DocumentError(f"{source}: inflates past the {max_bytes:,} bytes a document may hold")
             pending = stream.unconsumed_tail
             if stream.eof:
                 break
-            if not pending:
+            # Short of what was asked with no input left: the stream ended before its end (a full step may still
+            # hold output back, which the next call with no input gives).
+            if not pending and len(chunk) < want:
                 raise DocumentError(f"{source}: not a valid gzip file: the stream is truncated")
     except zlib.error as exc:
         raise DocumentError(f"{source}: not a valid gzip file: {exc}") from exc
-    return bytes(out)
+    return out
 
 
 def decode_json(raw: bytes, *, source: str, max_bytes: int = DOCUMENT_MAX_BYTES) -> Any:
     """The JSON value in ``raw`` (plain or gzip, inflated within ``max_bytes``), or ``DocumentError``."""
-    raw = inflate(raw, max_bytes=max_bytes, source=source)
+    text = inflate(raw, max_bytes=max_bytes, source=source)
     try:
-        return json.loads(raw)
+        return json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DocumentError(f"{source}: not JSON: {exc}") from exc
     except RecursionError as exc:  # json's decoder recurses once per nested array or object

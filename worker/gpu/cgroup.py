@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,20 @@ from typing import Literal
 
 _ROOT = Path("/sys/fs/cgroup")
 _CONTROLLERS = ("memory", "pids")
+
+
+# A job's cgroup (``attnprof-<job>-a<attempt>-p<worker pid>``) or a worker's own leaf (``attnprof-worker-<pid>``).
+_STALE = re.compile(r"^attnprof-(?:worker-(\d+)|.*-p(\d+))$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class CgroupUnavailable(Exception):
@@ -138,10 +153,11 @@ class JobCgroup:
             time.sleep(0.02)
 
     def remove(self) -> None:
-        """Kill what is left and remove the cgroup."""
+        """Kill what is left and remove the cgroup (a member still being reaped keeps it busy: tried for 5 s; one left
+        behind is removed by ``Cgroups.reap_stale`` at a later job)."""
         self.kill()
         for d in self.dirs:
-            for _ in range(50):
+            for _ in range(250):
                 try:
                     d.rmdir()
                     break
@@ -201,6 +217,21 @@ class Cgroups:
                     f"cannot enable memory and pids below {parent}: {exc.strerror or exc}"
                 ) from None
         return cls(version=2, parents=(parent,))
+
+    def reap_stale(self) -> list[str]:
+        """Remove the job cgroups (and v2 worker leaves) of workers that are gone, killed before they could remove
+        their own; returns their names."""
+        removed: list[str] = []
+        for parent in self.parents:
+            with contextlib.suppress(OSError):
+                for child in parent.iterdir():
+                    match = _STALE.match(child.name)
+                    if match is None or not child.is_dir() or _alive(int(match.group(1) or match.group(2))):
+                        continue
+                    JobCgroup(version=self.version, dirs=(child,)).remove()
+                    if not child.exists():
+                        removed.append(child.name)
+        return removed
 
     def create(self, name: str, *, memory_bytes: int, max_processes: int) -> JobCgroup:
         """A new cgroup for one job, with its limits set; ``CgroupUnavailable`` when it cannot be made."""

@@ -30,8 +30,9 @@ from worker.gpu.sandbox import Finished
 
 REASON_MAX_CHARS = 9000  # the service takes 10,000
 _CASES_NAMED = 8
-# The most a result document may hold as the job hands it back, in bytes (gzip inflated within the same bound).
-DOCUMENT_MAX_BYTES = 256 * 1024 * 1024
+# The most a result document may hold as the job hands it back, in bytes (gzip inflated within the same bound): a
+# 10,000-case document is a few tens of MB, and parsing JSON costs several times its size in the worker.
+DOCUMENT_MAX_BYTES = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -142,9 +143,9 @@ def decide(
         return JobFailure(with_output(head, tail), timed_out=True)
     if finished.stopped == "memory":
         head = (
-            f"out of host memory: the job held {_mib(finished.peak_rss_bytes)} (its processes, and any memfd, /tmp, "
-            f"/dev/shm and /job files they wrote), over the worker's limit of {_mib(memory_limit_bytes)}, and was "
-            "stopped"
+            f"out of host memory: the job reached the worker's limit of {_mib(memory_limit_bytes)} (its processes, "
+            f"and any memfd, /tmp, /dev/shm and /job files they wrote: {_mib(finished.peak_rss_bytes)} at the last "
+            "check) and was stopped"
         )
         return JobFailure(with_output(head, tail))
     decided = _ran(finished, document)

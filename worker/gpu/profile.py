@@ -268,6 +268,8 @@ def run_job(
     connect = api or (lambda: WorkerAPI(cfg.service_url, cfg.token))
     for path in scratches.reap_stale(cfg.scratch_root):
         log.warning("removed %s, left by a worker that is gone", path)
+    for name in cfg.cgroups.reap_stale() if cfg.cgroups is not None else []:
+        log.warning("removed the cgroup %s, left by a worker that is gone", name)
     with connect() as worker_http:
         try:
             claim = worker_http.claim(job_id, attempt, cfg.worker, claim_secret)
