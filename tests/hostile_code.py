@@ -449,7 +449,7 @@ def attacks(host: HostFiles, walls: Walls) -> dict[str, Attack]:
         ),
     ]
     found = {name: Attack(name, cases, _NO_DOCUMENT + said) for name, cases, said in no_document}
-    memory = rf"^out of host memory: .* over the worker's limit of {walls.memory_mib:,} MiB"
+    memory = rf"^out of host memory: the job reached the worker's limit of {walls.memory_mib:,} MiB"
     found.update(
         traces_link=Attack(
             "traces_link", TRACED_CASE + _case("plant", "traces_link", host_traces=host.host_traces), "", host.trace

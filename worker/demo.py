@@ -143,7 +143,7 @@ def _jail_setting(workdir: Path) -> dict[str, str]:
         _say("  a real worker refuses to start like this. `apt-get install bubblewrap` gives the demo its jail.")
         return {"ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT": "true"}
     try:
-        Cgroups.find().self_test()
+        Cgroups.find(os.environ.get("ATTNPROF_WORKER__CGROUP_PARENT", "")).self_test()
     except (CgroupUnavailable, OSError) as exc:
         _say(f"NOTE: no cgroup can be made for a job here ({exc}).")
         _say("  The demo's jobs are bounded by the watchdog alone (ATTNPROF_WORKER__TRUSTED_SINGLE_TENANT=true); a")

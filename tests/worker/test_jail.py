@@ -305,7 +305,13 @@ def worker_settings(tmp_path: Path, peaks_cache: Path) -> GpuWorkerSettings:
     return GpuWorkerSettings(
         worker_token=SecretStr("ap_" + secrets.token_hex(16)),
         broker_url="redis://127.0.0.1:6379/0",
-        worker=ProfileWorker(device="cpu", jail="auto", scratch_dir=str(tmp_path), cache_dir=str(peaks_cache)),
+        worker=ProfileWorker(
+            device="cpu",
+            jail="auto",
+            scratch_dir=str(tmp_path),
+            cache_dir=str(peaks_cache),
+            cgroup_parent=os.environ.get("ATTNPROF_WORKER__CGROUP_PARENT", ""),
+        ),
     )
 
 

@@ -16,6 +16,7 @@ its own (``attnprof-worker-<pid>``) and enables ``memory`` and ``pids`` for its 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import signal
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 _ROOT = Path("/sys/fs/cgroup")
@@ -74,23 +75,33 @@ def _own_paths(proc_cgroup: str) -> dict[str, str]:
     return out
 
 
-def _mounts() -> dict[str, Path]:
-    """controller (``""``: the unified hierarchy) -> where its hierarchy is mounted."""
-    found: dict[str, Path] = {}
+def _mounts() -> dict[str, tuple[Path, str]]:
+    """controller (``""``: the unified hierarchy) -> where its hierarchy is mounted, and which of its cgroups the
+    mount shows at that point (``/`` for the whole hierarchy; a container's own cgroup where only that is mounted)."""
+    found: dict[str, tuple[Path, str]] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
             left, _, right = line.partition(" - ")
             fields, extra = left.split(), right.split()
             if len(fields) < 5 or len(extra) < 3:
                 continue
-            point = Path(fields[4])
+            root, point = fields[3], Path(fields[4])
             if extra[0] == "cgroup2":
-                found.setdefault("", point)
+                found.setdefault("", (point, root))
             elif extra[0] == "cgroup":
                 for option in extra[2].split(","):
                     if option in _CONTROLLERS:
-                        found.setdefault(option, point)
+                        found.setdefault(option, (point, root))
     return found
+
+
+def _folder(mount: tuple[Path, str], own: str) -> Path:
+    """Where this process's cgroup ``own`` (as ``/proc/self/cgroup`` names it) is under ``mount``."""
+    point, root = mount
+    own_path, root_path = PurePosixPath(own), PurePosixPath(root)
+    if root_path != PurePosixPath("/") and own_path.is_relative_to(root_path):
+        own_path = PurePosixPath("/") / own_path.relative_to(root_path)
+    return point / str(own_path).lstrip("/")
 
 
 @dataclass(frozen=True)
@@ -182,17 +193,27 @@ class Cgroups:
     parents: tuple[Path, ...]
 
     @classmethod
-    def find(cls) -> Cgroups:
-        """The hierarchy this worker can make job cgroups in, or ``CgroupUnavailable`` saying why none."""
+    def find(cls, parent: str = "") -> Cgroups:
+        """The hierarchy this worker can make job cgroups in, or ``CgroupUnavailable`` saying why none. ``parent``: the
+        cgroup (a path in the hierarchy, ``/attnprof``) to make them below, made if missing; empty: the worker's
+        own cgroup, which works where the memory and pids controllers are delegated to it (a container's)."""
         own = _own_paths(Path("/proc/self/cgroup").read_text())
         mounts = _mounts()
-        if "" in mounts and "" in own and set(_CONTROLLERS) <= set(_controllers(mounts[""] / "cgroup.controllers")):
-            return cls._unified(mounts[""], own[""])
+        if "" in mounts and "" in own and set(_CONTROLLERS) <= set(_controllers(mounts[""][0] / "cgroup.controllers")):
+            if parent:
+                return cls._unified_below(mounts[""][0], parent)
+            return cls._unified(_folder(mounts[""], own[""]))
         if all(c in mounts and c in own for c in _CONTROLLERS):
-            parents = tuple(mounts[c] / own[c].lstrip("/") for c in _CONTROLLERS)
-            for parent in parents:
-                if not os.access(parent, os.W_OK):
-                    raise CgroupUnavailable(f"{parent} is not writable by this worker (a root worker, or delegation)")
+            if parent:
+                parents = tuple(_folder(mounts[c], parent) for c in _CONTROLLERS)
+                for folder in parents:
+                    with contextlib.suppress(FileExistsError):
+                        folder.mkdir(parents=True)
+            else:
+                parents = tuple(_folder(mounts[c], own[c]) for c in _CONTROLLERS)
+            for folder in parents:
+                if not os.access(folder, os.W_OK):
+                    raise CgroupUnavailable(f"{folder} is not writable by this worker (a root worker, or delegation)")
             return cls(version=1, parents=parents)
         raise CgroupUnavailable(
             "neither a cgroup v2 hierarchy with the memory and pids controllers nor v1 memory and pids hierarchies "
@@ -200,22 +221,54 @@ class Cgroups:
         )
 
     @classmethod
-    def _unified(cls, mount: Path, own: str) -> Cgroups:
-        parent = mount / own.lstrip("/")
+    def _unified_below(cls, mount: Path, parent: str) -> Cgroups:
+        """The configured ``parent`` (v2), made with the memory and pids controllers enabled down to it: a cgroup of
+        the worker's choosing, holding no process, so it may hand them to its jobs' cgroups."""
+        folder = mount / parent.strip("/")
+        if folder == mount or not folder.is_relative_to(mount):
+            raise CgroupUnavailable(f"the cgroup parent {parent!r} is not a cgroup below the hierarchy's root")
+        parts = folder.relative_to(mount).parts
+        way = [mount, *(mount.joinpath(*parts[: i + 1]) for i in range(len(parts)))]
+        try:
+            for step, below in itertools.pairwise(way):
+                below.mkdir(exist_ok=True)
+                if not set(_CONTROLLERS) <= set(_controllers(step / "cgroup.subtree_control")):
+                    (step / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in _CONTROLLERS))
+            if not set(_CONTROLLERS) <= set(_controllers(folder / "cgroup.subtree_control")):
+                (folder / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in _CONTROLLERS))
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise CgroupUnavailable(f"cannot enable memory and pids down to {folder}: {why}") from None
+        return cls(version=2, parents=(folder,))
+
+    @classmethod
+    def _unified(cls, parent: Path) -> Cgroups:
+        if _STALE.match(parent.name) and parent.name.startswith("attnprof-worker-"):
+            parent = parent.parent  # this process already moved itself (or was started) into a worker's leaf
         if not os.access(parent, os.W_OK):
             raise CgroupUnavailable(f"{parent} is not writable by this worker (a root worker, or delegation)")
+        missing = set(_CONTROLLERS) - set(_controllers(parent / "cgroup.controllers"))
+        if missing:
+            raise CgroupUnavailable(
+                f"the {' and '.join(sorted(missing))} controller(s) are not delegated to this worker's cgroup "
+                f"{parent}: set ATTNPROF_WORKER__CGROUP_PARENT to a cgroup where they are (e.g. /attnprof, below the "
+                "root of a host the worker runs on as root)"
+            )
         enabled = set(_controllers(parent / "cgroup.subtree_control"))
         if not set(_CONTROLLERS) <= enabled:
-            # A cgroup with processes cannot enable controllers for children: move this worker to a leaf first.
+            # A cgroup with processes cannot enable controllers for children: its processes (this worker, and in a
+            # container whose cgroup this is, the others beside it) move to a leaf first, as container init systems
+            # do with the cgroup they are given.
             leaf = parent / f"attnprof-worker-{os.getpid()}"
             try:
                 leaf.mkdir(exist_ok=True)
-                (leaf / "cgroup.procs").write_text(str(os.getpid()))
+                for pid in _read(parent / "cgroup.procs").split():
+                    with contextlib.suppress(OSError):  # gone meanwhile, or a kernel thread that stays
+                        (leaf / "cgroup.procs").write_text(pid)
                 (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in _CONTROLLERS))
             except OSError as exc:
-                raise CgroupUnavailable(
-                    f"cannot enable memory and pids below {parent}: {exc.strerror or exc}"
-                ) from None
+                why = exc.strerror or exc
+                raise CgroupUnavailable(f"cannot enable memory and pids below {parent}: {why}") from None
         return cls(version=2, parents=(parent,))
 
     def reap_stale(self) -> list[str]:

@@ -104,7 +104,7 @@ class ProfileConfig:
             max_processes=w.max_processes,
             disk_limit_bytes=w.disk_limit_mib * 1024 * 1024,
             output_limit_bytes=w.output_limit_mib * 1024 * 1024,
-            cgroups=job_cgroups(w.limits, trusted=w.trusted_single_tenant or jail is None),
+            cgroups=job_cgroups(w.limits, w.cgroup_parent, trusted=w.trusted_single_tenant or jail is None),
         )
 
 
@@ -137,7 +137,7 @@ def job_jail(settings: GpuWorkerSettings) -> jails.Jail | None:
 
 
 @functools.lru_cache(maxsize=4)
-def job_cgroups(mode: str, *, trusted: bool) -> cgroups.Cgroups | None:
+def job_cgroups(mode: str, parent: str = "", *, trusted: bool) -> cgroups.Cgroups | None:
     """Where each job's cgroup is made (found and self-tested once per worker process); ``None`` where jobs are
     bounded by the watchdog alone, which only a trusted single-tenant host may do. Raises ``JailUnavailable`` (the
     worker refuses to start) where no cgroup can be made and none may be done without."""
@@ -149,7 +149,7 @@ def job_cgroups(mode: str, *, trusted: bool) -> cgroups.Cgroups | None:
             )
         return None
     try:
-        found = cgroups.Cgroups.find()
+        found = cgroups.Cgroups.find(parent)
         found.self_test()
         return found
     except (cgroups.CgroupUnavailable, OSError) as exc:

@@ -48,6 +48,11 @@ class ProfileWorker(BaseModel):
         8192, ge=16, description="what the job's folder (/job: its bundle, outputs, traces) may hold"
     )
     output_limit_mib: int = Field(64, ge=1, description="what a job may print (stdout and stderr together)")
+    cgroup_parent: str = Field(
+        "",
+        description="the cgroup (a path in the hierarchy, e.g. /attnprof) each job's cgroup is made below, made if "
+        "missing; empty: the worker's own cgroup, where the memory and pids controllers must be delegated to it",
+    )
     limits: Literal["auto", "cgroup", "watchdog"] = Field(
         "auto",
         description="how a job's memory and processes are bounded: cgroup (a cgroup per job: memory including memfd, "
