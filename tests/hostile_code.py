@@ -464,8 +464,7 @@ def attacks(host: HostFiles, walls: Walls) -> dict[str, Attack]:
         disk=Attack(
             "disk",
             _case("fill", "disk", mib=2 * walls.disk_mib, then_s=then_s),
-            r"^out of disk: the job's folder \(/job\) held [\d,]+ MiB, over the worker's quota of "
-            rf"{walls.disk_mib:,} MiB",
+            rf"^out of disk: the job's folder \(/job\) reached the worker's quota of {walls.disk_mib:,} MiB",
         ),
     )
     return {name: found[name] for name in ATTACK_NAMES}

@@ -131,8 +131,8 @@ def decide(
         return JobFailure(with_output(head, tail))
     if finished.stopped == "disk":
         head = (
-            f"out of disk: the job's folder (/job) held {_mib(finished.disk_bytes)}, over the worker's quota of "
-            f"{_mib(disk_limit_bytes)}, and the job was stopped"
+            f"out of disk: the job's folder (/job) reached the worker's quota of {_mib(disk_limit_bytes)} "
+            f"({_mib(finished.disk_bytes)} held) and the job was stopped"
         )
         return JobFailure(with_output(head, tail))
     if finished.stopped == "timeout":
