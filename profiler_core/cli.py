@@ -151,9 +151,17 @@ def ab(
     device: Annotated[DeviceChoice, typer.Option(help="auto: the GPU if there is one")] = DeviceChoice.auto,
     case: Annotated[list[str] | None, typer.Option(help="only cases whose id matches (glob; repeatable)")] = None,
     max_pairs: Annotated[
-        int | None, typer.Option(min=2, max=1000, help="pairs of rounds a case may take at most")
+        int | None,
+        typer.Option(
+            min=2,
+            max=1000,
+            help="pairs of rounds a case may take at most, the count alone (default: each case's device-time "
+            "budget, [suite.timing] paired_budget, within paired_floor_pairs and paired_max_pairs)",
+        ),
     ] = None,
-    record: Annotated[bool, typer.Option(help="run every case to --max-pairs, without stopping early")] = False,
+    record: Annotated[
+        bool, typer.Option(help="run every case to --max-pairs (or paired_max_pairs), without stopping early")
+    ] = False,
     first_builds: Annotated[
         FirstBuildsChoice,
         typer.Option(
@@ -170,9 +178,10 @@ def ab(
 ) -> None:
     """Profile SUITE on two source trees, interleaved on one device, and compare them pair by pair.
 
-    Each tree runs in a process of its own that imports only that tree; rounds alternate base, head, head, base, ...
-    and a case stops once its pairs settle the answer (slower, faster, or the same within the paired minimum
-    effect). Exit 0 when the comparison passes or warns, 1 when it fails or a head case failed, 2 on bad input."""
+    Each tree runs in a process of its own that imports only that tree; per case, warm-up pairs until both sides'
+    rounds agree, then rounds alternate base, head, head, base, ... and a case stops once its pairs settle the answer
+    (slower, faster, or the same within the paired minimum effect) or its budget of device time is spent. Exit 0 when
+    the comparison passes or warns, 1 when it fails or a head case failed, 2 on bad input."""
     from profiler_core.suite import load_suite, select_cases
 
     try:
@@ -239,7 +248,7 @@ def _paired_with_progress(
         task = bar.add_task("starting both sides", total=None)
 
         def progress(event: str, done: int, total: int, case_id: str) -> None:
-            label = "pairs of rounds" if event == "case" else "done"
+            label = "cases, now" if event == "case" else "done"
             bar.update(task, completed=done, total=total, description=f"{label} {case_id}"[:70])
 
         return profile_paired(suite_path, parsed, base, head, options, progress, load_the_comparison)

@@ -133,6 +133,14 @@ _NOT_EXPANDABLE = ("name", "target", "args", "thresholds")
 _SUITE_KEYS = ("name", "thresholds", "timing")
 _THRESHOLD_KEYS: tuple[str, ...] = tuple(Thresholds.model_fields)
 
+# The paired run's defaults per case (TimingConfig): a budget of device time in units of the case's unpaired rounds,
+# a floor and a ceiling in pairs, and a bound on warm-up rounds. Chosen on the H200 recordings' pair spreads so that
+# a 1% change settles at the defaults (docs/regression-method.md; bench/paired_budget.py reproduces the figures).
+PAIRED_BUDGET = 6.0
+PAIRED_FLOOR_PAIRS = 16
+PAIRED_MAX_PAIRS = 40
+PAIRED_WARMUP_ROUNDS = 6
+
 
 @dataclass(frozen=True)
 class TimingConfig:
@@ -155,16 +163,34 @@ class TimingConfig:
     target_rel_ci: float = 0.005
     trace_iters: int = 3
     rounds: int = 5
+    # A paired run (``attnprof ab``, a paired job): what one case may spend. Its pairs, warm-up pairs included, may
+    # take ``paired_budget`` times the device time of its ``rounds`` in an unpaired profile, at least
+    # ``paired_floor_pairs`` and at most ``paired_max_pairs`` pairs counted; before them, at most
+    # ``paired_warmup_rounds`` warm-up rounds per side until the rounds agree. Why these defaults:
+    # docs/regression-method.md, "Paired comparisons" (bench/paired_budget.py).
+    paired_budget: float = PAIRED_BUDGET
+    paired_floor_pairs: int = PAIRED_FLOOR_PAIRS
+    paired_max_pairs: int = PAIRED_MAX_PAIRS
+    paired_warmup_rounds: int = PAIRED_WARMUP_ROUNDS
 
     def __post_init__(self) -> None:
         def bad(name: str, message: str) -> SuiteError:
             return SuiteError(message, key=f"suite.timing.{name}")
 
-        for name in ("warmup", "min_samples", "max_samples", "trace_iters", "rounds"):
+        for name in (
+            "warmup",
+            "min_samples",
+            "max_samples",
+            "trace_iters",
+            "rounds",
+            "paired_floor_pairs",
+            "paired_max_pairs",
+            "paired_warmup_rounds",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise bad(name, f"{name} must be an integer, got {_show(value)}")
-        for name in ("budget_s", "target_rel_ci"):
+        for name in ("budget_s", "target_rel_ci", "paired_budget"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise bad(name, f"{name} must be a finite number, got {_show(value)}")
@@ -186,6 +212,25 @@ class TimingConfig:
             raise bad("trace_iters", f"trace_iters must be in 1..50, got {self.trace_iters}")
         if not 1 <= self.rounds <= 20:
             raise bad("rounds", f"rounds must be in 1..20 passes over the suite, got {self.rounds}")
+        if not 0 < self.paired_budget <= 100:
+            raise bad(
+                "paired_budget",
+                f"paired_budget must be > 0 and <= 100 times a case's unpaired rounds, got {self.paired_budget}",
+            )
+        if not 4 <= self.paired_max_pairs <= 1000:
+            raise bad("paired_max_pairs", f"paired_max_pairs must be in 4..1000 pairs, got {self.paired_max_pairs}")
+        if not 4 <= self.paired_floor_pairs <= self.paired_max_pairs:
+            raise bad(
+                "paired_floor_pairs",
+                f"paired_floor_pairs ({self.paired_floor_pairs}) must be >= 4 and <= paired_max_pairs "
+                f"({self.paired_max_pairs})",
+            )
+        if not 2 <= self.paired_warmup_rounds <= 50:
+            raise bad(
+                "paired_warmup_rounds",
+                f"paired_warmup_rounds must be in 2..50 rounds per side (two to see them agree), got "
+                f"{self.paired_warmup_rounds}",
+            )
 
     @property
     def effective_rounds(self) -> int:
@@ -219,12 +264,6 @@ class TimingConfig:
             budget_s=one.budget_s / 2,
             target_rel_ci=min(0.5, one.target_rel_ci * math.sqrt(2)),
         )
-
-    @property
-    def paired_max_pairs(self) -> int:
-        """Pairs a paired run gives a case at most: half again the rounds of a profile run (at least 4), so a case
-        that never settles costs at most 1.5 times the timed samples of an unpaired profile."""
-        return max(4, (3 * self.effective_rounds) // 2)
 
 
 @dataclass(frozen=True)
@@ -615,7 +654,7 @@ def _timing(ctx: _Ctx, table: Any) -> TimingConfig:
         path = f"suite.timing.{key}"
         if key not in fields:
             raise ctx.unknown(key, path, fields, "[suite.timing]")
-        if key in ("budget_s", "target_rel_ci"):
+        if key in ("budget_s", "target_rel_ci", "paired_budget"):
             values[key] = _number(ctx, value, path, key)
         else:
             values[key] = value

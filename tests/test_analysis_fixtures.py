@@ -10,12 +10,15 @@ what it builds is a valid result document.
 from __future__ import annotations
 
 import json
+import zlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from profiler_core.analysis.kernel_samples import median_interval, rounds_of
+from profiler_core.attribution import quantile
 from profiler_core.documents import (
     Accuracy,
     Achieved,
@@ -136,10 +139,58 @@ def stats_of(samples: list[float]) -> LatencyStats:
     )
 
 
-def make_kernels(backend: str, case_us: float, *, counters: bool = False, scale: float = 1.0) -> list[Kernel]:
+def kernel_durations(
+    median_us: float,
+    *,
+    rounds: int,
+    seed_text: str,
+    iters: int = 3,
+    round_sd: float = 0.003,
+    iter_sd: float = 0.002,
+    pinned: dict[tuple[int, int], float] | None = None,
+) -> DurationStats:
+    """A kernel's durations as a profile records them: ``iters`` traced iterations in each of ``rounds`` rounds,
+    lognormal around ``median_us`` (a round's offset, sd ``round_sd``; an iteration's, ``iter_sd``), scaled so that
+    the pooled median is ``median_us``; after that, iteration ``(round, iteration)`` of ``pinned`` reads exactly
+    ``median_us`` times its factor (a disturbed one, 1.19: 19% slow). Seeded by ``seed_text``."""
+    rng = np.random.default_rng(zlib.crc32(seed_text.encode()))
+    x = np.exp(round_sd * rng.standard_normal((rounds, 1))) * np.exp(iter_sd * rng.standard_normal((rounds, iters)))
+    x = median_us * x / float(np.median(x))
+    for (r, i), factor in (pinned or {}).items():
+        x[r, i] = median_us * factor
+    samples = [round(float(v), 4) for v in x.ravel()]
+    stats = DurationStats(
+        median=quantile(samples, 0.5),
+        p25=quantile(samples, 0.25),
+        p75=quantile(samples, 0.75),
+        samples=samples,
+        round_samples=[iters] * rounds,
+    )
+    interval = median_interval(rounds_of(stats) or [], seed_text)
+    if interval is None:
+        return stats
+    return stats.model_copy(update={"ci_low": interval[0], "ci_high": interval[1]})
+
+
+def make_kernels(
+    backend: str,
+    case_us: float,
+    *,
+    counters: bool = False,
+    scale: float = 1.0,
+    rounds: int | None = None,
+    seed_text: str = "",
+) -> list[Kernel]:
+    """The backend's kernels at ``case_us`` per iteration; with ``rounds``, each holds every round's traced
+    iterations as a current profile records them (``kernel_durations``), else one median as older documents do."""
     out = []
     for key, phase, share, grid, block, regs, smem, occ in BACKENDS[backend]["kernels"]:
         us = case_us * share * scale
+        duration = (
+            kernel_durations(us, rounds=rounds, seed_text=f"{seed_text}|{key}")
+            if rounds
+            else DurationStats(median=us, p25=us * 0.995, p75=us * 1.005)
+        )
         cnt = None
         if counters:
             cnt = {"dram__bytes_read.sum": BYTES_MIN * share * 0.8, "dram__bytes_write.sum": BYTES_MIN * share * 0.2}
@@ -149,7 +200,7 @@ def make_kernels(backend: str, case_us: float, *, counters: bool = False, scale:
                 key=key,
                 phase=phase,
                 launches_per_iter=1,
-                duration_us=DurationStats(median=us, p25=us * 0.995, p75=us * 1.005),
+                duration_us=duration,
                 grid=list(grid),
                 block=list(block),
                 registers_per_thread=regs,
@@ -179,8 +230,12 @@ def make_case(
     samples: list[float] | None = None,
     bimodal: float = 0.0,
     kernels: list[Kernel] | None = None,
+    kernel_rounds: int | None = None,
+    kernel_seed: str = "",
 ) -> Case:
-    """One case; ``factor`` multiplies every time (1.03 = 3% slower)."""
+    """One case; ``factor`` multiplies every time (1.03 = 3% slower). ``kernel_rounds``: its kernels hold that many
+    rounds of traced iterations, seeded by ``kernel_seed`` and the case id (none: one median each, as older
+    documents)."""
     base_us = (median_us or BACKENDS[backend]["median_us"]) * factor
     if status != "ok":
         return Case(
@@ -218,7 +273,9 @@ def make_case(
             tolerance=1e-2,
             ok=accuracy_ok,
         ),
-        kernels=kernels if kernels is not None else make_kernels(backend, med, counters=counters),
+        kernels=kernels
+        if kernels is not None
+        else make_kernels(backend, med, counters=counters, rounds=kernel_rounds, seed_text=f"{kernel_seed}|{case_id}"),
     )
 
 
@@ -280,13 +337,19 @@ def runs(
     docs = []
     for r in range(n_runs):
         offset = float(np.exp(run_sd * rng.standard_normal()))
+        run_id = f"{prefix}-{seed}-{r}"
         cases = [
             make_case(
-                f"prefill[backend={b}]", backend=b, factor=factor * offset, seed=seed * 1000 + r * 10 + i, **case_kw
+                f"prefill[backend={b}]",
+                backend=b,
+                factor=factor * offset,
+                seed=seed * 1000 + r * 10 + i,
+                kernel_seed=run_id,
+                **case_kw,
             )
             for i, b in enumerate(backends)
         ]
-        docs.append(make_doc(f"{prefix}-{seed}-{r}", cases, day=r))
+        docs.append(make_doc(run_id, cases, day=r))
     return docs
 
 
@@ -347,11 +410,13 @@ def real_documents() -> list[Path]:
 
 
 def write_fixtures(directory: Path) -> list[Path]:
-    """Write three baseline runs and three candidates (same, 5% slower, backend fell to math)."""
+    """Write three baseline runs and two candidates (same, 5% slower), their kernels with five rounds of traced
+    iterations each."""
     directory.mkdir(parents=True, exist_ok=True)
-    base = runs(3, seed=1, prefix="h200-base", backends=("cudnn", "flash", "efficient"))
-    same = runs(1, seed=2, prefix="h200-same", backends=("cudnn", "flash", "efficient"))[0]
-    slow = runs(1, seed=3, prefix="h200-slow", factor=1.05, backends=("cudnn", "flash", "efficient"))[0]
+    every = {"backends": ("cudnn", "flash", "efficient"), "kernel_rounds": 5}
+    base = runs(3, seed=1, prefix="h200-base", **every)
+    same = runs(1, seed=2, prefix="h200-same", **every)[0]
+    slow = runs(1, seed=3, prefix="h200-slow", factor=1.05, **every)[0]
     paths = []
     for doc, name in [
         *((d, f"baseline-{i}") for i, d in enumerate(base)),

@@ -11,7 +11,7 @@ import random
 import numpy as np
 import pytest
 
-from profiler_core.analysis.paired_stats import Rule, assess, disturbed, replay, run, set_aside_budget
+from profiler_core.analysis.paired_stats import Rule, assess, disturbed, disturbed_floor, replay, run, set_aside_budget
 
 # A tiny suite's rule on CPU (tests/worker/wkstack.py TINY_TIMING): one look at 4 pairs, minimum effect 10%.
 TINY = Rule(0.10, min_pairs=4, max_pairs=4, max_set_aside=set_aside_budget(4))
@@ -153,3 +153,32 @@ def test_replay_without_stopping_early_keeps_max_pairs_and_still_sets_aside() ->
     d = [*THREEFOLD, STALLED, 1.031, 1.02]
     out = replay(d, TINY, stop_early=False)
     assert out.done and out.used == 5 and [a.index for a in out.set_aside] == [3]
+
+
+def test_on_cuda_one_pair_with_one_side_disturbed_is_set_aside_at_the_first_look() -> None:
+    """Three pairs of a +5.5% change spread by 0.8%, and one whose base round was still 19% slow (the end of a
+    disturbed start fell inside it): at the first look, four pairs, it is set aside with CUDA's floor and prior spread;
+    three pairs alone, with two degrees of freedom, could not tell it from their spread."""
+    clean = [math.log(1.055) + x for x in (0.009, -0.007, -0.002)]
+    d = [math.log(1.055 / 1.19), *clean]
+    cuda = Rule(0.005, max_set_aside=4, disturbed_factor=disturbed_floor(0.005), spread_prior=0.01)
+    found = disturbed(d, cuda)
+    assert found is not None and found.index == 0
+    assert disturbed(d, dataclasses.replace(cuda, spread_prior=0.0)) is None
+    assert disturbed(d, dataclasses.replace(cuda, disturbed_factor=1.5)) is None  # the CPU hosts' floor
+    out = replay([*d, math.log(1.055) + 0.003], cuda)
+    assert [a.index for a in out.set_aside] == [0]
+    assert out.assessment is not None and out.assessment.state == "slower" and out.assessment.pairs == 4
+
+
+def test_both_sides_slowed_alike_cancel_in_the_ratio_and_nothing_is_set_aside() -> None:
+    both_slow = math.log((174.0 * 1.19 * 1.055) / (174.0 * 1.19)) + 0.004
+    d = [both_slow, *(math.log(1.055) + x for x in (0.009, -0.007, -0.002))]
+    cuda = Rule(0.005, max_set_aside=4, disturbed_factor=disturbed_floor(0.005), spread_prior=0.01)
+    assert disturbed(d, cuda) is None
+
+
+def test_the_floor_is_ten_times_the_minimum_effect_at_most_one_and_a_half() -> None:
+    assert disturbed_floor(0.005) == pytest.approx(1.05)
+    assert disturbed_floor(0.10) == pytest.approx(1.5)
+    assert disturbed_floor(0.0) == pytest.approx(1.5)

@@ -122,3 +122,36 @@ def test_one_pair_across_a_clock_step_does_not_hide_a_one_percent_change() -> No
     assert trimmed.state == "slower" and trimmed.trimmed == 1
     assert trimmed.change == pytest.approx(0.01, abs=0.002)
     assert plain.state == "ambiguous"
+
+
+def test_looks_grow_by_a_quarter_after_eight_pairs_and_stay_even() -> None:
+    assert Rule(0.005, max_pairs=40, growth=1.25).looks == [4, 6, 8, 10, 14, 18, 24, 30, 38, 40]
+    assert Rule(0.005, max_pairs=16, growth=1.25).looks == [4, 6, 8, 10, 14, 16]
+    assert Rule(0.005, max_pairs=4, growth=1.25).looks == [4]
+    given = Rule(0.005, min_pairs=4, max_pairs=12, schedule=(4, 8, 12))
+    assert given.looks == [4, 8, 12] and given.look_alpha == pytest.approx(0.05 / 3)
+    with pytest.raises(ValueError, match="schedule"):
+        Rule(0.005, min_pairs=4, max_pairs=12, schedule=(4, 12, 8))
+
+
+def test_a_change_is_called_at_alpha_split_over_the_family_and_the_same_at_alpha_per_case() -> None:
+    one, three = Rule(0.005, max_pairs=16), Rule(0.005, max_pairs=16, family=3)
+    assert three.change_alpha == pytest.approx(one.change_alpha / 3) and three.look_alpha == one.look_alpha
+    # A slowdown the per-case level calls, the family's does not yet: its p lies between alpha / 3 and alpha.
+    d = [math.log(1.012) + x for x in (0.008, -0.006, 0.006, -0.008, 0.002, -0.002)]
+    alone, split = assess(d, one), assess(d, three)
+    assert alone.state == "slower" and split.state == "ambiguous" and alone.p == split.p
+    assert one.alpha / 3 < split.p <= one.alpha
+    assert split.level == pytest.approx(1 - three.change_alpha)
+    # "The same" is read at the per-case level whatever the family: a wrong "same" misses a change, it discovers none.
+    same = [0.0005 * (1 if i % 2 else -1) for i in range(8)]
+    alone_same, split_same = assess(same, one), assess(same, three)
+    assert alone_same.state == split_same.state == "same"
+    assert (split_same.low, split_same.high, split_same.level) == (alone_same.low, alone_same.high, alone_same.level)
+
+
+def test_family_and_growth_refuse_impossible_values() -> None:
+    with pytest.raises(ValueError, match="family"):
+        Rule(0.005, family=0)
+    with pytest.raises(ValueError, match="growth"):
+        Rule(0.005, growth=0.5)

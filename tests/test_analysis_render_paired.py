@@ -52,7 +52,8 @@ def test_a_paired_table_says_its_mode_and_how_each_case_stopped() -> None:
 
 
 def test_a_history_table_is_unchanged() -> None:
-    # Written by render_table as it was before paired comparisons existed.
+    # Written by render_table as it was before paired comparisons existed, and again once each kernel's change came
+    # with its interval.
     results = DATA / "results"
     baselines = [load_result(p) for p in sorted(results.glob("synthetic-h200-baseline-*.json"))]
     doc = compare(baselines, load_result(results / "synthetic-h200-candidate-5pct-slower.json"))

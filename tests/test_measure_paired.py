@@ -1,5 +1,5 @@
-"""Paired runs on CPU: two trees, one process per side, ABBA rounds, early stopping, a stalled round set aside and its
-pair run again, the documents they write."""
+"""Paired runs on CPU: two trees, one process per side, warm-up pairs kept out of the documents' samples, ABBA rounds,
+early stopping, a stalled round set aside and its pair run again, the documents they write."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -17,7 +16,8 @@ import pytest
 from profiler_core.analysis.paired_stats import Rule
 from profiler_core.documents import load_result
 from profiler_core.documents.paired import PairedDocument
-from profiler_core.measure.paired import _CaseRounds, _run_case, side_environment
+from profiler_core.measure.paired import side_environment
+from profiler_core.measure.paired_case import CaseRounds, run_case
 from tests.profiling_support import suite_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,11 +105,23 @@ def test_each_side_sees_its_own_tree_only_and_rounds_alternate(tmp_path: Path) -
     (case,) = paired.cases
     # Every round of both sides ran: the factory's isolation checks raise otherwise and the case would fail.
     assert case.stopped_by != "failed", case.detail
-    assert [p.order for p in case.pairs] == ["AB", "BA", "AB", "BA", "AB"]
+    # Five pairs count, in ABBA order; on this shared host one may be set aside as stalled and run again.
+    assert [p.order for p in case.counted] == ["AB", "BA", "AB", "BA", "AB"]
+    assert len(case.pairs) <= 5 + paired.rule.max_set_aside
     assert all(p.base_samples >= 3 and p.head_samples >= 3 for p in case.pairs)
+    # Warm-up pairs ran first, in the document beside the pairs, until the rounds agreed or the bound was spent.
+    assert 2 <= len(case.warmup) <= paired.rule.warmup_rounds and case.warmup_end in ("steady", "bound")
     head_doc, base_doc = load_result(tmp_path / "out" / "result.json"), load_result(tmp_path / "out" / "base.json")
     assert (paired.head_run, paired.base_run) == (head_doc.run.id, base_doc.run.id)
-    assert head_doc.cases[0].latency_us is not None and head_doc.cases[0].latency_us.rounds == 5
+    # ... and out of both sides' samples: each result document holds the pairs' rounds only.
+    assert head_doc.cases[0].latency_us is not None and head_doc.cases[0].latency_us.rounds == len(case.pairs)
+    assert base_doc.cases[0].latency_us is not None and base_doc.cases[0].latency_us.rounds == len(case.pairs)
+    # --max-pairs: the count alone, no device-time budget.
+    assert paired.rule.budget is None and case.max_pairs == 5 and case.budget_s is None
+    # each side's kernels hold every one of its rounds' traced iterations (the suite's default: 3 a round)
+    for doc in (head_doc, base_doc):
+        assert doc.cases[0].kernels
+        assert all(k.duration_us.round_samples == [3] * 5 for k in doc.cases[0].kernels)
     comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
     assert comparison["mode"] == "paired" and comparison["paired"]["base_run"] == base_doc.run.id
     assert (tmp_path / "out" / "traces").is_dir() and (tmp_path / "out" / "base-traces").is_dir()
@@ -130,6 +142,9 @@ def test_a_planted_slowdown_stops_early_as_slower(tmp_path: Path) -> None:
     (case,) = paired.cases
     assert case.stopped_by == "slower", case.detail
     assert len(case.pairs) == paired.rule.min_pairs  # settled at the first look
+    # At the defaults: a device-time budget, planned after the warm-up, here the floor (the tiny suite's one round).
+    assert paired.rule.budget == 6.0 and case.max_pairs == paired.rule.floor_pairs == 16
+    assert case.spent_s is not None and case.budget_s is not None and case.reference_s is not None
     comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
     (finding,) = [f for f in comparison["findings"] if f["case"] == "plant" and f["rounds"] is not None]
     # twelve times the base's matmuls; the flush and the call around them weigh the same on both sides, and more on a
@@ -205,19 +220,21 @@ def test_a_cases_first_builds_run_apart_or_together_as_asked(tmp_path: Path, fir
     suite = _suite(tmp_path, base, head)
     done = _ab(tmp_path, suite, base, head, "--record", "--max-pairs", "2", "--first-builds", first_builds)
     assert done.returncode in (0, 1), done.stderr
-    assert [p.order for p in _paired(tmp_path).cases[0].pairs] == ["AB", "BA"]
+    (case,) = _paired(tmp_path).cases
+    assert [p.order for p in case.pairs] == ["AB", "BA"]
     builds: dict[str, list[tuple[float, float]]] = {"base": [], "head": []}
     for line in log.read_text().splitlines():
         side, start, end = line.split()
         builds[side].append((float(start), float(end)))
-    assert [len(b) for b in builds.values()] == [2, 2]
+    # The first warm-up pair holds the case's first builds; every pair, warm-up or counted, builds again.
+    assert case.warmup and [len(b) for b in builds.values()] == [len(case.warmup) + 2] * 2
     (base_start, base_end), (head_start, head_end) = builds["base"][0], builds["head"][0]
     overlap = min(base_end, head_end) - max(base_start, head_start)
     if first_builds == "apart":  # the base (first in AB) built and warmed up before the head began
         assert head_start >= base_end, builds
     else:
         assert overlap > 0.25, builds
-    # The second pair's builds run at once either way.
+    # The second pair's builds (the second warm-up pair's) run at once either way.
     (b2s, b2e), (h2s, h2e) = builds["base"][1], builds["head"][1]
     assert min(b2e, h2e) - max(b2s, h2s) > 0.25, builds
 
@@ -258,10 +275,11 @@ def _sleepy_tree(root: Path, sleep_ms: float, stalled_build: int = 0, stalled_ms
 
 
 def test_a_round_the_host_stalled_is_set_aside_and_its_pair_run_again(tmp_path: Path) -> None:
-    """The CI failure, planted: the head sleeps 6 ms a call, the base 2 ms, and the base's fourth round 15 ms (each
-    pair builds the workload again, so the fourth build is the fourth pair's). Its pair is set aside, a fifth runs in
-    its place, and the case settles as slower on the four that count."""
-    base = _sleepy_tree(tmp_path / "base", 2.0, stalled_build=4, stalled_ms=15.0)
+    """The CI failure, planted: the head sleeps 6 ms a call, the base 2 ms, and the base's sixth round 15 ms (each
+    pair builds the workload again, warm-up pairs too: two of them agree at once on these steady sleeps, so the sixth
+    build is the fourth pair's). Its pair is set aside, a fifth runs in its place, and the case settles as slower on
+    the four that count."""
+    base = _sleepy_tree(tmp_path / "base", 2.0, stalled_build=6, stalled_ms=15.0)
     head = _sleepy_tree(tmp_path / "head", 6.0)
     suite = tmp_path / "attnprof.toml"
     suite.write_text(TINY_SUITE)
@@ -270,14 +288,20 @@ def test_a_round_the_host_stalled_is_set_aside_and_its_pair_run_again(tmp_path: 
     paired = _paired(tmp_path)
     (case,) = paired.cases
     assert case.stopped_by == "slower", case.detail
-    assert paired.rule.max_pairs == 4 and paired.rule.max_set_aside == 1
-    assert [p.disturbed is not None for p in case.pairs] == [False, False, False, True, False]
-    assert (case.pairs[3].disturbed or "").startswith("disturbed: head/base -")
-    assert [p.order for p in case.counted] == ["AB", "BA", "AB", "BA"]  # the fifth pair runs BA in the fourth's place
+    # Two warm-up pairs unless this shared host disturbed one; the stalled build is the pair's that came sixth.
+    stalled = 6 - len(case.warmup) - 1
+    assert 0 <= stalled <= 3 and case.warmup_end == "steady", case.warmup
+    assert case.max_pairs == 16 and paired.rule.max_set_aside == 10  # the floor; set-asides: a quarter of the ceiling
+    # Settled at the first look on the four that count (a later one where this shared host spread the pairs).
+    assert [p.disturbed is not None for p in case.pairs] == [i == stalled for i in range(len(case.pairs))]
+    assert (case.pairs[stalled].disturbed or "").startswith("disturbed: head/base -")
+    assert case.looks is not None and len(case.counted) in case.looks
+    orders = [p.order for p in case.counted]  # the pair after the stalled one keeps AB and BA even
+    assert orders[:4] == ["AB", "BA", "AB", "BA"] and orders.count("AB") - orders.count("BA") in (0, 1)
     assert "(1 more set aside as disturbed)" in (case.detail or "")
     comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
     (finding,) = [f for f in comparison["findings"] if f["case"] == "sleepy" and f["rounds"] is not None]
-    assert finding["status"] == "regressed" and finding["rounds"] == 4 and finding["set_aside"] == 1
+    assert finding["status"] == "regressed" and finding["rounds"] == len(case.counted) and finding["set_aside"] == 1
     assert finding["change"] > 1.0, finding
 
 
@@ -308,8 +332,8 @@ def test_the_coordinator_runs_a_pair_in_place_of_a_disturbed_one_and_keeps_the_o
         "head": _ScriptedSide([6000.0, 6020.0, 6010.0, 5990.0, 6000.0]),
     }
     rule = Rule(0.10, min_pairs=4, max_pairs=4, max_set_aside=1)
-    rounds = _CaseRounds(SimpleNamespace(id="sleepy"), rule)  # type: ignore[arg-type]
-    _run_case(sides, rounds, stop_early=stop_early, first_apart=False, on_pair=lambda: None)  # type: ignore[arg-type]
+    rounds = CaseRounds("sleepy", rule)  # no warm-up, no budget: the rule's four pairs
+    run_case(sides, rounds, stop_early=stop_early, first_apart=False, on_pair=lambda: None)  # type: ignore[arg-type]
     assert [p.disturbed is not None for p in rounds.pairs] == [False, False, True, False, False]
     # AB, BA, then the disturbed AB; the pair after it runs BA, and the one replacing it AB.
     assert [p.order for p in rounds.pairs] == ["AB", "BA", "AB", "BA", "AB"]
@@ -323,7 +347,7 @@ def test_the_coordinator_stops_setting_aside_at_the_budget() -> None:
         "head": _ScriptedSide([6000.0] * 6),
     }
     rule = Rule(0.10, min_pairs=4, max_pairs=4, max_set_aside=1)
-    rounds = _CaseRounds(SimpleNamespace(id="sleepy"), rule)  # type: ignore[arg-type]
-    _run_case(sides, rounds, stop_early=True, first_apart=False, on_pair=lambda: None)  # type: ignore[arg-type]
+    rounds = CaseRounds("sleepy", rule)
+    run_case(sides, rounds, stop_early=True, first_apart=False, on_pair=lambda: None)  # type: ignore[arg-type]
     assert len(rounds.pairs) == 5 and sum(p.disturbed is not None for p in rounds.pairs) == 1
     assert rounds.stopped_by == "max_rounds" and "ambiguous" in (rounds.detail or "")

@@ -58,8 +58,10 @@ def compare(
     bootstrap: the same inputs and seed give the same document. ``first_run`` says what no ``baselines`` means:
     the first run of all, which passes (``baseline: null``), or, when ``False``, a run whose cases have no
     baseline though other runs exist (another suite's), which warns on each case as a case new in a candidate
-    does. Raises ``AnalysisError`` on input that cannot be compared (no common cases, a noise floor outside
-    [0, 1)).
+    does. Baseline runs measured on another device model than the candidate's are left out, each named in the notes
+    (``OTHER DEVICE``); when none of the candidate's device model remains, nothing is compared and the verdict is
+    ``warn`` (``baseline: []``). Raises ``AnalysisError`` on input that cannot be compared (no common cases, a noise
+    floor outside [0, 1)).
     """
     mode = candidate.run.mode
     floor = default_noise_floor(mode) if noise_floor is None else float(noise_floor)
@@ -80,6 +82,11 @@ def compare(
     )
     if not candidate.cases:
         raise AnalysisError(f"candidate {candidate.run.id} has no cases")
+    baselines, other_devices = _by_device(baselines, candidate)
+    device_notes = [_other_device_note(other_devices, candidate)] if other_devices else []
+    if other_devices and not baselines:
+        _require_common_cases(other_devices, candidate)  # files of another suite are bad input on any device
+        return _no_baseline_of_device(candidate, settings, device_notes)
     if not baselines:
         new = [] if first_run else sorted((_no_baseline(c.id, c.status) for c in candidate.cases), key=_order)
         return ComparisonDocument(
@@ -97,16 +104,12 @@ def compare(
             summary=_summary(candidate, 0, new),
             settings=settings,
         )
+    _require_common_cases(baselines, candidate)
     base_ids = {c.id for b in baselines for c in b.cases}
     cand_ids = [c.id for c in candidate.cases]
     common = [i for i in cand_ids if i in base_ids]
-    if not common:
-        raise AnalysisError(
-            "no common cases between baseline and candidate: baseline has "
-            f"{_few(sorted(base_ids))}; candidate has {_few(cand_ids)}"
-        )
 
-    notes: list[str] = []
+    notes: list[str] = device_notes
     verdict: Verdict = "pass"
     cand_key = candidate.environment.testbed_key
     base_keys = list(dict.fromkeys(b.environment.testbed_key for b in baselines))
@@ -186,6 +189,65 @@ def compare(
         notes=notes,
         findings=findings,
         summary=_summary(candidate, len(common), findings),
+        settings=settings,
+    )
+
+
+def _require_common_cases(baselines: Sequence[ResultDocument], candidate: ResultDocument) -> None:
+    base_ids = {c.id for b in baselines for c in b.cases}
+    cand_ids = [c.id for c in candidate.cases]
+    if not any(i in base_ids for i in cand_ids):
+        raise AnalysisError(
+            "no common cases between baseline and candidate: baseline has "
+            f"{_few(sorted(base_ids))}; candidate has {_few(cand_ids)}"
+        )
+
+
+def _device(doc: ResultDocument) -> tuple[str, str]:
+    """What makes two runs' timings comparable at all: the kind of device and its model, as the runtime names it
+    (``NVIDIA H200``, ``NVIDIA H100 80GB HBM3``, a CPU's model name)."""
+    return doc.environment.device.kind, doc.environment.device.name
+
+
+def _by_device(
+    baselines: Sequence[ResultDocument], candidate: ResultDocument
+) -> tuple[list[ResultDocument], list[ResultDocument]]:
+    """(the baseline runs of the candidate's device model, those of another), each in the order given."""
+    mine = _device(candidate)
+    same = [b for b in baselines if _device(b) == mine]
+    return same, [b for b in baselines if _device(b) != mine]
+
+
+def _other_device_note(left_out: Sequence[ResultDocument], candidate: ResultDocument) -> str:
+    # Another GPU model has other clocks, memory bandwidth (an H200's is 1.4 times an H100's), cache sizes and kernel
+    # choices: the same code reads far apart on two models, which a pooled baseline would report as the code's change.
+    runs = "; ".join(f"{b.run.id} ({b.environment.device.name}, testbed {b.environment.testbed_key})" for b in left_out)
+    return (
+        f"OTHER DEVICE: {len(left_out)} baseline run(s) left out, measured on another device model than the "
+        f"candidate's {candidate.environment.device.name}: {runs}. Runs of two device models are never pooled: "
+        "their timings differ by the hardware, not the code"
+    )
+
+
+def _no_baseline_of_device(
+    candidate: ResultDocument, settings: ComparisonSettings, notes: list[str]
+) -> ComparisonDocument:
+    """Every baseline run was of another device model: nothing compared, ``warn``. Not ``fail``: a difference between
+    two GPU models is no evidence of a regression; not ``pass``: nothing was checked, and a pass would say it was."""
+    notes = [
+        *notes,
+        f"no baseline run on {candidate.environment.device.name}: nothing was compared, so this comparison neither "
+        "passes nor fails; profile the baseline on the candidate's device model, or compare on the baseline's",
+    ]
+    verdict = _suspect_run("warn", candidate.run.suspect, notes, "candidate")
+    return ComparisonDocument(
+        verdict=verdict,
+        baseline=[],
+        candidate=candidate.run.id,
+        testbed_candidate=candidate.environment.testbed_key,
+        suspect=candidate.run.suspect,
+        notes=notes,
+        summary=_summary(candidate, 0, []),
         settings=settings,
     )
 

@@ -52,6 +52,13 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, float]] = {
 # CUDA (bench/reports/h200-paired.md measures 1% slowdowns and A/A false alarms with it); on the 2-core CPU hosts,
 # round medians of identical code in two processes differ by up to 2x while another process takes a core, so 10%.
 
+# The pair spread (standard deviation of ln(head / base)) a paired run's set-aside test pools with the pairs it has,
+# as a prior worth a few degrees of freedom (analysis.paired_stats.disturbed): on CUDA 1%, about the widest spread the
+# H200 recordings of unchanged and planted cases show (0.24-1.17%), so that a pair one side of which a changed GPU
+# state slowed by 19% is set aside at a case's first look, where three pairs alone could not tell it; none on the CPU
+# hosts, whose pairs spread by tens of percent (bench/reports/paired-set-aside.md measured the rule without one).
+PAIR_SPREAD_PRIOR: dict[str, float] = {"cuda": 0.01, "cpu": 0.0}
+
 # Relative range of the medians of separate runs of unchanged code ("how far apart unchanged code lands").
 # cuda: cuDNN 86.6-87.8 us over 6 processes (1.4%), the widest of the backends measured on the H200.
 # cpu: 264-390 us and 5.7-6.7 ms across processes on the 2-core hosts; 0.30 sits between the two.

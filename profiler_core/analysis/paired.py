@@ -3,8 +3,13 @@
 The timing finding of each case comes from its paired round differences (``paired_stats``), with the case's
 paired minimum effect (``thresholds.paired``: 0.5% on CUDA by default; a suite's or case's table overrides it);
 its p-value (adjusted over the looks) joins Benjamini-Hochberg across the comparison as in a stored-history
-comparison. Status, backend, accuracy and DRAM-byte findings and the kernels that moved are read from the two
-sides' result documents exactly as a stored-history comparison reads them, with the base as the one baseline.
+comparison. The rounds and the verdict tell one story: the rounds call a case slower or faster only at
+``alpha / family`` (the rule's error split over the run's cases), so Benjamini-Hochberg at ``alpha`` confirms every
+such call whatever the other cases show; where the comparison's own level is stricter than the one the rounds ran at
+(``--config``), or Benjamini-Hochberg confirms a change the rounds left ambiguous (with the run's other changes), the
+finding and the notes say so. Status, backend, accuracy and DRAM-byte findings and the kernels that moved are read
+from the two sides' result documents exactly as a stored-history comparison reads them, with the base as the one
+baseline.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from profiler_core.analysis.compare import (
 )
 from profiler_core.analysis.config import PRECEDENCE, PRIOR_RUNS, default_noise_floor, resolve
 from profiler_core.analysis.errors import AnalysisError
-from profiler_core.analysis.kernels import kernel_moves
+from profiler_core.analysis.kernels import case_spread, kernel_moves
 from profiler_core.analysis.paired_stats import Rule, assess, log_ratios
 from profiler_core.analysis.stats import benjamini_hochberg
 from profiler_core.analysis.timing import CI_LEVEL, Tested, _naming, _rate, decide, dram_finding
@@ -39,21 +44,23 @@ from profiler_core.documents.comparison import (
 )
 from profiler_core.documents.paired import PairedCase, PairedDocument
 from profiler_core.documents.result import Case, ResultDocument, Thresholds
-from profiler_core.units import fmt_duration_us
+from profiler_core.units import fmt_duration_us, fmt_probability
 
 
-def rule_for(paired: PairedDocument, min_effect: float) -> Rule:
-    """The document's rule with a case's own minimum effect."""
+def rule_for(paired: PairedDocument, min_effect: float, case: PairedCase | None = None) -> Rule:
+    """The document's rule with a case's own minimum effect and, where the case was planned on its own budget, its
+    own looks."""
     r = paired.rule
-    step = r.looks[1] - r.looks[0] if len(r.looks) > 1 else 1
+    looks = case.looks if case is not None and case.looks else r.looks
     return Rule(
         min_effect=min_effect,
         alpha=r.alpha,
-        min_pairs=r.min_pairs,
-        max_pairs=r.max_pairs,
-        step=step,
+        min_pairs=looks[0],
+        max_pairs=looks[-1],
+        schedule=tuple(looks),
         trim=r.trim,
         max_set_aside=r.max_set_aside,
+        family=r.family,
     )
 
 
@@ -111,17 +118,25 @@ def compare_paired(
         rounds = paired.case(case.id)
         if rounds is None or len(rounds.counted) < 2 or case.status != "ok" or before.status != "ok":
             continue
-        tested.append(_paired_finding(case, before, rounds, rule_for(paired, cth.paired)))
+        tested.append(_paired_finding(case, before, rounds, rule_for(paired, cth.paired, rounds)))
     q_values = benjamini_hochberg([t.finding.p if t.finding.p is not None else 1.0 for t in tested])
+    told: list[str] = []
     for t, q in zip(tested, q_values, strict=True):
         f = decide(t, q, th.fdr)
         if f.stopped_by == "max_rounds" and f.status == "unchanged":
             # Not shown to be within the minimum effect: the rounds ran out first.
             f.status = "inconclusive"
+        why = _one_story(f, paired.rule.alpha, paired.rule.family, th.fdr)
+        if why:
+            f.detail = f"{f.detail}; {why}"
+            told.append(f"{f.case}: {why}")
         findings.append(f)
+    warmups = sum(len(c.warmup) for c in paired.cases)
     notes = [
         f"paired run on one {head.environment.device.name}: the merge base and the head interleaved (ABBA), "
-        f"{sum(len(c.pairs) for c in paired.cases)} pairs of rounds; the base's samples join no history"
+        f"{sum(len(c.pairs) for c in paired.cases)} pairs of rounds"
+        + (f" after {warmups} warm-up pairs" if warmups else "")
+        + "; the base's samples join no history"
     ]
     verdict: Verdict = "pass"
     missing = sorted(set(base_cases) - {c.id for c in head.cases})
@@ -134,12 +149,8 @@ def compare_paired(
             f"{set_aside} pair(s) of rounds set aside as disturbed (each far out of line with its case's other pairs: "
             "one side's round stalled) and run again; they stay in the paired document, out of the test"
         )
-    ambiguous = [f.case for f in findings if f.stopped_by == "max_rounds"]
-    if ambiguous:
-        notes.append(
-            f"{len(ambiguous)} case(s) ambiguous after {paired.rule.max_pairs} pairs: neither a change past the "
-            "minimum effect nor the same within it; each finding says how many more pairs would settle it"
-        )
+    notes += _stopping_notes(paired, findings)
+    notes += [f"the rounds and the verdict differ on {line}" for line in told]
     _excuse_suspect_cases(head, findings, notes)
     verdict = _worst(verdict, *(f.verdict for f in findings))
     if base.run.suspect:
@@ -169,8 +180,53 @@ def compare_paired(
             isolation=paired.isolation,
             stopped=dict(Counter(c.stopped_by for c in paired.cases)),
             wall_s=paired.wall_s,
+            family=paired.rule.family,
+            budget=paired.rule.budget,
         ),
     )
+
+
+def _one_story(f: Finding, alpha: float, family: int, fdr: float) -> str | None:
+    """Why a finding's status is not what its rounds said, or None where the two agree. The rounds call a change at
+    ``alpha / family``, so Benjamini-Hochberg at ``alpha`` confirms it; a stricter level of the comparison's own can
+    leave it unconfirmed, and Benjamini-Hochberg can confirm a change the rounds left ambiguous when the run holds
+    other changes (its step for the k-th smallest p is k times the first's)."""
+    called = f.stopped_by if f.stopped_by in ("slower", "faster") else None
+    q = fmt_probability(f.q, ascii=True)
+    if called and f.status not in ("regressed", "improved"):
+        return (
+            f"the rounds called it {called} at alpha {alpha:g} / {family} case(s); the comparison's false-discovery "
+            f"level {fdr:g} does not confirm it (q {q}), so it is {f.status}"
+        )
+    if f.stopped_by == "max_rounds" and f.status in ("regressed", "improved"):
+        return (
+            f"its rounds alone left it ambiguous; Benjamini-Hochberg across the run's cases confirms it with the "
+            f"run's other changes (q {q} <= {fdr:g})"
+        )
+    return None
+
+
+def _stopping_notes(paired: PairedDocument, findings: list[Finding]) -> list[str]:
+    notes = []
+    by_case = {c.case: c for c in paired.cases}
+    ambiguous = [by_case[f.case] for f in findings if f.stopped_by == "max_rounds" and f.case in by_case]
+    if ambiguous:
+        limits = Counter(c.limit or "ceiling" for c in ambiguous)
+        why = ", ".join(
+            f"{n} {'its device-time budget spent' if limit == 'budget' else 'the most pairs a case may take'}"
+            for limit, n in sorted(limits.items())
+        )
+        notes.append(
+            f"{len(ambiguous)} case(s) ambiguous when their pairs ran out ({why}): neither a change past the minimum "
+            "effect nor the same within it; each finding says how many more pairs would settle it"
+        )
+    unsettled = [c.case for c in paired.cases if c.warmup_end == "bound"]
+    if unsettled:
+        notes.append(
+            f"{len(unsettled)} case(s) began their pairs before their warm-up rounds agreed (the bound of "
+            f"{paired.rule.warmup_rounds} rounds spent): {', '.join(unsettled[:5])}"
+        )
+    return notes
 
 
 def _paired_finding(case: Case, before: Case, rounds: PairedCase, rule: Rule) -> Tested:
@@ -201,6 +257,14 @@ def _paired_finding(case: Case, before: Case, rounds: PairedCase, rule: Rule) ->
     )
     if result.trimmed:
         detail += f" ({result.trimmed} set aside at each end: a trimmed mean)"
+    if rounds.warmup:
+        settled = "agreed" if rounds.warmup_end == "steady" else "had not agreed when the bound was spent"
+        detail += f"; after {len(rounds.warmup)} warm-up pairs, whose rounds {settled}"
+    if rounds.spent_s is not None and rounds.budget_s is not None and rounds.max_pairs is not None:
+        detail += (
+            f"; its budget {rounds.max_pairs} pairs, {rounds.budget_s:.3g} s of device time "
+            f"({rounds.spent_s:.3g} s spent)"
+        )
     if set_aside:
         detail += f"; {set_aside} more pair(s) set aside as disturbed and run again (the paired document says why)"
     if cycles is not None:
@@ -224,11 +288,15 @@ def _paired_finding(case: Case, before: Case, rounds: PairedCase, rule: Rule) ->
         rounds=result.pairs,
         set_aside=set_aside or None,
         stopped_by=stopped,
+        limit=rounds.limit if stopped == "max_rounds" else None,
         more_rounds=result.more_pairs if result.state == "ambiguous" else None,
         cycles_change=cycles,
-        kernels=kernel_moves([before.kernels], case.kernels, case_us=b_med),
+        kernels=kernel_moves([before.kernels], case.kernels, case_us=b_med, case_spread=case_spread([before, case])),
     )
     if result.state == "same":
         # Shown to be within the minimum effect: not a change, whatever its p.
         finding.p = 1.0
-    return Tested(finding, rule.min_effect, "fail")
+    # The rule's minimum is on time; a rate's change is its reciprocal, so a time 0.5% longer is a rate 0.4975%
+    # lower, and the minimum is mapped the same way (else a case the rounds call slower at the margin is unchanged).
+    minimum = rule.min_effect if work is None else 1 - 1 / (1 + rule.min_effect)
+    return Tested(finding, minimum, "fail")

@@ -5,9 +5,14 @@ Each pair is a base round and a head round run back to back on the same device; 
 a pair cancels over pairs too. ``d`` of successive pairs are taken as independent draws around the true log
 ratio (the workload is built again for every round, so where its tensors land varies from pair to pair as well).
 
-The rule looks at the pairs after ``min_pairs`` and then every ``step`` pairs up to ``max_pairs``; at each look an
-interval on the location of ``d`` at level ``1 - alpha / K`` (K looks planned: Bonferroni, so the chance that any
-look of an A/A case errs is at most ``alpha``) decides. The location is the mean of ``d`` trimmed by ``trim`` at each
+The rule looks at the pairs after ``min_pairs`` and then every ``step`` pairs (or, with ``growth`` above 1, each look
+that many times the last, rounded up to an even count so that AB and BA pairs stay balanced) up to ``max_pairs``; at
+each look an interval on the location of ``d`` decides. The error is split over the K looks planned (Bonferroni, so
+the chance that any look of an A/A case errs is at most its share) and, for a change, over the ``family`` of cases the
+run judges: a change is called at level ``1 - alpha / (family x K)``, so that a case the rule calls slower or faster
+is one that Benjamini-Hochberg across the run's cases confirms at ``alpha`` whatever the other cases show (its q-value
+is at most ``family`` times its p); "the same" is called at ``1 - alpha / K``, since calling it wrongly misses a change
+and adds no false discovery. The location is the mean of ``d`` trimmed by ``trim`` at each
 end (Yuen's trimmed-mean t: ``g = floor(trim x n)`` pairs dropped from each end, the spread from the winsorized
 variance, ``n - 2g - 1`` degrees of freedom), so below ``1 / trim`` pairs (10 by default) it is Student's t on the
 plain mean. Why trim: on the H200 a pair whose two timed windows straddle an SM clock step reads 2-6% off either way
@@ -15,8 +20,9 @@ plain mean. Why trim: on the H200 a pair whose two timed windows straddle an SM 
 a compute-bound case after it has run for seconds; such a pair alone can keep the plain mean's interval from
 settling a 1% change. Measured on recorded pairs: bench/reports/h200-paired.md. The rule:
 
-- **slower** (faster): the interval lies above (below) zero and the estimate is at least the minimum effect;
-- **same**: the interval lies within +-ln(1 + minimum effect): whatever changed is smaller than the minimum effect;
+- **slower** (faster): the change interval lies above (below) zero and the estimate is at least the minimum effect;
+- **same**: the interval at the per-case level lies within +-ln(1 + minimum effect): whatever changed is smaller than
+  the minimum effect;
 - otherwise the next look; after the last, **ambiguous**, with how many more pairs would settle it at the spread
   seen so far.
 
@@ -24,14 +30,21 @@ A look that does not settle may first set aside one **disturbed** pair and take 
 ``max_set_aside`` per case, so a case takes at most ``max_pairs + max_set_aside`` pairs): a pair far out of line with
 the case's other pairs, the mark of one side's round stalled by something else on the host (on a 2-core CI host one
 base round of a 2 ms case read 15 ms, and that pair, at -59% against three near +200%, left a threefold slowdown
-ambiguous after 4 pairs). Far means both:
+ambiguous after 4 pairs) or of a GPU whose state changed between the pair's two timed windows (a case's first rounds
+after a compute-bound case that read 19% slow, the slowness over before the pair's second window). Far means both:
 
-- at least ``disturbed_factor`` (1.5x) off the others' mean ratio: clean pairs on the H200 stay within 1.06x of their
-  median, and the floor keeps three near-identical pairs from making an outlier of every small step;
+- at least ``disturbed_factor`` off the others' mean ratio (``disturbed_floor``: 1.5x on the CPU hosts, where round
+  medians of one side move by tens of percent; 1.05x on CUDA, where a one-sided slowdown of 19% must not hide under a
+  floor meant for the CPU, and clean H200 pairs stay within 1.06x of their median): the floor keeps three near-identical
+  pairs from making an outlier of every small step;
 - further from that mean than the others' spread allows: the deleted residual, ``(d_i - mean of the others) / (their
   sd x sqrt(1 + 1 / (n - 1)))``, a Student's t with ``n - 2`` degrees of freedom under normal noise, past its
   ``1 - disturbed_alpha / (2n)`` quantile, so a look sets a clean pair aside with a chance of at most
-  ``disturbed_alpha`` (Bonferroni over the pairs).
+  ``disturbed_alpha`` (Bonferroni over the pairs). With ``spread_prior`` the others' variance is first pooled with
+  that prior spread, worth ``spread_prior_df`` degrees of freedom (a moderated t, as the stored-history test pools
+  its runs with the testbed's noise floor): three pairs alone give two degrees of freedom, whose quantile (about 20)
+  would let a pair 19% off three pairs spread by 0.8% stay in the first look; pooled with CUDA's prior of 1% it is
+  about 5, and the pair is set aside at the first look.
 
 The others are summed up by their mean and standard deviation, not robust ones, on purpose: a second pair as far out
 widens their spread and nothing is set aside (two such pairs are a spread, not one accident). A look that settles
@@ -47,6 +60,8 @@ Pure Python (``math`` only): the GPU worker's coordinator stops rounds with it, 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,6 +83,11 @@ class Rule:
     max_set_aside: int = 0  # disturbed pairs a case may set aside and take again; 0: none
     disturbed_factor: float = 1.5  # a disturbed pair's ratio is at least this many times off the others'
     disturbed_alpha: float = 0.01  # the chance, with normal noise, that a look sets a clean pair aside
+    spread_prior: float = 0.0  # a prior pair spread (sd of d) pooled into the set-aside test; 0: none
+    spread_prior_df: int = 4  # what the prior is worth, in degrees of freedom
+    family: int = 1  # cases a change decision's error is split over (the run's cases with a paired test)
+    growth: float = 1.0  # above 1: each look after min_pairs at least this many times the last (even counts)
+    schedule: tuple[int, ...] = ()  # the looks, given outright (a document's); empty: from the fields above
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_effect < 1:
@@ -86,26 +106,52 @@ class Rule:
             raise ValueError(f"disturbed_factor must be > 1, got {self.disturbed_factor}")
         if not 0 < self.disturbed_alpha < 1:
             raise ValueError(f"disturbed_alpha must be in (0, 1), got {self.disturbed_alpha}")
+        if self.spread_prior < 0 or self.spread_prior_df < 1:
+            raise ValueError(
+                f"spread_prior must be >= 0 and spread_prior_df >= 1, got {self.spread_prior}, {self.spread_prior_df}"
+            )
+        if self.family < 1:
+            raise ValueError(f"family must be >= 1 case, got {self.family}")
+        if not self.growth >= 1:
+            raise ValueError(f"growth must be >= 1, got {self.growth}")
+        if self.schedule:
+            s = self.schedule
+            if s[0] != self.min_pairs or s[-1] != self.max_pairs or any(b <= a for a, b in itertools.pairwise(s)):
+                raise ValueError(
+                    f"schedule must rise from min_pairs ({self.min_pairs}) to max_pairs ({self.max_pairs}), got {s}"
+                )
 
     @property
     def looks(self) -> list[int]:
-        """The pair counts at which the rule looks: ``min_pairs``, every ``step`` after it, and ``max_pairs``."""
-        out = list(range(self.min_pairs, self.max_pairs + 1, self.step))
-        if out[-1] != self.max_pairs:
-            out.append(self.max_pairs)
+        """The pair counts at which the rule looks: ``min_pairs``, then every ``step`` pairs (with ``growth``, at least
+        ``growth`` times the last look, rounded up to an even count), and ``max_pairs``; or ``schedule``."""
+        if self.schedule:
+            return list(self.schedule)
+        out = [self.min_pairs]
+        while out[-1] < self.max_pairs:
+            grown = 2 * math.ceil(out[-1] * self.growth / 2 - 1e-9) if self.growth > 1 else 0
+            out.append(min(self.max_pairs, max(out[-1] + self.step, grown)))
         return out
 
     @property
     def look_alpha(self) -> float:
+        """The two-sided error of one look of one case: what "the same" is called at."""
         return self.alpha / len(self.looks)
+
+    @property
+    def change_alpha(self) -> float:
+        """The two-sided error of one look for a change, split over the ``family`` of cases as well."""
+        return self.look_alpha / self.family
 
 
 @dataclass(frozen=True)
 class Assessment:
     """What the pairs so far say. ``change`` and the interval are relative changes of the head's time over the
-    base's (0.01 = the head 1% slower); ``p`` is the two-sided p of "no change", Bonferroni-adjusted over the
-    looks planned (valid whatever look the rule stopped at); ``more_pairs`` is, for ``ambiguous``, how many more
-    pairs would settle the answer if the spread stayed what it is."""
+    base's (0.01 = the head 1% slower); the interval is the one the answer was read from, at ``level``: the per-case
+    level for "same", the change level (split over the family of cases too) otherwise. ``p`` is the two-sided p of
+    "no change", Bonferroni-adjusted over the looks planned (valid whatever look the rule stopped at); the rule calls
+    a change only where ``p`` is at most ``alpha / family``. ``more_pairs`` is, for ``ambiguous``, how many more pairs
+    would settle the answer if the spread stayed what it is."""
 
     state: State
     pairs: int
@@ -131,32 +177,33 @@ def assess(d: Sequence[float], rule: Rule, *, final: bool = False) -> Assessment
     if n < 2:
         raise ValueError("a paired test needs at least 2 pairs")
     k = len(rule.looks)
-    level_alpha = rule.alpha / k
     mean, sd, df, g = location(d, rule.trim)
     se = sd / math.sqrt(n)
-    t_crit = t_quantile(1 - level_alpha / 2, df)
-    half = t_crit * se
-    low, high = mean - half, mean + half
+    t_change = t_quantile(1 - rule.change_alpha / 2, df)
+    t_same = t_quantile(1 - rule.look_alpha / 2, df)
+    low, high = mean - t_change * se, mean + t_change * se
     no_spread = 0.0 if mean != 0 else 1.0
     p = min(1.0, k * 2 * t_sf(abs(mean) / se, df)) if se > 0 else no_spread
     bound = math.log1p(rule.min_effect)
     state: State = "ambiguous"
+    level = 1 - rule.change_alpha
     if low > 0 and mean >= bound:
         state = "slower"
     elif high < 0 and -mean >= bound:
         state = "faster"
-    elif -bound < low and high < bound:
+    elif -bound < mean - t_same * se and mean + t_same * se < bound:
         state = "same"
+        low, high, level = mean - t_same * se, mean + t_same * se, 1 - rule.look_alpha
     more = None
     if state == "ambiguous":
-        more = _more_pairs(mean, sd, n, bound, t_crit)
+        more = _more_pairs(mean, sd, n, bound, t_change if abs(mean) >= bound else t_same)
     return Assessment(
         state=state,
         pairs=n,
         change=math.expm1(mean),
         low=math.expm1(low),
         high=math.expm1(high),
-        level=1 - level_alpha,
+        level=level,
         p=p,
         sd=sd,
         more_pairs=more,
@@ -193,6 +240,12 @@ def _more_pairs(mean: float, sd: float, n: int, bound: float, t_crit: float) -> 
     return max(1, min(needed - n, 1_000_000))
 
 
+def disturbed_floor(min_effect: float) -> float:
+    """The least ratio a pair must be off the others' to be set aside, for a case judged at ``min_effect``: ten times
+    the minimum effect above 1, at most 1.5 (1.05x on CUDA's 0.5%, 1.5x on the CPU hosts' 10%)."""
+    return min(1.5, 1 + 10 * min_effect) if min_effect > 0 else 1.5
+
+
 def set_aside_budget(max_pairs: int) -> int:
     """Disturbed pairs a case of at most ``max_pairs`` pairs may set aside: a quarter of them, at least one."""
     if max_pairs < 1:
@@ -225,7 +278,8 @@ def disturbed(d: Sequence[float], rule: Rule) -> Disturbance | None:
     """The one pair of ``d`` (log ratios, four or more) far out of line with the others, or ``None``: the pair
     furthest from the mean when it is at least ``rule.disturbed_factor`` off the others' mean ratio and its deleted
     residual, ``(d_i - mean of the others) / (their sd x sqrt(1 + 1 / (n - 1)))``, a Student's t with ``n - 2``
-    degrees of freedom under normal noise, exceeds the ``1 - rule.disturbed_alpha / (2n)`` quantile."""
+    degrees of freedom under normal noise, exceeds the ``1 - rule.disturbed_alpha / (2n)`` quantile. With
+    ``rule.spread_prior`` the others' variance is pooled with it first (``spread_prior_df`` more degrees of freedom)."""
     n = len(d)
     if n < 4:
         return None
@@ -233,8 +287,13 @@ def disturbed(d: Sequence[float], rule: Rule) -> Disturbance | None:
     i = max(range(n), key=lambda j: abs(d[j] - mean))
     others = [x for j, x in enumerate(d) if j != i]
     centre = math.fsum(others) / (n - 1)
-    sd = math.sqrt(math.fsum((x - centre) ** 2 for x in others) / (n - 2))
-    t_crit = t_quantile(1 - rule.disturbed_alpha / (2 * n), n - 2)
+    squares = math.fsum((x - centre) ** 2 for x in others)
+    df = n - 2
+    if rule.spread_prior > 0:
+        squares += rule.spread_prior_df * rule.spread_prior**2
+        df += rule.spread_prior_df
+    sd = math.sqrt(squares / df)
+    t_crit = t_quantile(1 - rule.disturbed_alpha / (2 * n), df)
     allowed = max(math.log(rule.disturbed_factor), t_crit * sd * math.sqrt(1 + 1 / (n - 1)))
     if abs(d[i] - centre) <= allowed:
         return None
@@ -309,6 +368,7 @@ def t_sf(t: float, df: float) -> float:
     return tail if t >= 0 else 1 - tail
 
 
+@functools.lru_cache(maxsize=4096)  # a rule asks for the same few quantiles at every look of every case
 def t_quantile(q: float, df: float) -> float:
     """The ``q`` quantile of Student's t with ``df`` degrees of freedom (0 < q < 1)."""
     if not 0 < q < 1:

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from profiler_core.analysis.changepoints import ChangepointReport
 
 KERNELS_SHOWN = 5
+TIME_METRICS = ("latency", "bandwidth", "throughput")  # the findings whose kernels are compared
 _CASE_WIDTH = 44
 
 
@@ -43,7 +44,9 @@ def _kernel_line(m: KernelMove) -> str:
     elif m.vanished:
         what = f"vanished, was {_us(m.baseline_us)}" if m.baseline_us is not None else "vanished"
     else:
-        what = f"{_us(m.baseline_us)} -> {_us(m.candidate_us)} ({_pct(m.change)})"
+        # the interval of the kernel's own change, from every round's traced iterations on both sides
+        ci = f" [{_pct(m.ci.low)}, {_pct(m.ci.high)}]" if m.ci is not None else ""
+        what = f"{_us(m.baseline_us)} -> {_us(m.candidate_us)} ({_pct(m.change)}{ci})"
     launch = ", ".join(f"{c.field} {c.baseline}->{c.candidate}" for c in m.launch)
     return f"      kernel {label}: {what}" + (f"; {launch}" if launch else "")
 
@@ -66,8 +69,8 @@ def _pairs(n: int | None) -> str:
 
 def stopping(f: Finding, *, ascii: bool = False) -> str | None:
     """Why the rounds of a paired finding's case stopped, in words: "slower after 4 pairs", "the same within
-    ±0.5% after 6 pairs", "ambiguous after 15 pairs; ~40 more would settle it", "slower after 4 pairs (1 more set
-    aside as disturbed)". None for a finding of no paired test. ``ascii``: ``+-`` for ``±``."""
+    ±0.5% after 6 pairs", "ambiguous after 16 pairs, its budget spent; ~40 more would settle it", "slower after 4
+    pairs (1 more set aside as disturbed)". None for a finding of no paired test. ``ascii``: ``+-`` for ``±``."""
     if f.stopped_by is None:
         return None
     if f.stopped_by == "failed":
@@ -75,7 +78,8 @@ def stopping(f: Finding, *, ascii: bool = False) -> str | None:
     aside = f" ({f.set_aside} more set aside as disturbed)" if f.set_aside else ""
     if f.stopped_by == "max_rounds":
         more = f"; ~{f.more_rounds:,} more would settle it" if f.more_rounds is not None else ""
-        return f"ambiguous after {_pairs(f.rounds)}{aside}{more}"
+        spent = {"budget": ", its budget spent", "ceiling": ", the most a case may take"}.get(f.limit or "", "")
+        return f"ambiguous after {_pairs(f.rounds)}{aside}{spent}{more}"
     within = ""
     if f.stopped_by == "same" and f.threshold is not None:
         within = f" within {'+-' if ascii else '±'}{fmt_percent(f.threshold, digits=1, ascii=ascii)}"
@@ -109,15 +113,19 @@ def render_table(comparison: ComparisonDocument) -> str:
     if c.paired is not None:
         p = c.paired
         wall = f" in {p.wall_s:,.0f} s" if p.wall_s is not None else ""
+        budget = f" within {p.budget:g}x the device time of its unpaired rounds" if p.budget is not None else ""
+        family = f" (a change: split over {p.family} cases)" if p.family and p.family > 1 else ""
         lines.append(
             f"mode: paired (the merge base and the head interleaved on one device, ABBA rounds; {_pairs(p.rounds)} "
-            f"of rounds{wall}, at most {p.max_pairs} per case; minimum effect "
-            f"{fmt_percent(p.min_effect, digits=1, ascii=True)}, alpha {p.alpha:g} per case over its looks; "
+            f"of rounds{wall}, at most {p.max_pairs} per case{budget}; minimum effect "
+            f"{fmt_percent(p.min_effect, digits=1, ascii=True)}, alpha {p.alpha:g} per case over its looks{family}; "
             f"stopped: {stopped_counts(c)})"
         )
         lines.append(f"head {c.candidate} vs merge base {p.base_run} (the base side: not a stored run)")
     else:
         base = "none (first run)" if c.baseline is None else f"{len(c.baseline)} run(s): {', '.join(c.baseline)}"
+        if c.baseline == []:
+            base = "none pooled (every run given was of another device model: see notes)"
         lines.append(f"candidate {c.candidate} vs baseline {base}")
     if c.testbed_mismatch:
         lines.append("!! TESTBED MISMATCH: baseline and candidate ran on different testbeds (see notes)")
@@ -144,6 +152,8 @@ def render_table(comparison: ComparisonDocument) -> str:
             if f.status != "unchanged" and f.detail and f.metric in ("backend", "accuracy", "status"):
                 lines.append(f"      {f.detail}")
             if f.status in ("regressed", "improved", "inconclusive"):
+                if not f.kernels and f.metric in TIME_METRICS:
+                    lines.append("      kernels: none moved beyond its own noise")
                 for m in f.kernels[:KERNELS_SHOWN]:
                     lines.append(_kernel_line(m))
                 if len(f.kernels) > KERNELS_SHOWN:

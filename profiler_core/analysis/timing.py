@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler_core.analysis.config import PRIOR_RUNS, RANGE_TO_SD, SPREAD_RUN_SD, Resolved
-from profiler_core.analysis.kernels import dram_pair, kernel_moves
+from profiler_core.analysis.kernels import case_spread, dram_pair, kernel_moves
 from profiler_core.analysis.stats import (
     RunStat,
     TestResult,
@@ -90,7 +90,9 @@ def timing_finding(case_id: str, base_cases: Sequence[Case], cand: Case, th: Res
         change, ci = math.expm1(-test.diff), (math.expm1(-high), math.expm1(-low))
     minimum = max(th.minimum(metric), ctx.noise_floor, math.expm1(test.baseline_range))
     level_runs = sum(lv is not None for lv in base_levels)
-    kernels = kernel_moves([c.kernels for c in base], cand.kernels, case_us=base_us)
+    kernels = kernel_moves(
+        [c.kernels for c in base], cand.kernels, case_us=base_us, case_spread=case_spread([*base, cand])
+    )
     finding = Finding(
         case=case_id,
         metric=metric,

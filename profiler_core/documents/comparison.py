@@ -45,10 +45,20 @@ class KernelMove(_Model):
     key: str
     phase: str | None = None
     name: str | None = Field(None, description="as launched in the candidate (the baseline's if it vanished)")
-    baseline_us: float | None = Field(None, description="per-iteration duration, median over baseline runs")
-    candidate_us: float | None = Field(None, description="per-iteration duration in the candidate")
+    baseline_us: float | None = Field(
+        None,
+        description="per-iteration duration: the median of every baseline round's traced iterations (older "
+        "documents: the median over baseline runs)",
+    )
+    candidate_us: float | None = Field(None, description="per-iteration duration in the candidate (median)")
     delta_us: float | None = Field(None, description="candidate_us - baseline_us")
     change: float | None = Field(None, description="relative change of the duration")
+    ci: Interval | None = Field(
+        None,
+        description="interval of the relative change of the duration, from every round's traced iterations on both "
+        "sides (rounds resampled); null where a side holds one round's reading only (an older document): its move is "
+        "then named only when it is large against the case's own spread over its rounds",
+    )
     appeared: bool = False
     vanished: bool = False
     launch: list[FieldChange] = Field(default_factory=list, description="grid, block, registers, ...")
@@ -79,6 +89,11 @@ class Finding(_Model):
     )
     stopped_by: str | None = Field(
         None, description="paired comparisons: slower, faster, same, max_rounds (ambiguous), failed or skipped"
+    )
+    limit: Literal["budget", "ceiling"] | None = Field(
+        None,
+        description="paired comparisons, ambiguous: what ended the case's pairs, its device-time budget (budget) or "
+        "the most pairs a case may take (ceiling); null otherwise and in documents without this field",
     )
     more_rounds: int | None = Field(
         None, description="paired comparisons, ambiguous: about how many more pairs of rounds would settle it"
@@ -130,12 +145,22 @@ class PairedInfo(_Model):
 
     base_run: str = Field(description="id of the base side's result document: evidence here, never a stored run")
     rounds: int = Field(description="pairs of rounds over all cases")
-    max_pairs: int = Field(description="pairs a case may take at most")
+    max_pairs: int = Field(description="pairs a case may take at most (its budget may allow fewer)")
     min_effect: float = Field(description="minimum relative change of latency (before case overrides)")
     alpha: float = Field(description="two-sided error level of each case's sequence of looks")
     isolation: str = Field(description="how the two trees were kept apart")
     stopped: dict[str, int] = Field(description="cases by stopping reason")
     wall_s: float | None = Field(None, description="wall time of the paired run, seconds")
+    family: int | None = Field(
+        None,
+        description="cases alpha is split over for a change (a case's change is called at alpha / family per look); "
+        "null in documents without this field (1)",
+    )
+    budget: float | None = Field(
+        None,
+        description="a case's pairs, warm-up included, may take this many times the device time of its rounds in an "
+        "unpaired profile (within a floor and max_pairs); null: max_pairs alone",
+    )
 
 
 class ComparisonDocument(_Model):

@@ -248,9 +248,43 @@ class LatencyStats(_Model):
 
 
 class DurationStats(_Model):
+    """A kernel's time per iteration (all its launches in one iteration), microseconds.
+
+    Every round of a profile traces its own iterations, so the statistics pool every round's: one traced round can
+    fall in a disturbed stretch (a clock step, the case before it still heating the GPU), and a kernel's change is
+    only named where the rounds agree on it (``analysis.kernel_samples``). Documents written before that hold the
+    statistics of the first round's traced iterations and no ``samples``."""
+
     median: NonNegative
     p25: NonNegative
     p75: NonNegative
+    samples: list[NonNegative] | None = Field(
+        None,
+        description="per-iteration durations of every traced iteration of every round, in time order (0 where the "
+        "kernel did not launch in an iteration); null in older documents, which traced the first round only",
+    )
+    round_samples: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="how many of `samples` each round traced, in time order (their sum is the number of samples)"
+    )
+    ci_low: NonNegative | None = Field(
+        None,
+        description="95% interval of the median, low end: the rounds resampled, and the iterations within each, so "
+        "that a round that fell in a disturbed stretch widens it; null without samples from two rounds or more",
+    )
+    ci_high: NonNegative | None = Field(None, description="95% interval of the median, high end")
+
+    @model_validator(mode="after")
+    def _rounds_cover_samples(self) -> DurationStats:
+        if self.round_samples is not None and (self.samples is None or sum(self.round_samples) != len(self.samples)):
+            raise ValueError(
+                f"round_samples sums to {sum(self.round_samples)} but there are "
+                f"{len(self.samples or [])} samples: each sample belongs to exactly one round"
+            )
+        if (self.ci_low is None) != (self.ci_high is None) or (
+            self.ci_low is not None and self.ci_high is not None and self.ci_low > self.ci_high
+        ):
+            raise ValueError("ci_low and ci_high come together, low first")
+        return self
 
 
 class Work(_Model):

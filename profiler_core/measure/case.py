@@ -1,5 +1,6 @@
 """One case's record over its rounds: a round's timing, the record after the first round (kernels from its trace,
-accuracy, rates), a failure's record, and the pooling of every round's samples.
+accuracy, rates), a failure's record, and the pooling of every round's samples: the case's timed samples, and each
+kernel's durations over every round's traced iterations (``measure.kernel_rounds``).
 
 ``runner.SuiteSession`` builds and times each round (``prepare`` then ``time_prepared``), for a profile run and for a
 paired run's sides alike. A case that fails (not eligible, out of memory, user code raising) is recorded with its
@@ -18,15 +19,17 @@ from typing import Any, Literal
 import torch
 
 from profiler_core.analysis.bursts import find_burst
-from profiler_core.attribution import ParsedTrace, parse_trace
+from profiler_core.attribution import ParsedTrace, TraceError, parse_trace
 from profiler_core.attribution.reconcile import reconcile
 from profiler_core.documents import Case, CaseError, Environment, LatencyStats
 from profiler_core.measure import environment as env
 from profiler_core.measure.accuracy import check_accuracy
 from profiler_core.measure.clock import StepClocks
+from profiler_core.measure.kernel_rounds import pool_durations
 from profiler_core.measure.kernels import case_achieved, kernel_records
 from profiler_core.measure.targets import SkipCase, Workload, WorkloadError
 from profiler_core.measure.timing import Flusher, TimingResult, summarize, time_iterations
+from profiler_core.measure.trace import RoundTrace
 from profiler_core.suite import CaseSpec, TimingConfig
 
 
@@ -145,6 +148,7 @@ class _Pending:
     parsed: ParsedTrace
     warmup: int
     host_us: float | None
+    round_traces: list[RoundTrace] = field(default_factory=list)  # the later rounds' traced iterations, in order
 
 
 @dataclass
@@ -315,7 +319,9 @@ def _pool(pending: _Pending, environment: Environment, *, device: str) -> Case:
         **stats,
     )
     case = pending.case
-    kernels = case.kernels
+    kernels = pool_durations(
+        case.kernels, [pending.parsed, *_parsed_rounds(pending)], dtype=pending.spec.dtype, environment=environment
+    )
     work, achieved = case_achieved(pending.spec, case.backend_used, stats["median"], kernels, environment)
     reconciliation = reconcile(kernels, stats["median"], parsed=pending.parsed, on_gpu=device == "cuda")
     waits_before, waits_after = timing.waits()
@@ -323,9 +329,22 @@ def _pool(pending: _Pending, environment: Environment, *, device: str) -> Case:
     return case.model_copy(
         update={
             "latency_us": latency,
+            "kernels": kernels,
             "work": work,
             "achieved": achieved,
             "reconciliation": reconciliation,
             "suspect": suspect,
         }
     )
+
+
+def _parsed_rounds(pending: _Pending) -> list[ParsedTrace]:
+    """The later rounds' traces, parsed. A round whose trace cannot be read leaves its kernel samples out, never the
+    case failed: the kernels' samples explain a change, the case's timing decides it."""
+    parsed = []
+    for trace in pending.round_traces:
+        try:
+            parsed.append(parse_trace(trace.chrome()))
+        except (TraceError, OSError, ValueError, RuntimeError):
+            continue
+    return parsed

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from profiler_core.documents import Case, Device, GpuHealth
+from profiler_core.own_processes import other_processes
 from profiler_core.testbed import cpu_model, testbed_key, testbed_meaning
 
 # NVML throttle-reason bits (nvml.h, nvmlClocksEventReasons). Idle and application-clock settings
@@ -66,16 +67,20 @@ def describe_device(device: str) -> Device:
 
 @dataclass
 class Nvml:
-    """A handle on the GPU that CUDA calls device 0, through NVML (``None`` fields if unavailable)."""
+    """A handle on the GPU that CUDA calls device 0, through NVML (``None`` fields if unavailable).
+
+    ``health`` counts the processes on the GPU that are not the job's own (``profiler_core.own_processes``): the job's
+    root is ``job_root`` (a paired run's coordinator, for its sides), else this process."""
 
     handle: Any
     module: Any
     # In a PID namespace of its own (the worker's jail) the profiler cannot tell which of NVML's host PIDs is itself:
     # it then records them (``gpu_pids``) and counts none; the worker, which sees both sides, judges them.
     own_pid_namespace: bool = False
+    job_root: int | None = None
 
     @classmethod
-    def open(cls, *, own_pid_namespace: bool = False) -> Nvml | None:
+    def open(cls, *, own_pid_namespace: bool = False, job_root: int | None = None) -> Nvml | None:
         try:
             import pynvml
 
@@ -84,7 +89,7 @@ class Nvml:
             visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
             if visible.isdigit():
                 index = int(visible)
-            return cls(pynvml.nvmlDeviceGetHandleByIndex(index), pynvml, own_pid_namespace)
+            return cls(pynvml.nvmlDeviceGetHandleByIndex(index), pynvml, own_pid_namespace, job_root)
         except Exception:  # no driver, no library, no GPU: health is simply unknown
             return None
 
@@ -122,7 +127,7 @@ class Nvml:
         others = None
         pids = sorted({int(p.pid) for p in procs if getattr(p, "pid", None) is not None}) if procs is not None else None
         if pids is not None and not self.own_pid_namespace:
-            others = sum(1 for pid in pids if pid != os.getpid())
+            others = len(other_processes(pids, self.job_root or os.getpid()))
         return GpuHealth(
             sm_clock_mhz=sm,
             mem_clock_mhz=mem,

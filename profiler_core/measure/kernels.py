@@ -41,6 +41,30 @@ def _peak_tflops(environment: Environment, key: str) -> float | None:
     return peak.value if peak else None
 
 
+def kernel_rates(
+    *,
+    name: str,
+    dtype: str,
+    flops: float | None,
+    nbytes: float | None,
+    median_us: float,
+    launches_per_iter: float,
+    environment: Environment,
+) -> dict[str, Any]:
+    """A kernel's rates over its median time per iteration (``median_us``, microseconds): ``tflops``, ``gbps``,
+    ``compute_util``, ``bandwidth_util`` (fractions of the peaks) and ``bound``, as the ``Kernel`` fields."""
+    tflops, gbps = rates(flops, nbytes, median_us)
+    peak_tflops = _peak_tflops(environment, dtype_peak_key(dtype, name))
+    compute_util, bandwidth_util = utilisations(tflops, gbps, peak_tflops, environment.peaks.dram_gbps.value)
+    return {
+        "tflops": tflops,
+        "gbps": gbps,
+        "compute_util": compute_util,
+        "bandwidth_util": bandwidth_util,
+        "bound": classify_bound(compute_util, bandwidth_util, duration_us=median_us / max(launches_per_iter, 1.0)),
+    }
+
+
 def _work_per_iteration(
     s: KernelSummary, shape: AttentionShape | None, pass_: Pass
 ) -> tuple[float | None, float | None]:
@@ -144,7 +168,6 @@ def kernel_records(
     shape = AttentionShape.from_params(spec.params) if spec.has_shape else None
     pass_: Pass = "fwd_bwd" if spec.pass_ == "fwd_bwd" else "fwd"
     cc = environment.device.compute_capability
-    peak_gbps = environment.peaks.dram_gbps.value
     total_us = sum(s.duration_median_us for s in summaries) or 1.0
     metadata = launch_metadata_work(trace)
     case_share = case_work(spec.target, spec.backend, spec.params) if spec.is_custom else None
@@ -165,10 +188,15 @@ def kernel_records(
         if case_share is not None and median >= CASE_WORK_SHARE * total_us and phase == "other":
             # The kernel doing (nearly) all of an attention-shaped custom case is its attention.
             phase = "fused_attention"
-        tflops, gbps = rates(flops, nbytes, median)
-        peak_key = dtype_peak_key(spec.dtype, s.name)
-        peak_tflops = _peak_tflops(environment, peak_key)
-        compute_util, bandwidth_util = utilisations(tflops, gbps, peak_tflops, peak_gbps)
+        rated = kernel_rates(
+            name=s.name,
+            dtype=spec.dtype,
+            flops=flops,
+            nbytes=nbytes,
+            median_us=median,
+            launches_per_iter=s.launches_per_iter,
+            environment=environment,
+        )
         intensity = flops / nbytes if flops and nbytes else None
         occupancy = None
         limiter = None
@@ -198,13 +226,9 @@ def kernel_records(
                 occupancy_limiter=limiter,
                 flops=flops,
                 bytes=nbytes,
-                tflops=tflops,
-                gbps=gbps,
-                compute_util=compute_util,
-                bandwidth_util=bandwidth_util,
                 arithmetic_intensity=intensity,
-                bound=classify_bound(compute_util, bandwidth_util, duration_us=median / max(s.launches_per_iter, 1.0)),
                 work_source=source,
+                **rated,
             )
         )
     return kernels, backend

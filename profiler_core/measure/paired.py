@@ -11,19 +11,22 @@ Per case: pairs of rounds, the base's then the head's (order AB), then the head'
 (ABBA), so that which side times second (after the other process) and drift within a pair cancel over two pairs, and
 drift slower than a pair within it. For each pair both sides first build the workload again (its tensors land
 elsewhere) and warm it up, then time their rounds back to back: the two timed windows are milliseconds apart. A
-round times half of what a profile round times (``TimingConfig.paired_round_config``) and answers its median. After
-``min_pairs`` and every two pairs after, the sequential rule (``analysis.paired_stats``) looks at the pair
-differences and stops the case when it settles: slower, faster, or the same within the case's paired minimum effect
-(``thresholds.paired``); after ``max_pairs`` it is ``max_rounds`` (ambiguous). A look that does not settle first sets
-aside a pair far out of line with the case's others (one side's round stalled by something else on the host), marked
-in the document with why, and runs one more pair in its place: at most a quarter of ``max_pairs`` per case (at least
-one). The coordinator imports no torch.
+round times half of what a profile round times (``TimingConfig.paired_round_config``) and answers its median. Each
+case (``measure.paired_case``) first runs warm-up pairs, unrecorded, until both sides' rounds agree
+(``analysis.paired_plan``), then has its pairs planned from its budget of device time (``[suite.timing]
+paired_budget`` times what its rounds take in an unpaired profile, within ``paired_floor_pairs`` and
+``paired_max_pairs``; ``--max-pairs`` sets a count instead). At its looks the sequential rule
+(``analysis.paired_stats``) stops the case when it settles: slower or faster (at alpha split over the run's cases, so
+the verdict confirms it), or the same within the case's paired minimum effect (``thresholds.paired``); once its
+planned pairs are spent it is ``max_rounds`` (ambiguous). A look that does not settle first sets aside a pair far out
+of line with the case's others (one side's round stalled by something else on the host, or the GPU's state changed
+between the pair's two windows), marked in the document with why, and runs one more pair in its place: at most a
+quarter of the case's pairs (at least one). The coordinator imports no torch.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import subprocess
@@ -31,22 +34,26 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, cast
 
-from profiler_core.analysis.config import resolve
-from profiler_core.analysis.paired_stats import Assessment, Replay, Rule, log_ratios, replay, set_aside_budget
+from profiler_core.analysis.config import PAIR_SPREAD_PRIOR, resolve
+from profiler_core.analysis.paired_plan import Budget, warmup_tolerance
+from profiler_core.analysis.paired_stats import Rule, disturbed_floor, set_aside_budget
 from profiler_core.documents import ResultDocument, load_result
-from profiler_core.documents.paired import Pair, PairedCase, PairedDocument, PairedRule, StoppedBy
+from profiler_core.documents.paired import PairedCase, PairedDocument, PairedRule
 from profiler_core.documents.result import Mode
 from profiler_core.errors import AttnprofError
+from profiler_core.measure.paired_case import SIDES, CaseRounds, run_case
 from profiler_core.suite import CaseSpec, Suite
 
-# progress(event, done, total, case_id): "case" as each pair of rounds starts, "done" at the end.
+# progress(event, done, total, case_id): "case" as each pair of rounds starts (done: the cases finished before it),
+# "done" at the end.
 Progress = Callable[[str, int, int, str], None]
-SIDES = ("base", "head")
 FirstBuilds = Literal["apart", "together"]
+# Each look of the sequential rule at least this many times the last, two pairs apart at least (analysis.paired_stats).
+LOOK_GROWTH = 1.25
 
 
 class PairedRunError(AttnprofError):
@@ -197,6 +204,10 @@ def _start(name: str, suite_path: Path, roots: dict[str, Path], options: PairedO
         options.device,
         "--seed",
         str(options.seed),
+        # This process is the job's root: each side then counts the other, a child of it too, as the job's own
+        # rather than another process on the GPU (``profiler_core.own_processes``).
+        "--job-root",
+        str(os.getpid()),
     ]
     if trace_dir is not None:
         argv += ["--trace-dir", str(trace_dir.resolve())]
@@ -220,102 +231,6 @@ def _start(name: str, suite_path: Path, roots: dict[str, Path], options: PairedO
     )
 
 
-@dataclass
-class _CaseRounds:
-    spec: CaseSpec
-    rule: Rule
-    pairs: list[Pair] = field(default_factory=list)
-    stopped_by: StoppedBy = "max_rounds"
-    detail: str | None = None
-
-
-def _describe(a: Assessment, set_aside: int) -> str:
-    text = f"head/base {a.change:+.2%} [{a.low:+.2%}, {a.high:+.2%}] after {a.pairs} pairs"
-    if set_aside:
-        text += f" ({set_aside} more set aside as disturbed)"
-    return text
-
-
-def _run_case(
-    sides: dict[str, _Side],
-    rounds: _CaseRounds,
-    *,
-    stop_early: bool,
-    first_apart: bool,
-    on_pair: Callable[[], None],
-) -> None:
-    """Pairs of rounds of one case until the rule settles it, the rounds run out, or a side fails. A pair the rule
-    sets aside as disturbed stays in ``rounds.pairs``, marked, and one more pair takes its place."""
-    rule = rounds.rule
-    so_far: Replay | None = None
-    for n in range(1, rule.max_pairs + rule.max_set_aside + 1):
-        on_pair()
-        # AB, BA, AB, ... over the pairs that count: a pair that replaces a disturbed one keeps the orders even.
-        counted = [p.order for p in rounds.pairs if p.disturbed is None]
-        order: Literal["AB", "BA"] = "AB" if counted.count("AB") <= counted.count("BA") else "BA"
-        turn = ("base", "head") if order == "AB" else ("head", "base")
-        # Both sides built and warmed up first, then timed back to back, so the pair's two timed windows are
-        # milliseconds apart; both sides run their round even when the other failed, so each document holds the case.
-        # After the first pair the two builds run at the same time (nothing is timed while they do); the first is
-        # one side after the other unless the run says "together", since a first call may tune itself by timing
-        # (Triton's autotune, max-autotune compiles).
-        apart = first_apart and n == 1
-        answers: dict[str, dict[str, Any]] = {}
-        prepare = {"op": "prepare", "case": rounds.spec.id}
-        for name in turn:
-            sides[name].send(prepare)
-            if apart:
-                answers[name] = sides[name].receive(prepare)
-        for name in turn:
-            ready = answers.pop(name) if apart else sides[name].receive(prepare)
-            if not ready.get("ok"):
-                answers[name] = ready
-        for name in turn:
-            if name not in answers:
-                answers[name] = sides[name].ask({"op": "time", "case": rounds.spec.id})
-        failed = [name for name in SIDES if not answers[name].get("ok")]
-        if failed:
-            skipped = all(answers[name].get("status") == "skipped" for name in SIDES)
-            rounds.stopped_by = "skipped" if skipped else "failed"
-            rounds.detail = "; ".join(
-                f"the {name} side's round {n} failed: {answers[name].get('error')}" for name in failed
-            )
-            return
-        base, head = answers["base"], answers["head"]
-        rounds.pairs.append(
-            Pair(
-                order=order,
-                base_us=base["median_us"],
-                head_us=head["median_us"],
-                base_mhz=base.get("mhz"),
-                head_mhz=head.get("mhz"),
-                base_samples=base["samples"],
-                head_samples=head["samples"],
-            )
-        )
-        if len(rounds.pairs) < rule.min_pairs:
-            continue
-        so_far = replay(
-            log_ratios([p.base_us for p in rounds.pairs], [p.head_us for p in rounds.pairs]),
-            rule,
-            stop_early=stop_early,
-        )
-        for found in so_far.set_aside:
-            rounds.pairs[found.index].disturbed = found.describe()
-        if so_far.done:
-            break
-    # Each set-aside takes one of max_set_aside, so max_pairs are kept by then: the rule has stopped.
-    assert so_far is not None and so_far.done and so_far.assessment is not None
-    final = so_far.assessment
-    detail = _describe(final, len(so_far.set_aside))
-    if final.state == "ambiguous":
-        rounds.stopped_by = "max_rounds"
-        rounds.detail = f"{detail}: ambiguous; about {final.more_pairs} more pairs would settle it"
-    else:
-        rounds.stopped_by = final.state
-        rounds.detail = detail
-
-
 def profile_paired(
     suite_path: Path,
     suite: Suite,
@@ -335,7 +250,10 @@ def profile_paired(
             raise PairedInputError(f"{what} {root}: not a directory")
     started = time.perf_counter()
     specs = options.cases if options.cases is not None else suite.cases
-    max_pairs = options.max_pairs or suite.timing.paired_max_pairs
+    timing = suite.timing
+    # --max-pairs: the count alone decides, as asked; recording runs every case to it. Otherwise each case's budget.
+    counted = options.max_pairs is not None or not options.stop_early
+    max_pairs = options.max_pairs or timing.paired_max_pairs
     roots = {"base": base_root, "head": head_root}
     with (
         tempfile.TemporaryDirectory(prefix="attnprof-ab-") as tmp,
@@ -345,9 +263,13 @@ def profile_paired(
         if sides["base"].mode != mode:
             raise PairedRunError(f"the sides run on different devices: base {sides['base'].mode}, head {mode}")
         defaults = resolve(cast(Mode, mode), suite.thresholds)
-        default_rule = Rule(
-            defaults.paired, defaults.fdr, min(4, max_pairs), max_pairs, max_set_aside=set_aside_budget(max_pairs)
+        budget = Budget(
+            factor=None if counted else timing.paired_budget,
+            rounds=timing.effective_rounds,
+            floor=min(timing.paired_floor_pairs, max_pairs),
+            ceiling=max_pairs,
         )
+        default_rule = case_rule(defaults.paired, defaults.fdr, max_pairs, cast(Mode, mode), family=len(specs))
         rule_doc = PairedRule(
             min_effect=defaults.paired,
             alpha=defaults.fdr,
@@ -357,40 +279,37 @@ def profile_paired(
             trim=default_rule.trim,
             samples_per_round=_samples_text(suite),
             max_set_aside=default_rule.max_set_aside,
+            family=default_rule.family,
+            budget=budget.factor,
+            floor_pairs=budget.floor if budget.factor is not None else None,
+            warmup_rounds=timing.paired_warmup_rounds,
+            disturbed_factor=default_rule.disturbed_factor,
+            spread_prior=default_rule.spread_prior,
         )
-        done = 0
-        total = len(specs) * max_pairs
         cases: list[PairedCase] = []
-        for spec in specs:
+        for index, spec in enumerate(specs):
             th = resolve(cast(Mode, mode), suite.thresholds, spec.thresholds)
-            rule = dataclasses.replace(default_rule, min_effect=th.paired)
-            rounds = _CaseRounds(spec, rule)
+            rounds = CaseRounds(
+                spec.id,
+                case_rule(th.paired, defaults.fdr, max_pairs, cast(Mode, mode), family=len(specs)),
+                budget=budget,
+                warmup_rounds=timing.paired_warmup_rounds,
+                warmup_tolerance=warmup_tolerance(th.paired),
+            )
             case_started = time.perf_counter()
 
-            def on_pair(spec_id: str = spec.id, last: int = (specs.index(spec) + 1) * max_pairs - 1) -> None:
-                nonlocal done
-                if progress:  # a pair that replaces a disturbed one counts as the case's last
-                    progress("case", min(done, last), total, spec_id)
-                done += 1
+            def on_pair(spec_id: str = spec.id, done: int = index) -> None:
+                if progress:
+                    progress("case", done, len(specs), spec_id)
 
-            _run_case(
+            rule = run_case(
                 sides,
                 rounds,
                 stop_early=options.stop_early,
                 first_apart=options.first_builds == "apart",
                 on_pair=on_pair,
             )
-            done = (specs.index(spec) + 1) * max_pairs
-            cases.append(
-                PairedCase(
-                    case=spec.id,
-                    min_effect=th.paired,
-                    stopped_by=rounds.stopped_by,
-                    detail=rounds.detail,
-                    wall_s=round(time.perf_counter() - case_started, 3),
-                    pairs=rounds.pairs,
-                )
-            )
+            cases.append(_paired_case(rounds, rule, th.paired, round(time.perf_counter() - case_started, 3)))
         # Both sides pool their rounds and write their documents at the same time (nothing is timed any more).
         finish = {name: {"op": "finish", "out": str(Path(tmp) / f"{name}.json")} for name in SIDES}
         for name, side in sides.items():
@@ -400,7 +319,7 @@ def profile_paired(
             side.receive(finish[name])
             documents[name] = load_result(Path(finish[name]["out"]))
     if progress:
-        progress("done", total, total, "")
+        progress("done", len(specs), len(specs), "")
     paired = PairedDocument(
         mode=documents["head"].run.mode,
         base_run=documents["base"].run.id,
@@ -410,6 +329,50 @@ def profile_paired(
         wall_s=round(time.perf_counter() - started, 3),
     )
     return PairedOutcome(base=documents["base"], head=documents["head"], paired=paired)
+
+
+def case_rule(min_effect: float, alpha: float, max_pairs: int, mode: Mode, *, family: int) -> Rule:
+    """The sequential rule of a case judged at ``min_effect``, up to ``max_pairs`` pairs: looks at 4, 6, 8 and 10
+    pairs, then each at least a quarter more than the last (fewer looks than every two pairs, so less of alpha is spent
+    on each: 10 looks up to 40 pairs where every two pairs would make 19), a change called at ``alpha`` split over the
+    ``family`` of the run's cases, the set-aside test's floor and prior spread for ``mode``."""
+    return Rule(
+        min_effect,
+        alpha,
+        min(4, max_pairs),
+        max_pairs,
+        growth=LOOK_GROWTH,
+        max_set_aside=set_aside_budget(max_pairs),
+        family=max(1, family),
+        disturbed_factor=disturbed_floor(min_effect),
+        spread_prior=PAIR_SPREAD_PRIOR[mode],
+    )
+
+
+def _paired_case(rounds: CaseRounds, rule: Rule, min_effect: float, wall_s: float) -> PairedCase:
+    planned = rounds.planned
+    ran_out = rounds.stopped_by == "max_rounds"
+    return PairedCase(
+        case=rounds.case_id,
+        min_effect=min_effect,
+        stopped_by=rounds.stopped_by,
+        detail=rounds.detail,
+        wall_s=wall_s,
+        pairs=rounds.pairs,
+        warmup=rounds.warmup,
+        warmup_end=rounds.warmup_end,
+        warmup_tolerance=rounds.warmup_tolerance if rounds.warmup_rounds else None,
+        max_pairs=rule.max_pairs if rounds.pairs else None,
+        looks=rule.looks if rounds.pairs else None,
+        limit=(planned.limit if planned is not None else "ceiling") if ran_out else None,
+        reference_s=_seconds(planned.reference_s) if planned is not None else None,
+        budget_s=_seconds(planned.budget_s) if planned is not None else None,
+        spent_s=_seconds(rounds.spent_s) if rounds.pair_s else None,
+    )
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def _samples_text(suite: Suite) -> str:

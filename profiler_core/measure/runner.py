@@ -3,8 +3,9 @@
 Per case: build the workload; the timing pass (uninstrumented); the trace pass (Kineto) from which
 the kernels, their launch configuration, their phases and the backend that ran are read; the
 accuracy check against float64; the work models and the peaks give rates, utilisations and the
-bound. A case that fails (not eligible, out of memory, user code raising) is recorded with its
-reason and the next case runs.
+bound. Every later round times the case again and traces its iterations again, and each kernel's
+duration pools every round's traced iterations. A case that fails (not eligible, out of memory,
+user code raising) is recorded with its reason and the next case runs.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from profiler_core.measure.clock import clock_pass
 from profiler_core.measure.peaks import cache_path, load_or_measure
 from profiler_core.measure.targets import build_workload, capture_warnings
 from profiler_core.measure.timing import PAIRED_TIMING_METHOD, TIMING_KEY, TIMING_METHOD, Flusher, summarize
-from profiler_core.measure.trace import start_profiler_once, trace_iterations
+from profiler_core.measure.trace import start_profiler_once, trace_iterations, trace_round
 from profiler_core.suite import CaseSpec, Suite, TimingConfig
 
 # progress(event, done, total, case_id): event is "case" before each case and "done" at the end.
@@ -80,6 +81,9 @@ class ProfileOptions:
     cases: list[CaseSpec] | None = None  # a selection; default every case of the suite
     ncu_path: str | None = None
     own_pid_namespace: bool = False  # see ``environment.Nvml``: GPU processes are recorded, judged by the caller
+    # The pid of the job's root process (``profiler_core.own_processes``): a paired run's coordinator for its sides;
+    # None: this process.
+    job_root: int | None = None
 
 
 def resolve_device(requested: str) -> str:
@@ -170,7 +174,11 @@ class SuiteSession:
         self.started = time.perf_counter()
         self.created = datetime.now(UTC)
         torch.manual_seed(options.seed)
-        self.nvml = env.Nvml.open(own_pid_namespace=options.own_pid_namespace) if self.device == "cuda" else None
+        self.nvml = (
+            env.Nvml.open(own_pid_namespace=options.own_pid_namespace, job_root=options.job_root)
+            if self.device == "cuda"
+            else None
+        )
         # a round_config of its own is a paired run's side: its document says it was timed in pairs
         self.environment = collect_environment(
             self.device, self.nvml, options.cache_dir, paired=round_config is not None
@@ -284,6 +292,16 @@ class SuiteSession:
                             nvml=self.nvml,
                             timing=record.timing,
                         )
+                        # Every round traces its own iterations, after its timing as the first round does: a kernel's
+                        # time is then read from every round, not from the one the first trace fell in.
+                        record.round_traces.append(
+                            trace_round(
+                                workload,
+                                device=self.device,
+                                iterations=self.suite.timing.trace_iters,
+                                flusher=self.flusher,
+                            )
+                        )
                 if record is None:
                     reference = workload.reference() if workload.reference else None
                 if self.device == "cuda":
@@ -312,6 +330,29 @@ class SuiteSession:
         elif isinstance(record, _Pending):
             record.case.wall_s = round((record.case.wall_s or 0.0) + time.perf_counter() - prepared.started, 3)
         return record
+
+    def time_unrecorded(self, spec: CaseSpec) -> Case | _Timing:
+        """Time one round of a prepared case as :meth:`time_prepared` does and drop it, recording nothing (no samples,
+        no trace, no accuracy check): a paired run's warm-up round, timed only to see whether the device has settled.
+        Returns the round's timing (``last``), or the case's failure, which is recorded as any round's is."""
+        prepared = self._prepared.pop(spec.id)
+        timing = _Timing()
+        try:
+            with prepared.stack, on_stream(prepared.stream), prepared.context:
+                _time_round(
+                    prepared.workload,
+                    dataclasses.replace(self.round_config, warmup=0),
+                    device=self.device,
+                    flusher=self.flusher,
+                    nvml=self.nvml,
+                    timing=timing,
+                )
+                if self.device == "cuda":
+                    torch.cuda.synchronize()
+        except Exception as exc:  # the workload is arbitrary code: the case's failure, as in a recorded round
+            return self._failed_round(spec, exc, prepared.warns)
+        release_stream_workspaces(self.device)
+        return timing
 
     def _failed_round(self, spec: CaseSpec, exc: BaseException, warns: list[str]) -> Case:
         failed = _case_failure(spec, exc, warns, self.device)

@@ -5,6 +5,11 @@ callbacks, record_shapes) would be inside the timed numbers otherwise. Each iter
 ``record_function("attnprof/iter/<i>")`` so the parser can tell iterations apart; flushes and
 gradient resets run outside those ranges and are ignored. On CUDA the work that Triton kernels declare
 through ``launch_metadata`` is collected meanwhile and kept under the trace's ``"attnprof.declared"`` key.
+
+The first round of a case is traced in full (``trace_iterations``: the saved trace, the declared work). Every later
+round traces its iterations again (``trace_round``), for the kernels' durations alone: no file, no declared work, and
+the trace exported only when the run's rounds are pooled, so that a paired run's other side starts timing as soon
+as the profiler has stopped.
 """
 
 from __future__ import annotations
@@ -68,31 +73,76 @@ def start_profiler_once(device: str, flusher: Flusher) -> None:
             torch.cuda.synchronize()
 
 
+def _traced(workload: Workload, device: str, iterations: int, flusher: Flusher) -> None:
+    """The traced iterations themselves, each in its own ``attnprof/iter/<i>`` range, the flush outside it."""
+    for i in range(iterations):
+        workload.zero_grads()
+        flusher()
+        with record_function(f"attnprof/iter/{i}"):
+            workload.step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _activities(device: str) -> list[ProfilerActivity]:
+    return [ProfilerActivity.CPU, ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
+
+
+def _export(prof: profile, tmp: str) -> dict[str, Any]:
+    prof.export_chrome_trace(tmp)
+    with open(tmp, "rb") as f:
+        data: dict[str, Any] = json.loads(f.read())
+    return data
+
+
+class RoundTrace:
+    """One later round's traced iterations, as the profiler left them; :meth:`chrome` exports them when read."""
+
+    def __init__(self, prof: profile, iterations: int) -> None:
+        self._prof: profile | None = prof
+        self.iterations = iterations
+
+    def chrome(self) -> dict[str, Any]:
+        """The Chrome trace of the round's iterations. Read once: the profiler's results are dropped after it, so a
+        run holds no more of them than the rounds not yet pooled."""
+        prof, self._prof = self._prof, None
+        if prof is None:
+            raise RuntimeError("a round's trace is read once")
+        fd, tmp = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        try:
+            return _export(prof, tmp)
+        finally:
+            os.unlink(tmp)
+
+
+def trace_round(workload: Workload, *, device: str, iterations: int, flusher: Flusher) -> RoundTrace:
+    """Trace ``iterations`` more iterations of a round for the kernels' durations (see the module docstring).
+
+    Shapes are recorded as in the first round's trace, since the phases of matrix products are read from them and a
+    kernel is joined to the first round's table by its name and phase."""
+    with _filtered_stderr(), profile(activities=_activities(device), record_shapes=True) as prof:
+        _traced(workload, device, iterations, flusher)
+    return RoundTrace(prof, iterations)
+
+
 def trace_iterations(
     workload: Workload, *, device: str, iterations: int, flusher: Flusher, out_path: Path | None
 ) -> dict[str, Any]:
     """Run ``iterations`` traced iterations; return the Chrome trace (and save it gzip'd at ``out_path``)."""
-    activities = [ProfilerActivity.CPU]
-    if device == "cuda":
-        activities.append(ProfilerActivity.CUDA)
     declared_cm: contextlib.AbstractContextManager[list[dict[str, Any]]] = (
         declared_launches() if device == "cuda" else contextlib.nullcontext([])
     )
-    with _filtered_stderr(), declared_cm as declared, profile(activities=activities, record_shapes=True) as prof:
-        for i in range(iterations):
-            workload.zero_grads()
-            flusher()
-            with record_function(f"attnprof/iter/{i}"):
-                workload.step()
-        if device == "cuda":
-            torch.cuda.synchronize()
+    with (
+        _filtered_stderr(),
+        declared_cm as declared,
+        profile(activities=_activities(device), record_shapes=True) as prof,
+    ):
+        _traced(workload, device, iterations, flusher)
     fd, tmp = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:
-        prof.export_chrome_trace(tmp)
-        with open(tmp, "rb") as f:
-            raw = f.read()
-        data: dict[str, Any] = json.loads(raw)
+        data = _export(prof, tmp)
         if declared:
             # Kept in the trace file too, so the kernel records can be rebuilt from it alone.
             data[DECLARED_KEY] = {"iterations": iterations, "launches": declared}

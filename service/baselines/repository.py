@@ -113,6 +113,35 @@ def latest_runs(
     return list(session.scalars(q.order_by(Run.created_at.desc()).limit(limit)))
 
 
+def runs_of_other_keys(
+    session: Session,
+    *,
+    project_id: int,
+    testbed_id: int,
+    testbed_key: str,
+    before: datetime,
+    branch: str,
+    cases_of: str,
+    limit: int,
+) -> list[Run]:
+    """Runs of testbed ``testbed_id`` on ``branch`` measured on another key than ``testbed_key`` (another device,
+    driver or mode), older than ``before``, sharing a case with run ``cases_of``; newest first. Never a baseline: a
+    comparison names them when its own key has no history."""
+    q = (
+        select(Run)
+        .options(defer(Run.document))
+        .where(
+            Run.project_id == project_id,
+            Run.testbed_id == testbed_id,
+            Run.testbed_key != testbed_key,
+            Run.branch == branch,
+            Run.created_at < before,
+            shares_a_case(cases_of),
+        )
+    )
+    return list(session.scalars(q.order_by(Run.created_at.desc()).limit(limit)))
+
+
 def case_medians(session: Session, run_ids: Sequence[str]) -> list[tuple[str, str, float]]:
     """(run_id, case_id, latency median in microseconds) of the ok cases of ``run_ids``."""
     if not run_ids:

@@ -12,6 +12,10 @@ least one case id in common), so that a project's suites never serve one another
    comparison's notes say so;
 4. with none of those either, no baseline: the first run of all on K (no default-branch run of any suite) passes,
    and a run whose suite has no history yet though others have warns on each of its cases (``first_run``).
+Runs of another key never serve, whatever their testbed's name or branch: another GPU model (or driver, or mode)
+times the same code differently. When K has no baseline but the candidate's testbed holds default-branch runs of the
+suite on other keys (uploads to a testbed no worker keyed; a testbed keyed again after an upgrade), the notes name
+each such key, its device and its newest run, so that a history that seems to vanish is explained.
 An accepted change of a run of the suite on K makes that run the baseline: older runs of the suite never serve
 again, and the accepted run serves though it may sit on another branch. Another suite's accepted change does not
 cut this suite's history. A pooled baseline that lacks some of the candidate's cases (the suite grew) serves the
@@ -32,14 +36,19 @@ from service.baselines import repository, suites
 from service.baselines.models import BaselineRule
 from service.config import Analysis
 from service.errors import InvalidPayload, NotFound
+from service.runs import documents
 from service.runs import repository as runs
 from service.runs.models import Run
+from service.testbeds import service as testbeds
 
 KINDS = ("pin", "exclude", "accept")
 # Clamp of the learnt floor (relative range of run medians), by mode: below the lower bound a short
 # history is just lucky, above the upper one the testbed is broken, not noisy.
 FLOOR_BOUNDS = {"cuda": (0.005, 0.10), "cpu": (0.05, 0.60)}
 MIN_HISTORY_RUNS = 3
+# Runs of other keys read to name them when a run's own key has no history, and how many keys a note names.
+OTHER_KEYS_SEEN = 50
+OTHER_KEYS_NAMED = 3
 
 
 @dataclass
@@ -121,7 +130,44 @@ def select(
             f"no earlier default-branch run of suite {suite!r} on this testbed shares a case with this run "
             "(runs of other suites are no baseline of its cases)"
         )
+    notes += _other_keys(session, candidate, suite, default_branch)
     return BaselineChoice([], "none", notes, first_run=first_run)
+
+
+def _other_keys(session: Session, candidate: Run, suite: str | None, branch: str) -> list[str]:
+    """A note naming the other keys of the candidate's testbed that ran its suite on ``branch``: each key, what it
+    means (device, driver, mode) and its newest run, at most ``OTHER_KEYS_NAMED`` of them; none when there are none."""
+    found = suites.keep(
+        session,
+        suite,
+        repository.runs_of_other_keys(
+            session,
+            project_id=candidate.project_id,
+            testbed_id=candidate.testbed_id,
+            testbed_key=candidate.testbed_key,
+            before=candidate.created_at,
+            branch=branch,
+            cases_of=candidate.id,
+            limit=OTHER_KEYS_SEEN,
+        ),
+    )
+    newest: dict[str, Run] = {}
+    for run in found:
+        newest.setdefault(run.testbed_key, run)
+    if not newest:
+        return []
+    named = [
+        f"key {key} ({testbeds.describe(dict(documents.result_of(session, run).environment.testbed))}; newest run "
+        f"{run.id})"
+        for key, run in list(newest.items())[:OTHER_KEYS_NAMED]
+    ]
+    more = len(newest) - len(named)
+    return [
+        f"OTHER TESTBED KEY: default-branch runs of suite {suite!r} on this testbed measured on another key are never "
+        f"pooled with this run's key {candidate.testbed_key}: {'; '.join(named)}"
+        + (f" and {more} more key(s)" if more > 0 else "")
+        + ". Another device, driver or mode times the same code differently; this run begins its key's history"
+    ]
 
 
 def noise_floor(session: Session, *, candidate: Run, default_branch: str, cfg: Analysis) -> float | None:

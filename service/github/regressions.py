@@ -203,7 +203,8 @@ def _kernel_part(reg: Regression, baseline: ResultDocument | None, candidate: Re
     elif m.vanished:
         head = f"{key} gone, {fmt_duration_delta_us(-(m.baseline_us or 0.0))}"
     else:
-        head = f"{key} {fmt_duration_delta_us(m.delta_us or 0.0)} ({fmt_change(m.change)})"
+        ci = f" [{fmt_change(m.ci.low)}, {fmt_change(m.ci.high)}]" if m.ci is not None else ""
+        head = f"{key} {fmt_duration_delta_us(m.delta_us or 0.0)} ({fmt_change(m.change)}{ci})"
     b, c = kernel_of(baseline, reg.case, m), kernel_of(candidate, reg.case, m)
     parts = [head]
     if c is not None and c.bound:
@@ -238,7 +239,7 @@ def line(reg: Regression, baseline: ResultDocument | None, candidate: ResultDocu
             if timing_done:
                 continue
             timing_done = True
-            fallback = f"{markdown.text(f.metric)} {fmt_change(f.change)}, no kernel moved"
+            fallback = f"{markdown.text(f.metric)} {fmt_change(f.change)}, no kernel moved beyond its noise"
             what.append(_kernel_part(reg, baseline, candidate) or fallback)
         elif f.metric == "variance":
             what.append(f"run-to-run variance {fmt_change(f.change)}")

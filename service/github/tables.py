@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from profiler_core import units
-from profiler_core.documents.comparison import Finding
+from profiler_core.documents.comparison import Finding, KernelMove
 from profiler_core.documents.result import Kernel, ResultDocument
 from profiler_core.units import fmt_gbps, fmt_tflops
 from service.github import markdown
@@ -45,6 +45,14 @@ def _interval(f: Finding) -> str:
     if f.ci is None:
         return "–"
     return f"[{pct(f.ci.low)}, {pct(f.ci.high)}] ({f.ci.level:.0%})"
+
+
+def kernel_change(m: KernelMove) -> str:
+    """A kernel's change with the interval of its own change where both sides' samples gave one:
+    ``+5.4% [+4.9%, +5.9%]``."""
+    if m.ci is None:
+        return pct(m.change)
+    return f"{pct(m.change)} [{pct(m.ci.low)}, {pct(m.ci.high)}]"
 
 
 def cell(text: str) -> str:
@@ -96,11 +104,15 @@ def _pair(
 
 def kernel_lines(baseline: ResultDocument | None, candidate: ResultDocument | None, f: Finding) -> list[str]:
     """The table of the kernels that moved in finding ``f`` (at most ``KERNELS_MAX`` rows, largest change first),
-    then what changed in their launch and rates."""
+    each change with its interval where both sides held every round's samples, then what changed in their launch
+    and rates."""
     if not f.kernels:
-        return ["No kernel moved beyond its noise: the change is outside the kernels (launch overhead, host time)."]
+        return [
+            "No kernel moved beyond its own noise (its traced iterations over the rounds): the change is outside the "
+            "kernels (launch overhead, host time) or within their spread."
+        ]
     lines = [
-        "| Kernel | Phase | Baseline | Candidate | Δ | Occupancy | Registers/thread | DRAM BW util "
+        "| Kernel | Phase | Baseline | Candidate | Δ (95% interval) | Occupancy | Registers/thread | DRAM BW util "
         "| Compute util | Bound |",
         "|---|---|---:|---:|---:|---|---|---|---|---|",
     ]
@@ -111,7 +123,7 @@ def kernel_lines(baseline: ResultDocument | None, candidate: ResultDocument | No
         lines.append(
             f"| {cell(m.key)}{state} | {words(m.phase) if m.phase else '–'} "
             f"| {num(m.baseline_us, 'us')} | {num(m.candidate_us, 'us')} "
-            f"| {pct(m.change)} "
+            f"| {kernel_change(m)} "
             f"| {_pair(_attr(b, 'theoretical_occupancy'), _attr(c, 'theoretical_occupancy'), '{:.0%}')} "
             f"| {_pair(_attr(b, 'registers_per_thread'), _attr(c, 'registers_per_thread'))} "
             f"| {_pair(_attr(b, 'bandwidth_util'), _attr(c, 'bandwidth_util'), '{:.0%}')} "

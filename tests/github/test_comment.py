@@ -61,7 +61,7 @@ def test_regression_comment_shows_verdict_table_kernels_links_and_reproduction()
     lines = text.split("### Regressed cases, largest first (3)\n\n", 1)[1].splitlines()[:3]
     assert lines[0] == (
         "- `prefill[backend=efficient]` +5.3% (268.0 → 282.1 µs): "
-        "`fmha_cutlassF_bf16_aligned_64x128_rf_sm80` +14.1 µs (+5.4%)"
+        "`fmha_cutlassF_bf16_aligned_64x128_rf_sm80` +14.0 µs (+5.3% [+4.7%, +5.8%])"
     )
     assert [line.split("`")[1] for line in lines[1:]] == ["prefill[backend=flash]", "prefill[backend=cudnn]"]
     assert (

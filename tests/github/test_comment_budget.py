@@ -179,10 +179,12 @@ def test_kernels_that_share_a_name_are_both_shown() -> None:
     """The committed CPU run's unfused attention launches ``aten::bmm`` twice (QKᵀ and AV): both stay."""
     case = "naive[pass=fwd]"
     baseline = parse_result(docs.cpu())
-    candidate = parse_result(docs.cpu(slower=1.5, cases=[case]))
+    # The run holds one traced round per kernel (an older document): a kernel's change is named only past twice the
+    # case's own spread, which this busy host's samples put at 2.5 times their median: sixfold is past it.
+    candidate = parse_result(docs.cpu(slower=6.0, cases=[case]))
     keys = [(k.key, k.phase) for k in candidate.case(case).kernels]  # type: ignore[union-attr]
     assert ("aten::bmm", "qk_matmul") in keys and ("aten::bmm", "av_matmul") in keys
-    # The committed CPU run is suspect (a busy host): its 50% slowdown is inconclusive; called a regression here.
+    # The committed CPU run is suspect (a busy host): its slowdown is not failed; called a regression here.
     doc = compare([baseline], candidate)
     doc.findings = [
         f.model_copy(update={"status": "regressed", "verdict": "fail"})

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from profiler_core.own_processes import strangers
 from profiler_core.testbed import testbed_key, testbed_meaning
 
 T = TypeVar("T")
@@ -143,7 +144,9 @@ class GpuWatch:
     """The processes on this worker's GPU that are not the job's, read through NVML from outside the jail while the
     job runs (``sandbox.run``'s ``watch``): the worker sees host PIDs, the job's tree among them. Inside its PID
     namespace the profiler cannot tell itself from another process (the driver may report PIDs of either
-    namespace), so this is where "another process on the GPU" is decided for a jailed job."""
+    namespace), so this is where "another process on the GPU" is decided for a jailed job. The job's own processes
+    are ``sandbox.tree``'s, which is ``profiler_core.own_processes``: the definition the profiler judges by outside
+    a jail, so a paired job's two sides are never strangers to each other on either path."""
 
     def __init__(self, interval_s: float = 1.0) -> None:
         self.interval_s = interval_s
@@ -165,11 +168,12 @@ class GpuWatch:
         self._last = now
         with contextlib.suppress(Exception):
             procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
-            self.candidates |= {int(p.pid) for p in procs} - job_pids - {os.getpid()}
+            self.candidates.update(strangers((int(p.pid) for p in procs), job_pids | {os.getpid()}))
 
     def foreign(self, job_pids: frozenset[int]) -> list[int]:
-        """PIDs seen on the GPU that never turned out to be the job's."""
-        return sorted(self.candidates - job_pids)
+        """PIDs seen on the GPU that never turned out to be the job's (``job_pids``: every pid of the job's tree seen
+        while it ran)."""
+        return strangers(self.candidates, job_pids)
 
     def close(self) -> None:
         if self._nvml is not None:

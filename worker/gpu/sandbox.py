@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from profiler_core.own_processes import Process, own_processes, process_table
 from worker.gpu.cgroup import JobCgroup
 
 # Variables passed through when the worker has them: locale, the GPU it was given, where CUDA lives, and
@@ -156,59 +157,21 @@ class Finished:
 
 # --- the process tree, read from /proc ---------------------------------------------------------------------
 
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
-
-def _table() -> dict[int, tuple[int, int, int]]:
-    """pid -> (parent pid, session id, resident bytes) of every process we can read."""
-    out: dict[int, tuple[int, int, int]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return out
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                raw = f.read().decode("ascii", "replace")
-        except OSError:  # it exited meanwhile
-            continue
-        # The command name is in parentheses and may hold spaces: the fields that follow come after the last ')'.
-        fields = raw[raw.rfind(")") + 2 :].split()
-        try:
-            out[int(name)] = (int(fields[1]), int(fields[3]), int(fields[21]) * _PAGE_BYTES)
-        except (IndexError, ValueError):
-            continue
-    return out
-
-
-def tree(root: int, table: Mapping[int, tuple[int, int, int]] | None = None, *, alive: bool = True) -> set[int]:
-    """``root``, its descendants, and every process of the session ``root`` leads.
+def tree(root: int, table: Mapping[int, Process] | None = None, *, alive: bool = True) -> set[int]:
+    """``root``, its descendants, and every process of the session ``root`` leads: the job's own processes, as
+    ``profiler_core.own_processes`` defines them for every judge of the GPU's other processes.
 
     ``alive=False`` once ``root`` was reaped: its pid may then name another process, so only the session
     (whose id the kernel does not hand out again while a member lives) and its descendants count.
     """
-    table = _table() if table is None else table
-    found = {pid for pid, (_, sid, _) in table.items() if sid == root}
-    if alive and root in table:
-        found.add(root)
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    todo = list(found)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+    return own_processes(root, table, alive=alive)
 
 
 def tree_rss_bytes(root: int) -> int:
     """Resident memory of the whole tree of ``root``, in bytes (shared pages are counted in each process)."""
-    table = _table()
-    return sum(table[pid][2] for pid in tree(root, table) if pid in table)
+    table = process_table()
+    return sum(table[pid].resident_bytes for pid in tree(root, table) if pid in table)
 
 
 def kill_tree(root: int, *, alive: bool = True) -> None:
@@ -370,7 +333,7 @@ def run(
                 break
             except subprocess.TimeoutExpired:
                 pass
-            table = _table()
+            table = process_table()
             members = tree(proc.pid, table)
             if cgroup is not None:
                 members |= cgroup.members()
@@ -380,7 +343,7 @@ def run(
             if cgroup is not None:
                 held = cgroup.memory_bytes()
             else:
-                held = sum(table[pid][2] for pid in members if pid in table)
+                held = sum(table[pid].resident_bytes for pid in members if pid in table)
             peak = max(peak, held)
             if disk_bytes is not None and time.monotonic() - disk_checked >= 1.0:
                 used_disk = disk_bytes()
@@ -389,6 +352,7 @@ def run(
                 stopped = "cancelled"
             elif held > limits.memory_bytes or (cgroup is not None and cgroup.oom_kills()):
                 stopped = "memory"
+                peak = max(peak, limits.memory_bytes)  # the cgroup holds it at the limit: the kernel's kill says so
             elif output.over.is_set():
                 stopped = "output"
             elif limits.disk_bytes and used_disk >= limits.disk_bytes:

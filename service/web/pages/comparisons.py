@@ -122,6 +122,7 @@ def _side_by_side(move: KernelMove, candidate: Kernel | None, base_share: float 
         "candidate_us": move.candidate_us,
         "delta_us": move.delta_us,
         "change": move.change,
+        "ci": move.ci,
         "share": (base_share, None if candidate is None else candidate.share),
         "cells": cells,
     }
