@@ -21,6 +21,7 @@ from tests.worker.wkstack import (
     stop,
     wait_ready,
 )
+from worker.gpu import scratch as scratches
 
 
 @pytest.fixture(scope="module")
@@ -80,4 +81,8 @@ def stack_fixture(tmp_path_factory: pytest.TempPathFactory, service_env: dict[st
         yield s
     finally:
         stop(procs)
+        # A worker killed mid-job (the tests do) leaves its job's tmpfs mounted until a later job reaps it: with every
+        # worker gone, reap them all now.
+        for root in tmp.glob("scratch-*/attnprof-jobs"):
+            scratches.reap_stale(root)
         drop_database(name)
