@@ -75,6 +75,7 @@ def test_the_paired_comparison_page_says_it_is_a_paired_run_with_its_rounds(site
     assert (
         f"{doc.paired.rounds} pairs of rounds over all cases in 84 s, at most 15 per case; minimum effect 0.5%" in html
     )
+    assert "error level 0.050 per case, over each case's looks." in html  # one case compared: nothing to split
     assert '<span id="paired-stopped">1 slower, 1 faster, 1 the same, 1 ambiguous</span>' in html
     summary = html.split("Cases by their worst finding:", 1)[1].split("</p>", 1)[0]
     assert "against its merge base, paired on one GPU" in summary and "baseline run" not in summary

@@ -28,6 +28,7 @@ from pathlib import Path
 
 _OWNER = re.compile(r"-p(\d+)-[^-]+$")
 _MNT_DETACH = 2
+_MS_NOSUID, _MS_NODEV = 2, 4
 _WALK_MAX_ENTRIES = 200_000
 
 
@@ -81,7 +82,9 @@ def _mount_tmpfs(target: Path, size_bytes: int) -> bool:
     if os.geteuid() != 0:
         return False
     options = f"size={size_bytes},mode=0700".encode()
-    done: int = _libc().mount(b"attnprof-job", str(target).encode(), b"tmpfs", 0, options)
+    # No set-uid bits and no device nodes count there, whatever the job leaves; exec stays (compiled kernels load).
+    flags = _MS_NOSUID | _MS_NODEV
+    done: int = _libc().mount(b"attnprof-job", str(target).encode(), b"tmpfs", flags, options)
     return done == 0
 
 
