@@ -59,6 +59,10 @@ def decode_json(raw: bytes, *, source: str, max_bytes: int = DOCUMENT_MAX_BYTES)
         raise DocumentError(f"{source}: not JSON: {exc}") from exc
     except RecursionError as exc:  # json's decoder recurses once per nested array or object
         raise DocumentError(f"{source}: JSON nested too deeply to be a result document") from exc
+    except ValueError as exc:  # an integer past Python's digit limit, and any other value json refuses
+        raise DocumentError(f"{source}: not JSON a document may hold: {exc}") from exc
+    except MemoryError as exc:
+        raise DocumentError(f"{source}: too large to read as a document") from exc
 
 
 def _read_json(path: Path) -> Any:

@@ -28,7 +28,7 @@ class RepoNotAllowed(Forbidden):
 
 
 def create(session: Session, *, name: str, default_branch: str = "main") -> Project:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InvalidPayload(f"project name {name!r}: lowercase letters, digits, '.', '_' and '-', at most 100")
     if repository.get_by_name(session, name) is not None:
         raise Conflict(f"project {name!r} exists")
@@ -38,7 +38,7 @@ def create(session: Session, *, name: str, default_branch: str = "main") -> Proj
 def repo_key(repo: str) -> str:
     """``repo`` as the allow-list keeps it: ``owner/name`` in lower case, since GitHub's names ignore case.
     ``InvalidPayload`` when it is no repository name."""
-    if len(repo) > REPO_CHARS or not _REPO.match(repo):
+    if len(repo) > REPO_CHARS or not _REPO.fullmatch(repo):
         raise InvalidPayload(f"repository {repo[:80]!r}: owner/name (letters, digits, '_', '.', '-')")
     return repo.lower()
 

@@ -28,7 +28,7 @@ FORGET_WORKERS_S = 24 * 3600.0
 
 def check_name(name: str) -> str:
     # The name becomes a queue name (profile.<testbed>): keep it to characters every broker accepts.
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InvalidPayload(f"testbed {name!r}: letters, digits, '.', '_' and '-', at most 100 characters")
     return name
 

@@ -289,3 +289,17 @@ def test_an_admin_clears_a_testbeds_key_and_its_next_worker_keys_it_again() -> N
     finally:
         engine.dispose()
         drop_database(name)
+
+
+def test_a_name_with_a_trailing_newline_is_no_testbed_and_no_repository() -> None:
+    import pytest
+
+    from service.errors import InvalidPayload
+    from service.projects import service as project_service
+
+    for bad in ("h100\n", "h100\nx", "h100 "):
+        with pytest.raises(InvalidPayload):
+            testbeds.check_name(bad)
+    with pytest.raises(InvalidPayload):
+        project_service.repo_key("acme/attn\n")
+    assert testbeds.check_name("h100") == "h100" and project_service.repo_key("Acme/Attn") == "acme/attn"

@@ -99,3 +99,18 @@ def test_the_cpu_probe_reads_the_thread_count_the_profiler_uses() -> None:
 def test_probing_a_host_without_a_gpu_finds_none() -> None:
     # No driver here: NVML cannot start, and nothing raises.
     assert gpu.probe_gpu() is None
+
+
+def test_a_gpu_worker_whose_gpu_nvml_cannot_name_gets_no_jail(monkeypatch) -> None:
+    import pytest
+
+    from worker.gpu import device
+    from worker.gpu import jail as jails
+    from worker.gpu.profile import job_jail
+    from worker.gpu.settings import GpuWorkerSettings, ProfileWorker
+
+    # Without the GPU's own node the jail would be handed every GPU of the host, other tenants' included.
+    monkeypatch.setattr(device, "probe_minor", lambda: None)
+    settings = GpuWorkerSettings(worker=ProfileWorker(device="cuda"))
+    with pytest.raises(jails.JailUnavailable, match="cannot name this worker's GPU"):
+        job_jail(settings)

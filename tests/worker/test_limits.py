@@ -352,3 +352,21 @@ def test_a_job_that_fills_its_folder_is_stopped_for_disk(
         folder = filler.scratch.path
     assert not folder.exists()
     assert str(scratch_root) not in Path("/proc/self/mountinfo").read_text()
+
+
+def test_a_cgroup_left_by_a_gone_worker_is_reaped_and_never_another_namespaces(cgroups: Cgroups) -> None:
+    from worker.gpu import owner
+
+    mine = owner.tag()
+    pid, namespace = (int(x) for x in owner.TAG.fullmatch(mine).groups())  # type: ignore[union-attr]
+    dead = cgroups.create(f"attnprof-dead-a1-p999999n{namespace}", memory_bytes=64 << 20, max_processes=16)
+    foreign = cgroups.create("attnprof-foreign-a1-p999999n1", memory_bytes=64 << 20, max_processes=16)
+    live = cgroups.create(f"attnprof-live-a1-p{pid}n{namespace}", memory_bytes=64 << 20, max_processes=16)
+    try:
+        removed = cgroups.reap_stale()
+        assert f"attnprof-dead-a1-p999999n{namespace}" in removed
+        assert not any(d.exists() for d in dead.dirs)
+        assert all(d.exists() for d in foreign.dirs) and all(d.exists() for d in live.dirs)
+    finally:
+        for made in (dead, foreign, live):
+            made.remove()

@@ -139,3 +139,10 @@ def test_a_document_its_model_refuses_is_a_failure_that_says_why() -> None:
         "the profiler exited with code 0 and wrote no valid result document: result.json: invalid result document:"
         " run.mode: Input should be 'cuda' or 'cpu'"
     )
+
+
+def test_a_document_json_refuses_is_the_jobs_failure_never_the_workers(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "result.json").write_bytes(b'{"schema": ' + b"9" * 5000 + b"}")  # past int's digit limit
+    read = _read(tmp_path, "out/result.json")
+    assert isinstance(read, DocumentError) and "not JSON a document may hold" in str(read)

@@ -4,6 +4,7 @@ paths that need no profiling, and the scratch directory, removed whatever happen
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -163,13 +164,18 @@ def test_scratch_left_by_a_dead_worker_is_reaped(tmp_path: Path) -> None:
     root = tmp_path / "root"
     dead = scratches.make(root, "job-a", 1, disk_bytes=0).path
     mine = scratches.make(root, "job-b", 1, disk_bytes=0).path
-    gone = root / dead.name.replace(f"-p{os.getpid()}-", "-p999999-")
+    elsewhere = scratches.make(root, "job-c", 1, disk_bytes=0).path
+    gone = root / dead.name.replace(f"-p{os.getpid()}n", "-p999999n")
     dead.rename(gone)
     (gone / "job" / "src" / "ro").write_text("x")
     (gone / "job" / "src" / "ro").chmod(0o400)
     (gone / "job" / "src").chmod(0o500)
+    # A worker of another PID namespace (another container on a shared volume): pid 999999 means nothing here, so
+    # its folder is never reaped, alive or not.
+    other = root / re.sub(r"-p\d+n\d+-", "-p999999n1-", elsewhere.name)
+    elsewhere.rename(other)
     assert scratches.reap_stale(root) == [gone]
-    assert not gone.exists() and mine.exists()
+    assert not gone.exists() and mine.exists() and other.exists()
 
 
 def test_a_profile_worker_loads_no_database_server_or_torch_code() -> None:

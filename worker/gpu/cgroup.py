@@ -27,22 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from worker.gpu import owner
+
 _ROOT = Path("/sys/fs/cgroup")
 _CONTROLLERS = ("memory", "pids")
 
 
-# A job's cgroup (``attnprof-<job>-a<attempt>-p<worker pid>``) or a worker's own leaf (``attnprof-worker-<pid>``).
-_STALE = re.compile(r"^attnprof-(?:worker-(\d+)|.*-p(\d+))$")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+# A job's cgroup (``attnprof-<job>-a<attempt>-<tag>``), a worker's own leaf (``attnprof-worker-<tag>``) or its
+# self-test's, each with its worker's tag (``worker.gpu.owner``).
+_STALE = re.compile(r"^attnprof-.*-p(\d+)n(\d+)$")
 
 
 class CgroupUnavailable(Exception):
@@ -243,7 +236,7 @@ class Cgroups:
 
     @classmethod
     def _unified(cls, parent: Path) -> Cgroups:
-        if _STALE.match(parent.name) and parent.name.startswith("attnprof-worker-"):
+        if parent.name.startswith("attnprof-worker-"):
             parent = parent.parent  # this process already moved itself (or was started) into a worker's leaf
         if not os.access(parent, os.W_OK):
             raise CgroupUnavailable(f"{parent} is not writable by this worker (a root worker, or delegation)")
@@ -259,7 +252,7 @@ class Cgroups:
             # A cgroup with processes cannot enable controllers for children: its processes (this worker, and in a
             # container whose cgroup this is, the others beside it) move to a leaf first, as container init systems
             # do with the cgroup they are given.
-            leaf = parent / f"attnprof-worker-{os.getpid()}"
+            leaf = parent / f"attnprof-worker-{owner.tag()}"
             try:
                 leaf.mkdir(exist_ok=True)
                 for pid in _read(parent / "cgroup.procs").split():
@@ -273,13 +266,13 @@ class Cgroups:
 
     def reap_stale(self) -> list[str]:
         """Remove the job cgroups (and v2 worker leaves) of workers that are gone, killed before they could remove
-        their own; returns their names."""
+        their own; returns their names. Never one of a worker in another PID namespace: its pid means nothing here."""
         removed: list[str] = []
         for parent in self.parents:
             with contextlib.suppress(OSError):
                 for child in parent.iterdir():
                     match = _STALE.match(child.name)
-                    if match is None or not child.is_dir() or _alive(int(match.group(1) or match.group(2))):
+                    if match is None or not child.is_dir() or not owner.gone(int(match.group(1)), int(match.group(2))):
                         continue
                     JobCgroup(version=self.version, dirs=(child,)).remove()
                     if not child.exists():
@@ -311,7 +304,7 @@ class Cgroups:
 
     def self_test(self) -> None:
         """Make a cgroup, check its limits read back and that a process can join it, and remove it."""
-        job = self.create(f"attnprof-selftest-{os.getpid()}", memory_bytes=64 * 1024 * 1024, max_processes=16)
+        job = self.create(f"attnprof-selftest-{owner.tag()}", memory_bytes=64 * 1024 * 1024, max_processes=16)
         try:
             limit = job.dirs[0] / ("memory.max" if self.version == 2 else "memory.limit_in_bytes")
             if _int(limit) > 64 * 1024 * 1024:

@@ -30,9 +30,10 @@ from worker.gpu.sandbox import Finished
 
 REASON_MAX_CHARS = 9000  # the service takes 10,000
 _CASES_NAMED = 8
-# The most a result document may hold as the job hands it back, in bytes (gzip inflated within the same bound): a
-# 10,000-case document is a few tens of MB, and parsing JSON costs several times its size in the worker.
-DOCUMENT_MAX_BYTES = 128 * 1024 * 1024
+# The most a result document may hold as the job hands it back, in bytes (gzip inflated within the same bound): the
+# service's own limit on a JSON body (ATTNPROF_LIMITS__JSON_BODY_BYTES, 32 MiB), past which it could not be stored.
+# Parsing JSON costs the worker several times the document's size, up to ~28x for a document of empty arrays.
+DOCUMENT_MAX_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)

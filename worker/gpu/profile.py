@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from typing import Any, Literal
 from attnprof.contract import bundle as archive
 from profiler_core.documents import ResultDocument
 from worker.gpu import cgroup as cgroups
-from worker.gpu import handback, outcome, sandbox
+from worker.gpu import handback, outcome, owner, sandbox
 from worker.gpu import jail as jails
 from worker.gpu import paired as ab
 from worker.gpu import scratch as scratches
@@ -120,7 +121,14 @@ def job_jail(settings: GpuWorkerSettings) -> jails.Jail | None:
     if w.device != "cpu":
         from worker.gpu.device import probe_minor
 
-        devices = jails.gpu_nodes(probe_minor())
+        minor = probe_minor()
+        if minor is None:
+            # Without the GPU's own node the jail would be given every GPU of the host, other tenants' included.
+            raise jails.JailUnavailable(
+                "NVML cannot name this worker's GPU (its minor number): a jail would be given every GPU of the "
+                "host; check the driver, pynvml and CUDA_VISIBLE_DEVICES (an index or a GPU- UUID)"
+            )
+        devices = jails.gpu_nodes(minor)
     try:
         return jails.Jail.build(
             job_user=w.job_user,
@@ -442,7 +450,7 @@ def _run_jailed(
     watch = GpuWatch() if cfg.jail is not None and cfg.device != "cpu" else None
     cgroup = (
         cfg.cgroups.create(
-            f"attnprof-{job_id}-a{attempt}-p{os.getpid()}",
+            f"attnprof-{job_id}-a{attempt}-{owner.tag()}",
             memory_bytes=cfg.memory_limit_bytes,
             max_processes=cfg.max_processes,
         )
@@ -476,6 +484,8 @@ def _run_jailed(
 # What the worker reads of one trace before handing it on: the service's default limit for a trace; a larger one
 # is skipped here as the service would refuse it there.
 TRACE_MAX_BYTES = 64 * 1024 * 1024
+# A trace's name: one plain component, nothing a URL path or the trace folder would read another way.
+_TRACE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
 
 
 def _upload_traces(
@@ -484,7 +494,10 @@ def _upload_traces(
     for name in sorted({c.trace for c in document.cases if c.trace}):
         # The document is the user's process's output: a name is one plain component of the trace folder, and the
         # file is read without following a link on the way (handback).
-        if "/" in name or "\\" in name or name.startswith("."):
+        if not _TRACE_NAME.fullmatch(name):
+            log.warning(
+                "job %s: trace %r not stored: a trace's name is letters, digits, '.', '_' and '-'", job_id, name
+            )
             continue
         try:
             data = folder.read(f"out/traces/{name}", max_bytes=TRACE_MAX_BYTES)

@@ -1,6 +1,7 @@
 """One attempt's folder on the worker's host, and the job's part of it (DESIGN 6).
 
-``<scratch_root>/<job>-a<attempt>-p<worker pid>-XXXX/`` belongs to the worker (mode 0700) and holds:
+``<scratch_root>/<job>-a<attempt>-<worker's tag>-XXXX/`` (the tag: ``worker.gpu.owner``) belongs to the worker
+(mode 0700) and holds:
 
 - ``job/``: the job's folder, ``/job`` inside the jail (the bundle in ``src``, the spec, ``home``, ``tmp``, ``out``).
   A root worker mounts a tmpfs of its own there, sized to the job's disk quota: a job that writes more gets
@@ -26,7 +27,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-_OWNER = re.compile(r"-p(\d+)-[^-]+$")
+from worker.gpu import owner
+
+_OWNER = re.compile(r"-p(\d+)n(\d+)-[^-]+$")
 _MNT_DETACH = 2
 _MS_NOSUID, _MS_NODEV = 2, 4
 _WALK_MAX_ENTRIES = 200_000
@@ -97,7 +100,7 @@ def make(root: Path, job_id: str, attempt: int, *, disk_bytes: int) -> Scratch:
     """A fresh folder for one attempt, named after the job, the attempt and this worker's pid, with the job's folder
     inside (a tmpfs of ``disk_bytes`` when this worker may mount one and ``disk_bytes`` is not 0)."""
     root.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=f"{job_id}-a{attempt}-p{os.getpid()}-", dir=root))
+    path = Path(tempfile.mkdtemp(prefix=f"{job_id}-a{attempt}-{owner.tag()}-", dir=root))
     (path / "etc").mkdir(mode=0o755)
     job = path / "job"
     job.mkdir(mode=0o700)
@@ -140,25 +143,16 @@ def remove(path: Path) -> None:
     shutil.rmtree(path, onerror=retry)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def reap_stale(root: Path) -> list[Path]:
     """Remove the attempt folders of workers that are gone (a worker killed with SIGKILL cannot clean up after
-    itself); returns what was removed. Folders of live workers are left alone."""
+    itself); returns what was removed. Folders of live workers, and of workers in another PID namespace (another
+    container sharing the volume), are left alone."""
     removed: list[Path] = []
     if not root.is_dir():
         return removed
     for path in root.iterdir():
         match = _OWNER.search(path.name)
-        if match and path.is_dir() and not path.is_symlink() and not _alive(int(match.group(1))):
+        if match and path.is_dir() and not path.is_symlink() and owner.gone(int(match.group(1)), int(match.group(2))):
             remove(path)
             removed.append(path)
     return removed
