@@ -71,7 +71,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         trace_bytes=settings.limits.trace_bytes,
     )
     # Outside the size limit, which reads a chunked body whole: credentials are checked before any of it is read.
-    app.add_middleware(BodyGateMiddleware, check=preauth_check, max_unfinished=settings.limits.unfinished_bodies)
+    app.add_middleware(
+        BodyGateMiddleware,
+        check=preauth_check,
+        max_unfinished=settings.limits.unfinished_bodies,
+        min_rate_bytes_s=settings.limits.body_min_rate_bytes_s,
+    )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(ServerTimingMiddleware)
     app.add_middleware(ClientAddressMiddleware, trusted_proxies=settings.trusted_proxies)

@@ -30,6 +30,12 @@ class Limits(BaseModel):
     trace_bytes: int = Field(64 * MIB, ge=1024)
     ancestors: int = Field(50, ge=0, description="first-parent ancestors accepted with a job or upload")
     page_size_max: int = Field(1000, ge=1)
+    body_min_rate_bytes_s: int = Field(
+        64 * 1024,
+        ge=1,
+        description="the slowest a request body over 64 KiB may arrive after its first 10 s; slower, it is abandoned "
+        "and its slot freed",
+    )
     unfinished_bodies: int = Field(
         16,
         ge=1,

@@ -62,12 +62,25 @@ def _declared(scope: Scope) -> int | None:
 class BodyGateMiddleware:
     """Every request with a body passes ``check`` before any of it is read, then takes one of ``max_unfinished``
     slots of this process until its body has arrived (503 with ``Retry-After`` when none is free; a body declared
-    within ``READ_AHEAD_BYTES`` takes none). A refusal closes the connection: the body is never read."""
+    within ``READ_AHEAD_BYTES`` takes none), at ``min_rate_bytes_s`` after ``grace_s`` at least, or the request is
+    read as a client that went away and the slot freed. A refusal closes the connection: the body is never read."""
 
-    def __init__(self, app: ASGIApp, *, check: BodyCheck, max_unfinished: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        check: BodyCheck,
+        max_unfinished: int,
+        min_rate_bytes_s: int = 64 * 1024,
+        grace_s: float = 10.0,
+    ) -> None:
         self.app = app
         self.check = check
         self.max_unfinished = max_unfinished
+        # A body must arrive at least this fast after the first grace_s, or its slot is taken back: a sender that
+        # trickles a byte now and then would otherwise hold a slot for as long as it keeps the connection.
+        self.min_rate_bytes_s = min_rate_bytes_s
+        self.grace_s = grace_s
         self.unfinished = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -102,8 +115,22 @@ class BodyGateMiddleware:
                 held = False
                 self.unfinished -= 1
 
+        started = anyio.current_time()
+        received = 0
+
         async def counted() -> Message:
-            message = await receive()
+            nonlocal received
+            if not held:
+                return await receive()
+            left = started + self.grace_s + received / self.min_rate_bytes_s - anyio.current_time()
+            message: Message | None = None
+            if left > 0:
+                with anyio.move_on_after(left):
+                    message = await receive()
+            if message is None:  # too slow: the body is abandoned, its slot free for another
+                release()
+                return {"type": "http.disconnect"}
+            received += len(message.get("body", b""))
             if message["type"] != "http.request" or not message.get("more_body", False):
                 release()
             return message
