@@ -253,7 +253,9 @@ def test_what_a_job_plants_or_holds_is_refused_and_the_next_tenant_runs(bed: Bed
     # The next job on the same worker is another project's: it runs, after the attack, as if nothing had happened.
     done = bed.tenant_job(victim)
     assert done["status"] == "done" and done["attempts"] == 1, done
-    assert _at(done["started_at"]) >= _at(job["finished_at"]), (done, job)
+    # On the same, single worker, after the attack's attempt (a stored run's job is finished by the analysis worker,
+    # which may come a moment after the profile worker has taken the next job).
+    assert _at(done["started_at"]) > _at(job["started_at"]), (done, job)
     assert not _left_behind(bed, hostile)
 
 
