@@ -252,11 +252,8 @@ def reset_testbed_key(testbed: str, as_json: JsonOpt = False) -> None:
 RepoArg = Annotated[str, typer.Argument(help="the GitHub repository, owner/name")]
 
 
-@admin_app.command("allow-repo")
-def allow_repo(project: str, repo: RepoArg, as_json: JsonOpt = False) -> None:
-    """Let a project report to a GitHub repository: its jobs and uploads that name it get commit statuses and the
-    pull-request comment there, sent with the service's token. Only this command allows one: a project's tokens
-    cannot, since the token that posts is the service's."""
+def _change_repos(project: str, repo: str, *, allow: bool, as_json: bool) -> None:
+    """Allow or disallow one repository for a project, and say what the project may report to now."""
     from service.errors import ServiceError
     from service.projects import repository as project_rows
     from service.projects import service as projects
@@ -264,41 +261,38 @@ def allow_repo(project: str, repo: RepoArg, as_json: JsonOpt = False) -> None:
     with _session() as session:
         project_id = _project_id(session, project)
         try:
-            added = projects.allow_repository(session, project_id=project_id, repo=repo, added_by=_actor())
+            if allow:
+                changed = projects.allow_repository(session, project_id=project_id, repo=repo, added_by=_actor())
+            else:
+                changed = projects.disallow_repository(session, project_id=project_id, repo=repo)
             session.commit()
         except ServiceError as exc:
             _die(exc.detail)
         allowed = project_rows.repositories(session, project_id)
-    said = "may now report to" if added else "could already report to"
+    if allow:
+        said = "may now report to" if changed else "could already report to"
+    else:
+        said = "may no longer report to" if changed else "could not report to"
     _emit(
         as_json,
-        {"project": project, "repo": repo.lower(), "added": added, "repositories": allowed},
+        {"project": project, "repo": repo.lower(), "added" if allow else "removed": changed, "repositories": allowed},
         f"{project} {said} {repo.lower()}",
     )
+
+
+@admin_app.command("allow-repo")
+def allow_repo(project: str, repo: RepoArg, as_json: JsonOpt = False) -> None:
+    """Let a project report to a GitHub repository: its jobs and uploads that name it get commit statuses and the
+    pull-request comment there, sent with the service's token. Only this command allows one: a project's tokens
+    cannot, since the token that posts is the service's."""
+    _change_repos(project, repo, allow=True, as_json=as_json)
 
 
 @admin_app.command("disallow-repo")
 def disallow_repo(project: str, repo: RepoArg, as_json: JsonOpt = False) -> None:
     """Stop a project reporting to a GitHub repository: its jobs and uploads naming it are refused from now on, and
     feedback still owed there is not sent."""
-    from service.errors import ServiceError
-    from service.projects import repository as project_rows
-    from service.projects import service as projects
-
-    with _session() as session:
-        project_id = _project_id(session, project)
-        try:
-            removed = projects.disallow_repository(session, project_id=project_id, repo=repo)
-            session.commit()
-        except ServiceError as exc:
-            _die(exc.detail)
-        allowed = project_rows.repositories(session, project_id)
-    said = "may no longer report to" if removed else "could not report to"
-    _emit(
-        as_json,
-        {"project": project, "repo": repo.lower(), "removed": removed, "repositories": allowed},
-        f"{project} {said} {repo.lower()}",
-    )
+    _change_repos(project, repo, allow=False, as_json=as_json)
 
 
 @admin_app.command("list-repos")
