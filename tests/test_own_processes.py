@@ -154,3 +154,23 @@ def test_the_side_passes_the_root_it_is_told_to_its_session(tmp_path: Path, monk
         os.close(cmd_write)
         assert json.loads(replies.readline())["ready"] is False
     assert seen["options"].job_root == 4242
+
+
+def test_what_nvml_listed_on_an_h100_during_attnprof_ab_counts_only_the_stranger() -> None:
+    # Recorded by bench/own_processes_gpu.py: a CUDA process started first from the same shell (the same session),
+    # then `python -m profiler_core ab`; NVML listed the stranger and both sides, sampled with the process table.
+    record = json.loads((Path(__file__).parent / "data" / "h100" / "own-processes.json").read_text())
+    coordinator, other = record["coordinator"], record["stranger"]
+    assert record["samples"]
+    for sample in record["samples"]:
+        table = {int(pid): Process(parent, session, 0) for pid, (parent, session) in sample["table"].items()}
+        sides = [pid for pid in sample["nvml_pids"] if pid != other]
+        assert len(sides) == 2 and all(table[pid].parent == coordinator for pid in sides)
+        assert table[other].session == table[coordinator].session  # one shell's session: still a stranger
+        assert other_processes(sample["nvml_pids"], coordinator, table) == [other]
+        # Judged from the stranger's side, both of the job's sides are others.
+        assert other_processes(sample["nvml_pids"], other, table) == sides
+    # And each side's own document, written on the GPU, counted exactly the stranger at start and at end.
+    for side_doc in record["sides"].values():
+        assert side_doc["other_processes"] == [1, 1]
+        assert all(other in pids for pids in side_doc["gpu_pids"])

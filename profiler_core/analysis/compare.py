@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -384,17 +384,24 @@ def _summary(candidate: ResultDocument, compared: int, findings: Sequence[Findin
 TIMING_METRICS = frozenset({"latency", "bandwidth", "throughput", "variance", "dram_bytes"})
 
 
-def _excuse_suspect_cases(candidate: ResultDocument, findings: list[Finding], notes: list[str]) -> None:
+def _excuse_suspect_cases(
+    candidate: ResultDocument,
+    findings: list[Finding],
+    notes: list[str],
+    counts: Callable[[str], bool] = lambda reason: True,
+) -> None:
     """A timing finding of a case timed under doubtful conditions (clocks fell) warns instead of failing.
 
-    Backend, accuracy and status findings still fail: clocks do not change what ran or what it computed.
+    Backend, accuracy and status findings still fail: clocks do not change what ran or what it computed. Only the
+    case's marks that ``counts`` keeps excuse it (a paired comparison drops the ones interleaving cancels).
     """
     for f in findings:
         case = candidate.case(f.case)
-        if f.verdict != "fail" or f.metric not in TIMING_METRICS or case is None or not case.suspect:
+        marks = [r for r in (case.suspect or []) if counts(r)] if case is not None else []
+        if f.verdict != "fail" or f.metric not in TIMING_METRICS or not marks:
             continue
         f.verdict = "warn"
-        reasons = "; ".join(case.suspect)
+        reasons = "; ".join(marks)
         f.detail = f"{f.detail + '; ' if f.detail else ''}would fail, but the case is suspect ({reasons})"
         notes.append(f"{f.case}: {f.metric} regression not failed: the case is suspect ({reasons})")
 

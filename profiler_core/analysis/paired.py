@@ -43,7 +43,7 @@ from profiler_core.documents.comparison import (
     Verdict,
 )
 from profiler_core.documents.paired import PairedCase, PairedDocument
-from profiler_core.documents.result import Case, ResultDocument, Thresholds
+from profiler_core.documents.result import CLOCK_DROP_MARK, Case, ResultDocument, Thresholds
 from profiler_core.units import fmt_duration_us, fmt_probability
 
 
@@ -62,6 +62,26 @@ def rule_for(paired: PairedDocument, min_effect: float, case: PairedCase | None 
         max_set_aside=r.max_set_aside,
         family=r.family,
     )
+
+
+def _uneven(reason: str) -> bool:
+    """Whether a suspect mark can bias a paired comparison. A clock that fell while timing (power or thermal capping)
+    cannot: the rounds alternate base, head, head, base, so both sides ran under the same clock, and each pair's ratio
+    cancels it (a head that draws more power and so runs at a lower clock is the change itself, which the ratio should
+    show). Another process on the GPU, throttling the driver reports and a loaded host can: they come and go, and one
+    side's rounds may take more of them."""
+    return not reason.startswith(CLOCK_DROP_MARK)
+
+
+def _clock_notes(base: ResultDocument, head: ResultDocument) -> list[str]:
+    """The cases whose clock fell while timing, said once: a note, not an excuse (``_uneven``)."""
+    fell = sorted({c.id for doc in (base, head) for c in doc.cases if any(not _uneven(r) for r in c.suspect or [])})
+    if not fell:
+        return []
+    return [
+        f"SM clock fell while timing {', '.join(fell[:5])}{' ...' if len(fell) > 5 else ''} (power or thermal capping):"
+        " both sides were timed interleaved under it, so the paired test stands"
+    ]
 
 
 def compare_paired(
@@ -151,11 +171,13 @@ def compare_paired(
         )
     notes += _stopping_notes(paired, findings)
     notes += [f"the rounds and the verdict differ on {line}" for line in told]
-    _excuse_suspect_cases(head, findings, notes)
+    notes += _clock_notes(base, head)
+    _excuse_suspect_cases(head, findings, notes, _uneven)
     verdict = _worst(verdict, *(f.verdict for f in findings))
-    if base.run.suspect:
-        notes.append(f"the base side is suspect: {'; '.join(base.run.suspect)}")
-    verdict = _suspect_run(verdict, head.run.suspect, notes, "head")
+    base_marks = [r for r in base.run.suspect or [] if _uneven(r)]
+    if base_marks:
+        notes.append(f"the base side is suspect: {'; '.join(base_marks)}")
+    verdict = _suspect_run(verdict, [r for r in head.run.suspect or [] if _uneven(r)], notes, "head")
     findings.sort(key=_order)
     return ComparisonDocument(
         mode="paired",

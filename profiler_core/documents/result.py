@@ -97,6 +97,11 @@ class Thresholds(_Model):
     fdr: Annotated[float, Field(gt=0.0, lt=1.0)] | None = Field(None, description="false-discovery level")
 
 
+# How a suspect mark for a clock that fell while timing begins (``measure.environment.mark_clock_drops`` writes it).
+# A paired comparison reads it: both sides were timed interleaved under the same clock, so it does not excuse them.
+CLOCK_DROP_MARK = "SM clock fell"
+
+
 class RunInfo(_Model):
     id: str
     created_at: datetime

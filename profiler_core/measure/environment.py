@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from profiler_core.documents import Case, Device, GpuHealth
+from profiler_core.documents.result import CLOCK_DROP_MARK
 from profiler_core.own_processes import other_processes
 from profiler_core.testbed import cpu_model, testbed_key, testbed_meaning
 
@@ -173,10 +174,11 @@ def mark_clock_drops(cases: list[Case], reference_mhz: float | None) -> list[str
             dropped += 1
             c.suspect = [
                 *(c.suspect or []),
-                f"SM clock fell to {low:.0f} MHz (top {reference_mhz:.0f} MHz) while timing: power or thermal capping",
+                f"{CLOCK_DROP_MARK} to {low:.0f} MHz (top {reference_mhz:.0f} MHz) while timing: "
+                "power or thermal capping",
             ]
     if timed and dropped * 2 > len(timed):
-        return [f"SM clock fell more than {CASE_CLOCK_DROP:.0%} in {dropped} of {len(timed)} cases"]
+        return [f"{CLOCK_DROP_MARK} more than {CASE_CLOCK_DROP:.0%} in {dropped} of {len(timed)} cases"]
     return []
 
 
