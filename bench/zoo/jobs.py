@@ -40,33 +40,43 @@ def _seconds(a: str | None, b: str | None) -> float | None:
     return round((end - start).total_seconds(), 3) if start and end else None
 
 
-def submit(stack: pipeline.Stack, change: Change, found: trees.Trees, rep: int) -> str:
-    """The change as ``attnprof submit --paired`` sends it: the suite, the head's bundle and the merge base's."""
+def submit(stack: pipeline.Stack, change: Change, found: trees.Trees, rep: int, *, paired: bool = True) -> str:
+    """The change as ``attnprof submit --paired`` sends it: the suite, the head's bundle and the merge base's; or,
+    not ``paired``, as ``attnprof submit`` does: the head alone (one unpaired profile, the cost's yardstick)."""
     head_commit, base_commit = trees.commit_of(found.head_files), trees.commit_of(found.base_files)
+    data = {
+        "testbed": stack.testbed,
+        "branch": f"zoo/{change.name}",
+        "commit": head_commit,
+        "suite_path": change.suite,
+    }
+    files = {
+        "spec": ("attnprof.toml", found.suite.read_bytes()),
+        "bundle": ("head.tar.gz", trees.bundle(found.head_files)),
+    }
+    if paired:
+        data["base_commit"] = base_commit
+        files["base_bundle"] = ("base.tar.gz", trees.bundle(found.base_files))
     with stack.http() as http:
-        r = http.post(
-            f"/api/v1/projects/{pipeline.PROJECT}/jobs",
-            data={
-                "testbed": stack.testbed,
-                "branch": f"zoo/{change.name}",
-                "commit": head_commit,
-                "base_commit": base_commit,
-                "suite_path": change.suite,
-            },
-            files={
-                "spec": ("attnprof.toml", found.suite.read_bytes()),
-                "bundle": ("head.tar.gz", trees.bundle(found.head_files)),
-                "base_bundle": ("base.tar.gz", trees.bundle(found.base_files)),
-            },
-        )
+        r = http.post(f"/api/v1/projects/{pipeline.PROJECT}/jobs", data=data, files=files)
     if r.status_code != 202:
-        raise RuntimeError(f"the paired job was refused: {r.status_code} {r.text[:2000]}")
+        raise RuntimeError(f"the {'paired' if paired else 'unpaired'} job was refused: {r.status_code} {r.text[:2000]}")
     return str(r.json()["id"])
 
 
-def run(stack: pipeline.Stack, change: Change, found: trees.Trees, *, rep: int, dest: Path, timeout_s: float) -> JobRun:
-    """Submit the change as a paired job, wait for its verdict (cancelled at ``timeout_s``), and read what it said."""
-    job_id = submit(stack, change, found, rep)
+def run(
+    stack: pipeline.Stack,
+    change: Change,
+    found: trees.Trees,
+    *,
+    rep: int,
+    dest: Path,
+    timeout_s: float,
+    paired: bool = True,
+) -> JobRun:
+    """Submit the change as a paired job (or the head alone, not ``paired``), wait for its verdict (cancelled at
+    ``timeout_s``), and read what it said."""
+    job_id = submit(stack, change, found, rep, paired=paired)
     deadline = time.monotonic() + timeout_s
     with stack.http() as http:
         while True:
@@ -94,7 +104,7 @@ def run(stack: pipeline.Stack, change: Change, found: trees.Trees, *, rep: int, 
             stored = http.get(f"/api/v1/projects/{pipeline.PROJECT}/runs/{job['run_id']}").json()
             found_run.held_s = _seconds(job.get("started_at"), stored.get("created_at"))
         r = http.get(f"/api/v1/jobs/{job_id}/comparison", params={"mode": "paired"})
-        if r.status_code == 200:
+        if paired and r.status_code == 200:
             body = r.json()["document"]
             out = dest / f"job-{rep}"
             out.mkdir(parents=True, exist_ok=True)

@@ -150,6 +150,7 @@ class ChangeRun(_Model):
     ab: list[AbRun] = Field(default_factory=list)
     profile: ProfileRun | None = None
     jobs: list[JobRun] = Field(default_factory=list)
+    unpaired_job: JobRun | None = Field(None, description="the head alone as a job: the paired job's cost yardstick")
 
 
 class RunDoc(_Model):

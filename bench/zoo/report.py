@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.zoo import records
+from bench.zoo import records, scoring
 from bench.zoo.changes import CHANGES
 from bench.zoo.records import CaseLine, Outcome, RunDoc, TruthCase, TruthDoc
 from bench.zoo.scoring import (
@@ -63,8 +63,9 @@ def targets_section(machines: list[Machine]) -> list[str]:
         "",
         "At the defaults (suites without a timing table, no `--max-pairs`). *Caught*: the verdict is `fail` for a "
         "change whose ground truth is 1% slower or more (interval above zero). *False alarm*: `fail` on identical "
-        "trees. *Cost*: the `ab` process's wall time, and the worker's GPU time for the paired job (claimed to its "
-        "run stored), against one unpaired `profile` process of the head, median over changes.",
+        "trees. *Cost*: the `ab` process's wall time against one unpaired `profile` process of the head; the "
+        "worker's GPU time for the paired job (claimed to its run stored) against the same for the head alone as an "
+        "unpaired job (where that ran; else against the `profile` process); median over changes.",
         "",
         "| target | GPU | through `attnprof ab` | through a paired job |",
         "|---|---|---|---|",
@@ -190,8 +191,12 @@ def machine_section(m: Machine) -> list[str]:
             kernels = sum(len(line.kernel_lines) for o in given for line in o.cases)
             counts = [sum(o.verdict == v for o in given) for v in ("fail", "warn", "pass")]
             out.append(f"| `{c.name}` | {path} | {len(given)} | {counts[0]} | {counts[1]} | {counts[2]} | {kernels} |")
-    out += ["", "### Cost", "", "| change | profile (s) | `ab` (s) | ab / profile | job GPU held (s) | job / profile |"]
-    out += ["|---|---|---|---|---|---|"]
+    out += ["", "### Cost", ""]
+    out += [
+        "| change | profile (s) | `ab` (s) | ab / profile | unpaired job GPU held (s) | job GPU held (s) "
+        "| job / unpaired |"
+    ]
+    out += ["|---|---|---|---|---|---|---|"]
     for c in CHANGES:
         runs = m.runs.get(c.name, [])
         prof = [r.profile.process_s for r in runs if r.profile]
@@ -202,9 +207,14 @@ def machine_section(m: Machine) -> list[str]:
         p = statistics.median(prof) if prof else None
         a = statistics.median(abs_) if abs_ else None
         h = statistics.median(held) if held else None
+        alone = scoring.unpaired_held(m, c.name)
+        yardstick = alone or p
         ratio = f"{a / p:.2f}x" if a and p else "—"
-        jratio = f"{h / p:.2f}x" if h and p else "—"
-        out.append(f"| `{c.name}` | {seconds(p)} | {seconds(a)} | {ratio} | {seconds(h)} | {jratio} |")
+        jratio = "—"
+        if h and yardstick:
+            jratio = f"{h / yardstick:.2f}x" + ("" if alone else " (of the profile)")
+        cells = [seconds(p), seconds(a), ratio, seconds(alone), seconds(h), jratio]
+        out.append(f"| `{c.name}` | " + " | ".join(cells) + " |")
     out += ["", *misses(m), ""]
     return out
 

@@ -5,13 +5,13 @@ embedded stack, and one unpaired ``attnprof profile`` of the head for the cost.
     python -m bench.zoo.run --quick --out DIR --steps ab      # a CPU host: two changes, tiny shapes, short timing
 
 Per change, in the zoo's order (bench/zoo/changes.py): ``ab`` (``--repeat`` times), the paired job (as often), then
-the profile (for the first ``--profiles`` changes). The suites carry no timing table and nothing is passed beyond
-the trees, the device and the peaks cache, so every verdict is the defaults'. The peaks are measured once first, so
-no run measures its own. A step starts only when it is expected to end within ``--budget-s`` (the longest of its kind
-so far, times 1.15), and is stopped at the budget's end; DIR/run.json is written after every step, so a run stopped
-early still holds what it measured. Each change's documents (gzipped), rendered comparisons and diff are in
-DIR/<change>/. The stack is started only for the job step; its profile worker measures the GPU's peaks when it
-starts, before anything is timed.
+the profile and the head alone as an unpaired job (for the first ``--profiles`` changes): the yardsticks of the
+cost. The suites carry no timing table and nothing is passed beyond the trees, the device and the peaks cache, so
+every verdict is the defaults'. The peaks are measured once first, so no run measures its own. A step starts only
+when it is expected to end within ``--budget-s`` (the longest of its kind so far, times 1.15), and is stopped at the
+budget's end; DIR/run.json is written after every step, so a run stopped early still holds what it measured. Each
+change's documents (gzipped), rendered comparisons and diff are in DIR/<change>/. The stack is started only for the
+job step; its profile worker measures the GPU's peaks when it starts, before anything is timed.
 """
 
 from __future__ import annotations
@@ -132,9 +132,22 @@ class Runner:
                 found, device=self.a.device, peaks=self.peaks, dest=dest, timeout_s=self.budget.left()
             )
             self.budget.record("profile", record.profile.process_s)
-            self.profiled += 1
             self.save()
             _say(f"{tag} profile in {record.profile.process_s:.1f} s (exit {record.profile.exit_code})")
+            if "job" in self.a.steps and self.stack is not None and self.fits("job", change):
+                from bench.zoo import jobs
+
+                started = self.budget.spent()
+                try:
+                    record.unpaired_job = jobs.run(
+                        self.stack, change, found, rep=0, dest=dest, timeout_s=self.budget.left(), paired=False
+                    )
+                    _say(f"{tag} unpaired job: {self.job_line(record.unpaired_job)}")
+                except Exception as exc:
+                    _say(f"{tag} unpaired job: {type(exc).__name__}: {exc}"[:3000])
+                self.budget.record("job", self.budget.spent() - started)
+                self.save()
+            self.profiled += 1
         return True
 
     @staticmethod

@@ -175,11 +175,22 @@ def cost_ratios(m: Machine) -> dict[str, list[float]]:
         unpaired = statistics.median(p.process_s for p in profiles)
         abs_ = [r.process_s for r in m.ab(c.name) if r.outcome is not None]
         held = [j.held_s for j in m.jobs(c.name) if j.held_s is not None]
+        alone = unpaired_held(m, c.name)
         if abs_:
             found["ab"].append(statistics.median(abs_) / unpaired)
         if held:
-            found["job"].append(statistics.median(held) / unpaired)
+            found["job"].append(statistics.median(held) / (alone or unpaired))
     return found
+
+
+def unpaired_held(m: Machine, change: str) -> float | None:
+    """The GPU time the worker held for the head alone as an unpaired job (the paired job's yardstick), if it ran."""
+    held = [
+        r.unpaired_job.held_s
+        for r in m.runs.get(change, [])
+        if r.unpaired_job is not None and r.unpaired_job.status == "done" and r.unpaired_job.held_s is not None
+    ]
+    return statistics.median(held) if held else None
 
 
 def judge_caught(t: Tally) -> str:
