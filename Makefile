@@ -38,12 +38,12 @@ test:
 
 lint:
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check profiler_core attnprof service worker
+	$(BIN)/ruff format --check attnprof
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 fmt:
-	$(BIN)/ruff format profiler_core attnprof service worker
+	$(BIN)/ruff format attnprof
 	$(BIN)/ruff check --fix .
 
 clean:

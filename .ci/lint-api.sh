@@ -30,7 +30,7 @@ import sys
 
 from fastapi.testclient import TestClient
 
-from service.app import create_app
+from attnprof.server.app import create_app
 
 client = TestClient(create_app())
 for path, name in (("/openapi.json", "public.json"), ("/internal/openapi.json", "internal.json")):

@@ -13,21 +13,24 @@ from importlib.metadata import PackageNotFoundError, version
 
 # verb -> (module holding a Typer app named `app`, one-line help)
 VERBS: dict[str, tuple[str, str]] = {
-    "profile": ("profiler_core.cli", "Profile every kernel of a suite's cases into a result document."),
-    "report": ("profiler_core.cli", "Print the per-kernel table of a result document."),
-    "compare": ("profiler_core.cli", "Compare baseline result(s) with a candidate: pass, warn or fail."),
-    "ab": ("profiler_core.cli", "Profile two source trees interleaved on one device and compare them pair by pair."),
-    "changepoints": ("profiler_core.cli", "Find change points in a chronological series of results."),
-    "schema": ("profiler_core.cli", "Print the JSON Schema of a document."),
-    "calibrate": ("profiler_core.cli", "Measure this host's peak bandwidth and matmul rates into the peaks cache."),
-    "serve": ("service.cli", "Run the HTTP API of the service."),
-    "db": ("service.cli", "Migrate the service's database (db upgrade)."),
-    "admin": ("service.cli", "Create projects, project tokens and worker tokens."),
+    "profile": ("attnprof.core.cli", "Profile every kernel of a suite's cases into a result document."),
+    "report": ("attnprof.core.cli", "Print the per-kernel table of a result document."),
+    "compare": ("attnprof.core.cli", "Compare baseline result(s) with a candidate: pass, warn or fail."),
+    "ab": ("attnprof.core.cli", "Profile two source trees interleaved on one device and compare them pair by pair."),
+    "changepoints": ("attnprof.core.cli", "Find change points in a chronological series of results."),
+    "schema": ("attnprof.core.cli", "Print the JSON Schema of a document."),
+    "calibrate": ("attnprof.core.cli", "Measure this host's peak bandwidth and matmul rates into the peaks cache."),
+    "serve": ("attnprof.server.cli", "Run the HTTP API of the service."),
+    "db": ("attnprof.server.cli", "Migrate the service's database (db upgrade)."),
+    "admin": ("attnprof.server.cli", "Create projects, project tokens and worker tokens."),
     "upload": ("attnprof.client.cli", "Upload a result document to the service; exit 1 when it fails its comparison."),
     "submit": ("attnprof.client.cli", "Submit a suite as a job to the service; --wait exits by its verdict."),
     "action": ("attnprof.client.action", "The GitHub Action's step (inputs from ATTNPROF_* variables)."),
-    "worker": ("worker.cli", "Run a profile worker (one per GPU) or the analysis worker."),
-    "demo": ("worker.cli", "Run the whole flow on this machine: service, workers, two jobs and their verdicts."),
+    "worker": ("attnprof.worker.cli", "Run a profile worker (one per GPU) or the analysis worker."),
+    "demo": (
+        "attnprof.worker.cli",
+        "Run the whole flow on this machine: service, workers, two jobs and their verdicts.",
+    ),
 }
 
 # The extras of pyproject.toml by the top-level modules they install: a verb that needs one of these in the base
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         if verb in ("profile", "ab") and argv is None:
             # The console script's profiling process ends as soon as its result is written (``exit_with``); called
             # in process with ``argv``, the caller's process is left alone.
-            from profiler_core.process_exit import exit_with
+            from attnprof.core.process_exit import exit_with
 
             exit_with(lambda: app(args=args, prog_name="attnprof"))
         app(args=args, prog_name="attnprof")

@@ -4,9 +4,9 @@
     .venv/bin/python bench/aa_cpu.py --source /tmp/aa-src --source-commit f58fb1e   # another tree's profiler
 
 Each triple is two baseline runs and one candidate run of ``--suite`` (``examples/cpu.toml``), each a separate
-``python -m profiler_core profile SUITE --device cpu --out ...`` process, then
-``python -m profiler_core compare base1.json base2.json cand.json --json``; all run with ``--source`` as the working
-directory, so its ``profiler_core`` is the one measured. Meanwhile one core is kept busy by a busy-loop process that
+``python -m attnprof.core profile SUITE --device cpu --out ...`` process, then
+``python -m attnprof.core compare base1.json base2.json cand.json --json``; all run with ``--source`` as the working
+directory, so its ``attnprof.core`` is the one measured. Meanwhile one core is kept busy by a busy-loop process that
 this script starts and stops: on a 2-core host the profiler's two threads then share a core with it, the way a CI
 runner shares its cores with other jobs. ``--busy all`` keeps it running from the first triple to the last (every
 run shares the host alike); ``--busy candidate`` runs it only while each candidate is profiled, a transient
@@ -15,7 +15,7 @@ disturbance that hits one side of the comparison; ``--busy none`` is a quiet con
 Per triple it keeps a summary (not the documents): the exit codes, the verdict and the notes of the comparison, the
 findings that failed or warned, each run's ``suspect`` and each case's sample count, median and ``suspect`` reasons;
 and the verdict the same comparison would have reached with every ``suspect`` mark removed (computed in this
-process with ``profiler_core.analysis.compare`` from ``--source``), which says what the marks were worth. Writes
+process with ``attnprof.core.analysis.compare`` from ``--source``), which says what the marks were worth. Writes
 ``DATA/triples.jsonl`` as it goes (a line per triple, also printed), ``DATA/summary.json`` and ``--report``.
 Target: 0 fails (exit code 1 of ``compare``) out of ``--triples``.
 """
@@ -57,9 +57,9 @@ def _cpu_model() -> str:
 
 def _versions(python: str, source: Path) -> dict[str, str]:
     code = (
-        "import platform, torch, numpy, scipy, profiler_core; "
+        "import platform, torch, numpy, scipy, attnprof.core; "
         "print(platform.python_version(), torch.__version__, numpy.__version__, scipy.__version__, "
-        "profiler_core.__version__)"
+        "attnprof.core.__version__)"
     )
     out = subprocess.run([python, "-c", code], cwd=source, capture_output=True, text=True, check=True).stdout.split()
     return dict(zip(("python", "torch", "numpy", "scipy", "attnprof"), out, strict=True))
@@ -67,7 +67,7 @@ def _versions(python: str, source: Path) -> dict[str, str]:
 
 def _profile(python: str, source: Path, suite: Path, out: Path) -> tuple[int, float]:
     started = time.perf_counter()
-    cmd = [python, "-m", "profiler_core", "profile", str(suite), "--device", "cpu", "--out", str(out), "--quiet"]
+    cmd = [python, "-m", "attnprof.core", "profile", str(suite), "--device", "cpu", "--out", str(out), "--quiet"]
     done = subprocess.run(cmd, cwd=source, capture_output=True, text=True)
     return done.returncode, time.perf_counter() - started
 
@@ -94,9 +94,9 @@ def _run_summary(path: Path, rc: int, wall_s: float) -> dict[str, Any]:
 
 
 def _unmarked_verdict(paths: list[Path]) -> str | None:
-    """The verdict with every suspect mark removed, from the source tree's profiler_core (imported lazily)."""
-    from profiler_core.analysis import compare
-    from profiler_core.documents import load_result
+    """The verdict with every suspect mark removed, from the source tree's attnprof.core (imported lazily)."""
+    from attnprof.core.analysis import compare
+    from attnprof.core.documents import load_result
 
     docs = [load_result(p) for p in paths]
     for d in docs:
@@ -139,7 +139,7 @@ def run_triple(
             if mode == "candidate":
                 busy.stop()
         runs[name] = _run_summary(path, rc, wall_s)
-    cmd = [python, "-m", "profiler_core", "compare", *map(str, paths), "--json"]
+    cmd = [python, "-m", "attnprof.core", "compare", *map(str, paths), "--json"]
     done = subprocess.run(cmd, cwd=source, capture_output=True, text=True)
     comparison: dict[str, Any] = {"rc": done.returncode}
     if done.returncode in (0, 1) and done.stdout.strip():
@@ -213,8 +213,8 @@ def write_report(summary: dict[str, Any], path: Path) -> None:
         "```",
         "",
         f"Each triple: two baseline runs and one candidate run of `{summary['suite']}` (unchanged code), each "
-        "`python -m profiler_core profile ... --device cpu` in a process of its own, then "
-        "`python -m profiler_core compare base1.json base2.json cand.json`. The raw summaries (exit codes, "
+        "`python -m attnprof.core profile ... --device cpu` in a process of its own, then "
+        "`python -m attnprof.core compare base1.json base2.json cand.json`. The raw summaries (exit codes, "
         "verdicts, notes, non-passing findings, each case's sample count, median and suspect reasons) are in "
         f"`{summary['data_dir']}/`.",
         "",
@@ -267,7 +267,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--triples", type=int, default=20)
     parser.add_argument("--suite", type=Path, default=Path("examples/cpu.toml"), help="relative to --source")
-    parser.add_argument("--source", type=Path, default=ROOT, help="the tree whose profiler_core runs")
+    parser.add_argument("--source", type=Path, default=ROOT, help="the tree whose attnprof.core runs")
     parser.add_argument("--source-commit", default=None, help="what --source is (default: its git HEAD)")
     parser.add_argument("--python", default=sys.executable)
     date = datetime.now(UTC).strftime("%Y-%m-%d")

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/aa_paired_cpu.py --trials 20 [--busy all|none]
 
-Each trial is one ``python -m profiler_core ab SUITE --base A --head B --device cpu`` with two empty trees (the
+Each trial is one ``python -m attnprof.core ab SUITE --base A --head B --device cpu`` with two empty trees (the
 CPU suite's targets are built in, so both sides run the same code from two processes), as a paired job runs on a
 CPU worker. Meanwhile, with ``--busy all``, one core is kept busy by a busy-loop process (``bench/aa_cpu.py``'s),
 the way a CI runner shares its cores. Per trial it keeps the exit code, the verdict, each case's stopping reason,
@@ -31,9 +31,9 @@ from bench.aa_cpu import BUSY_WORDS, BusyCore, _cpu_model  # noqa: E402
 
 def unmarked_verdict(out: Path) -> str:
     """The verdict the same paired comparison reaches with every suspect mark removed: what the marks were worth."""
-    from profiler_core.analysis.paired import compare_paired
-    from profiler_core.documents import load_result
-    from profiler_core.documents.paired import PairedDocument
+    from attnprof.core.analysis.paired import compare_paired
+    from attnprof.core.documents import load_result
+    from attnprof.core.documents.paired import PairedDocument
 
     docs = [load_result(out / "base.json"), load_result(out / "result.json")]
     for doc in docs:
@@ -49,7 +49,7 @@ def trial(index: int, suite: Path, scratch: Path) -> dict[str, Any]:
     base.mkdir(exist_ok=True)
     head.mkdir(exist_ok=True)
     started = time.perf_counter()
-    argv = [sys.executable, "-m", "profiler_core", "ab", str(suite), "--base", str(base), "--head", str(head)]
+    argv = [sys.executable, "-m", "attnprof.core", "ab", str(suite), "--base", str(base), "--head", str(head)]
     argv += ["--out", str(out), "--device", "cpu", "--cache-dir", str(scratch / "peaks"), "--quiet"]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - started

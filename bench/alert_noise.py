@@ -1,6 +1,6 @@
 """How many alerts a default-branch history with sub-threshold wiggles and one real step makes: every change point
 keyed on the run that revealed it (the rule before alerts were keyed on steps), against the steps that pass the
-case's minimum effect, one per step (``service.comparisons.alerts``).
+case's minimum effect, one per step (``attnprof.server.comparisons.alerts``).
 
     .venv/bin/python bench/alert_noise.py
 
@@ -24,8 +24,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler_core.analysis import e_divisive  # noqa: E402
-from service.comparisons import alerts  # noqa: E402
+from attnprof.core.analysis import e_divisive  # noqa: E402
+from attnprof.server.comparisons import alerts  # noqa: E402
 from tests.service import svcdocs as docs  # noqa: E402
 
 STEP_CASE = "sdpa[backend=cudnn,pass=fwd]"

@@ -8,7 +8,7 @@ Otava pins old numpy and scipy, so it lives in a venv of its own and is never a 
 Each series is a history of run medians: lognormal noise with 0.6% sd (the run-to-run spread of medians on
 the H200), 0-4 level shifts of 1.5-5% in either direction at least 30 runs apart, and 3% of the runs
 landing in a slow mode 3-6% up (bimodal GPU timings). The same series go to
-``profiler_core.analysis.e_divisive`` (alpha 0.01, 99 permutations, min_size 5) in this process and to
+``attnprof.core.analysis.e_divisive`` (alpha 0.01, 99 permutations, min_size 5) in this process and to
 Otava in a subprocess: ``compute_change_points`` (its default: e-divisive in windows of 50 with Student's
 t-test, p <= 0.001) and, on the shorter series only because it takes seconds per series,
 ``compute_change_points_orig`` (Matteson & James with 100 permutations, p <= 0.01). Change points match
@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler_core.analysis import e_divisive  # noqa: E402
+from attnprof.core.analysis import e_divisive  # noqa: E402
 
 REPORT = ROOT / "bench" / "reports" / "changepoints-vs-otava.md"
 TOLERANCE = 5

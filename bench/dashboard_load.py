@@ -392,7 +392,7 @@ def main() -> None:
     info = Path(f"/tmp/{args.database}.json")
     if args.reuse:
         seeded = seeding.Seeded(**json.loads(info.read_text()))
-        from service import migrate
+        from attnprof.server import migrate
 
         migrate.upgrade(seeded.url)  # a database seeded before a newer migration
         print(f"reusing {seeded.database}: {seeded.runs} runs", flush=True)

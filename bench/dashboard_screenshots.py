@@ -15,7 +15,7 @@ Run on purpose (not in CI). Two sources, each showing what the service really ma
      from the 10th: the upload's change-point detection records the step; one run pinned, one excluded;
   4. a pull-request upload with one case 25 % slower (a failing comparison);
   5. three jobs: one done (claimed, its result posted through the worker endpoints, analysed by
-     ``worker.cpu.verdict.run``), one failed (its worker reported why), one still queued;
+     ``attnprof.worker.analysis.verdict.run``), one failed (its worker reported why), one still queued;
   6. the screenshots, 1400 px wide, each page after its charts are drawn.
 
   The database is dropped at the end unless ``--keep``.
@@ -48,14 +48,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import service_seed as seeding  # noqa: E402
 
-from service import migrate  # noqa: E402
-from service.auth import service as auth  # noqa: E402
-from service.config import Settings  # noqa: E402
-from service.db import make_engine, make_sessionmaker  # noqa: E402
-from service.jobs import attempts  # noqa: E402
-from service.jobs import repository as job_rows  # noqa: E402
-from service.projects import service as projects  # noqa: E402
-from service.testbeds import repository as testbeds  # noqa: E402
+from attnprof.server import migrate  # noqa: E402
+from attnprof.server.auth import service as auth  # noqa: E402
+from attnprof.server.config import Settings  # noqa: E402
+from attnprof.server.db import make_engine, make_sessionmaker  # noqa: E402
+from attnprof.server.jobs import attempts  # noqa: E402
+from attnprof.server.jobs import repository as job_rows  # noqa: E402
+from attnprof.server.projects import service as projects  # noqa: E402
+from attnprof.server.testbeds import repository as testbeds  # noqa: E402
 
 OUT = ROOT / "docs" / "img"
 CHROMIUM = "/usr/bin/chromium"
@@ -207,7 +207,7 @@ def build(url: str, admin: str, template: dict[str, Any], settings: Settings) ->
                 " 139.8 GiB): lower seq_q or batch in the suite",
             },
         ).raise_for_status()
-    from worker.cpu import verdict as analysis
+    from attnprof.worker.analysis import verdict as analysis
 
     analysis.run(done, settings)
     out.update(runs=runs, job_done=done, job_failed=failed, job_queued=jobs[2])
@@ -245,7 +245,7 @@ def shoot(url: str, admin: str, ids: dict[str, Any], out: Path) -> list[Path]:
             tab.wait_for_load_state("networkidle")
             try:
                 tab.wait_for_function(
-                    # a chart in a closed <details> is drawn when it opens (service/web/static/app.js)
+                    # a chart in a closed <details> is drawn when it opens (attnprof/server/web/static/app.js)
                     "Array.from(document.querySelectorAll('.chart[data-spec]'))"
                     ".every((c) => c.dataset.drawn === 'true' || c.closest('details:not([open])'))",
                     timeout=15_000,

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 bench/dobench_cases.py examples/llama7b.toml --out dobench.json
 
-Same workloads as ``attnprof profile`` (``profiler_core.measure.targets``), do_bench's defaults
+Same workloads as ``attnprof profile`` (``attnprof.core.measure.targets``), do_bench's defaults
 (25 ms warm-up, 100 ms of repetitions, its own 256 MB L2 flush). Writes {case id: median µs}.
 """
 
@@ -15,8 +15,8 @@ import sys
 import torch
 from triton.testing import do_bench
 
-from profiler_core.measure.targets import SkipCase, build_workload
-from profiler_core.suite import load_suite
+from attnprof.core.measure.targets import SkipCase, build_workload
+from attnprof.core.suite import load_suite
 
 
 def main() -> int:

@@ -48,15 +48,15 @@ from fastapi.testclient import TestClient  # noqa: E402
 from sqlalchemy import select, text  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
-import service.models  # noqa: E402, F401  (every table, for the ORM)
-from profiler_core.documents import parse_result  # noqa: E402
-from service import migrate  # noqa: E402
-from service.app import create_app  # noqa: E402
-from service.auth import service as auth  # noqa: E402
-from service.config import Settings  # noqa: E402
-from service.db import make_engine  # noqa: E402
-from service.projects import service as projects  # noqa: E402
-from service.runs.models import Run  # noqa: E402
+import attnprof.server.models  # noqa: E402, F401  (every table, for the ORM)
+from attnprof.core.documents import parse_result  # noqa: E402
+from attnprof.server import migrate  # noqa: E402
+from attnprof.server.app import create_app  # noqa: E402
+from attnprof.server.auth import service as auth  # noqa: E402
+from attnprof.server.config import Settings  # noqa: E402
+from attnprof.server.db import make_engine  # noqa: E402
+from attnprof.server.projects import service as projects  # noqa: E402
+from attnprof.server.runs.models import Run  # noqa: E402
 
 PG_ADMIN = seeding.PG_ADMIN
 
@@ -64,17 +64,17 @@ PG_ADMIN = seeding.PG_ADMIN
 def _forget() -> None:
     """Drop whatever this checkout keeps of stored documents and rendered pages (as a process that has not read
     them yet)."""
-    from service.web.pages import runs as run_pages
+    from attnprof.server.web.pages import runs as run_pages
 
     run_pages.rendered_runs.clear()
     try:
-        from service.comparisons import documents as comparison_documents
-        from service.runs import documents
+        from attnprof.server.comparisons import documents as comparison_documents
+        from attnprof.server.runs import documents
 
         documents.results.clear()
         comparison_documents.comparisons.clear()
     except ImportError:  # before the one way in: the analysis kept its own
-        from service.comparisons import service as analysis
+        from attnprof.server.comparisons import service as analysis
 
         analysis._documents._docs.clear()  # type: ignore[attr-defined]
 
@@ -82,7 +82,7 @@ def _forget() -> None:
 def _reads(session: Session, run_id: str) -> tuple[Any, Any]:
     """(read the stored document, read and validate it) for this checkout's layout."""
     try:
-        from service.runs import documents, repository
+        from attnprof.server.runs import documents, repository
     except ImportError:
         documents = None  # type: ignore[assignment]
 
@@ -264,7 +264,7 @@ def write_report(before: dict[str, Any], after: dict[str, Any], path: Path, comm
         "",
         f"Before: migration {before['head']} (samples inside `runs.document` and in `case_samples`), the documents read"
         f" as dicts by the pages. After: migration {after['head']} (samples in `case_samples` only, put back by"
-        " `service.runs.documents.result_of`, every reader on the typed model, kept per process). A"
+        " `attnprof.server.runs.documents.result_of`, every reader on the typed model, kept per process). A"
         f" {after['cases']}-case document with {after['samples']:,} samples; {after['repeats']} requests or reads"
         " each, one at a time, medians and p95 in milliseconds (wall; CPU of this process where shown).",
         "",

@@ -38,10 +38,10 @@ from typing import Any
 
 import torch
 
+from attnprof.core.measure.targets import build_workload
+from attnprof.core.measure.timing import Flusher
+from attnprof.core.measure.triton_hooks import launch_enter_hook
 from bench.h200_isolation import Event, _events, _Switch, trace_block
-from profiler_core.measure.targets import build_workload
-from profiler_core.measure.timing import Flusher
-from profiler_core.measure.triton_hooks import launch_enter_hook
 
 CONTEXTS = ("sequence", "between", "during")
 SLOTS = 1 << 16

@@ -33,9 +33,9 @@ COMMAND = (
 def measure(suites: list[str], variant: str) -> dict[str, Any]:
     import torch
 
-    import profiler_core.measure.runner as runner
-    from profiler_core.measure.runner import ProfileOptions, profile_suite
-    from profiler_core.suite import load_suite
+    import attnprof.core.measure.runner as runner
+    from attnprof.core.measure.runner import ProfileOptions, profile_suite
+    from attnprof.core.suite import load_suite
 
     if variant == "keep":
         runner.release_stream_workspaces = lambda device: None  # type: ignore[attr-defined]

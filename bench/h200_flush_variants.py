@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from profiler_core.measure.targets import build_workload
-from profiler_core.measure.timing import FLUSH_BYTES_CUDA, Holder, host_time_us
+from attnprof.core.measure.targets import build_workload
+from attnprof.core.measure.timing import FLUSH_BYTES_CUDA, Holder, host_time_us
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h200_hold import cases_matching  # the sibling script

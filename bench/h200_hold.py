@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from profiler_core.errors import SuiteError
-from profiler_core.measure.targets import build_workload
-from profiler_core.measure.timing import Flusher, Holder, host_time_us
-from profiler_core.suite import CaseSpec, Suite, load_suite, select_cases
+from attnprof.core.errors import SuiteError
+from attnprof.core.measure.targets import build_workload
+from attnprof.core.measure.timing import Flusher, Holder, host_time_us
+from attnprof.core.suite import CaseSpec, Suite, load_suite, select_cases
 
 ORDERS = ("flush-hold", "hold-flush", "no-hold")
 

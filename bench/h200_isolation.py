@@ -47,10 +47,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from profiler_core.measure.clock import kernel_events
-from profiler_core.measure.targets import SkipCase, WorkloadError, build_workload
-from profiler_core.measure.timing import Flusher
-from profiler_core.measure.triton_hooks import launch_enter_hook
+from attnprof.core.measure.clock import kernel_events
+from attnprof.core.measure.targets import SkipCase, WorkloadError, build_workload
+from attnprof.core.measure.timing import Flusher
+from attnprof.core.measure.triton_hooks import launch_enter_hook
 
 CONTEXTS = ("sequence", "flush", "idle", "flush-idle")
 EXTRA = ("tlb", "unmap")

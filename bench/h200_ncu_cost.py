@@ -35,9 +35,9 @@ import torch
 import triton
 import triton.language as tl
 
+from attnprof.core.measure.timing import Flusher
 from bench.h200_isolation import _kernels
 from bench.h200_ncu_grid import profiled_second_time
-from profiler_core.measure.timing import Flusher
 
 GRIDS = (132, 264)
 SPIN_US = 20.0

@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+from attnprof.core.measure.timing import Flusher
 from bench.h200_isolation import _kernels
-from profiler_core.measure.timing import Flusher
 
 GRIDS = (1, 132, 528, 1056, 4096)
 LENGTHS_US = (5.0, 20.0, 50.0)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from profiler_core.measure.timing import Flusher
+from attnprof.core.measure.timing import Flusher
 
 LENGTHS_US = (2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)
 CLOCK_MHZ = 1980.0

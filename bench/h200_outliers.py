@@ -3,7 +3,7 @@
 
     PYTHONPATH=. python3 bench/h200_outliers.py
 
-Before the batch's lead hold (``profiler_core.measure.timing.Holder.lead``) every tenth sample, each batch's
+Before the batch's lead hold (``attnprof.core.measure.timing.Holder.lead``) every tenth sample, each batch's
 first, read 2-10x its case's median on a slow host (``bench/reports/h200-truth.md``, section 4).
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from profiler_core.measure.runner import ProfileOptions, profile_suite
-from profiler_core.suite import load_suite, select_cases
+from attnprof.core.measure.runner import ProfileOptions, profile_suite
+from attnprof.core.suite import load_suite, select_cases
 
 
 def main() -> None:

@@ -33,9 +33,9 @@ def _write_tree(root: Path, cycles: dict[str, int]) -> None:
 def plant(out: Path, effects: list[float], suite_path: Path) -> None:
     import torch
 
-    from profiler_core.measure import environment as env
-    from profiler_core.measure.timing import Flusher
-    from profiler_core.suite import load_suite
+    from attnprof.core.measure import environment as env
+    from attnprof.core.measure.timing import Flusher
+    from attnprof.core.suite import load_suite
 
     base = out / "base"
     _write_tree(base, {})

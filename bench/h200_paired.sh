@@ -33,18 +33,18 @@ step() {  # step NAME EXPECTED_S COMMAND...: run it, log it, time it, pack
 python3 -c "import torch, triton, platform; print({'torch': torch.__version__, 'cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version(), 'triton': triton.__version__, 'python': platform.python_version()})" > "$RAW/versions.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$RAW/nvidia-smi-$MODE-start.csv" 2>&1
 if [ ! -f "$TREES/plant.json" ]; then
-  python3 -m profiler_core calibrate --device cuda --cache-dir "$PEAKS" > "$RAW/calibrate.log" 2>&1
+  python3 -m attnprof.core calibrate --device cuda --cache-dir "$PEAKS" > "$RAW/calibrate.log" 2>&1
   python3 bench/h200_paired.py plant --out "$TREES" > "$RAW/plant.log" 2>&1 || { cat "$RAW/plant.log"; exit 1; }
 fi
 cp "$TREES/plant.json" "$RAW/plant.json"
 ab() {  # ab HEAD OUTNAME [extra...]
   local head=$1 name=$2; shift 2
-  python3 -m profiler_core ab "$SUITE" --base "$TREES/base" --head "$TREES/$head" --out "$RAW/$name" \
+  python3 -m attnprof.core ab "$SUITE" --base "$TREES/base" --head "$TREES/$head" --out "$RAW/$name" \
     --device cuda --cache-dir "$PEAKS" --quiet "$@"
   local rc=$?; rm -rf "$RAW/$name/traces" "$RAW/$name/base-traces"; return $rc
 }
 profile() {  # profile TREE OUTNAME
-  (cd "$TREES/$1" && PYTHONPATH="$TREES/$1:$PYTHONPATH" python3 -m profiler_core profile "$SUITE" --device cuda \
+  (cd "$TREES/$1" && PYTHONPATH="$TREES/$1:$PYTHONPATH" python3 -m attnprof.core profile "$SUITE" --device cuda \
      --cache-dir "$PEAKS" --out "$RAW/$2.json" --trace-dir "$RAW/traces-$2" --quiet)
   rm -rf "$RAW/traces-$2"
 }

@@ -8,7 +8,7 @@ and first/ (the same recordings under the first protocol, which built and timed 
 
 How the rates are estimated: the GPU time for hundreds of paired jobs per planted change is not there, so the pair
 differences of long recorded runs (40 pairs per case, ``attnprof ab --record``) are resampled and the committed rule
-(``profiler_core.analysis.paired_stats.run``, the one the GPU worker stops rounds with) is applied to each resample:
+(``attnprof.core.analysis.paired_stats.run``, the one the GPU worker stops rounds with) is applied to each resample:
 
 - windows: every stretch of 15 consecutive pairs of a recording that starts on an AB pair (read circularly), so each
   resample is a sequence of pairs as a job would have taken them, drift and all;
@@ -35,10 +35,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import profiler_core.analysis.paired_stats as ps
-from profiler_core.analysis import compare
-from profiler_core.documents import parse_result
-from profiler_core.documents.result import ResultDocument
+import attnprof.core.analysis.paired_stats as ps
+from attnprof.core.analysis import compare
+from attnprof.core.documents import parse_result
+from attnprof.core.documents.result import ResultDocument
 
 ps.t_quantile = lru_cache(maxsize=None)(ps.t_quantile)  # thousands of identical calls
 

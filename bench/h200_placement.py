@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from attnprof.core.measure.targets import build_workload
+from attnprof.core.measure.timing import Flusher, Holder, host_time_us
 from bench.h200_hold import cases_matching
-from profiler_core.measure.targets import build_workload
-from profiler_core.measure.timing import Flusher, Holder, host_time_us
 
 PAD_STEP = 2 * 1024 * 1024
 

@@ -38,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from attnprof.core.rounds import round_slices  # noqa: E402
 from bench.h200_rounds_report import (  # noqa: E402
     FIVE,
     HEAVY_US,
@@ -54,7 +55,6 @@ from bench.h200_rounds_report import (  # noqa: E402
     spread,
 )
 from bench.h200_stream_report import PERMUTATIONS, SEED  # noqa: E402
-from profiler_core.rounds import round_slices  # noqa: E402
 
 SUITES = ("llama7b", "validation")
 TRIALS = 2000  # simulated five-process runs per case and number of rounds

@@ -29,7 +29,7 @@ if [ "$MODE" = runs ] || [ "$MODE" = all ]; then
     spent=$(( $(date +%s) - START ))
     if [ $i -gt 1 ] && [ $(( spent + last )) -gt "$BUDGET_S" ]; then echo "stopping before run $i: budget"; break; fi
     s0=$(date +%s); t0=$(now)
-    $PY -m profiler_core profile "$SUITE" --device "$DEVICE" --quiet --out "$RAW/run$i.json" \
+    $PY -m attnprof.core profile "$SUITE" --device "$DEVICE" --quiet --out "$RAW/run$i.json" \
         --trace-dir "$RAW/traces$i" --cache-dir /tmp/attnprof-cache 2> "$RAW/run$i.log"
     rc=$?; t1=$(now)
     echo "{\"run\": $i, \"rc\": $rc, \"wall_s\": $(elapsed $t0 $t1), \"at\": \"$(date -u +%FT%TZ)\"}" >> "$RAW/walls.jsonl"
@@ -42,7 +42,7 @@ if [ "$MODE" = runs ] || [ "$MODE" = all ]; then
 fi
 if [ "$MODE" = ncu ] || [ "$MODE" = all ]; then
   t0=$(now)
-  $PY -m profiler_core profile "$SUITE" --device "$DEVICE" --counters ncu --quiet --out "$RAW/ncu.json" \
+  $PY -m attnprof.core profile "$SUITE" --device "$DEVICE" --counters ncu --quiet --out "$RAW/ncu.json" \
       --trace-dir "$RAW/traces-ncu" --cache-dir /tmp/attnprof-cache 2> "$RAW/ncu.log"
   rc=$?; t1=$(now)
   echo "{\"run\": \"ncu\", \"rc\": $rc, \"wall_s\": $(elapsed $t0 $t1), \"at\": \"$(date -u +%FT%TZ)\"}" >> "$RAW/walls.jsonl"

@@ -74,9 +74,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from profiler_core.errors import SuiteError
-from profiler_core.measure import runner
-from profiler_core.suite import CaseSpec, Suite, load_suite, select_cases
+from attnprof.core.errors import SuiteError
+from attnprof.core.measure import runner
+from attnprof.core.suite import CaseSpec, Suite, load_suite, select_cases
 
 
 def _chosen(suite: Suite, patterns: list[str]) -> list[CaseSpec]:
@@ -129,7 +129,7 @@ def main() -> int:
 
         import torch
 
-        from profiler_core.measure.timing import Flusher
+        from attnprof.core.measure.timing import Flusher
 
         prepare = runner.SuiteSession.prepare
         clear = torch._C._cuda_clearCublasWorkspaces  # a CUDA build's; fails loudly elsewhere
@@ -186,7 +186,7 @@ def main() -> int:
             "round-stream": "a stream per round of the suite",
         }
         if args.variant in words:  # the document says how this process timed, not how the runner does
-            from profiler_core.measure.timing import TIMING_METHOD
+            from attnprof.core.measure.timing import TIMING_METHOD
 
             method = TIMING_METHOD["cuda"].replace("a stream per case-round", words[args.variant])
             runner.TIMING_METHOD = {**TIMING_METHOD, "cuda": method}  # type: ignore[attr-defined]

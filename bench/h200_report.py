@@ -30,10 +30,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler_core.documents import PHASES, Case, Kernel, ResultDocument, load_result  # noqa: E402
-from profiler_core.errors import DocumentError  # noqa: E402
-from profiler_core.model import dtype_peak_key, ridge_point  # noqa: E402
-from profiler_core.report import KERNEL_COLUMNS, case_headline, kernel_rows  # noqa: E402
+from attnprof.core.documents import PHASES, Case, Kernel, ResultDocument, load_result  # noqa: E402
+from attnprof.core.errors import DocumentError  # noqa: E402
+from attnprof.core.model import dtype_peak_key, ridge_point  # noqa: E402
+from attnprof.core.report import KERNEL_COLUMNS, case_headline, kernel_rows  # noqa: E402
 
 SETS = ("set-a", "set-b")
 MIN_RUNS = 3
@@ -57,7 +57,7 @@ SPREAD_TARGET = 0.005  # target: spread of medians <= 0.5% for cases of >= 100 �
 LONG_CASE_US = 100.0
 SUITE_TARGET_S = 60.0
 TARGET_CI = 0.002  # the suite's target_rel_ci: sampling stops when the median's 95% CI is within ±0.2%
-CLOCK_DROP_SUSPECT = 0.10  # as profiler_core.measure.environment (which imports torch): a run's suspect threshold
+CLOCK_DROP_SUSPECT = 0.10  # as attnprof.core.measure.environment (which imports torch): a run's suspect threshold
 # Expected range of n standard normal draws (d2 of quality control), for the sampling-only spread.
 D2 = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078}
 KINDS = (
@@ -536,7 +536,7 @@ class Report:
             "FlexAttention; eager and compiled matmul-softmax-matmul; fwd and fwd_bwd; and a whole block). "
             "The method (CUDA events around each iteration, a 256 MiB L2 flush before it, a blocking kernel holding "
             "the stream while the host queues the iteration, samples added until the 95% CI of the median is within "
-            "±0.2%) is in `profiler_core/measure/timing.py`; the document in `profiler_core/documents/result.py`.",
+            "±0.2%) is in `attnprof/core/measure/timing.py`; the document in `attnprof/core/documents/result.py`.",
             "",
         )
         peaks = []
@@ -911,7 +911,7 @@ class Report:
             "",
             f"From `set-b/ncu.json` ({doc.run.command}). Each case was replayed under ncu "
             "(`--clock-control none`, 8 metrics, `--profile-from-start off` around one iteration after 3 warm-up "
-            "iterations and an L2 flush: `profiler_core.measure.single`); counters were merged "
+            "iterations and an L2 flush: `attnprof.core.measure.single`); counters were merged "
             "into the kernels whose base name and launch configuration match, first launch each. "
             "**Per launch:** our `duration_us.median` is the sum over all launches of that kernel key in one "
             "iteration (from the trace pass), ncu's `gpu__time_duration.sum` is one launch (the first matching), "
@@ -1262,7 +1262,7 @@ class Report:
             )
         self.add(
             "Per case (`set-b/ncu.json`): `wall_s` is the default-mode profiling of the case in that run, "
-            "`counters_wall_s` its ncu pass (a separate `ncu ... python -m profiler_core.measure.single` process "
+            "`counters_wall_s` its ncu pass (a separate `ncu ... python -m attnprof.core.measure.single` process "
             "per case: interpreter and CUDA start, the case built and run once, one replay pass per metric group "
             "for every matching launch). *kernels ≥ 5%* were selected; *with counters* is how many of the case's "
             "kernel keys received counters: the selection is a regex on base names, so it also catches the "

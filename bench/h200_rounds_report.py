@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler_core.documents import Case, ResultDocument, load_result
-from profiler_core.rounds import round_levels, round_medians
+from attnprof.core.documents import Case, ResultDocument, load_result
+from attnprof.core.rounds import round_levels, round_medians
 
 HEAVY_US = 100.0  # the spread target's cases: 100 µs and more
 TARGET = 0.005  # the spread target, relative
@@ -197,7 +197,7 @@ def levels_section(commands: dict[str, list[Process]], variants: dict[str, list[
     out = [
         "## 2. Levels from one build to the next",
         "",
-        "A profile builds each case again in each of its rounds. `profiler_core.rounds.round_levels` sorts a run's "
+        "A profile builds each case again in each of its rounds. `attnprof.core.rounds.round_levels` sorts a run's "
         "round medians and cuts between neighbours further apart than 1% and than twice a round median's own 95% "
         "half-width; two groups of two rounds or more are levels (the report prints them under the case; section 3 "
         "says what a comparison makes of them). Over "
@@ -255,7 +255,7 @@ def one_case(doc: ResultDocument, case_id: str, *, strip: bool = False, factor: 
 
 def comparison_section(docs: list[ResultDocument]) -> list[str]:
     """Comparisons of the sixteen processes of lease 1 with each other, with and without their round counts."""
-    from profiler_core.analysis import compare
+    from attnprof.core.analysis import compare
 
     out = [
         "## 3. What a comparison makes of levels",

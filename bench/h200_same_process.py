@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from profiler_core.measure.runner import ProfileOptions, profile_suite
-from profiler_core.suite import load_suite
+from attnprof.core.measure.runner import ProfileOptions, profile_suite
+from attnprof.core.suite import load_suite
 
 
 def main() -> int:

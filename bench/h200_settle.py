@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler_core.measure import environment as env
-from profiler_core.measure.runner import ProfileOptions, profile_suite
-from profiler_core.suite import load_suite
+from attnprof.core.measure import environment as env
+from attnprof.core.measure.runner import ProfileOptions, profile_suite
+from attnprof.core.suite import load_suite
 
 # The wait before timing (``settle``): idle until the GPU's temperature stops falling.
 SETTLE_WINDOW_S = 5.0  # the temperature fell no more than SETTLE_DROP_C over this long: settled

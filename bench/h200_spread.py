@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from profiler_core.measure import clock
+from attnprof.core.measure import clock
 
 CONTEXTS = ("plain", "span")
 MAX_SAMPLES = 8192
@@ -77,7 +77,7 @@ def split_iterations(
 
 
 def align(probe: Event, series: Series) -> tuple[float, float]:
-    """The profiler's alignment of the probe's timer with Kineto's (``profiler_core.measure.clock.align``), and the
+    """The profiler's alignment of the probe's timer with Kineto's (``attnprof.core.measure.clock.align``), and the
     residual: Kineto's length of the probe less the timer's."""
     offset = clock.align((probe[0], probe[3], probe[4]), series)
     return offset, probe[4] - (series[-1][0] - series[0][0]) / 1000.0
@@ -182,7 +182,7 @@ def main() -> int:
     buf = torch.zeros((args.per_block, MAX_SAMPLES, 2), dtype=torch.int64, device="cuda")
     counts = torch.zeros(args.per_block, dtype=torch.int64, device="cuda")
     flag = torch.zeros((), dtype=torch.int64, device="cuda")
-    from profiler_core.measure.clock_probe import span_probe
+    from attnprof.core.measure.clock_probe import span_probe
 
     span_probe[(1,)](buf[0], counts[0], flag, 1, 4, MIN_EVERY, num_warps=1)  # compile
     torch.cuda.synchronize()
@@ -229,10 +229,10 @@ def _case(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from attnprof.core.measure.clock_probe import span_probe
+    from attnprof.core.measure.targets import build_workload
+    from attnprof.core.measure.timing import Holder, host_time_us
     from bench.h200_isolation import _events, _marker
-    from profiler_core.measure.clock_probe import span_probe
-    from profiler_core.measure.targets import build_workload
-    from profiler_core.measure.timing import Holder, host_time_us
 
     torch._dynamo.reset()
     w = build_workload(spec, "cuda")

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiler_core.analysis.compare import short_gpu_id
-from profiler_core.documents import load_result
+from attnprof.core.analysis.compare import short_gpu_id
+from attnprof.core.documents import load_result
 
 HEAVY_US = 100.0  # the spread target's cases: 100 µs and more
 TARGET_PCT = 0.5  # the spread target

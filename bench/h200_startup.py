@@ -31,8 +31,8 @@ lap("import torch")
 torch.zeros(1, device="cuda")
 torch.cuda.synchronize()
 lap("CUDA context")
-from profiler_core.measure.timing import Flusher  # noqa: E402
-from profiler_core.measure.trace import start_profiler_once  # noqa: E402
+from attnprof.core.measure.timing import Flusher  # noqa: E402
+from attnprof.core.measure.trace import start_profiler_once  # noqa: E402
 
 flusher = Flusher("cuda")
 torch.cuda.synchronize()

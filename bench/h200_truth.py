@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from profiler_core.measure.runner import ProfileOptions, profile_suite
-from profiler_core.measure.targets import SkipCase, WorkloadError, build_workload
-from profiler_core.measure.timing import Flusher
-from profiler_core.suite import load_suite
+from attnprof.core.measure.runner import ProfileOptions, profile_suite
+from attnprof.core.measure.targets import SkipCase, WorkloadError, build_workload
+from attnprof.core.measure.timing import Flusher
+from attnprof.core.suite import load_suite
 
 
 def _do_bench_both(workload: Any) -> dict[str, float | None]:

@@ -104,7 +104,7 @@ fi
 if [ "$MODE" = settle ]; then
   mkdir -p "$RAW/settle"
   python3 bench/nvml_log.py --out "$RAW/settle/nvml-$(date +%s).csv" & logger=$!
-  python3 -c "from pathlib import Path; from profiler_core.measure.runner import calibrate; print(calibrate('cuda', Path('/tmp/attnprof-cache')))" > "$RAW/settle/calibrate.log" 2>&1
+  python3 -c "from pathlib import Path; from attnprof.core.measure.runner import calibrate; print(calibrate('cuda', Path('/tmp/attnprof-cache')))" > "$RAW/settle/calibrate.log" 2>&1
   conditions=(hot settled cold)
   for i in $(seq 1 "$N"); do
     spent=$(( $(date +%s) - START ))
@@ -127,7 +127,7 @@ if [ "$MODE" = workspace ]; then
 fi
 if [ "$MODE" = redraw ]; then
   mkdir -p "$RAW/redraw"
-  python3 -c "from pathlib import Path; from profiler_core.measure.runner import calibrate; print(calibrate('cuda', Path('/tmp/attnprof-cache')))" > "$RAW/redraw/calibrate.log" 2>&1
+  python3 -c "from pathlib import Path; from attnprof.core.measure.runner import calibrate; print(calibrate('cuda', Path('/tmp/attnprof-cache')))" > "$RAW/redraw/calibrate.log" 2>&1
   for i in $(seq 1 "$N"); do
     spent=$(( $(date +%s) - START ))
     if [ $i -gt 1 ] && [ $(( spent + last )) -gt "$BUDGET_S" ]; then echo "stopping before pair $i: budget"; break; fi

@@ -46,12 +46,12 @@ from typing import Any, NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler_core.analysis.kernels import CLOCK_MOVE  # noqa: E402
-from profiler_core.documents import Case, Kernel, ResultDocument, parse_result  # noqa: E402
-from profiler_core.measure.counters import base_name, parse_ncu_csv  # noqa: E402
-from profiler_core.model.roofline import BUSY, COUNTER_BUSY_PCT, LATENCY_US, counter_bound  # noqa: E402
-from profiler_core.suite import TimingConfig, load_suite  # noqa: E402
-from profiler_core.units import fmt_duration_us  # noqa: E402
+from attnprof.core.analysis.kernels import CLOCK_MOVE  # noqa: E402
+from attnprof.core.documents import Case, Kernel, ResultDocument, parse_result  # noqa: E402
+from attnprof.core.measure.counters import base_name, parse_ncu_csv  # noqa: E402
+from attnprof.core.model.roofline import BUSY, COUNTER_BUSY_PCT, LATENCY_US, counter_bound  # noqa: E402
+from attnprof.core.suite import TimingConfig, load_suite  # noqa: E402
+from attnprof.core.units import fmt_duration_us  # noqa: E402
 
 SUITES = {
     "llama7b": "example suite (`examples/llama7b.toml`)",
@@ -2410,7 +2410,7 @@ def _whole_clock_words(folder: Path) -> list[str]:
             "the timed iterations, which it would lengthen. So the profiler records the clock under load beside each "
             "kernel, as Nsight Compute reports its SM frequency, converts no time by it, and a comparison names a "
             "change in it only from "
-            f"{CLOCK_MOVE:.0%} (`profiler_core.analysis.kernels.CLOCK_MOVE`), beyond this pass's own spread.",
+            f"{CLOCK_MOVE:.0%} (`attnprof.core.analysis.kernels.CLOCK_MOVE`), beyond this pass's own spread.",
         ]
     return out
 

@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
+from attnprof.core.measure.targets import build_workload
+from attnprof.core.measure.timing import Flusher
 from bench.h200_hold import cases_matching
 from bench.h200_placement import PAD_STEP, _holder, _time
-from profiler_core.measure.targets import build_workload
-from profiler_core.measure.timing import Flusher
 
 
 def allocations(fn: Any) -> tuple[Any, list[list[int]]]:

@@ -79,9 +79,9 @@ def _wait(http: httpx.Client, job_id: str, timeout_s: float) -> dict[str, Any]:
 
 def _second_project(database_url: str) -> tuple[str, str]:
     """Another project of the same service, with a submit token: the next tenant."""
-    from service.auth import service as auth
-    from service.db import make_engine, make_sessionmaker
-    from service.projects import service as projects
+    from attnprof.server.auth import service as auth
+    from attnprof.server.db import make_engine, make_sessionmaker
+    from attnprof.server.projects import service as projects
 
     engine = make_engine(database_url)
     try:

@@ -10,8 +10,8 @@ jail, and the suite profiled alternately directly and in the jail (bench/reports
 
 Each step writes JSON into --out (default $OUT or out/jail); run from the repository root with PYTHONPATH=. on the
 GPU host. A jailed run is the profile worker's own: the same command line, scratch folder, environment and limits
-(worker.gpu.profile), with ``--pid-namespace``; a direct run is that command line with no jail, in a fresh scratch
-folder of its own too (each compiles in caches of its own, as every job does).
+(attnprof.worker.profile.profile), with ``--pid-namespace``; a direct run is that command line with no jail, in a fresh
+scratch folder of its own too (each compiles in caches of its own, as every job does).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler_core.documents import ResultDocument  # noqa: E402
-from worker.gpu import handback, outcome, sandbox  # noqa: E402
-from worker.gpu import jail as jails  # noqa: E402
+from attnprof.core.documents import ResultDocument  # noqa: E402
+from attnprof.worker.profile import handback, outcome, sandbox  # noqa: E402
+from attnprof.worker.profile import jail as jails  # noqa: E402
 
 
 def _read(path: str) -> str:
@@ -75,7 +75,7 @@ def _id(name: str) -> str | None:
 
 
 def _minor() -> int | None:
-    from worker.gpu.device import probe_minor
+    from attnprof.worker.profile.device import probe_minor
 
     return probe_minor()
 
@@ -139,7 +139,7 @@ json.dump(out, open("/job/probe-out.json", "w"))
 
 
 def cuda(scratch_root: Path, strategy: str) -> dict[str, Any]:
-    from worker.gpu import scratch as scratches
+    from attnprof.worker.profile import scratch as scratches
 
     jail = _jail(strategy)
     made = scratches.make(scratch_root, "cuda-probe", 1, disk_bytes=0)
@@ -178,9 +178,9 @@ def _profile_once(
     mode: str, suite: Path, scratch_root: Path, cache: Path, jail: jails.Jail | None, *, intruder: bool = False
 ) -> dict[str, Any]:
     """One run; ``intruder``: another CUDA process holds the GPU for 20 s from 3 s in (the run must be suspect)."""
-    from worker.gpu import scratch as scratches
-    from worker.gpu.device import GpuWatch
-    from worker.gpu.profile import SPEC_NAME
+    from attnprof.worker.profile import scratch as scratches
+    from attnprof.worker.profile.device import GpuWatch
+    from attnprof.worker.profile.profile import SPEC_NAME
 
     made = scratches.make(scratch_root, f"ab-{mode}", 1, disk_bytes=0)
 
@@ -189,7 +189,7 @@ def _profile_once(
         (scratch / SPEC_NAME).write_text(suite.read_text())
         root = jails.JOB_ROOT if jail else scratch
         argv = [
-            sys.executable, "-m", "profiler_core", "profile", str(root / SPEC_NAME), "--device", DEVICE,
+            sys.executable, "-m", "attnprof.core", "profile", str(root / SPEC_NAME), "--device", DEVICE,
             "--out", str(root / "out" / "result.json"), "--trace-dir", str(root / "out" / "traces"),
             "--cache-dir", str(jails.PEAKS_DIR if jail else cache), "--quiet",
         ]  # fmt: skip
@@ -247,7 +247,7 @@ def _profile_once(
 def ab(suite: Path, pairs: int, scratch_root: Path, out: Path, strategy: str, budget_s: float) -> list[dict[str, Any]]:
     cache = scratch_root / "peaks"
     subprocess.run(
-        [sys.executable, "-m", "profiler_core", "calibrate", "--device", DEVICE, "--cache-dir", str(cache)],
+        [sys.executable, "-m", "attnprof.core", "calibrate", "--device", DEVICE, "--cache-dir", str(cache)],
         check=True,
         env=_env(scratch_root),
     )
@@ -276,7 +276,7 @@ def ab(suite: Path, pairs: int, scratch_root: Path, out: Path, strategy: str, bu
 def start(scratch_root: Path, strategy: str, n: int, out: Path) -> dict[str, Any]:
     """What the jail itself costs a job: ``python -c pass`` direct and jailed, alternately, ``n`` times each (the
     jailed time includes preparing the scratch folder and the bubblewrap set-up)."""
-    from worker.gpu import scratch as scratches
+    from attnprof.worker.profile import scratch as scratches
 
     jail = _jail(strategy)
     times: dict[str, list[float]] = {"direct": [], "jailed": []}

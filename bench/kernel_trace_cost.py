@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from profiler_core.measure import case as case_module
-from profiler_core.measure import runner
-from profiler_core.measure.runner import ProfileOptions, profile_suite
-from profiler_core.suite import load_suite, select_cases
+from attnprof.core.measure import case as case_module
+from attnprof.core.measure import runner
+from attnprof.core.measure.runner import ProfileOptions, profile_suite
+from attnprof.core.suite import load_suite, select_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK_CASE = "cross"

@@ -2,9 +2,9 @@
 
     python -m bench.own_processes_gpu --out DIR     # a GPU host; writes DIR/own-processes.json
 
-A stranger (another process holding a CUDA context) starts first; then ``python -m profiler_core ab`` runs a tiny
+A stranger (another process holding a CUDA context) starts first; then ``python -m attnprof.core ab`` runs a tiny
 SDPA suite on two copies of one tree. While it runs, NVML's compute processes and the process table
-(``profiler_core.own_processes.process_table``) are sampled together every 0.2 s. The file holds the samples, the
+(``attnprof.core.own_processes.process_table``) are sampled together every 0.2 s. The file holds the samples, the
 coordinator's and the stranger's pids, and what each side's result document says about other processes, so that
 ``tests/test_own_processes.py`` judges on the CPU what the GPU listed: both sides and the coordinator are the job's
 own, the stranger is the one other process, and each side's document counts exactly it.
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from profiler_core.own_processes import process_table
+from attnprof.core.own_processes import process_table
 
 SUITE = """[suite]
 name = "own"
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         argv_ab = [
             sys.executable,
             "-m",
-            "profiler_core",
+            "attnprof.core",
             "ab",
             str(suite),
             "--base",

@@ -3,9 +3,9 @@ decision split over the run's cases): what they catch, what they cost, and the f
 
     python bench/paired_budget.py [--quick] [--out bench/reports/paired-budget.md]
 
-Every decision is the committed code's: the sequential rule (``profiler_core.analysis.paired_stats``) as the
-coordinator builds it (``profiler_core.measure.paired.case_rule``), and in section 4 the coordinator's own case loop
-(``profiler_core.measure.paired_case.run_case``) and the analysis (``profiler_core.analysis.paired.compare_paired``'s
+Every decision is the committed code's: the sequential rule (``attnprof.core.analysis.paired_stats``) as the
+coordinator builds it (``attnprof.core.measure.paired.case_rule``), and in section 4 the coordinator's own case loop
+(``attnprof.core.measure.paired_case.run_case``) and the analysis (``attnprof.core.analysis.paired.compare_paired``'s
 Benjamini-Hochberg step, ``analysis.stats.benjamini_hochberg``) on a simulated device.
 
 1. The H200 recordings (bench/reports/data/h200-paired-2026-12-02/paired-costs.tar.gz: 40 pairs per case and run,
@@ -49,12 +49,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import profiler_core.analysis.paired_stats as ps  # noqa: E402
-from profiler_core.analysis.paired_plan import Budget, steady, warmup_tolerance  # noqa: E402
-from profiler_core.analysis.stats import benjamini_hochberg  # noqa: E402
-from profiler_core.measure.paired import case_rule  # noqa: E402
-from profiler_core.measure.paired_case import CaseRounds, run_case  # noqa: E402
-from profiler_core.suite import TimingConfig  # noqa: E402
+import attnprof.core.analysis.paired_stats as ps  # noqa: E402
+from attnprof.core.analysis.paired_plan import Budget, steady, warmup_tolerance  # noqa: E402
+from attnprof.core.analysis.stats import benjamini_hochberg  # noqa: E402
+from attnprof.core.measure.paired import case_rule  # noqa: E402
+from attnprof.core.measure.paired_case import CaseRounds, run_case  # noqa: E402
+from attnprof.core.suite import TimingConfig  # noqa: E402
 
 DATA = ROOT / "bench" / "reports" / "data" / "h200-paired-2026-12-02"
 DEFAULTS = TimingConfig()

@@ -26,15 +26,15 @@ step() {  # step NAME COMMAND...: run it, time it, log it
 }
 python3 -c "import torch, triton; print(torch.__version__, torch.cuda.get_device_name(), triton.__version__)" \
   > "$RAW/versions.txt" 2>&1
-python3 -m profiler_core calibrate --device cuda --cache-dir "$PEAKS" > "$RAW/calibrate.log" 2>&1
+python3 -m attnprof.core calibrate --device cuda --cache-dir "$PEAKS" > "$RAW/calibrate.log" 2>&1
 python3 bench/h200_paired.py plant --out "$TREES" --effects 0.01 --suite "$SUITE" > "$RAW/plant.log" 2>&1 \
   || { cat "$RAW/plant.log"; exit 1; }
 cp "$TREES/plant.json" "$RAW/plant.json"
 for i in $(seq "$RUNS"); do
-  step "profile-$i" bash -c "cd $TREES/base && PYTHONPATH=$TREES/base:\$PYTHONPATH python3 -m profiler_core profile \
+  step "profile-$i" bash -c "cd $TREES/base && PYTHONPATH=$TREES/base:\$PYTHONPATH python3 -m attnprof.core profile \
     $SUITE --device cuda --cache-dir $PEAKS --out $RAW/profile-$i.json --quiet"
   for head in aa p1; do
-    step "ab-$head-$i" python3 -m profiler_core ab "$SUITE" --base "$TREES/base" --head "$TREES/$head" \
+    step "ab-$head-$i" python3 -m attnprof.core ab "$SUITE" --base "$TREES/base" --head "$TREES/$head" \
       --out "$RAW/ab-$head-$i" --device cuda --cache-dir "$PEAKS" --quiet
     rm -rf "$RAW/ab-$head-$i/traces" "$RAW/ab-$head-$i/base-traces"
   done

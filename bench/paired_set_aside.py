@@ -2,7 +2,7 @@
 
     python bench/paired_set_aside.py [--sequences 20000] [--workers 2] [--out bench/reports/paired-set-aside.md]
 
-Each row applies the committed rule (``profiler_core.analysis.paired_stats.replay``) to the same simulated sequences of
+Each row applies the committed rule (``attnprof.core.analysis.paired_stats.replay``) to the same simulated sequences of
 pair differences ``d = ln(head / base)`` twice: as before (``max_set_aside`` 0, the first ``max_pairs`` pairs) and as
 the rounds now run it (``max_set_aside = set_aside_budget(max_pairs)``, the pairs after ``max_pairs`` there for the
 pairs set aside to be replaced by). Common random numbers: a row's two rates differ only by what setting aside did,
@@ -44,7 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import profiler_core.analysis.paired_stats as ps  # noqa: E402
+import attnprof.core.analysis.paired_stats as ps  # noqa: E402
 
 ps.t_quantile = lru_cache(maxsize=None)(ps.t_quantile)  # the same few quantiles, millions of times
 

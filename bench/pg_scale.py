@@ -84,12 +84,12 @@ def _document(template: dict[str, Any], rng: np.random.Generator, samples: int) 
 
 
 def inserts(seeded: seeding.Seeded, n: int, samples: int) -> dict[str, Any]:
-    import service.models  # noqa: F401  (every table, for the ORM's flush)
+    import attnprof.server.models  # noqa: F401  (every table, for the ORM's flush)
     from attnprof.contract.provenance import Provenance
-    from profiler_core.documents import parse_result
-    from service.db import make_engine, make_sessionmaker
-    from service.projects import repository as projects
-    from service.runs import service as runs
+    from attnprof.core.documents import parse_result
+    from attnprof.server.db import make_engine, make_sessionmaker
+    from attnprof.server.projects import repository as projects
+    from attnprof.server.runs import service as runs
 
     template = json.loads(seeding.H200.read_text())
     rng = np.random.default_rng(1)
@@ -117,10 +117,10 @@ def inserts(seeded: seeding.Seeded, n: int, samples: int) -> dict[str, Any]:
 def trends(seeded: seeding.Seeded, n: int) -> dict[str, Any]:
     from sqlalchemy.orm import Session
 
-    from service.db import make_engine
-    from service.projects import repository as projects
-    from service.testbeds import repository as testbeds
-    from service.trends import repository as trends_repo
+    from attnprof.server.db import make_engine
+    from attnprof.server.projects import repository as projects
+    from attnprof.server.testbeds import repository as testbeds
+    from attnprof.server.trends import repository as trends_repo
 
     engine = make_engine(seeded.url)
     rnd = random.Random(2)

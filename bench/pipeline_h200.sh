@@ -51,7 +51,7 @@ if [ -n "$WHEELS" ] && [ -d "$WHEELS" ]; then
   export ATTNPROF_WORKER__SANDBOX_RO_BINDS='["/opt/attnprof-site"]'
 fi
 # The stack's and the profiler's imports must work before anything starts (versions: compare.json).
-$PY -c "import alembic, celery, fastapi, pydantic, sqlalchemy, uvicorn, torch, profiler_core, service, worker" || exit 1
+$PY -c "import alembic, celery, fastapi, pydantic, sqlalchemy, uvicorn, torch, attnprof.core, attnprof.server, attnprof.worker" || exit 1
 QUERY=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu
 nvidia-smi --query-gpu=$QUERY --format=csv > "$RAW/nvidia-smi-start.csv" 2>&1
 pack() { tar czf "$DEST/$NAME.tar.gz" -C /tmp "$NAME"; }

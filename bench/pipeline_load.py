@@ -9,7 +9,7 @@
     .venv/bin/python bench/pipeline_load.py load-report --data FIGURES.json --out REPORT.md   # write a report again
 
 ``load`` (the default), on this machine:
-1. the suite is profiled directly (``python -m profiler_core profile``, the worker's own command line) a few
+1. the suite is profiled directly (``python -m attnprof.core profile``, the worker's own command line) a few
    times: the first run fills the peaks cache that the workers then share, the others give the direct time;
 2. the stack is started: a fresh Postgres database migrated with Alembic (or SQLite with ``--embedded``),
    Redis (or kombu's folder broker), ``attnprof serve``, ``attnprof worker --analysis`` (with beat) and
@@ -251,11 +251,11 @@ def _wait_healthy(stack: Stack, timeout_s: float = 60.0) -> None:
 @contextmanager
 def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
     """The whole deployment on this host, stopped (and its database dropped) on the way out."""
-    from service import migrate
-    from service.auth import service as auth
-    from service.db import make_engine, make_sessionmaker
-    from service.projects import service as projects
-    from service.testbeds import service as testbeds
+    from attnprof.server import migrate
+    from attnprof.server.auth import service as auth
+    from attnprof.server.db import make_engine, make_sessionmaker
+    from attnprof.server.projects import service as projects
+    from attnprof.server.testbeds import service as testbeds
 
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
     pg_name = None
@@ -535,7 +535,7 @@ def direct_run(
         env["PYTHONPATH"] = str(src)
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)
-    argv = [sys.executable, "-m", "profiler_core", "profile", str(suite), "--device", args.device]
+    argv = [sys.executable, "-m", "attnprof.core", "profile", str(suite), "--device", args.device]
     argv += ["--out", str(out), "--trace-dir", str(trace_dir), "--cache-dir", str(args.cache_dir), "--quiet"]
     before = os.times()
     t0, started = time.perf_counter(), time.time()
@@ -783,7 +783,7 @@ def write_load_report(data: dict[str, Any], out: Path, data_path: Path) -> None:
         f"The real stack on one host: `attnprof serve` (uvicorn, 1 process), {data['stack']['database']}, "
         f"{data['stack']['broker']} as the Celery broker, `attnprof worker --analysis` (threads, with beat) and "
         f"{cfg['profile_workers']} × `attnprof worker --testbed bench-cpu --device cpu` (`--pool=solo`), each "
-        "profiling in its sandboxed subprocess (`python -m profiler_core profile`), "
+        "profiling in its sandboxed subprocess (`python -m attnprof.core profile`), "
         f"`OMP_NUM_THREADS={cfg['threads']}`. "
         "Suite: "
         + (
@@ -828,7 +828,7 @@ def write_load_report(data: dict[str, Any], out: Path, data_path: Path) -> None:
         f"| of which profiling (the document's `run.wall_s`) | p50 {_fmt(p['summary']['profiling_s']['p50'])} s |",
         f"| **overhead of service and queue** (created → verdict − profiling), paced | "
         f"p50 **{_fmt(p['summary']['overhead_s']['p50'])} s**, p99 {_fmt(p['summary']['overhead_s']['p99'])} s |",
-        f"| the same suite run directly (`python -m profiler_core profile`, {len(direct)} runs "
+        f"| the same suite run directly (`python -m attnprof.core profile`, {len(direct)} runs "
         f"{' and '.join(sorted(when, reverse=True))} the stack ran) | process "
         f"{_fmt(d_wall)} s wall ({_fmt(d_cpu)} CPU s), of which profiling {_fmt(d_prof)} s |",
         "",
@@ -1256,7 +1256,7 @@ def compare_report(args: argparse.Namespace) -> None:
         "",
         f"Suite `{first.data['suite']}` (15 cases: one LLaMA-7B attention layer at prefill, B=1, 32 heads of 128, "
         "S=2048, bf16, causal). On one H200 it was profiled alternately as a job through the whole pipeline and "
-        "directly with the worker's own command line (`python -m profiler_core profile SUITE --device cuda --out … "
+        "directly with the worker's own command line (`python -m attnprof.core profile SUITE --device cuda --out … "
         "--trace-dir … --cache-dir … --quiet`). The pipeline: `attnprof serve`, "
         f"{first.data['stack']['database']} and kombu's {first.data['stack']['broker']} broker (the embedded mode: "
         "the GPU host has no Postgres or Redis and reaches no registry), `attnprof worker --analysis` with beat, and "

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # How long a profiling process takes to end once its result is written, on the GPU host, with and without the
-# profiler's exit that skips the interpreter's teardown (profiler_core.cli.exit_with): bench/reports/profile-exit-h200.md.
+# profiler's exit that skips the interpreter's teardown (attnprof.core.cli.exit_with): bench/reports/profile-exit-h200.md.
 #   bash bench/profile_exit_h200.sh        # on the GPU host, from the repository root, with .whl/ carried
 # .whl/ holds pydantic's wheels for the image's CPython 3.12 (the only package the profiler needs that the image
 # lacks): python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
 #   --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0
 #   typing-inspection==0.4.5 typing-extensions==4.16.0
 # One cold run (empty compile caches), then warm runs taking turns: "teardown" runs the Typer app and lets the
-# interpreter end as it would (what `python -m profiler_core` did before), "exit_with" is `python -m profiler_core`.
+# interpreter end as it would (what `python -m attnprof.core` did before), "exit_with" is `python -m attnprof.core`.
 # Each line of $OUT/profile-exit.tsv: run, kind, caches, seconds to the result file, seconds from it to the end,
 # exit code, processes left behind by the run one second after it ended (compile workers and the like; zombies
 # not counted).
@@ -23,9 +23,9 @@ printf 'run\tkind\tcaches\tto_result_s\texit_s\trc\tleft\n' > "$DEST/profile-exi
 one() {  # run kind caches
   local out=/tmp/pe-runs/$1.json cmd
   if [ "$2" = teardown ]; then
-    cmd=("$PY" -c "import sys; from profiler_core.cli import app; sys.argv[0] = 'attnprof'; app()")
+    cmd=("$PY" -c "import sys; from attnprof.core.cli import app; sys.argv[0] = 'attnprof'; app()")
   else
-    cmd=("$PY" -m profiler_core)
+    cmd=("$PY" -m attnprof.core)
   fi
   $PY - "$1" "$2" "$3" "$out" "${cmd[@]}" profile "$SUITE" --device "$DEVICE" --quiet --out "$out" \
     --cache-dir /tmp/pe-peaks >> "$DEST/profile-exit.tsv" <<'PYEOF'

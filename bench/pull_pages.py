@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from service import migrate
-from service.db import make_engine, make_sessionmaker, utcnow
-from service.web import pull_repository as pulls
+from attnprof.server import migrate
+from attnprof.server.db import make_engine, make_sessionmaker, utcnow
+from attnprof.server.web import pull_repository as pulls
 from tests.pgtest import create_database, drop_database
 
 RUNS, JOBS, PULLS = 20_000, 5_000, 400

@@ -7,7 +7,7 @@
 
 For each trial it draws k baseline runs and one candidate run of one case (A/A: same code; A/B: the
 candidate slower by 1, 2, 3 or 5%, or only noisier), builds result documents, and runs
-``profiler_core.analysis.compare`` on them exactly as ``attnprof compare`` does; on the same samples it
+``attnprof.core.analysis.compare`` on them exactly as ``attnprof compare`` does; on the same samples it
 applies a fixed 5% and 10% threshold on medians and a plain Welch t-test on the samples (p < 0.01). A
 48-case grid of unchanged code measures false alarms per comparison with the FDR control at work.
 
@@ -40,9 +40,9 @@ from scipy import stats as sps
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler_core.analysis import compare  # noqa: E402
-from profiler_core.analysis.config import DEFAULT_NOISE_FLOOR, DEFAULT_THRESHOLDS, PRIOR_RUNS  # noqa: E402
-from profiler_core.documents import (  # noqa: E402
+from attnprof.core.analysis import compare  # noqa: E402
+from attnprof.core.analysis.config import DEFAULT_NOISE_FLOOR, DEFAULT_THRESHOLDS, PRIOR_RUNS  # noqa: E402
+from attnprof.core.documents import (  # noqa: E402
     Case,
     Device,
     Environment,

@@ -480,11 +480,11 @@ def _stack_env(workdir: Path, database_url: str, broker_url: str, url: str, cach
 def seed(database_url: str) -> tuple[dict[str, Tenant], dict[str, str]]:
     """Migrate ``database_url`` to head; two projects (``a``, ``b``) with a token of each role, and a worker token
     for each of the benchmark's testbeds, all made by the service's own code."""
-    from service import migrate
-    from service.auth import service as auth
-    from service.db import make_engine, make_sessionmaker
-    from service.projects import service as projects
-    from service.testbeds import service as testbeds
+    from attnprof.server import migrate
+    from attnprof.server.auth import service as auth
+    from attnprof.server.db import make_engine, make_sessionmaker
+    from attnprof.server.projects import service as projects
+    from attnprof.server.testbeds import service as testbeds
 
     migrate.upgrade(database_url)
     engine = make_engine(database_url)
@@ -1673,9 +1673,9 @@ def _special_tokens(stack: Stack) -> dict[str, str]:
     """A revoked token and an expired one of project ``a``, made by the service's own code."""
     from datetime import timedelta
 
-    from service.auth import service as auth
-    from service.db import make_engine, make_sessionmaker
-    from service.projects import repository as projects
+    from attnprof.server.auth import service as auth
+    from attnprof.server.db import make_engine, make_sessionmaker
+    from attnprof.server.projects import repository as projects
 
     engine = make_engine(stack.database_url)
     try:
@@ -2869,7 +2869,7 @@ def code_commit() -> dict[str, Any]:
         return {"commit": marker.read_text().strip(), "tree": "export of the commit"}
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "service", "worker", "profiler_core", "attnprof"],
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "service", "worker", "attnprof.core", "attnprof"],
         capture_output=True,
         text=True,
     ).stdout.strip()

@@ -538,16 +538,16 @@ def in_process(seeded: seeding.Seeded, repeats: int = 5) -> dict[str, Any]:
     """CPU time of the pieces behind the figures above, called in this process (no HTTP, no server): a 100-case
     comparison against three baseline runs, a whole upload (store and compare, rolled back) on the seeded
     database, and the publish of one ``profile.run`` message to Redis. Medians of ``repeats`` (CPU ms)."""
-    import service.models  # noqa: F401  (every table, for the ORM's flush)
+    import attnprof.server.models  # noqa: F401  (every table, for the ORM's flush)
     from attnprof.contract import tasks
-    from profiler_core.analysis.compare import compare
-    from profiler_core.documents import parse_result
-    from service import queue
-    from service.config import Analysis, Settings
-    from service.db import make_engine, make_sessionmaker
-    from service.projects import repository as projects
-    from service.results import service as results
-    from service.results.schemas import ResultUpload
+    from attnprof.core.analysis.compare import compare
+    from attnprof.core.documents import parse_result
+    from attnprof.server import queue
+    from attnprof.server.config import Analysis, Settings
+    from attnprof.server.db import make_engine, make_sessionmaker
+    from attnprof.server.projects import repository as projects
+    from attnprof.server.results import service as results
+    from attnprof.server.results.schemas import ResultUpload
 
     template = json.loads(seeding.H200.read_text())
     baselines = [parse_result(hundred_cases(template, commit_tag=f"in-process-{i}")) for i in range(3)]
@@ -603,8 +603,8 @@ async def submissions_in_process(seeded: seeding.Seeded, n: int = 2000, concurre
     """CPU ms of one job submission through the app itself, called as an ASGI application (no HTTP server, no
     sockets of the client's): the benchmark's request, each with its own Idempotency-Key, ``concurrency`` at a
     time; the median of three rounds of ``n``."""
-    from service.app import create_app
-    from service.config import RateLimit, Settings
+    from attnprof.server.app import create_app
+    from attnprof.server.config import RateLimit, Settings
 
     settings = Settings(
         database_url=seeded.url,
@@ -686,13 +686,13 @@ def plans(seeded: seeding.Seeded) -> dict[str, str]:
     from sqlalchemy import event, select
     from sqlalchemy.orm import Session
 
-    from service.baselines import service as baselines
-    from service.config import Analysis
-    from service.db import make_engine
-    from service.projects import repository as projects
-    from service.runs.models import Run
-    from service.testbeds import repository as testbeds
-    from service.trends import repository as trends_repo
+    from attnprof.server.baselines import service as baselines
+    from attnprof.server.config import Analysis
+    from attnprof.server.db import make_engine
+    from attnprof.server.projects import repository as projects
+    from attnprof.server.runs.models import Run
+    from attnprof.server.testbeds import repository as testbeds
+    from attnprof.server.trends import repository as trends_repo
 
     engine = make_engine(seeded.url)
     captured: list[tuple[str, Any]] = []
@@ -780,8 +780,8 @@ before each change.
 timed out and the server logged `QueuePool limit of size 10 overflow 10 reached, connection timed out, timeout
 30.00`. A py-spy dump showed all 40 threads of the server's pool blocked in `QueuePool._do_get`, none holding a
 connection: the requests holding the 20 connections were each waiting for a thread to run their next sync
-dependency or endpoint. Fixed in `service/db.py`: a request now waits on the event loop for one of as many session
-slots as the pool keeps connections (`session_slot`, taken by `get_session` and by the job submission), so no
+dependency or endpoint. Fixed in `attnprof/server/db.py`: a request now waits on the event loop for one of as many
+session slots as the pool keeps connections (`session_slot`, taken by `get_session` and by the job submission), so no
 thread ever waits on the pool. Past saturation the service now queues and answers every request (0 errors at every
 level above). The slots equal the pool's size, not size + overflow: an overflow connection is closed on return, so
 sustained concurrency past the pool's size would open a Postgres backend for nearly every request.
@@ -839,7 +839,7 @@ comparison, the last 8 baseline documents kept by run id. What remained then: `c
 samples are one `float8[]` row per case (`case_samples`, migration 0003, which carries existing samples up and down,
 on Postgres and SQLite), written with one binary COPY: 100 rows and 100 foreign-key checks instead of ~22,000; in
 process the sample write took ~2 ms of CPU and ~15 ms of wall time at a load average of 7. (2) `compare`
-(profiler_core/analysis `stats.py`, `compare.py`), with the same numbers to the last bit (the comparison documents
+(attnprof/core/analysis `stats.py`, `compare.py`), with the same numbers to the last bit (the comparison documents
 of this benchmark's inputs were compared field by field before and after): the bootstrap median's distribution
 depends on the sample count alone and is computed once per count (scipy's `binom.sf` cost ~0.2 ms a call, 400 calls
 an upload); the Student t tail goes through `scipy.special.stdtr`, which is what `scipy.stats.t.sf` calls, without
@@ -1071,7 +1071,7 @@ def write_report(r: dict[str, Any], path: Path) -> None:
             f"| a whole 100-case upload on the seeded database: validate, store (document, cases, kernels, "
             f"samples), select the baseline, noise floor, compare, store the comparison (rolled back) "
             f"| {ip['upload_ms']:.0f} |",
-            f"| publishing one `profile.run` message to Redis (`service.queue.enqueue_profile`) "
+            f"| publishing one `profile.run` message to Redis (`attnprof.server.queue.enqueue_profile`) "
             f"| {ip['enqueue_ms']:.2f} |",
         ]
         if "submit_ms" in ip:
@@ -1140,7 +1140,7 @@ def main() -> None:
         args.rates, args.duration, args.uploads, args.main_uploads, args.queries = "25,100", 3.0, 3, 1, 40
     if args.reuse:
         seeded = seeding.Seeded(**json.loads(info.read_text()))
-        from service import migrate
+        from attnprof.server import migrate
 
         migrate.upgrade(seeded.url)  # a database seeded before a new migration
     else:

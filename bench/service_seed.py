@@ -43,12 +43,12 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler_core.documents import parse_result  # noqa: E402
-from service import migrate  # noqa: E402
-from service.auth import service as auth  # noqa: E402
-from service.db import make_engine, make_sessionmaker  # noqa: E402
-from service.projects import service as projects  # noqa: E402
-from service.testbeds import service as testbeds  # noqa: E402
+from attnprof.core.documents import parse_result  # noqa: E402
+from attnprof.server import migrate  # noqa: E402
+from attnprof.server.auth import service as auth  # noqa: E402
+from attnprof.server.db import make_engine, make_sessionmaker  # noqa: E402
+from attnprof.server.projects import service as projects  # noqa: E402
+from attnprof.server.testbeds import service as testbeds  # noqa: E402
 
 H200 = ROOT / "tests" / "data" / "h200" / "attnprof" / "result.json"
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"

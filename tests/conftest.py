@@ -15,10 +15,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from service.app import create_app
-from service.auth import service as auth
-from service.config import Settings
-from service.testbeds import service as testbeds
+from attnprof.server.app import create_app
+from attnprof.server.auth import service as auth
+from attnprof.server.config import Settings
+from attnprof.server.testbeds import service as testbeds
 from tests.pgtest import db_fixture, engine_fixture, pg_template, pg_url_fixture
 from tests.profiling_support import suite_text
 from tests.service.stack import bind, make_settings, make_tenant

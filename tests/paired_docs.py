@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler_core.analysis.paired import compare_paired
-from profiler_core.analysis.paired_stats import Rule, log_ratios, run
-from profiler_core.documents.comparison import ComparisonDocument
-from profiler_core.documents.paired import Pair, PairedCase, PairedDocument, PairedRule, StoppedBy
-from profiler_core.documents.result import ResultDocument
+from attnprof.core.analysis.paired import compare_paired
+from attnprof.core.analysis.paired_stats import Rule, log_ratios, run
+from attnprof.core.documents.comparison import ComparisonDocument
+from attnprof.core.documents.paired import Pair, PairedCase, PairedDocument, PairedRule, StoppedBy
+from attnprof.core.documents.result import ResultDocument
 from tests.test_analysis_fixtures import make_case, make_doc
 
 BASE_RUN = "base-0a1b2c3d"

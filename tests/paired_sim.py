@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from profiler_core.analysis.paired import compare_paired
-from profiler_core.analysis.paired_plan import Budget, warmup_tolerance
-from profiler_core.documents.comparison import ComparisonDocument, Finding
-from profiler_core.documents.paired import PairedCase, PairedDocument, PairedRule
-from profiler_core.documents.result import Thresholds
-from profiler_core.measure.paired import _paired_case, case_rule
-from profiler_core.measure.paired_case import CaseRounds, run_case
-from profiler_core.suite import TimingConfig
+from attnprof.core.analysis.paired import compare_paired
+from attnprof.core.analysis.paired_plan import Budget, warmup_tolerance
+from attnprof.core.documents.comparison import ComparisonDocument, Finding
+from attnprof.core.documents.paired import PairedCase, PairedDocument, PairedRule
+from attnprof.core.documents.result import Thresholds
+from attnprof.core.measure.paired import _paired_case, case_rule
+from attnprof.core.measure.paired_case import CaseRounds, run_case
+from attnprof.core.suite import TimingConfig
 from tests.test_analysis_fixtures import make_case, make_doc
 
 DEFAULTS = TimingConfig()

@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from service import migrate
-from service.db import make_engine
+from attnprof.server import migrate
+from attnprof.server.db import make_engine
 
 PG_ADMIN = os.environ.get("ATTNPROF_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 

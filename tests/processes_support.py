@@ -1,4 +1,4 @@
-"""Real processes for the tests of a job's own processes (``profiler_core.own_processes``): a family under one root
+"""Real processes for the tests of a job's own processes (``attnprof.core.own_processes``): a family under one root
 and a stranger, each killed by its own pid or group when the test ends; and an NVML module that lists given PIDs.
 
 A plain module: tests import helpers from here, never from a conftest."""
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from profiler_core.own_processes import process_table
+from attnprof.core.own_processes import process_table
 
 # A root that forks a child, which forks a grandchild, and a daemon: a process whose parent exits at once, so that
 # it is re-parented out of the root's tree and only its session ties it to the root. Prints the pids, then waits.

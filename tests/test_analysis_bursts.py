@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler_core.analysis.bursts import find_burst
-from profiler_core.documents import load_result
+from attnprof.core.analysis.bursts import find_burst
+from attnprof.core.documents import load_result
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "bench" / "reports" / "data" / "h200-2026-11-29"

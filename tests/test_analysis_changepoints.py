@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from profiler_core.analysis import changepoints, e_divisive, edivisive, render_changepoints
-from profiler_core.analysis.edivisive import _ranks, q_curves
+from attnprof.core.analysis import changepoints, e_divisive, edivisive, render_changepoints
+from attnprof.core.analysis.edivisive import _ranks, q_curves
 from tests.test_analysis_fixtures import make_case, make_doc
 
 

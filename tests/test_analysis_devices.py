@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from profiler_core import testbed as keys
-from profiler_core.analysis import compare, render_table
-from profiler_core.documents import ResultDocument
+from attnprof.core import testbed as keys
+from attnprof.core.analysis import compare, render_table
+from attnprof.core.documents import ResultDocument
 from tests.test_analysis_fixtures import runs
 
 H100 = "NVIDIA H100 80GB HBM3"

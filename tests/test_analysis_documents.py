@@ -8,9 +8,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from profiler_core.analysis import changepoints, compare, render_table
-from profiler_core.documents import load_result
-from profiler_core.documents.comparison import COMPARISON_SCHEMA, ComparisonDocument, comparison_json_schema
+from attnprof.core.analysis import changepoints, compare, render_table
+from attnprof.core.documents import load_result
+from attnprof.core.documents.comparison import COMPARISON_SCHEMA, ComparisonDocument, comparison_json_schema
 from tests.test_analysis_fixtures import DATA_DIRS, real_documents, runs, scaled
 
 RESULTS = DATA_DIRS[0]

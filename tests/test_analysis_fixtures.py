@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from profiler_core.analysis.kernel_samples import median_interval, rounds_of
-from profiler_core.attribution import quantile
-from profiler_core.documents import (
+from attnprof.core.analysis.kernel_samples import median_interval, rounds_of
+from attnprof.core.attribution import quantile
+from attnprof.core.documents import (
     Accuracy,
     Achieved,
     Case,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from profiler_core.analysis import AnalysisError, changepoints, compare, e_divisive, load_config, parse_config
-from profiler_core.documents import Thresholds, load_result
-from profiler_core.errors import DocumentError
+from attnprof.core.analysis import AnalysisError, changepoints, compare, e_divisive, load_config, parse_config
+from attnprof.core.documents import Thresholds, load_result
+from attnprof.core.errors import DocumentError
 from tests.test_analysis_fixtures import make_case, make_doc, runs
 
 

@@ -20,13 +20,13 @@ import jsonschema
 import numpy as np
 import pytest
 
-from profiler_core.analysis import compare
-from profiler_core.analysis.kernel_samples import change_interval, median_interval, rounds_of
-from profiler_core.analysis.kernels import SPREAD_FACTOR, case_spread, kernel_moves
-from profiler_core.analysis.paired import compare_paired
-from profiler_core.analysis.render import render_table
-from profiler_core.attribution import kernel_key
-from profiler_core.documents import (
+from attnprof.core.analysis import compare
+from attnprof.core.analysis.kernel_samples import change_interval, median_interval, rounds_of
+from attnprof.core.analysis.kernels import SPREAD_FACTOR, case_spread, kernel_moves
+from attnprof.core.analysis.paired import compare_paired
+from attnprof.core.analysis.render import render_table
+from attnprof.core.attribution import kernel_key
+from attnprof.core.documents import (
     DurationStats,
     Kernel,
     LatencyStats,
@@ -35,10 +35,10 @@ from profiler_core.documents import (
     parse_result,
     result_json_schema,
 )
-from profiler_core.documents.comparison import ComparisonDocument, Finding
-from profiler_core.documents.paired import Pair, PairedCase, PairedDocument, PairedRule
-from profiler_core.rounds import round_medians
-from service.github.comment import CommentInput, render
+from attnprof.core.documents.comparison import ComparisonDocument, Finding
+from attnprof.core.documents.paired import Pair, PairedCase, PairedDocument, PairedRule
+from attnprof.core.rounds import round_medians
+from attnprof.server.github.comment import CommentInput, render
 from tests.paired_docs import RULE
 from tests.test_analysis_fixtures import kernel_durations, make_case, make_doc, stats_of
 

@@ -4,9 +4,9 @@ regression was only a warning). What interleaving does not cancel, another proce
 
 from __future__ import annotations
 
-from profiler_core.analysis.paired import compare_paired
-from profiler_core.documents.comparison import ComparisonDocument, Finding
-from profiler_core.documents.result import CLOCK_DROP_MARK
+from attnprof.core.analysis.paired import compare_paired
+from attnprof.core.documents.comparison import ComparisonDocument, Finding
+from attnprof.core.documents.result import CLOCK_DROP_MARK
 from tests.paired_docs import SAME, SLOWER, paired_sides
 
 CLOCK = f"{CLOCK_DROP_MARK} to 1920 MHz (top 1980 MHz) while timing: power or thermal capping"

@@ -11,7 +11,7 @@ import random
 import numpy as np
 import pytest
 
-from profiler_core.analysis.paired_stats import Rule, assess, disturbed, disturbed_floor, replay, run, set_aside_budget
+from attnprof.core.analysis.paired_stats import Rule, assess, disturbed, disturbed_floor, replay, run, set_aside_budget
 
 # A tiny suite's rule on CPU (tests/worker/wkstack.py TINY_TIMING): one look at 4 pairs, minimum effect 10%.
 TINY = Rule(0.10, min_pairs=4, max_pairs=4, max_set_aside=set_aside_budget(4))

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from profiler_core.analysis.paired_plan import Budget, RoundCost, plan, reference_s, spent_s, steady, warmup_tolerance
-from profiler_core.analysis.paired_stats import Rule
-from profiler_core.errors import SuiteError
-from profiler_core.measure.paired_case import CaseRounds, run_case
-from profiler_core.suite import TimingConfig, parse_suite
+from attnprof.core.analysis.paired_plan import Budget, RoundCost, plan, reference_s, spent_s, steady, warmup_tolerance
+from attnprof.core.analysis.paired_stats import Rule
+from attnprof.core.errors import SuiteError
+from attnprof.core.measure.paired_case import CaseRounds, run_case
+from attnprof.core.suite import TimingConfig, parse_suite
 
 
 def test_the_tolerance_is_four_times_the_minimum_effect() -> None:

@@ -7,10 +7,10 @@ import json
 
 import jsonschema
 
-from profiler_core.analysis.paired import compare_paired
-from profiler_core.analysis.render import render_table, stopping
-from profiler_core.documents.paired import PairedDocument, paired_json_schema
-from profiler_core.documents.result import ResultDocument
+from attnprof.core.analysis.paired import compare_paired
+from attnprof.core.analysis.render import render_table, stopping
+from attnprof.core.documents.paired import PairedDocument, paired_json_schema
+from attnprof.core.documents.result import ResultDocument
 from tests.paired_docs import SLOWER, paired_sides
 
 REASON = "disturbed: the base's round stalled"

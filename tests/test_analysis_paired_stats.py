@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from profiler_core.analysis.paired_stats import Rule, assess, location, log_ratios, run, t_quantile, t_sf
+from attnprof.core.analysis.paired_stats import Rule, assess, location, log_ratios, run, t_quantile, t_sf
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 7, 14, 30, 200])

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profiler_core.analysis import compare, e_divisive
-from profiler_core.documents import ResultDocument
+from attnprof.core.analysis import compare, e_divisive
+from attnprof.core.documents import ResultDocument
 from tests.test_analysis_fixtures import make_case, make_doc, scaled
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler_core.analysis import compare, render_table
-from profiler_core.documents import load_result
+from attnprof.core.analysis import compare, render_table
+from attnprof.core.documents import load_result
 from tests.paired_docs import AMBIGUOUS, BASE_RUN, FASTER, HEAD_RUN, SAME, SLOWER, paired_comparison
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler_core.analysis import compare
-from profiler_core.analysis.stats import (
+from attnprof.core.analysis import compare
+from attnprof.core.analysis.stats import (
     benjamini_hochberg,
     bootstrap_diffs,
     hierarchical_test,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler_core.analysis import compare
-from profiler_core.documents import ResultDocument, load_result
+from attnprof.core.analysis import compare
+from attnprof.core.documents import ResultDocument, load_result
 
 SET_A = Path(__file__).parent.parent / "bench" / "reports" / "data" / "h200-2026-11-29" / "set-a"
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from profiler_core.analysis import compare, render_table
-from profiler_core.documents import ResultDocument, Thresholds, parse_result
-from profiler_core.documents.comparison import ComparisonDocument, Finding
+from attnprof.core.analysis import compare, render_table
+from attnprof.core.documents import ResultDocument, Thresholds, parse_result
+from attnprof.core.documents.comparison import ComparisonDocument, Finding
 from tests.test_analysis_fixtures import make_case, make_doc, make_kernels, runs, scaled
 
 

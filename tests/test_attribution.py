@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_core.attribution import (
+from attnprof.core.attribution import (
     ParsedTrace,
     TraceError,
     aggregate,
@@ -19,8 +19,8 @@ from profiler_core.attribution import (
     load_trace,
     parse_trace,
 )
-from profiler_core.documents import Kernel
-from profiler_core.errors import AttnprofError
+from attnprof.core.documents import Kernel
+from attnprof.core.errors import AttnprofError
 
 DATA = Path(__file__).parent / "data"
 H200 = DATA / "h200"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_core.attribution import MAX_KEY_LEN, detect_backend, kernel_key
+from attnprof.core.attribution import MAX_KEY_LEN, detect_backend, kernel_key
 
 H200 = Path(__file__).parent / "data" / "h200"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_core.attribution import (
+from attnprof.core.attribution import (
     aggregate,
     attribute,
     cpu_kernels,
@@ -16,11 +16,11 @@ from profiler_core.attribution import (
     parse_trace,
     reconcile,
 )
-from profiler_core.documents import Case, DurationStats, Kernel, load_result, parse_result
-from profiler_core.measure.runner import ProfileOptions, profile_suite
-from profiler_core.report import reconciliation_line, render_markdown, render_table
-from profiler_core.suite import parse_suite
-from profiler_core.units import fmt_duration_us
+from attnprof.core.documents import Case, DurationStats, Kernel, load_result, parse_result
+from attnprof.core.measure.runner import ProfileOptions, profile_suite
+from attnprof.core.report import reconciliation_line, render_markdown, render_table
+from attnprof.core.suite import parse_suite
+from attnprof.core.units import fmt_duration_us
 from tests.profiling_support import suite_text
 
 DATA = Path(__file__).parent / "data"

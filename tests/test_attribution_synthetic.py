@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from profiler_core.attribution import (
+from attnprof.core.attribution import (
     AttributedKernel,
     KernelEvent,
     PhaseContext,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnprof.core.measure import case as case_module
+from attnprof.core.measure import runner
 from bench.kernel_trace_cost import one_run
-from profiler_core.measure import case as case_module
-from profiler_core.measure import runner
 
 ROOT = Path(__file__).resolve().parents[1]
 

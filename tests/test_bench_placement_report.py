@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from attnprof.core.documents import load_result
 from bench.h200_placement_report import (
     drawn_share,
     load_both,
@@ -22,7 +23,6 @@ from bench.h200_placement_report import (
     sd_ratio_p,
 )
 from bench.h200_rounds_report import Process, heavy
-from profiler_core.documents import load_result
 from tests.profiling_support import REPO
 from tests.test_analysis_fixtures import make_case
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import cast
 
+from attnprof.core.documents import GpuHealth
+from attnprof.core.measure.environment import Nvml
 from bench.h200_settle import Settled, settle
-from profiler_core.documents import GpuHealth
-from profiler_core.measure.environment import Nvml
 
 
 class _FakeNvml:

@@ -9,6 +9,8 @@ import statistics
 
 import pytest
 
+from attnprof.core.analysis.kernels import CLOCK_MOVE
+from attnprof.core.documents import parse_result
 from bench.h200_spread import align, clock_over, correlation, kernel_levels, split_iterations, spread
 from bench.h200_truth_report import (
     _json,
@@ -19,8 +21,6 @@ from bench.h200_truth_report import (
     whole_case_counts,
     whole_kernel_rows,
 )
-from profiler_core.analysis.kernels import CLOCK_MOVE
-from profiler_core.documents import parse_result
 from tests.profiling_support import REPO
 
 SPREAD = REPO / "bench" / "reports" / "data" / "h200-spread-2026-12-03"

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from attnprof.core.documents import load_result
 from bench.h200_rounds_report import SHARED, Process, _rounds, heavy, load_runs, load_variants
 from bench.h200_stream_report import (
     CO_MOVEMENT,
@@ -38,7 +39,6 @@ from bench.h200_stream_report import (
     shifted_cases,
     variance_ratio_p,
 )
-from profiler_core.documents import load_result
 from tests.profiling_support import REPO
 from tests.test_analysis_fixtures import make_case
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from attnprof.core.suite import load_suite
 from bench.zoo import records, report, trees
 from bench.zoo.changes import BY_NAME, CHANGES, QUICK, select
 from bench.zoo.records import AbRun, CaseLine, ChangeRun, JobRun, Outcome, Provenance, RunDoc, TruthCase, TruthChange
 from bench.zoo.truth import factory, load_tree
-from profiler_core.suite import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import jsonschema
 
-from profiler_core.documents import load_result
-from profiler_core.documents.comparison import comparison_json_schema
+from attnprof.core.documents import load_result
+from attnprof.core.documents.comparison import comparison_json_schema
 from tests.test_analysis_fixtures import scaled
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from profiler_core.analysis import compare
-from profiler_core.documents import ResultDocument, load_result
-from profiler_core.measure.runner import disturbance_reasons
+from attnprof.core.analysis import compare
+from attnprof.core.documents import ResultDocument, load_result
+from attnprof.core.measure.runner import disturbance_reasons
 
 REPO = Path(__file__).resolve().parent.parent
 SET_A = REPO / "bench" / "reports" / "data" / "h200-2026-11-29" / "set-a"

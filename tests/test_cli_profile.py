@@ -1,4 +1,4 @@
-"""The CLI contract, through real processes: ``python -m profiler_core`` and the ``attnprof`` console script.
+"""The CLI contract, through real processes: ``python -m attnprof.core`` and the ``attnprof`` console script.
 
 Exit codes: 0 when every case ran or was skipped, 1 when a case failed (the document is still written
 and the other cases measured), 2 on bad input (nothing run, nothing written, the message names the key).
@@ -20,8 +20,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from profiler_core.documents import load_result, parse_result, result_json_schema
-from profiler_core.documents.comparison import comparison_json_schema
+from attnprof.core.documents import load_result, parse_result, result_json_schema
+from attnprof.core.documents.comparison import comparison_json_schema
 from tests.profiling_support import DATA, REPO
 
 H200_RESULT = DATA / "h200" / "attnprof" / "result.json"
@@ -49,8 +49,8 @@ def attnprof_script() -> str:
 
 
 def run(args: list[str], *, cwd: Path = REPO, script: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run a verb in a fresh process: the console script, or ``python -m profiler_core``."""
-    command = [attnprof_script()] if script else [sys.executable, "-m", "profiler_core"]
+    """Run a verb in a fresh process: the console script, or ``python -m attnprof.core``."""
+    command = [attnprof_script()] if script else [sys.executable, "-m", "attnprof.core"]
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     return subprocess.run([*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
@@ -290,7 +290,7 @@ def test_a_profiling_process_ends_without_torchs_teardown(load_torch: bool, code
         [
             "import atexit, sys",
             "import torch" if load_torch else "",
-            "from profiler_core.process_exit import exit_with",
+            "from attnprof.core.process_exit import exit_with",
             "atexit.register(lambda: print('teardown ran'))",
             "def command():",
             "    print('result written', end='')",  # no newline: still flushed
@@ -315,7 +315,7 @@ def test_a_profiling_process_takes_the_processes_it_started_with_it(tmp_path: Pa
     script = "\n".join(
         [
             "import subprocess, sys, time, torch",
-            "from profiler_core.process_exit import exit_with",
+            "from attnprof.core.process_exit import exit_with",
             f"subprocess.Popen([sys.executable, '-c', {inner!r}])",
             "time.sleep(1.0)",  # both started
             "exit_with(lambda: sys.exit(0))",

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from profiler_core.documents import (
+from attnprof.core.documents import (
     MAX_PARAMS_DEPTH,
     RESULT_SCHEMA,
     ResultDocument,
@@ -21,7 +21,7 @@ from profiler_core.documents import (
     result_json_schema,
     write_result,
 )
-from profiler_core.errors import AttnprofError, DocumentError
+from attnprof.core.errors import AttnprofError, DocumentError
 from tests.profiling_support import DATA
 
 GPU_RESULTS = sorted((DATA / "h200" / "attnprof").glob("result*.json"))

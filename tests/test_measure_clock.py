@@ -1,4 +1,4 @@
-"""The SM clock under load (``profiler_core.measure.clock``): which kernels and probe belong to which iteration, the
+"""The SM clock under load (``attnprof.core.measure.clock``): which kernels and probe belong to which iteration, the
 probe's timer against Kineto's, the cycles over a kernel and their mean clock, and what a comparison says of them.
 The probe itself needs CUDA and Triton; its figures on the H200 are in ``bench/reports/h200-truth.md``."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from profiler_core.analysis import compare
-from profiler_core.analysis.kernels import CLOCK_MOVE, kernel_moves
-from profiler_core.measure.clock import (
+from attnprof.core.analysis import compare
+from attnprof.core.analysis.kernels import CLOCK_MOVE, kernel_moves
+from attnprof.core.measure.clock import (
     MAX_SAMPLES,
     MIN_EVERY,
     StepClocks,
@@ -194,7 +194,7 @@ def test_a_kernel_clock_is_among_its_changes_only_when_it_moved_beyond_the_pass_
 
 
 def test_the_comparison_page_shows_a_kernel_clock_and_marks_it_when_it_moved() -> None:
-    from service.web.pages.comparisons import KERNEL_FIELDS, _side_by_side
+    from attnprof.server.web.pages.comparisons import KERNEL_FIELDS, _side_by_side
 
     base = runs(1, seed=1)[0].cases[0].kernels
     cand = [k.model_copy(deep=True) for k in base]

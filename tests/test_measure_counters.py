@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from profiler_core.documents import Case, load_result
-from profiler_core.errors import AttnprofError, CountersUnavailable
-from profiler_core.measure.counters import (
+from attnprof.core.documents import Case, load_result
+from attnprof.core.errors import AttnprofError, CountersUnavailable
+from attnprof.core.measure.counters import (
     METRICS,
     NcuKernel,
     base_name,
@@ -23,7 +23,7 @@ from profiler_core.measure.counters import (
     merge_counters,
     parse_ncu_csv,
 )
-from profiler_core.model import counter_bound
+from attnprof.core.model import counter_bound
 from tests.profiling_support import DATA
 
 PROBE = DATA / "ncu" / "probe-elementwise.txt"

@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from profiler_core.attribution import KernelSummary
-from profiler_core.attribution.declared import DeclaredWork
-from profiler_core.documents import Case, ResultDocument
-from profiler_core.documents.result import WorkSource
-from profiler_core.measure.kernels import CASE_WORK_SHARE, _declared, _share_case_work
-from profiler_core.measure.runner import ProfileOptions, profile_suite
-from profiler_core.measure.timing import Flusher
-from profiler_core.measure.triton_hooks import record_of
-from profiler_core.model.work import CaseWork, case_work
-from profiler_core.suite import parse_suite
+from attnprof.core.attribution import KernelSummary
+from attnprof.core.attribution.declared import DeclaredWork
+from attnprof.core.documents import Case, ResultDocument
+from attnprof.core.documents.result import WorkSource
+from attnprof.core.measure.kernels import CASE_WORK_SHARE, _declared, _share_case_work
+from attnprof.core.measure.runner import ProfileOptions, profile_suite
+from attnprof.core.measure.timing import Flusher
+from attnprof.core.measure.triton_hooks import record_of
+from attnprof.core.model.work import CaseWork, case_work
+from attnprof.core.suite import parse_suite
 from tests.profiling_support import suite_text
 
 MODULE = "attnprof_test_work_factories"

@@ -6,16 +6,16 @@ import re
 import time
 from pathlib import Path
 
-from profiler_core.documents import load_result
-from profiler_core.measure.case import _Timing
-from profiler_core.measure.environment import (
+from attnprof.core.documents import load_result
+from attnprof.core.measure.case import _Timing
+from attnprof.core.measure.environment import (
     ThreadTimes,
     disturbed_run_reasons,
     host_wait_reason,
     thread_times,
 )
-from profiler_core.measure.runner import disturbance_reasons
-from profiler_core.measure.timing import TimingResult
+from attnprof.core.measure.runner import disturbance_reasons
+from attnprof.core.measure.timing import TimingResult
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_LOADED = REPO / "tests" / "data" / "service" / "cpu-run-1.json"

@@ -18,12 +18,12 @@ import jsonschema
 import pytest
 import torch
 
-from profiler_core.documents import Case, ResultDocument, parse_result, result_json_schema
-from profiler_core.errors import CountersUnavailable, DeviceError
-from profiler_core.measure.accuracy import NON_FINITE_ERROR, check_accuracy
-from profiler_core.measure.case import _with_reasons
-from profiler_core.measure.runner import ProfileOptions, profile_suite, resolve_device
-from profiler_core.suite import parse_suite
+from attnprof.core.documents import Case, ResultDocument, parse_result, result_json_schema
+from attnprof.core.errors import CountersUnavailable, DeviceError
+from attnprof.core.measure.accuracy import NON_FINITE_ERROR, check_accuracy
+from attnprof.core.measure.case import _with_reasons
+from attnprof.core.measure.runner import ProfileOptions, profile_suite, resolve_device
+from attnprof.core.suite import parse_suite
 from tests.profiling_support import suite_text
 
 MODULE = "attnprof_test_factories"

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from profiler_core.documents import Case, Kernel, ResultDocument, load_result
-from profiler_core.measure.kernels import kernel_records
-from profiler_core.model.roofline import BUSY, classify_bound
-from profiler_core.suite import CaseSpec, load_suite
+from attnprof.core.documents import Case, Kernel, ResultDocument, load_result
+from attnprof.core.measure.kernels import kernel_records
+from attnprof.core.model.roofline import BUSY, classify_bound
+from attnprof.core.suite import CaseSpec, load_suite
 from tests.profiling_support import DATA, REPO
 
 RUN = DATA / "h200" / "attnprof"
@@ -192,6 +192,6 @@ def test_recomputed_kernels_match_the_committed_document(case_id: str) -> None:
 
 
 def test_attribution_of_gpu_traces_does_not_import_torch() -> None:
-    code = "import sys, profiler_core.measure.kernels; print('torch' in sys.modules)"
+    code = "import sys, attnprof.core.measure.kernels; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr

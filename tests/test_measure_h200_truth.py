@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from profiler_core.attribution import DECLARED_KEY, factory_work_for, launch_metadata_work
-from profiler_core.documents import Kernel, ResultDocument, parse_result
-from profiler_core.measure.kernels import kernel_records
-from profiler_core.model import attention_flops
-from profiler_core.model.work import AttentionShape, case_work
-from profiler_core.report import render_markdown
-from profiler_core.suite import CaseSpec, load_suite
+from attnprof.core.attribution import DECLARED_KEY, factory_work_for, launch_metadata_work
+from attnprof.core.documents import Kernel, ResultDocument, parse_result
+from attnprof.core.measure.kernels import kernel_records
+from attnprof.core.model import attention_flops
+from attnprof.core.model.work import AttentionShape, case_work
+from attnprof.core.report import render_markdown
+from attnprof.core.suite import CaseSpec, load_suite
 from tests.profiling_support import DATA, REPO
 
 RUN = DATA / "h200" / "truth"

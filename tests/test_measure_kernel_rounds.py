@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from profiler_core.documents import ResultDocument
-from profiler_core.measure import runner
-from profiler_core.measure.runner import ProfileOptions, profile_suite
-from profiler_core.measure.trace import RoundTrace
-from profiler_core.suite import parse_suite
+from attnprof.core.documents import ResultDocument
+from attnprof.core.measure import runner
+from attnprof.core.measure.runner import ProfileOptions, profile_suite
+from attnprof.core.measure.trace import RoundTrace
+from attnprof.core.suite import parse_suite
 
 MODULE = "attnprof_test_kernel_rounds"
 

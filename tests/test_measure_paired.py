@@ -13,11 +13,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from profiler_core.analysis.paired_stats import Rule
-from profiler_core.documents import load_result
-from profiler_core.documents.paired import PairedDocument
-from profiler_core.measure.paired import side_environment
-from profiler_core.measure.paired_case import CaseRounds, run_case
+from attnprof.core.analysis.paired_stats import Rule
+from attnprof.core.documents import load_result
+from attnprof.core.documents.paired import PairedDocument
+from attnprof.core.measure.paired import side_environment
+from attnprof.core.measure.paired_case import CaseRounds, run_case
 from tests.profiling_support import suite_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def _suite(tmp: Path, base: Path, head: Path, paired: float = 0.10) -> Path:
 
 def _ab(tmp: Path, suite: Path, base: Path, head: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(head), str(REPO)]), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "profiler_core", "ab", str(suite), "--base", str(base), "--head", str(head)]
+    argv = [sys.executable, "-m", "attnprof.core", "ab", str(suite), "--base", str(base), "--head", str(head)]
     argv += ["--out", str(tmp / "out"), "--device", "cpu", "--cache-dir", str(tmp / "cache"), "--quiet", *extra]
     return subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
 
@@ -128,7 +128,7 @@ def test_each_side_sees_its_own_tree_only_and_rounds_alternate(tmp_path: Path) -
     # The documents written are valid against the schemas `attnprof schema paired|comparison` prints.
     for name, document in (("paired", "paired.json"), ("comparison", "comparison.json")):
         printed = subprocess.run(
-            [sys.executable, "-m", "profiler_core", "schema", name], capture_output=True, text=True, check=True
+            [sys.executable, "-m", "attnprof.core", "schema", name], capture_output=True, text=True, check=True
         )
         schema = json.loads(printed.stdout)
         jsonschema.Draft202012Validator.check_schema(schema)

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from profiler_core.documents import Peaks
-from profiler_core.measure import environment as env
-from profiler_core.measure import peaks as peaks_mod
-from profiler_core.measure.peaks import (
+from attnprof.core.documents import Peaks
+from attnprof.core.measure import environment as env
+from attnprof.core.measure import peaks as peaks_mod
+from attnprof.core.measure.peaks import (
     HOST_BUSY_LIMIT,
     Rates,
     cache_path,
@@ -31,7 +31,7 @@ from profiler_core.measure.peaks import (
     load_or_measure,
     measure_peaks,
 )
-from profiler_core.measure.runner import calibrate
+from attnprof.core.measure.runner import calibrate
 
 DEVICE_NAME = "Test CPU"
 KEY = "testbed0"

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from profiler_core.documents import Case, ResultDocument
-from profiler_core.errors import SuiteError
-from profiler_core.measure import runner
-from profiler_core.measure.case import on_stream, release_stream_workspaces, round_stream
-from profiler_core.measure.runner import ProfileOptions, profile_suite
-from profiler_core.measure.timing import PAIRED_TIMING_METHOD, TIMING_METHOD
-from profiler_core.suite import TimingConfig, parse_suite
+from attnprof.core.documents import Case, ResultDocument
+from attnprof.core.errors import SuiteError
+from attnprof.core.measure import runner
+from attnprof.core.measure.case import on_stream, release_stream_workspaces, round_stream
+from attnprof.core.measure.runner import ProfileOptions, profile_suite
+from attnprof.core.measure.timing import PAIRED_TIMING_METHOD, TIMING_METHOD
+from attnprof.core.suite import TimingConfig, parse_suite
 
 MODULE = "attnprof_test_round_factories"
 

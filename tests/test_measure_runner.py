@@ -17,11 +17,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from profiler_core.documents import Case, ResultDocument, parse_result, result_json_schema
-from profiler_core.measure.kernels import kernel_records
-from profiler_core.measure.runner import ProfileOptions, SuiteSession, profile_suite, safe_name
-from profiler_core.measure.timing import PAIRED_TIMING_METHOD, TIMING_KEY, TIMING_METHOD
-from profiler_core.suite import Suite, parse_suite
+from attnprof.core.documents import Case, ResultDocument, parse_result, result_json_schema
+from attnprof.core.measure.kernels import kernel_records
+from attnprof.core.measure.runner import ProfileOptions, SuiteSession, profile_suite, safe_name
+from attnprof.core.measure.timing import PAIRED_TIMING_METHOD, TIMING_KEY, TIMING_METHOD
+from attnprof.core.suite import Suite, parse_suite
 from tests.profiling_support import suite_text
 
 CASES = """

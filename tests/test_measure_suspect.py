@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler_core.documents import GpuHealth, load_result
-from profiler_core.measure.environment import mark_clock_drops, suspect_reasons
+from attnprof.core.documents import GpuHealth, load_result
+from attnprof.core.measure.environment import mark_clock_drops, suspect_reasons
 
 DATA = Path(__file__).parent.parent / "bench" / "reports" / "data" / "h200-2026-11-29" / "set-a"
 

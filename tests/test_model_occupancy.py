@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profiler_core.model import SM_LIMITS, sm_limits, theoretical_occupancy
+from attnprof.core.model import SM_LIMITS, sm_limits, theoretical_occupancy
 
 DATA = Path(__file__).parent / "data" / "h200"
 

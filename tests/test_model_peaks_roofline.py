@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiler_core.model import (
+from attnprof.core.model import (
     DATASHEET,
     arithmetic_intensity,
     classify_bound,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_core.model import (
+from attnprof.core.model import (
     AttentionShape,
     attended_pairs,
     attention_flops,

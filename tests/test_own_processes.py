@@ -1,4 +1,4 @@
-"""A job's own processes (``profiler_core.own_processes``), judged with real processes on the CPU: a root's children,
+"""A job's own processes (``attnprof.core.own_processes``), judged with real processes on the CPU: a root's children,
 grandchildren and a daemon that double-forked out of its tree are its own, a process outside its tree is a stranger;
 the GPU health judgement (NVML faked, listing those PIDs) counts only the stranger, for ``attnprof profile`` (this
 process is the root) and for both sides of ``attnprof ab`` started as its coordinator starts them."""
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from profiler_core.measure import runner, side
-from profiler_core.measure.environment import Nvml, suspect_reasons
-from profiler_core.measure.paired import PairedOptions, _ready, _start
-from profiler_core.own_processes import Process, other_processes, own_processes, process_table, strangers
+from attnprof.core.measure import runner, side
+from attnprof.core.measure.environment import Nvml, suspect_reasons
+from attnprof.core.measure.paired import PairedOptions, _ready, _start
+from attnprof.core.own_processes import Process, other_processes, own_processes, process_table, strangers
 from tests.processes_support import fake_nvml, family, stranger
 from tests.profiling_support import suite_text
 
@@ -158,7 +158,7 @@ def test_the_side_passes_the_root_it_is_told_to_its_session(tmp_path: Path, monk
 
 def test_what_nvml_listed_on_an_h100_during_attnprof_ab_counts_only_the_stranger() -> None:
     # Recorded by bench/own_processes_gpu.py: a CUDA process started first from the same shell (the same session),
-    # then `python -m profiler_core ab`; NVML listed the stranger and both sides, sampled with the process table.
+    # then `python -m attnprof.core ab`; NVML listed the stranger and both sides, sampled with the process table.
     record = json.loads((Path(__file__).parent / "data" / "h100" / "own-processes.json").read_text())
     coordinator, other = record["coordinator"], record["stranger"]
     assert record["samples"]

@@ -12,10 +12,10 @@ from collections import Counter
 import jsonschema
 import pytest
 
-from profiler_core.analysis.paired import rule_for
-from profiler_core.analysis.paired_stats import Rule, assess, run
-from profiler_core.documents.paired import Pair, PairedDocument, paired_json_schema
-from profiler_core.documents.result import Thresholds
+from attnprof.core.analysis.paired import rule_for
+from attnprof.core.analysis.paired_stats import Rule, assess, run
+from attnprof.core.documents.paired import Pair, PairedDocument, paired_json_schema
+from attnprof.core.documents.result import Thresholds
 from tests.paired_sim import DEFAULTS, Scenario, run_cases, slow_round, timing_finding, verdict_of
 
 # The two cases of a small project: a GQA decode step (the pairs spread 0.8% and the side that times second reads

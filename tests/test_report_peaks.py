@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from profiler_core.documents import Peaks, ResultDocument, load_result
-from profiler_core.report import case_headline, header, render_markdown
-from profiler_core.units import fmt_tflops
+from attnprof.core.documents import Peaks, ResultDocument, load_result
+from attnprof.core.report import case_headline, header, render_markdown
+from attnprof.core.units import fmt_tflops
 
 CPU_RUN = Path(__file__).parent / "data" / "service" / "cpu-run-1.json"
 

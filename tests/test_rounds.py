@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnprof.core.analysis import compare
+from attnprof.core.documents import LatencyStats, load_result
+from attnprof.core.report import levels_line, render_markdown
+from attnprof.core.rounds import LEVEL_GAP, find_levels, median_ci, relative_ci_half_width, round_levels, round_medians
 from bench.h200_rounds_report import one_case
-from profiler_core.analysis import compare
-from profiler_core.documents import LatencyStats, load_result
-from profiler_core.report import levels_line, render_markdown
-from profiler_core.rounds import LEVEL_GAP, find_levels, median_ci, relative_ci_half_width, round_levels, round_medians
 from tests.test_analysis_fixtures import make_case, make_doc, stats_of
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profiler_core.errors import SuiteError
-from profiler_core.suite import (
+from attnprof.core.errors import SuiteError
+from attnprof.core.suite import (
     MAX_CASES,
     MAX_NESTING,
     CaseSpec,

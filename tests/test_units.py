@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from profiler_core.units import (
+from attnprof.core.units import (
     fmt_change,
     fmt_duration_delta_us,
     fmt_duration_range_us,

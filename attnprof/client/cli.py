@@ -68,7 +68,7 @@ def exit_code(job: dict[str, Any] | None, final: bool) -> tuple[int, str]:
 
 def _finding_change(finding: dict[str, Any]) -> str:
     """`` +6.6% (3,428 µs -> 3,654 µs)`` for a finding of the upload's answer, or nothing where it has no change."""
-    from profiler_core.units import fmt_change, fmt_in_unit
+    from attnprof.core.units import fmt_change, fmt_in_unit
 
     change, unit = finding.get("change"), finding.get("unit")
     if not isinstance(change, (int, float)):
@@ -81,8 +81,8 @@ def _finding_change(finding: dict[str, Any]) -> str:
 
 
 def _render(comparison: dict[str, Any]) -> str:
-    from profiler_core.analysis.render import render_table
-    from profiler_core.documents.comparison import ComparisonDocument
+    from attnprof.core.analysis.render import render_table
+    from attnprof.core.documents.comparison import ComparisonDocument
 
     try:
         return render_table(ComparisonDocument.model_validate(comparison["document"]))

@@ -1,6 +1,6 @@
 """Source bundles (tar.gz): the rules every member must follow, a bounded reader, and a safe unpacker.
 
-Plain code with no web framework: the service checks a bundle on arrival (``service.jobs.bundle``) and the
+Plain code with no web framework: the service checks a bundle on arrival (``attnprof.server.jobs.bundle``) and the
 profile worker checks it again as it unpacks it on the GPU host (it trusts nothing it downloads). Both read
 the archive through one walk (:func:`_entries`), member list rules and file data alike, so the service
 refuses exactly the bundles that the worker would refuse.

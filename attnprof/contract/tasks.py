@@ -1,7 +1,7 @@
 """The task contract between the service and the workers (DESIGN 3.4): task names, queues, the message itself.
 
 ``profile.run(job_id, attempt, claim_secret)`` on ``profile.<testbed>``; ``analysis.run(job_id)`` and
-``jobs.sweep()`` on ``analysis``. The service publishes these with kombu (``service.queue``) and never imports a
+``jobs.sweep()`` on ``analysis``. The service publishes these with kombu (``attnprof.server.queue``) and never imports a
 worker; the workers' Celery apps register the same names. Framework-free: the standard library only.
 """
 

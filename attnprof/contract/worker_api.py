@@ -108,7 +108,7 @@ class WorkerDevice(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     key: str = Field(
-        pattern=r"^[0-9a-f]{16}$", description="the testbed key (``profiler_core.testbed.testbed_key`` of meaning)"
+        pattern=r"^[0-9a-f]{16}$", description="the testbed key (``attnprof.core.testbed.testbed_key`` of meaning)"
     )
     meaning: dict[_MeaningName, _MeaningValue] = Field(
         min_length=1, max_length=10, description="what the key hashes: device, driver, mode (and threads on a CPU)"

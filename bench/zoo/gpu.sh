@@ -33,7 +33,7 @@ if [ -d .whl ]; then
   export BENCH_SITE=/opt/attnprof-site ATTNPROF_WORKER__SANDBOX_RO_BINDS='["/opt/attnprof-site"]'
 fi
 export PYTHONPATH=$PWD
-python3 -c "import pydantic, httpx, torch, triton, profiler_core, service, worker" || exit 1
+python3 -c "import pydantic, httpx, torch, triton, attnprof.core, attnprof.server, attnprof.worker" || exit 1
 echo "set up in $(( $(date +%s) - START )) s: $GPU, bubblewrap $(bwrap --version 2>&1)" | tee -a "$DEST/host.txt"
 ARGS=(); [ -n "${ONLY:-}" ] && ARGS=(--only "$ONLY")
 if [ "$TRUTH_S" -gt 0 ]; then

@@ -12,11 +12,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from attnprof.core.analysis import render_table
 from bench import pipeline_load as pipeline
 from bench.zoo import outcomes, trees
 from bench.zoo.changes import Change
 from bench.zoo.records import JobRun
-from profiler_core.analysis import render_table
 
 
 @contextmanager

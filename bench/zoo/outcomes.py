@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnprof.core.documents import parse_comparison
+from attnprof.core.documents.comparison import ComparisonDocument, KernelMove
 from bench.zoo.records import CaseLine, OtherFinding, Outcome
-from profiler_core.documents import parse_comparison
-from profiler_core.documents.comparison import ComparisonDocument, KernelMove
 
 
 def kernel_line(k: KernelMove) -> str:

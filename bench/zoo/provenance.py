@@ -12,11 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from attnprof.core.documents import ResultDocument
 from bench.zoo.records import Provenance
-from profiler_core.documents import ResultDocument
 
 ROOT = Path(__file__).resolve().parents[2]
-_SOURCES = ("profiler_core", "worker", "service", "attnprof", "bench/zoo")
+_SOURCES = ("attnprof.core", "worker", "service", "attnprof", "bench/zoo")
 
 
 def now() -> str:

@@ -1,5 +1,5 @@
-"""The product's local verbs on one change, as a user runs them: ``python -m profiler_core ab`` on the two trees and
-``python -m profiler_core profile`` of the head, each a process of its own, timed whole; and the budget they share."""
+"""The product's local verbs on one change, as a user runs them: ``python -m attnprof.core ab`` on the two trees and
+``python -m attnprof.core profile`` of the head, each a process of its own, timed whole; and the budget they share."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnprof.core.analysis import render_table
+from attnprof.core.documents import ResultDocument, load_result
 from bench.zoo import outcomes
 from bench.zoo.records import AbRun, ProfileRun
 from bench.zoo.trees import Trees
-from profiler_core.analysis import render_table
-from profiler_core.documents import ResultDocument, load_result
 
 ROOT = Path(__file__).resolve().parents[2]
 # A first guess of each step's seconds, until one has run (then 1.15 times the longest so far).
@@ -98,7 +98,7 @@ def _gzip(path: Path) -> None:
 
 def calibrate(device: str, peaks: Path) -> Finished:
     """The peaks cache every run of this zoo shares (measured once, before anything is timed)."""
-    argv = [sys.executable, "-m", "profiler_core", "calibrate", "--device", device, "--cache-dir", str(peaks)]
+    argv = [sys.executable, "-m", "attnprof.core", "calibrate", "--device", device, "--cache-dir", str(peaks)]
     return run_process(argv, cwd=ROOT, env=dict(os.environ), timeout_s=300)
 
 
@@ -109,7 +109,7 @@ def ab(
     out = dest / f"ab-{rep}"
     shutil.rmtree(out, ignore_errors=True)
     argv = [
-        sys.executable, "-m", "profiler_core", "ab", str(trees.suite), "--base", str(trees.base),
+        sys.executable, "-m", "attnprof.core", "ab", str(trees.suite), "--base", str(trees.base),
         "--head", str(trees.head), "--out", str(out), "--device", device, "--cache-dir", str(peaks), "--quiet",
     ]  # fmt: skip
     done = run_process(argv, cwd=ROOT, env=dict(os.environ), timeout_s=timeout_s)
@@ -141,7 +141,7 @@ def profile(trees: Trees, *, device: str, peaks: Path, dest: Path, timeout_s: fl
     out = dest / "profile.json"
     traces = dest / "profile-traces"
     argv = [
-        sys.executable, "-m", "profiler_core", "profile", str(trees.suite), "--device", device, "--out", str(out),
+        sys.executable, "-m", "attnprof.core", "profile", str(trees.suite), "--device", device, "--out", str(out),
         "--trace-dir", str(traces), "--cache-dir", str(peaks), "--quiet",
     ]  # fmt: skip
     env = dict(os.environ)

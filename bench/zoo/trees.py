@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnprof.core.suite import TimingConfig
 from bench.zoo.changes import Change
-from profiler_core.suite import TimingConfig
 
 PROJECT = Path(__file__).resolve().parent / "project"
 PACKAGE = "zooattn"

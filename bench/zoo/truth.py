@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnprof.core.suite import CaseSpec, load_suite
 from bench.zoo import provenance, records, trees
 from bench.zoo.changes import Change, select
-from profiler_core.suite import CaseSpec, load_suite
 
 METHOD = (
     "interleaved blocks (AB, BA, ...), both sides built anew and warmed up in each block, then timed back to back; "

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from service.config import SHARED_SECRETS
+from attnprof.server.config import SHARED_SECRETS
 from tests.pgcluster import free_port
 from tests.pgtest import create_database, drop_database
 from tests.service.serverproc import ATTNPROF, seed, serve

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.config import Settings, missing_shared_secrets
+from attnprof.server.config import Settings, missing_shared_secrets
 from tests.pgcluster import free_port
 from tests.pgtest import create_database, drop_database
 from tests.service.serverproc import ATTNPROF, seed, server_env

@@ -21,15 +21,15 @@ import httpx
 import redis
 import yaml
 
-from service.auth import service as auth
-from service.config import Settings
-from service.db import make_engine, make_sessionmaker
-from service.projects import service as projects
-from service.testbeds import service as testbeds
+from attnprof.server.auth import service as auth
+from attnprof.server.config import Settings
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.projects import service as projects
+from attnprof.server.testbeds import service as testbeds
+from attnprof.worker.analysis import verdict as analysis
 from tests.claiming import bearer, claim, claim_secret
 from tests.github.fakegithub import FakeGitHub
 from tests.service import svcdocs as docs
-from worker.cpu import verdict as analysis
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTION = ROOT / ".github/actions/attnprof/action.yml"

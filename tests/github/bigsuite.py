@@ -14,10 +14,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from profiler_core.analysis import compare
-from profiler_core.documents import parse_result
-from profiler_core.documents.comparison import ComparisonDocument
-from profiler_core.documents.result import ResultDocument
+from attnprof.core.analysis import compare
+from attnprof.core.documents import parse_result
+from attnprof.core.documents.comparison import ComparisonDocument
+from attnprof.core.documents.result import ResultDocument
 
 H200 = Path(__file__).resolve().parents[1] / "data" / "h200" / "attnprof" / "result.json"
 TRUTH = H200.parents[1] / "truth"

@@ -8,11 +8,11 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from service.app import create_app
-from service.config import Settings
-from service.github import outbox
-from service.jobs import service as jobs
-from service.jobs.models import Job
+from attnprof.server.app import create_app
+from attnprof.server.config import Settings
+from attnprof.server.github import outbox
+from attnprof.server.jobs import service as jobs
+from attnprof.server.jobs.models import Job
 from tests.claiming import bearer, claim, claim_secret
 from tests.github.fakegithub import FakeGitHub
 from tests.service import svcdocs as docs

@@ -3,7 +3,7 @@
 
 - the composite action's own steps, run as GitHub's runner runs them, from a copy of the repository (as GitHub
   downloads an action) with Debian's system Python (PEP 668: pip refuses to install into it), in a workspace
-  that has packages of its own named ``service`` and ``worker``;
+  that has packages of its own named ``service``, ``worker`` and ``core``;
 - the wheel, built and installed into a fresh environment with the base dependencies only: no torch, no server
   packages, and a real ``attnprof submit`` against ``attnprof serve``.
 """
@@ -70,14 +70,16 @@ def _runner_env(tmp: Path, action_repo: Path, workspace: Path) -> dict[str, str]
     return env
 
 
+# Package names a user's repository commonly has at its top level; attnprof installs one top-level package,
+# ``attnprof``, so none of them can shadow it or be shadowed by it.
+USER_PACKAGES = ("service", "worker", "core")
+
+
 def _workspace(path: Path) -> Path:
-    """A user's checkout with top-level packages ``service`` and ``worker`` that fail when imported."""
-    for name in ("service", "worker"):
+    """A user's checkout with top-level packages ``service``, ``worker`` and ``core`` that fail when imported."""
+    for name in USER_PACKAGES:
         (path / name).mkdir(parents=True)
         (path / name / "__init__.py").write_text(SHADOW.format(name=name))
-    (path / "service/github").mkdir()
-    (path / "service/github/__init__.py").write_text("")
-    (path / "service/github/action.py").write_text(SHADOW.format(name="service.github.action"))
     (path / "perf").mkdir()
     (path / "perf/attention.toml").write_text(SPEC)
     return path
@@ -273,9 +275,12 @@ def test_the_wheel_installs_a_client_without_torch_or_the_server(served, tmp_pat
         names = set(zf.namelist())
         (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
         requires = [line for line in zf.read(meta).decode().splitlines() if line.startswith("Requires-Dist:")]
-    assert {"attnprof/client/action.py", "attnprof/py.typed", "profiler_core/py.typed"} <= names
+    assert {"attnprof/client/action.py", "attnprof/py.typed", "attnprof/core/__init__.py"} <= names
+    # One top-level package: nothing a user's repository holds beside it can shadow it or be shadowed by it.
+    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"attnprof"}
     # The dashboard's templates and the migrations travel too (package data), for the [server] install.
-    assert "service/migrations/script.py.mako" in names and any(n.startswith("service/web/templates/") for n in names)
+    assert "attnprof/server/migrations/script.py.mako" in names
+    assert any(n.startswith("attnprof/server/web/templates/") for n in names)
     base = [r for r in requires if "extra ==" not in r]
     assert base and not [r for r in base for heavy in HEAVY if heavy in r.lower()], base
 
@@ -291,12 +296,28 @@ def test_the_wheel_installs_a_client_without_torch_or_the_server(served, tmp_pat
     helped = subprocess.run([venv / "bin/attnprof", "submit", "--help"], capture_output=True, text=True, env=env)
     assert helped.returncode == 0 and "--wait" in helped.stdout, helped.stderr
 
-    (tmp_path / "attention.toml").write_text(SPEC)
-    env.update(ATTNPROF_SERVER=served.url, ATTNPROF_TOKEN=served.submit)
-    argv = [venv / "bin/attnprof", "submit", "attention.toml", "--testbed", served.testbed, "--json"]
+    # A user's project with its own top-level service, worker and core packages, on the path: a script in its root
+    # uses them and calls attnprof's command line, and both work.
+    project = tmp_path / "project"
+    for name in USER_PACKAGES:
+        (project / name).mkdir(parents=True)
+        (project / name / "__init__.py").write_text(f"OWNER = 'the project'\nNAME = {name!r}\n")
+    (project / "attention.toml").write_text(SPEC)
+    (project / "perf.py").write_text(
+        "import subprocess, sys\n"
+        "import core, service, worker\n"
+        "print(*(f'{m.NAME}: {m.OWNER}' for m in (service, worker, core)), sep='\\n', flush=True)\n"
+        "sys.exit(subprocess.run(sys.argv[1:]).returncode)\n"
+    )
+    env.update(ATTNPROF_SERVER=served.url, ATTNPROF_TOKEN=served.submit, PYTHONPATH=str(project))
+    argv = [venv / "bin/python", "perf.py", venv / "bin/attnprof", "submit", "attention.toml"]
+    argv += ["--testbed", served.testbed, "--json"]
     argv += ["--repo", REPO, "--branch", "main", "--commit", "c0ffee1", "--suite-path", "perf/attention.toml"]
-    sent = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    sent = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=project, timeout=120)
     assert sent.returncode == 0, sent.stdout + sent.stderr
+    mine = ["service: the project", "worker: the project", "core: the project"]
+    assert sent.stdout.splitlines()[:3] == mine, sent.stdout
+    sent.stdout = "\n".join(sent.stdout.splitlines()[3:])
     job_id = json.loads(sent.stdout)["job"]["id"]
     job = httpx.get(f"{served.url}/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {served.submit}"})
     assert job.status_code == 200, job.text

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler_core.analysis import compare
-from profiler_core.documents import load_result
-from profiler_core.documents.comparison import FieldChange, Finding
-from profiler_core.documents.result import CaseError, ResultDocument
-from service.github.comment import CommentInput, case_outcomes, marker, render
-from service.github.tables import achieved
+from attnprof.core.analysis import compare
+from attnprof.core.documents import load_result
+from attnprof.core.documents.comparison import FieldChange, Finding
+from attnprof.core.documents.result import CaseError, ResultDocument
+from attnprof.server.github.comment import CommentInput, case_outcomes, marker, render
+from attnprof.server.github.tables import achieved
 
 RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
 

@@ -11,13 +11,13 @@ import re
 
 import pytest
 
-from profiler_core.analysis import compare
-from profiler_core.documents import parse_result
-from profiler_core.documents.comparison import Finding
-from service.github import outbox
-from service.github.budget import COMMENT_BUDGET_CHARS, GITHUB_COMMENT_MAX_CHARS, github_chars
-from service.github.client import GitHubClient, GitHubError
-from service.github.comment import CommentInput, marker, render
+from attnprof.core.analysis import compare
+from attnprof.core.documents import parse_result
+from attnprof.core.documents.comparison import Finding
+from attnprof.server.github import outbox
+from attnprof.server.github.budget import COMMENT_BUDGET_CHARS, GITHUB_COMMENT_MAX_CHARS, github_chars
+from attnprof.server.github.client import GitHubClient, GitHubError
+from attnprof.server.github.comment import CommentInput, marker, render
 from tests.github import bigsuite
 from tests.github.fakegithub import FakeGitHub
 from tests.github.feedstack import REPO, _stack

@@ -13,12 +13,12 @@ from html.parser import HTMLParser
 import pytest
 from cmarkgfm.cmark import Options, markdown_to_html_with_extensions
 
-from profiler_core.analysis import compare
-from profiler_core.documents.comparison import ComparisonDocument, Finding, SoftwareChange
-from profiler_core.documents.result import CaseError, ResultDocument
-from service.github.budget import COMPACT_BUDGET_CHARS
-from service.github.comment import MARKER_PREFIX, CommentInput, marker, render
-from service.github.markdown import code, text
+from attnprof.core.analysis import compare
+from attnprof.core.documents.comparison import ComparisonDocument, Finding, SoftwareChange
+from attnprof.core.documents.result import CaseError, ResultDocument
+from attnprof.server.github.budget import COMPACT_BUDGET_CHARS
+from attnprof.server.github.comment import MARKER_PREFIX, CommentInput, marker, render
+from attnprof.server.github.markdown import code, text
 from tests.github.test_comment import _docs, _input
 from tests.paired_docs import paired_comparison
 

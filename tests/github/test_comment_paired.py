@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler_core.analysis import compare
-from service.github.budget import COMMENT_BUDGET_CHARS, COMPACT_BUDGET_CHARS, github_chars
-from service.github.comment import render
+from attnprof.core.analysis import compare
+from attnprof.server.github.budget import COMMENT_BUDGET_CHARS, COMPACT_BUDGET_CHARS, github_chars
+from attnprof.server.github.comment import render
 from tests.github.test_comment import _input
 from tests.paired_docs import AMBIGUOUS, FASTER, SAME, SLOWER, Shape, paired_comparison
 from tests.test_analysis_fixtures import runs

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from service.db import make_engine, make_sessionmaker
-from service.github.comment import marker
-from service.projects import repository as project_rows
-from service.projects import service as project_service
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.github.comment import marker
+from attnprof.server.projects import repository as project_rows
+from attnprof.server.projects import service as project_service
 from tests.github.fakegithub import FakeGitHub
 from tests.pgtest import create_database, drop_database
 from tests.worker.wkstack import (

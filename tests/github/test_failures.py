@@ -12,17 +12,17 @@ from fastapi.testclient import TestClient
 from sqlalchemy import MetaData, insert, inspect, text
 from sqlalchemy.orm import Session
 
-from service import migrate, queue
-from service.app import create_app
-from service.config import Sweep
-from service.db import make_engine, utcnow
-from service.github import outbox
-from service.github import service as github_service
-from service.github.client import GitHubClient
-from service.github.comment import marker
-from service.jobs import service as jobs
-from service.jobs import sweep
-from service.jobs.models import Job
+from attnprof.server import migrate, queue
+from attnprof.server.app import create_app
+from attnprof.server.config import Sweep
+from attnprof.server.db import make_engine, utcnow
+from attnprof.server.github import outbox
+from attnprof.server.github import service as github_service
+from attnprof.server.github.client import GitHubClient
+from attnprof.server.github.comment import marker
+from attnprof.server.jobs import service as jobs
+from attnprof.server.jobs import sweep
+from attnprof.server.jobs.models import Job
 from tests.github.fakegithub import FakeGitHub
 from tests.github.feedstack import CASE, REPO, SPEC, Stack, _drain, _stack
 from tests.service.stack import bind, make_settings

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from service.github import outbox
-from service.github import service as github_service
-from service.github.client import GitHubClient
-from service.github.comment import marker
-from service.jobs.models import Job
+from attnprof.server.github import outbox
+from attnprof.server.github import service as github_service
+from attnprof.server.github.client import GitHubClient
+from attnprof.server.github.comment import marker
+from attnprof.server.jobs.models import Job
 from tests.github.feedstack import CASE, REPO, SPEC, _drain, _stack
 
 

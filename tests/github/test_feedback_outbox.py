@@ -2,10 +2,10 @@
 rows, with no transaction open and no lock on the job row, and once GitHub answers it arrives exactly once.
 
 A real server (uvicorn on a free port, with its own sessions: every commit is a real one) over a Postgres database
-of this module's own, migrated with Alembic; the analysis task's body (``worker.cpu.verdict.run``) on a thread of
-its own, as the Celery worker runs it; the sweep's body (``worker.cpu.sweeper.run``); and the stand-in GitHub
-(``fakegithub``: commit statuses and issue comments as GitHub's REST API answers them), told to hold every request
-while the test looks around.
+of this module's own, migrated with Alembic; the analysis task's body (``attnprof.worker.analysis.verdict.run``) on a
+thread of its own, as the Celery worker runs it; the sweep's body (``attnprof.worker.analysis.sweeper.run``); and the
+stand-in GitHub (``fakegithub``: commit statuses and issue comments as GitHub's REST API answers them), told to hold
+every request while the test looks around.
 """
 
 from __future__ import annotations
@@ -25,21 +25,21 @@ import redis
 import uvicorn
 from sqlalchemy import Engine, text
 
-from service import migrate
-from service.app import create_app
-from service.auth import service as auth
-from service.config import Settings
-from service.db import make_engine, make_sessionmaker
-from service.github.comment import marker
-from service.projects import service as projects
-from service.testbeds import service as testbeds
+from attnprof.server import migrate
+from attnprof.server.app import create_app
+from attnprof.server.auth import service as auth
+from attnprof.server.config import Settings
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.github.comment import marker
+from attnprof.server.projects import service as projects
+from attnprof.server.testbeds import service as testbeds
+from attnprof.worker.analysis import sweeper, verdict
 from tests.claiming import bearer, claim, claim_secret
 from tests.github.fakegithub import FakeGitHub
 from tests.github.feedstack import CASE, REPO, SPEC
 from tests.pgtest import create_database, drop_database
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL, make_settings
-from worker.cpu import sweeper, verdict
 
 pytestmark = pytest.mark.slow
 
@@ -252,7 +252,7 @@ def test_a_slow_github_holds_up_no_submission_verdict_page_or_row_and_gets_each_
 def test_an_uploads_feedback_that_github_refused_is_delivered_by_the_sweep(stack: Stack) -> None:
     """An upload that names its repository and pull request owes a job's feedback; the sender's delivery fails
     (GitHub answers 500 to both tries), the upload's answer is unchanged, and once the backoff is over the sweep's
-    body (``worker.cpu.sweeper.run``) delivers the status and the comment, once."""
+    body (``attnprof.worker.analysis.sweeper.run``) delivers the status and the comment, once."""
     s, github = stack, stack.github
     pr = PR + 5
     base = docs.upload_body(docs.variant(docs.h200()), commit="b0")

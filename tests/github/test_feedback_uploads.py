@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from service.db import utcnow
-from service.github import outbox
-from service.github.client import GitHubClient
-from service.github.comment import marker
-from service.jobs import sweep
-from service.runs.models import Run
+from attnprof.server.db import utcnow
+from attnprof.server.github import outbox
+from attnprof.server.github.client import GitHubClient
+from attnprof.server.github.comment import marker
+from attnprof.server.jobs import sweep
+from attnprof.server.runs.models import Run
 from tests.github.feedstack import CASE, REPO, _stack
 from tests.service import svcdocs as docs
 

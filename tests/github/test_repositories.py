@@ -16,14 +16,14 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from service.app import create_app
-from service.artifacts.models import Artifact
-from service.github.client import GitHubClient, GitHubError
-from service.github.comment import marker
-from service.jobs.models import Job
-from service.projects import repository as project_rows
-from service.projects import service as projects
-from service.runs.models import Run
+from attnprof.server.app import create_app
+from attnprof.server.artifacts.models import Artifact
+from attnprof.server.github.client import GitHubClient, GitHubError
+from attnprof.server.github.comment import marker
+from attnprof.server.jobs.models import Job
+from attnprof.server.projects import repository as project_rows
+from attnprof.server.projects import service as projects
+from attnprof.server.runs.models import Run
 from tests.github.fakegithub import SERVICE_LOGIN, SERVICE_TOKEN, FakeGitHub
 from tests.github.feedstack import CASE, REPO, SPEC, _drain, _stack
 from tests.service import svcdocs as docs

@@ -10,8 +10,8 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from service.app import create_app
-from service.jobs.models import Job
+from attnprof.server.app import create_app
+from attnprof.server.jobs.models import Job
 from tests.service.stack import REDIS_URL, allow_repo, bind, make_settings
 
 SECRET = "webhook-secret-for-tests"

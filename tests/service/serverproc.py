@@ -19,11 +19,11 @@ from pathlib import Path
 
 import httpx
 
-from service import migrate
-from service.auth import service as auth
-from service.db import make_engine, make_sessionmaker
-from service.projects import service as projects
-from service.testbeds import service as testbeds
+from attnprof.server import migrate
+from attnprof.server.auth import service as auth
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.projects import service as projects
+from attnprof.server.testbeds import service as testbeds
 from tests.pgcluster import free_port
 from tests.service.stack import REDIS_URL
 

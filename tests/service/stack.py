@@ -10,11 +10,11 @@ from contextlib import nullcontext
 from fastapi import FastAPI
 from sqlalchemy.orm import Session
 
-from service.auth import service as auth
-from service.config import AlertWebhooks, Analysis, Limits, RateLimit, Settings
-from service.github.outbox import Sessions
-from service.projects import repository as project_repository
-from service.projects import service as projects
+from attnprof.server.auth import service as auth
+from attnprof.server.config import AlertWebhooks, Analysis, Limits, RateLimit, Settings
+from attnprof.server.github.outbox import Sessions
+from attnprof.server.projects import repository as project_repository
+from attnprof.server.projects import service as projects
 from tests.service.svcconf import Tenant
 
 REDIS_URL = os.environ.get("ATTNPROF_TEST_REDIS", "redis://127.0.0.1:6379/11")
@@ -60,6 +60,6 @@ def allow_repo(db: Session, project: str, repo: str) -> None:
 
 
 def bound_sessions(db: Session) -> Sessions:
-    """The test's session as a delivery's sessions (``service.github.outbox``): its commits release savepoints of
-    the transaction the test rolls back, as a bound app's requests do."""
+    """The test's session as a delivery's sessions (``attnprof.server.github.outbox``): its commits release savepoints
+    of the transaction the test rolls back, as a bound app's requests do."""
     return lambda: nullcontext(db)

@@ -14,11 +14,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from profiler_core.analysis import e_divisive
-from profiler_core.documents import ResultDocument
-from service.audit.models import AuditEvent
-from service.comparisons import alerts
-from service.comparisons.models import Alert
+from attnprof.core.analysis import e_divisive
+from attnprof.core.documents import ResultDocument
+from attnprof.server.audit.models import AuditEvent
+from attnprof.server.comparisons import alerts
+from attnprof.server.comparisons.models import Alert
 from tests.service import svcdocs as docs
 from tests.service.svcconf import Tenant
 
@@ -136,8 +136,8 @@ def test_detection_again_updates_the_same_alert(client: TestClient, tenant: Tena
     assert [a["id"] for a in again] == [first[0]["id"]]
     assert again[0]["after_runs"] == 6 + len(more)
     # And run explicitly, over the same stored history: nothing is added.
-    from service.config import Analysis
-    from service.runs import documents, repository
+    from attnprof.server.config import Analysis
+    from attnprof.server.runs import documents, repository
 
     run = repository.get(db, more[-1]["run_id"])
     assert run is not None
@@ -245,13 +245,13 @@ def test_migration_0009_keys_alerts_on_the_step_and_its_downgrade_restores_the_r
     from sqlalchemy import inspect, text
 
     from attnprof.contract.provenance import Provenance
-    from profiler_core.documents import parse_result
-    from service import migrate
-    from service.comparisons import service as analysis
-    from service.config import Analysis
-    from service.db import make_engine
-    from service.projects import service as projects
-    from service.runs import service as runs
+    from attnprof.core.documents import parse_result
+    from attnprof.server import migrate
+    from attnprof.server.comparisons import service as analysis
+    from attnprof.server.config import Analysis
+    from attnprof.server.db import make_engine
+    from attnprof.server.projects import service as projects
+    from attnprof.server.runs import service as runs
 
     migrate.upgrade(database_url)
     engine = make_engine(database_url)
@@ -309,7 +309,7 @@ def test_the_same_step_twice_is_one_row_and_the_transaction_goes_on(
 ) -> None:
     """A step recorded by a concurrent analysis first: the unique key refuses the second insert, inside a savepoint,
     and the caller's transaction carries on (its comparison is still stored)."""
-    from service.comparisons import repository
+    from attnprof.server.comparisons import repository
 
     _history(client, tenant, STEP + 6)
     first = db.scalars(select(Alert)).one()

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import Limits, RateLimit
+from attnprof.server.app import create_app
+from attnprof.server.config import Limits, RateLimit
 from tests.service import svcdocs as docs
 from tests.service.stack import bind, make_settings
 from tests.service.svcconf import Tenant

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from profiler_core import testbed as keys
+from attnprof.core import testbed as keys
 from tests.service import svcdocs as docs
 from tests.service.svcconf import Tenant
 

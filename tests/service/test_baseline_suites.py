@@ -16,23 +16,23 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from attnprof.contract.provenance import Provenance
-from profiler_core.documents import parse_result
-from service import migrate
-from service.app import create_app
-from service.auth import service as auth
-from service.baselines import repository as baselines
-from service.comparisons import service as analysis_service
-from service.config import Analysis, Settings
-from service.db import make_engine, make_sessionmaker
-from service.jobs.models import Job
-from service.projects import service as projects
-from service.runs import repository as run_rows
-from service.runs import service as runs
-from service.testbeds import service as testbeds
+from attnprof.core.documents import parse_result
+from attnprof.server import migrate
+from attnprof.server.app import create_app
+from attnprof.server.auth import service as auth
+from attnprof.server.baselines import repository as baselines
+from attnprof.server.comparisons import service as analysis_service
+from attnprof.server.config import Analysis, Settings
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.jobs.models import Job
+from attnprof.server.projects import service as projects
+from attnprof.server.runs import repository as run_rows
+from attnprof.server.runs import service as runs
+from attnprof.server.testbeds import service as testbeds
+from attnprof.worker.analysis import verdict as analysis
 from tests.service import svcdocs as docs
 from tests.service.stack import make_settings
 from tests.service.svcconf import Tenant
-from worker.cpu import verdict as analysis
 
 SUITE_A = "llama7b"  # the suite of the committed H200 run
 SUITE_B = "decode"

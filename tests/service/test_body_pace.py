@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from service.limits import ADMIT, BodyGateMiddleware
+from attnprof.server.limits import ADMIT, BodyGateMiddleware
 
 
 def _scope(length: int) -> dict[str, Any]:

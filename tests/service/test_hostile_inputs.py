@@ -15,11 +15,11 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from service import migrate
-from service.app import create_app
-from service.auth import service as auth
-from service.db import make_engine, make_sessionmaker
-from service.projects import service as projects
+from attnprof.server import migrate
+from attnprof.server.app import create_app
+from attnprof.server.auth import service as auth
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.projects import service as projects
 from tests.claiming import bearer, claim, claim_secret
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL, make_settings

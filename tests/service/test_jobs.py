@@ -15,12 +15,12 @@ from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 
 from attnprof.contract.provenance import Provenance
-from service import migrate
-from service.config import Fairness, Limits
-from service.db import make_engine, utcnow
-from service.jobs import attempts, dispatch
-from service.jobs import service as jobs
-from service.jobs.models import OFFERED_SQL, Job
+from attnprof.server import migrate
+from attnprof.server.config import Fairness, Limits
+from attnprof.server.db import make_engine, utcnow
+from attnprof.server.jobs import attempts, dispatch
+from attnprof.server.jobs import service as jobs
+from attnprof.server.jobs.models import OFFERED_SQL, Job
 from tests.claiming import bearer, claim, claim_secret
 from tests.pgtest import create_database, drop_database
 from tests.service import svcdocs as docs
@@ -281,8 +281,8 @@ def test_after_the_result_the_token_uploads_traces_for_a_while_then_nothing(clie
 
 
 def test_worker_of_another_testbed_gets_404(client, tenant, worker_token, db) -> None:
-    from service.auth import service as auth
-    from service.testbeds import service as testbeds
+    from attnprof.server.auth import service as auth
+    from attnprof.server.testbeds import service as testbeds
 
     job_id = _post(client, tenant, worker_token[0]).json()["id"]
     secret = claim_secret(REDIS_URL, worker_token[0], job_id)
@@ -375,7 +375,7 @@ def _alive(client, worker_token: tuple[str, str], *names: str) -> None:
 def _job_ids(db: Session, tenant: Tenant) -> set[str]:
     from sqlalchemy import select
 
-    from service.projects.models import Project
+    from attnprof.server.projects.models import Project
 
     return set(
         db.scalars(select(Job.id).join(Project, Project.id == Job.project_id).where(Project.name == tenant.name))
@@ -413,7 +413,7 @@ def test_a_project_past_its_queue_limit_gets_a_429_naming_it_and_nothing_is_stor
 ) -> None:
     from sqlalchemy import func, select
 
-    from service.artifacts.models import Artifact
+    from attnprof.server.artifacts.models import Artifact
 
     settings.fairness.max_queued = 2
     testbed, wtok = worker_token
@@ -483,7 +483,7 @@ def test_superseding_is_a_setting(client, tenant, worker_token, settings, db) ->
 def test_a_queued_job_says_when_no_live_worker_serves_its_testbed(client, tenant, worker_token, db) -> None:
     from sqlalchemy import update
 
-    from service.testbeds.models import Worker
+    from attnprof.server.testbeds.models import Worker
 
     testbed, wtok = worker_token
     job_id = _post(client, tenant, testbed).json()["id"]
@@ -526,7 +526,7 @@ def test_the_alive_route_takes_its_own_testbed_only(client, tenant, worker_token
 def test_fairness_settings_refuse_a_live_period_shorter_than_two_reports() -> None:
     from pydantic import ValidationError
 
-    from service.config import Fairness
+    from attnprof.server.config import Fairness
 
     with pytest.raises(ValidationError, match=r"worker_live_s \(3\) must be at least twice worker_alive_s \(2\)"):
         Fairness(worker_alive_s=2, worker_live_s=3)
@@ -551,9 +551,9 @@ def _offered(db: Session, testbed_id: int, now, cfg=None) -> list[str]:
 
 
 def test_the_dispatcher_serves_the_project_with_fewest_jobs_in_flight_then_the_one_served_longest_ago(db) -> None:
-    from service.projects import service as projects
-    from service.testbeds import repository as testbed_rows
-    from service.testbeds import service as testbeds
+    from attnprof.server.projects import service as projects
+    from attnprof.server.testbeds import repository as testbed_rows
+    from attnprof.server.testbeds import service as testbeds
 
     now = utcnow()
     tb = testbeds.ensure(db, f"tb-{uuid.uuid4().hex[:8]}")
@@ -586,8 +586,8 @@ def test_the_dispatcher_serves_the_project_with_fewest_jobs_in_flight_then_the_o
 
 
 def test_among_equals_the_project_served_longest_ago_goes_first_not_the_oldest_job(db) -> None:
-    from service.projects import service as projects
-    from service.testbeds import service as testbeds
+    from attnprof.server.projects import service as projects
+    from attnprof.server.testbeds import service as testbeds
 
     now = utcnow()
     tb = testbeds.ensure(db, f"tb-{uuid.uuid4().hex[:8]}")
@@ -607,10 +607,10 @@ def test_two_dispatchers_at_once_never_offer_more_than_the_window(tmp_path) -> N
 
     from sqlalchemy import func, select, text
 
-    from service.db import make_sessionmaker
-    from service.projects import service as projects
-    from service.testbeds import repository as testbed_rows
-    from service.testbeds import service as testbeds
+    from attnprof.server.db import make_sessionmaker
+    from attnprof.server.projects import service as projects
+    from attnprof.server.testbeds import repository as testbed_rows
+    from attnprof.server.testbeds import service as testbeds
 
     name, url = create_database()
     engine = make_engine(url)

@@ -37,20 +37,20 @@ import uvicorn
 from starlette.routing import Match
 
 from attnprof.contract.links import API_ROUTES, PAGE_ROUTES, PATHS, Links
-from service import migrate
-from service.app import create_app
-from service.auth import service as auth
-from service.config import Settings
-from service.db import make_engine, make_sessionmaker
-from service.projects import service as projects
-from service.testbeds import service as testbeds
+from attnprof.server import migrate
+from attnprof.server.app import create_app
+from attnprof.server.auth import service as auth
+from attnprof.server.config import Settings
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.projects import service as projects
+from attnprof.server.testbeds import service as testbeds
+from attnprof.worker.analysis import verdict as analysis
 from tests.claiming import bearer, claim, claim_secret
 from tests.github.fakegithub import FakeGitHub
 from tests.pgcluster import free_port
 from tests.pgtest import create_database, drop_database
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL, make_settings
-from worker.cpu import verdict as analysis
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -21,18 +21,18 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
 from attnprof.contract.provenance import Provenance
-from profiler_core.analysis import stats
-from profiler_core.analysis.compare import compare
-from profiler_core.documents import parse_result
-from service import migrate, queue
-from service.config import Limits
-from service.db import make_engine
-from service.jobs import service as jobs
-from service.jobs.models import Job
-from service.projects import service as projects
-from service.runs import repository as run_rows
-from service.runs import service as runs
-from service.testbeds.models import Testbed as StoredTestbed
+from attnprof.core.analysis import stats
+from attnprof.core.analysis.compare import compare
+from attnprof.core.documents import parse_result
+from attnprof.server import migrate, queue
+from attnprof.server.config import Limits
+from attnprof.server.db import make_engine
+from attnprof.server.jobs import service as jobs
+from attnprof.server.jobs.models import Job
+from attnprof.server.projects import service as projects
+from attnprof.server.runs import repository as run_rows
+from attnprof.server.runs import service as runs
+from attnprof.server.testbeds.models import Testbed as StoredTestbed
 from tests.pgtest import create_database, drop_database
 from tests.profiling_support import tar_gz
 from tests.service import svcdocs as docs

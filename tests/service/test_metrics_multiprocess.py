@@ -25,9 +25,9 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from service.app import create_app
-from service.config import RateLimit
-from service.ratelimit import describe
+from attnprof.server.app import create_app
+from attnprof.server.config import RateLimit
+from attnprof.server.ratelimit import describe
 from tests.pgcluster import free_port
 from tests.pgtest import create_database, drop_database
 from tests.service.serverproc import Seeded, Server, seed, serve

@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from openapi_spec_validator import validate
 from pydantic import BaseModel
 
-from service.app import create_app
-from service.jobs.internal import OPENAPI_PATH
-from service.routers import ROUTERS
+from attnprof.server.app import create_app
+from attnprof.server.jobs.internal import OPENAPI_PATH
+from attnprof.server.routers import ROUTERS
 from tests.service.stack import make_settings
 
 

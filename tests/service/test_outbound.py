@@ -4,7 +4,7 @@ shared, unspecified, multicast, reserved or metadata address is refused when it 
 the rule) and again when an alert is sent (the name resolved anew, every address checked, the connection pinned to
 a checked one); the outbox records a refusal as a failed delivery with its reason, the same whatever listens there.
 
-Names are resolved through ``service.outbound.resolve``, which these tests replace: nothing leaves this machine.
+Names are resolved through ``attnprof.server.outbound.resolve``, which these tests replace: nothing leaves this machine.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import outbound
-from service.app import create_app
-from service.comparisons import alert_outbox
-from service.comparisons.models import Alert, AlertWebhook
-from service.config import AlertWebhooks
+from attnprof.server import outbound
+from attnprof.server.app import create_app
+from attnprof.server.comparisons import alert_outbox
+from attnprof.server.comparisons.models import Alert, AlertWebhook
+from attnprof.server.config import AlertWebhooks
 from tests.service import svcdocs as docs
 from tests.service.stack import bind, bound_sessions, make_settings, make_tenant
 from tests.service.svcconf import Tenant
@@ -131,7 +131,7 @@ def test_the_operators_networks_are_allowed_but_never_the_metadata_service(names
 
 
 def test_the_allow_list_setting_reads_comma_separated_networks(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.config import Settings
+    from attnprof.server.config import Settings
 
     monkeypatch.setenv("ATTNPROF_ALERT_WEBHOOKS__ALLOW_NETWORKS", "127.0.0.1/8, fd12::/64")
     assert Settings().alert_webhooks.allow_networks == ["127.0.0.0/8", "fd12::/64"]

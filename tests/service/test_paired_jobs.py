@@ -9,12 +9,12 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.artifacts.models import Artifact
-from service.comparisons.models import Comparison
-from service.jobs import service as jobs
-from service.jobs.models import Job, PairedResult
-from service.projects.models import Project
-from service.runs.models import Run
+from attnprof.server.artifacts.models import Artifact
+from attnprof.server.comparisons.models import Comparison
+from attnprof.server.jobs import service as jobs
+from attnprof.server.jobs.models import Job, PairedResult
+from attnprof.server.projects.models import Project
+from attnprof.server.runs.models import Run
 from tests import paired_jobs
 from tests.claiming import bearer, claim, claim_secret
 from tests.profiling_support import tar_gz

@@ -15,13 +15,13 @@ from sqlalchemy import inspect, text
 from sqlalchemy.orm import Session
 
 from attnprof.contract.provenance import Provenance
-from service import migrate
-from service.config import Limits
-from service.db import make_engine, make_sessionmaker
-from service.errors import InvalidPayload
-from service.jobs import service as jobs
-from service.projects import service as projects
-from service.projects.service import RepoNotAllowed
+from attnprof.server import migrate
+from attnprof.server.config import Limits
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.errors import InvalidPayload
+from attnprof.server.jobs import service as jobs
+from attnprof.server.projects import service as projects
+from attnprof.server.projects.service import RepoNotAllowed
 from tests.pgtest import create_database, drop_database
 from tests.service.stack import REDIS_URL
 from tests.service.svcdocs import SPEC

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from attnprof.client import action
 from attnprof.client.cli import app as client_app
 from attnprof.contract.provenance import BRANCH_CHARS, COMMIT_CHARS, REPO_CHARS, Provenance, refusal
-from service.jobs.schemas import submission_schema
+from attnprof.server.jobs.schemas import submission_schema
 from tests.service import svcdocs as docs
 from tests.service.svcconf import Tenant
 

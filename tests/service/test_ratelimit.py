@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from service.config import RateLimit
-from service.ratelimit import LocalRateLimiter, RedisRateLimiter, make_rate_limiter
+from attnprof.server.config import RateLimit
+from attnprof.server.ratelimit import LocalRateLimiter, RedisRateLimiter, make_rate_limiter
 from tests.service.stack import REDIS_URL, make_settings
 
 

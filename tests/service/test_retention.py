@@ -25,18 +25,18 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from attnprof.contract.provenance import Provenance
-from profiler_core.documents import parse_result
-from service import migrate
-from service.artifacts.models import Artifact
-from service.audit.models import AuditEvent
-from service.config import Retention, Settings
-from service.db import make_engine, utcnow
-from service.jobs.models import Job
-from service.projects import service as projects
-from service.projects.retention import ProjectRetention, QuotaExceeded, used_bytes
-from service.retention import service as retention
-from service.runs import service as runs
-from service.runs.models import Run, RunTrace
+from attnprof.core.documents import parse_result
+from attnprof.server import migrate
+from attnprof.server.artifacts.models import Artifact
+from attnprof.server.audit.models import AuditEvent
+from attnprof.server.config import Retention, Settings
+from attnprof.server.db import make_engine, utcnow
+from attnprof.server.jobs.models import Job
+from attnprof.server.projects import service as projects
+from attnprof.server.projects.retention import ProjectRetention, QuotaExceeded, used_bytes
+from attnprof.server.retention import service as retention
+from attnprof.server.runs import service as runs
+from attnprof.server.runs.models import Run, RunTrace
 from tests.claiming import bearer, claim, claim_secret
 from tests.pgtest import create_database, drop_database
 from tests.service import svcdocs as docs
@@ -120,7 +120,7 @@ def test_settings_are_read_changed_and_reset_and_audited(client: TestClient, ten
 def test_the_service_defaults_apply_until_a_project_sets_its_own(
     settings: Settings, db: Session, tenant: Tenant
 ) -> None:
-    from service.app import create_app
+    from attnprof.server.app import create_app
     from tests.service.stack import bind
 
     settings = settings.model_copy(update={"retention": Retention(trace_days=90, quota_bytes=5000)})
@@ -324,10 +324,10 @@ def test_the_sweep_and_the_quota_on_each_backend(backend: Session) -> None:
 
 
 def test_the_sweeper_enforces_the_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``worker.cpu.sweeper.run`` (what ``jobs.sweep`` runs) with ``ATTNPROF_RETENTION__TRACE_DAYS`` set: the old
-    run's trace goes, in a transaction it commits, and the sweep's answer counts it."""
+    """``attnprof.worker.analysis.sweeper.run`` (what ``jobs.sweep`` runs) with ``ATTNPROF_RETENTION__TRACE_DAYS`` set:
+    the old run's trace goes, in a transaction it commits, and the sweep's answer counts it."""
+    from attnprof.worker.analysis import sweeper
     from tests.service.stack import make_settings
-    from worker.cpu import sweeper
 
     name, url = create_database()
     try:

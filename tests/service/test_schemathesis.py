@@ -21,11 +21,11 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from schemathesis.core.parameters import ParameterLocation
 
-from service import migrate
-from service.app import create_app
-from service.auth import service as auth
-from service.projects import service as projects
-from service.testbeds import service as testbeds
+from attnprof.server import migrate
+from attnprof.server.app import create_app
+from attnprof.server.auth import service as auth
+from attnprof.server.projects import service as projects
+from attnprof.server.testbeds import service as testbeds
 from tests.claiming import bearer, claim, claim_secret
 from tests.pgtest import create_database, drop_database
 from tests.profiling_support import tar_gz

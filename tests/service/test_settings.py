@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from service.config import Settings
-from worker.gpu.settings import GpuWorkerSettings
+from attnprof.server.config import Settings
+from attnprof.worker.profile.settings import GpuWorkerSettings
 
 
 @pytest.mark.parametrize("word", ["changeme", " Secret ", "TODO"])

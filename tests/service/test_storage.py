@@ -11,19 +11,19 @@ from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
 from attnprof.contract.provenance import Provenance
-from profiler_core.documents import parse_result
-from service import migrate
-from service.baselines import service as baselines
-from service.comparisons import service as analysis
-from service.config import Analysis, Limits
-from service.db import make_engine
-from service.errors import InvalidPayload
-from service.jobs import service as jobs
-from service.jobs.models import Job
-from service.models import Base
-from service.projects import service as projects
-from service.runs import service as runs
-from service.trends import repository as trends
+from attnprof.core.documents import parse_result
+from attnprof.server import migrate
+from attnprof.server.baselines import service as baselines
+from attnprof.server.comparisons import service as analysis
+from attnprof.server.config import Analysis, Limits
+from attnprof.server.db import make_engine
+from attnprof.server.errors import InvalidPayload
+from attnprof.server.jobs import service as jobs
+from attnprof.server.jobs.models import Job
+from attnprof.server.models import Base
+from attnprof.server.projects import service as projects
+from attnprof.server.runs import service as runs
+from attnprof.server.trends import repository as trends
 from tests.pgtest import create_database, drop_database
 from tests.service import svcdocs as docs
 

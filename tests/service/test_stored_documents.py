@@ -1,7 +1,7 @@
-"""The one way in to stored documents (``service.runs.documents``, ``service.comparisons.documents``): a stored run
-reads back as the document that was stored, its samples kept once (in ``case_samples``); each document is validated
-once per process; a stored document that its model refuses is a clear error; and migration 0008 moves the samples
-out of the column and back, on both backends."""
+"""The one way in to stored documents (``attnprof.server.runs.documents``, ``attnprof.server.comparisons.documents``):
+a stored run reads back as the document that was stored, its samples kept once (in ``case_samples``); each document is
+validated once per process; a stored document that its model refuses is a clear error; and migration 0008 moves the
+samples out of the column and back, on both backends."""
 
 from __future__ import annotations
 
@@ -19,27 +19,27 @@ from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from attnprof.contract.provenance import Provenance
-from profiler_core.documents import Case, ResultDocument, parse_result
-from profiler_core.documents.comparison import ComparisonDocument
-from service import migrate
-from service.comparisons import documents as comparison_documents
-from service.comparisons import service as analysis
-from service.comparisons.models import Comparison
-from service.config import Analysis, Settings
-from service.db import make_engine
-from service.errors import NotFound, StoredDocumentInvalid
-from service.jobs import service as jobs
-from service.projects import service as projects
-from service.runs import documents
-from service.runs import repository as run_rows
-from service.runs import service as runs
-from service.runs.models import Run
-from service.web.pages import runs as run_pages
+from attnprof.core.documents import Case, ResultDocument, parse_result
+from attnprof.core.documents.comparison import ComparisonDocument
+from attnprof.server import migrate
+from attnprof.server.comparisons import documents as comparison_documents
+from attnprof.server.comparisons import service as analysis
+from attnprof.server.comparisons.models import Comparison
+from attnprof.server.config import Analysis, Settings
+from attnprof.server.db import make_engine
+from attnprof.server.errors import NotFound, StoredDocumentInvalid
+from attnprof.server.jobs import service as jobs
+from attnprof.server.projects import service as projects
+from attnprof.server.runs import documents
+from attnprof.server.runs import repository as run_rows
+from attnprof.server.runs import service as runs
+from attnprof.server.runs.models import Run
+from attnprof.server.web.pages import runs as run_pages
+from attnprof.worker.profile import handback, outcome
 from tests.claiming import bearer, claim, claim_secret
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL
 from tests.service.svcconf import Tenant
-from worker.gpu import handback, outcome
 
 SPEC = '[suite]\nname = "s"\n[[cases]]\nname = "prefill"\ntarget = "sdpa"\nq_heads = 4\nseq_q = 128\nhead_dim = 64\n'
 MODELS = {"result": ResultDocument, "comparison": ComparisonDocument, "case": Case}

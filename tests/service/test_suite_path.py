@@ -12,9 +12,9 @@ from sqlalchemy import inspect, select
 
 from attnprof.client import source as client_source
 from attnprof.contract.suite_path import SUITE_PATH_CHARS, SuitePathError, check_suite_path
-from service import migrate
-from service.db import make_engine
-from service.jobs.models import Job
+from attnprof.server import migrate
+from attnprof.server.db import make_engine
+from attnprof.server.jobs.models import Job
 from tests.service.svcdocs import SPEC
 from tests.worker.wkstack import ATTNPROF
 

@@ -13,19 +13,19 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from profiler_core import testbed as keys
-from service.auth import service as auth
-from service.jobs.models import Job
-from service.runs.models import Run
-from service.testbeds import models as testbed_models
-from service.testbeds import repository as testbed_rows
-from service.testbeds import service as testbeds
+from attnprof.core import testbed as keys
+from attnprof.server.auth import service as auth
+from attnprof.server.jobs.models import Job
+from attnprof.server.runs.models import Run
+from attnprof.server.testbeds import models as testbed_models
+from attnprof.server.testbeds import repository as testbed_rows
+from attnprof.server.testbeds import service as testbeds
+from attnprof.worker.profile import device as gpus
+from attnprof.worker.profile.device import LocalDevice
 from tests.claiming import bearer, claim, claim_secret
 from tests.service import svcdocs as docs
 from tests.service.stack import REDIS_URL
 from tests.service.svcconf import Tenant
-from worker.gpu import device as gpus
-from worker.gpu.device import LocalDevice
 
 # The device of the committed CPU run (tests/data/service/cpu-run-1.json), as its worker would probe it.
 CPU = LocalDevice(mode="cpu", name="AMD EPYC", driver=None, threads=2)
@@ -257,7 +257,7 @@ def test_an_admin_clears_a_testbeds_key_and_its_next_worker_keys_it_again() -> N
     import sys
     from pathlib import Path
 
-    from service.db import make_engine, make_sessionmaker
+    from attnprof.server.db import make_engine, make_sessionmaker
     from tests.pgtest import create_database, drop_database
 
     attnprof = [str(Path(sys.executable).parent / "attnprof")]
@@ -294,8 +294,8 @@ def test_an_admin_clears_a_testbeds_key_and_its_next_worker_keys_it_again() -> N
 def test_a_name_with_a_trailing_newline_is_no_testbed_and_no_repository() -> None:
     import pytest
 
-    from service.errors import InvalidPayload
-    from service.projects import service as project_service
+    from attnprof.server.errors import InvalidPayload
+    from attnprof.server.projects import service as project_service
 
     for bad in ("h100\n", "h100\nx", "h100 "):
         with pytest.raises(InvalidPayload):

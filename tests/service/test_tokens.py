@@ -14,19 +14,19 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event, inspect, select, update
 from sqlalchemy.orm import Session
 
-from service import migrate
-from service.app import create_app
-from service.audit import service as audit
-from service.audit.address import client_address, networks
-from service.audit.models import AuditEvent
-from service.auth import service as auth
-from service.auth.models import Token
-from service.auth.schemas import parse_duration
-from service.config import Settings
-from service.db import make_engine, utcnow
-from service.errors import Conflict, InvalidPayload, NotFound
-from service.projects import service as projects
-from service.testbeds import service as testbeds
+from attnprof.server import migrate
+from attnprof.server.app import create_app
+from attnprof.server.audit import service as audit
+from attnprof.server.audit.address import client_address, networks
+from attnprof.server.audit.models import AuditEvent
+from attnprof.server.auth import service as auth
+from attnprof.server.auth.models import Token
+from attnprof.server.auth.schemas import parse_duration
+from attnprof.server.config import Settings
+from attnprof.server.db import make_engine, utcnow
+from attnprof.server.errors import Conflict, InvalidPayload, NotFound
+from attnprof.server.projects import service as projects
+from attnprof.server.testbeds import service as testbeds
 from tests.pgtest import create_database, drop_database
 from tests.service.stack import bind, make_settings
 from tests.service.svcconf import Tenant

@@ -14,7 +14,7 @@ FAILED_CASE = "flex[pass=fwd]"
 SWITCHED_CASE = "sdpa[backend=cudnn,pass=fwd_bwd]"
 _RATES = ("tflops", "gbps", "compute_util", "bandwidth_util")
 # A CUDA out-of-memory error as PyTorch words it, with the traceback a worker stores: longer than the page shows.
-_FRAME = '  File "/opt/attnprof/profiler_core/measure/runner.py", line 212, in _timed\n    out = fn(*args)\n'
+_FRAME = '  File "/opt/attnprof/attnprof/core/measure/runner.py", line 212, in _timed\n    out = fn(*args)\n'
 ERROR_MESSAGE = (
     "CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which 2.19 GiB is "
     "free. Of the allocated memory 131.02 GiB is allocated by PyTorch, and 4.95 GiB is reserved by PyTorch but "

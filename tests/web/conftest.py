@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import uvicorn
 
-from service import migrate
-from service.app import create_app
+from attnprof.server import migrate
+from attnprof.server.app import create_app
 from tests.pgtest import create_database, drop_database
 from tests.service.stack import make_settings
 from tests.web.webstack import CHROMIUM, Site, _free_port, _project, _seed

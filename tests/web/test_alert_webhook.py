@@ -21,10 +21,10 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from service.comparisons import alert_outbox
-from service.comparisons.models import Alert
-from service.config import AlertWebhooks
-from service.db import make_engine, make_sessionmaker, utcnow
+from attnprof.server.comparisons import alert_outbox
+from attnprof.server.comparisons.models import Alert
+from attnprof.server.config import AlertWebhooks
+from attnprof.server.db import make_engine, make_sessionmaker, utcnow
 from tests.web.webstack import Site, _project, _upload, docs
 
 CASE = "sdpa[backend=cudnn,pass=fwd]"
@@ -169,7 +169,7 @@ def test_a_refusing_receiver_gets_it_again_after_the_backoff(site: Site, receive
 
 
 def _project_id(session: Any, receiver: Receiver) -> int:
-    from service.comparisons.models import AlertWebhook
+    from attnprof.server.comparisons.models import AlertWebhook
 
     return session.scalars(select(AlertWebhook.project_id).where(AlertWebhook.url == receiver.url)).one()
 
@@ -178,8 +178,8 @@ def test_the_sweep_sends_what_is_still_owed(site: Site, receiver: Receiver) -> N
     """A sender that died (its claim ran out) or a backoff that is over: the sweep (``jobs.sweep``'s body) sends it."""
     from sqlalchemy import update
 
+    from attnprof.worker.analysis import sweeper
     from tests.service.stack import make_settings
-    from worker.cpu import sweeper
 
     receiver.statuses = [500]
     _seed(site, receiver, f"hooksweep-{site.project[-8:]}")

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from profiler_core.documents import parse_result
-from profiler_core.documents.comparison import ComparisonDocument
-from service.github import regressions as ranked
-from service.web.pages.comparisons import ANSWER_LINES_OPEN
+from attnprof.core.documents import parse_result
+from attnprof.core.documents.comparison import ComparisonDocument
+from attnprof.server.github import regressions as ranked
+from attnprof.server.web.pages.comparisons import ANSWER_LINES_OPEN
 from tests.web.cmpdocs import (
     ERROR_MESSAGE,
     FAILED_CASE,
@@ -90,7 +90,7 @@ def _open(browser: Any, site: Site, scenario: Scenario, comparison_id: str) -> t
 
 
 def _comment_lines(site: Site, scenario: Scenario, comparison_id: str) -> list[str]:
-    """The PR comment's lines of the comparison, as ``service.github.comment`` writes them (against the first
+    """The PR comment's lines of the comparison, as ``attnprof.server.github.comment`` writes them (against the first
     baseline run), in plain text: the list dash and the backticks dropped."""
     with site.api(scenario.project.tokens.read) as client:
         answer = client.get(f"/api/v1/projects/{scenario.project.name}/comparisons/{comparison_id}")

@@ -1,4 +1,4 @@
-"""The comparison chart's spec (``service.web.pages.figures.comparison_changes``): one quantity, the change of a
+"""The comparison chart's spec (``attnprof.server.web.pages.figures.comparison_changes``): one quantity, the change of a
 case's time, up is worse whatever the finding's metric; intervals cut at the chart's edge with the cut ends marked;
 non-timing failures as flags in words."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from profiler_core.documents.comparison import Finding, Interval
-from service.web.pages import figures
+from attnprof.core.documents.comparison import Finding, Interval
+from attnprof.server.web.pages import figures
 
 THRESHOLDS = {"latency": 0.02, "bandwidth": 0.02, "throughput": 0.02}
 

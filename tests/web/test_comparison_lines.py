@@ -3,13 +3,13 @@ a case id holds read as markup), in the comment's order, a failed case's stored 
 
 from __future__ import annotations
 
-from profiler_core import units
-from profiler_core.analysis import compare
-from profiler_core.documents import parse_result
-from profiler_core.documents.result import ResultDocument
-from service.github import regressions as ranked
-from service.web.pages import figures
-from service.web.pages.comparisons import ERROR_MAX_CHARS, answer_lines, comment_line_html
+from attnprof.core import units
+from attnprof.core.analysis import compare
+from attnprof.core.documents import parse_result
+from attnprof.core.documents.result import ResultDocument
+from attnprof.server.github import regressions as ranked
+from attnprof.server.web.pages import figures
+from attnprof.server.web.pages.comparisons import ERROR_MAX_CHARS, answer_lines, comment_line_html
 from tests.web.cmpdocs import (
     ERROR_MESSAGE,
     FAILED_CASE,

@@ -14,11 +14,11 @@ import httpx
 import pytest
 from sqlalchemy import delete, insert, select
 
-from service.comparisons.models import Comparison
-from service.db import make_engine
-from service.runs import documents
-from service.web.pages import runs as run_pages
-from service.web.pages.comparisons import linked_notes
+from attnprof.server.comparisons.models import Comparison
+from attnprof.server.db import make_engine
+from attnprof.server.runs import documents
+from attnprof.server.web.pages import runs as run_pages
+from attnprof.server.web.pages.comparisons import linked_notes
 from tests.web.pagehelp import (
     Project,
     csrf_of,

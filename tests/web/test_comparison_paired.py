@@ -15,13 +15,13 @@ import pytest
 from markupsafe import escape
 from sqlalchemy import delete, insert, select, update
 
-from service.comparisons.models import Comparison
-from service.db import make_engine, make_sessionmaker
-from service.jobs.models import Job
-from service.projects.models import Project as ProjectRow
-from service.runs.models import Run
-from service.testbeds.models import Testbed as StoredTestbed
-from service.web import repository
+from attnprof.server.comparisons.models import Comparison
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.jobs.models import Job
+from attnprof.server.projects.models import Project as ProjectRow
+from attnprof.server.runs.models import Run
+from attnprof.server.testbeds.models import Testbed as StoredTestbed
+from attnprof.server.web import repository
 from tests.paired_docs import AMBIGUOUS, BASE_RUN, SAME, paired_comparison, paired_sides
 from tests.web.pagehelp import Project, fresh_project, login, upload
 from tests.web.webstack import CPU_SUITE, Site

@@ -47,15 +47,16 @@ import uvicorn
 from sqlalchemy import select
 
 from attnprof.contract.links import PATHS
-from service import migrate
-from service.app import create_app
-from service.auth import service as auth
-from service.comparisons.models import Comparison
-from service.config import Settings
-from service.db import make_engine, make_sessionmaker
-from service.jobs.models import Job
-from service.projects import service as projects
-from service.testbeds import service as testbeds
+from attnprof.server import migrate
+from attnprof.server.app import create_app
+from attnprof.server.auth import service as auth
+from attnprof.server.comparisons.models import Comparison
+from attnprof.server.config import Settings
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.jobs.models import Job
+from attnprof.server.projects import service as projects
+from attnprof.server.testbeds import service as testbeds
+from attnprof.worker.analysis import verdict as analysis
 from tests import paired_jobs
 from tests.claiming import bearer, claim, claim_secret
 from tests.github.fakegithub import FakeGitHub
@@ -64,7 +65,6 @@ from tests.pgtest import create_database, drop_database
 from tests.service.stack import REDIS_URL, make_settings
 from tests.web.cmpdocs import SOFTMAX_CASE, SOFTMAX_KERNEL, SOFTMAX_SLOWER, broken, slower_kernel
 from tests.web.webstack import docs
-from worker.cpu import verdict as analysis
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -24,9 +24,9 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from attnprof.contract.links import Links
-from service.app import create_app
-from service.config import Dashboard, Settings
-from service.web.session import COOKIE, OAUTH_STATE_COOKIE, SessionSigner
+from attnprof.server.app import create_app
+from attnprof.server.config import Dashboard, Settings
+from attnprof.server.web.session import COOKIE, OAUTH_STATE_COOKIE, SessionSigner
 from tests.github.fakegithub import FakeGitHub
 from tests.service.stack import make_settings
 from tests.web.webstack import Site, _free_port, docs

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from service.db import make_engine
-from service.jobs.models import Job
-from service.web.pages import jobs as jobs_page
+from attnprof.server.db import make_engine
+from attnprof.server.jobs.models import Job
+from attnprof.server.web.pages import jobs as jobs_page
 from tests.web.pagehelp import http
 from tests.web.webstack import CPU_SUITE, Site, Tokens, _project, _upload, docs, sign_in
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy import update
 
-from service.db import make_engine
-from service.jobs.models import Job
+from attnprof.server.db import make_engine
+from attnprof.server.jobs.models import Job
 from tests.web.webstack import Site, sign_in
 
 

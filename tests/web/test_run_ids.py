@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from attnprof.contract.links import PATHS, Links
-from profiler_core.analysis.render import render_table
-from profiler_core.documents.comparison import ComparisonDocument
-from service.runs.repository import RUN_ID_PREFIX_MIN
+from attnprof.core.analysis.render import render_table
+from attnprof.core.documents.comparison import ComparisonDocument
+from attnprof.server.runs.repository import RUN_ID_PREFIX_MIN
 from tests.web.pagehelp import Project, fresh_project, http, upload
 from tests.web.webstack import Site, docs
 

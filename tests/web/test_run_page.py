@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from profiler_core.attribution import load_trace, reconcile
-from profiler_core.documents import Case, Kernel, Peaks, parse_result
-from service.web.pages.figures import backend_groups, case_anchor, on_roofline, roofline
+from attnprof.core.attribution import load_trace, reconcile
+from attnprof.core.documents import Case, Kernel, Peaks, parse_result
+from attnprof.server.web.pages.figures import backend_groups, case_anchor, on_roofline, roofline
 from tests.web.pagehelp import Project, csrf_of, fresh_project, login, rules, seed_pair, tab_to, upload, watch_errors
 from tests.web.webstack import Site, docs, sign_in
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from sqlalchemy import literal_column, update
 
-from service.db import make_engine
-from service.jobs.models import Job
-from service.runs.models import Run
-from service.web.pages import runs_list
+from attnprof.server.db import make_engine
+from attnprof.server.jobs.models import Job
+from attnprof.server.runs.models import Run
+from attnprof.server.web.pages import runs_list
 from tests.web.pagehelp import Project, fresh_project, http, upload
 from tests.web.webstack import CPU_SUITE, Site, docs, sign_in
 

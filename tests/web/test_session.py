@@ -8,9 +8,9 @@ import time
 import httpx
 from sqlalchemy import update
 
-from service.auth.models import Token
-from service.db import make_engine, utcnow
-from service.web.session import COOKIE, SessionSigner
+from attnprof.server.auth.models import Token
+from attnprof.server.db import make_engine, utcnow
+from attnprof.server.web.session import COOKIE, SessionSigner
 from tests.web.webstack import Site
 
 

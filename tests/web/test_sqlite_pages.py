@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service import migrate
-from service.app import create_app
-from service.auth import service as auth
-from service.db import make_engine, make_sessionmaker
-from service.projects import service as projects
+from attnprof.server import migrate
+from attnprof.server.app import create_app
+from attnprof.server.auth import service as auth
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.projects import service as projects
 from tests.service.stack import make_settings
 from tests.web.pagehelp import csrf_of, login
 from tests.web.webstack import CPU_SUITE, docs

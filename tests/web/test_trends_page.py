@@ -18,9 +18,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from sqlalchemy import select
 
-from service.comparisons.models import Alert
-from service.db import make_engine
-from service.web.pages import trends
+from attnprof.server.comparisons.models import Alert
+from attnprof.server.db import make_engine
+from attnprof.server.web.pages import trends
 from tests.web.pagehelp import http
 from tests.web.webstack import Site, Tokens, _project, _upload, docs, sign_in
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from service.auth import service as auth
-from service.db import make_engine, make_sessionmaker
-from service.projects import service as projects
+from attnprof.server.auth import service as auth
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.projects import service as projects
 from tests.service import svcdocs as docs
 
 __all__ = ["CHROMIUM", "Site", "docs", "sign_in"]

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from attnprof.worker.profile import scratch as scratches
 from tests.pgtest import create_database, drop_database
 from tests.worker.wkstack import (
     ATTNPROF,
@@ -21,7 +22,6 @@ from tests.worker.wkstack import (
     stop,
     wait_ready,
 )
-from worker.gpu import scratch as scratches
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnprof.contract.bundle import BundleRefused, check, unpack
-from service.errors import InvalidPayload, PayloadTooLarge
-from service.jobs.bundle import check_bundle
+from attnprof.server.errors import InvalidPayload, PayloadTooLarge
+from attnprof.server.jobs.bundle import check_bundle
 
 LIMITS = {"max_bytes": 1 << 20, "max_unpacked_bytes": 1 << 20, "max_members": 50}
 

@@ -13,8 +13,8 @@ import typer
 import yaml
 
 from attnprof.cli import VERBS
-from service.config import Settings
-from worker.gpu.settings import GpuWorkerSettings
+from attnprof.server.config import Settings
+from attnprof.worker.profile.settings import GpuWorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 BROKER_URL = "redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD}@redis:6379/0"
@@ -173,8 +173,9 @@ def test_redis_requires_the_password_every_client_is_given(compose: dict[str, An
 
 
 def test_the_gpu_worker_container_can_build_the_jail(compose: dict[str, Any], dockerfile: dict[str, Any]) -> None:
-    """What bubblewrap needs of Docker (worker/gpu/jail.py): namespaces and mounts past the default seccomp profile and
-    AppArmor, and an unmasked /proc for the job's own; no added capability; a job user other than root."""
+    """What bubblewrap needs of Docker (attnprof/worker/profile/jail.py): namespaces and mounts past the default
+    seccomp profile and AppArmor, and an unmasked /proc for the job's own; no added capability; a job user other than
+    root."""
     worker = compose["services"]["gpu-worker"]
     assert set(worker["security_opt"]) >= {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"}
     assert "cap_add" not in worker and not worker.get("privileged")

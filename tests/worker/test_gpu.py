@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from profiler_core import testbed as keys
-from profiler_core.testbed import cpu_model
-from worker.gpu import device as gpu
-from worker.gpu.device import DeviceMismatch, LocalDevice
+from attnprof.core import testbed as keys
+from attnprof.core.testbed import cpu_model
+from attnprof.worker.profile import device as gpu
+from attnprof.worker.profile.device import DeviceMismatch, LocalDevice
 
 REPO = Path(__file__).resolve().parents[2]
 H200 = LocalDevice(mode="cuda", name="NVIDIA H200", driver="580.159.04")
@@ -104,10 +104,10 @@ def test_probing_a_host_without_a_gpu_finds_none() -> None:
 def test_a_gpu_worker_whose_gpu_nvml_cannot_name_gets_no_jail(monkeypatch) -> None:
     import pytest
 
-    from worker.gpu import device
-    from worker.gpu import jail as jails
-    from worker.gpu.profile import job_jail
-    from worker.gpu.settings import GpuWorkerSettings, ProfileWorker
+    from attnprof.worker.profile import device
+    from attnprof.worker.profile import jail as jails
+    from attnprof.worker.profile.profile import job_jail
+    from attnprof.worker.profile.settings import GpuWorkerSettings, ProfileWorker
 
     # Without the GPU's own node the jail would be handed every GPU of the host, other tenants' included.
     monkeypatch.setattr(device, "probe_minor", lambda: None)

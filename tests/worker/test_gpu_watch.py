@@ -1,5 +1,5 @@
 """The worker judges a jailed job's GPU processes by the profiler's definition of the job's own
-(``profiler_core.own_processes``): the job's tree (``sandbox.tree``) is that definition, and ``GpuWatch`` names only
+(``attnprof.core.own_processes``): the job's tree (``sandbox.tree``) is that definition, and ``GpuWatch`` names only
 what lies outside it. Real processes on the CPU; NVML faked, listing their PIDs."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from profiler_core.own_processes import own_processes, process_table
+from attnprof.core.own_processes import own_processes, process_table
+from attnprof.worker.profile import sandbox
+from attnprof.worker.profile.device import GpuWatch
 from tests.processes_support import fake_nvml, family, stranger
-from worker.gpu import sandbox
-from worker.gpu.device import GpuWatch
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the process tree is read from /proc")
 

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from attnprof.worker.profile.cgroup import Cgroups, CgroupUnavailable
 from tests.hostile_code import (
     ATTACK_NAMES,
     PLANTED,
@@ -55,7 +56,6 @@ from tests.worker.wkstack import (
     wait_for,
     wait_ready,
 )
-from worker.gpu.cgroup import Cgroups, CgroupUnavailable
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
 
@@ -110,8 +110,8 @@ class Bed:
 def _play_stable_peaks(cache: Path) -> None:
     """Cache this host's peaks from a calibration played as stable (``measure_peaks`` takes the rounds and the
     host-busy reading it is given, as its tests do)."""
-    from profiler_core.measure import environment as env
-    from profiler_core.measure.peaks import load_or_measure, measure_peaks
+    from attnprof.core.measure import environment as env
+    from attnprof.core.measure.peaks import load_or_measure, measure_peaks
 
     device = env.describe_device("cpu")
     key = env.testbed(device, None, "cpu")[0]

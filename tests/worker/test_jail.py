@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from profiler_core.documents import load_result
-from worker.gpu import jail as jails
-from worker.gpu import outcome, sandbox
-from worker.gpu import scratch as scratches
-from worker.gpu.settings import GpuWorkerSettings, ProfileWorker
+from attnprof.core.documents import load_result
+from attnprof.worker.profile import jail as jails
+from attnprof.worker.profile import outcome, sandbox
+from attnprof.worker.profile import scratch as scratches
+from attnprof.worker.profile.settings import GpuWorkerSettings, ProfileWorker
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
 H200_RESULT = Path(__file__).resolve().parents[1] / "data" / "h200" / "attnprof" / "result.json"
@@ -34,7 +34,7 @@ def jail() -> jails.Jail:
     device nodes passed in, and the carried packages (``BENCH_SITE``) bound."""
     devices: list[str] = []
     if os.environ.get("ATTNPROF_TEST_JAIL_GPU") == "1":
-        from worker.gpu.device import probe_minor
+        from attnprof.worker.profile.device import probe_minor
 
         devices = jails.gpu_nodes(probe_minor())
     site = os.environ.get("BENCH_SITE")
@@ -270,7 +270,7 @@ def test_processes_are_bounded(jail: jails.Jail, scratch_root: Path) -> None:
 
 
 def test_gpu_processes_are_judged_by_the_worker() -> None:
-    from worker.gpu.device import GpuWatch
+    from attnprof.worker.profile.device import GpuWatch
 
     watch = GpuWatch()  # no GPU here: it reads nothing, and what it was told stands
     watch.candidates = {4100, 977, 5000}
@@ -320,7 +320,7 @@ def test_a_worker_refuses_to_start_where_no_jail_can_be_built(
 ) -> None:
     import typer
 
-    from worker import cli
+    from attnprof.worker import cli
 
     with pytest.raises(typer.Exit) as stopped:
         cli._jail_and_peaks(worker_settings.with_worker(job_user="no-such-attnprof-user"))
@@ -333,8 +333,8 @@ def test_a_worker_refuses_to_start_where_no_jail_can_be_built(
 def test_a_trusted_single_tenant_worker_starts_without_a_jail_and_says_so(
     worker_settings: GpuWorkerSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from worker import cli
-    from worker.gpu.profile import ProfileConfig
+    from attnprof.worker import cli
+    from attnprof.worker.profile.profile import ProfileConfig
 
     given = worker_settings.with_worker(job_user="no-such-attnprof-user", trusted_single_tenant=True)
     chosen = cli._jail_and_peaks(given)
@@ -347,8 +347,8 @@ def test_a_trusted_single_tenant_worker_starts_without_a_jail_and_says_so(
 def test_a_worker_starts_with_the_jail_and_measures_the_peaks_first(
     worker_settings: GpuWorkerSettings, peaks_cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from worker import cli
-    from worker.gpu.profile import ProfileConfig
+    from attnprof.worker import cli
+    from attnprof.worker.profile.profile import ProfileConfig
 
     chosen = cli._jail_and_peaks(worker_settings)
     err = capsys.readouterr().err

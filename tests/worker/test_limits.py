@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from worker.gpu import jail as jails
-from worker.gpu import outcome, sandbox
-from worker.gpu import scratch as scratches
-from worker.gpu.cgroup import Cgroups, CgroupUnavailable, JobCgroup
+from attnprof.worker.profile import jail as jails
+from attnprof.worker.profile import outcome, sandbox
+from attnprof.worker.profile import scratch as scratches
+from attnprof.worker.profile.cgroup import Cgroups, CgroupUnavailable, JobCgroup
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
 
@@ -355,7 +355,7 @@ def test_a_job_that_fills_its_folder_is_stopped_for_disk(
 
 
 def test_a_cgroup_left_by_a_gone_worker_is_reaped_and_never_another_namespaces(cgroups: Cgroups) -> None:
-    from worker.gpu import owner
+    from attnprof.worker.profile import owner
 
     mine = owner.tag()
     pid, namespace = (int(x) for x in owner.TAG.fullmatch(mine).groups())  # type: ignore[union-attr]

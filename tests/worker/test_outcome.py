@@ -7,11 +7,11 @@ import json
 import os
 from pathlib import Path
 
-from profiler_core.documents import ResultDocument, parse_result
-from profiler_core.errors import DocumentError
-from worker.gpu import handback
-from worker.gpu.outcome import REASON_MAX_CHARS, JobFailure, decide, read_document, with_output
-from worker.gpu.sandbox import Finished
+from attnprof.core.documents import ResultDocument, parse_result
+from attnprof.core.errors import DocumentError
+from attnprof.worker.profile import handback
+from attnprof.worker.profile.outcome import REASON_MAX_CHARS, JobFailure, decide, read_document, with_output
+from attnprof.worker.profile.sandbox import Finished
 
 MIB = 1024 * 1024
 H200_RESULT = Path(__file__).resolve().parents[1] / "data" / "h200" / "attnprof" / "result.json"

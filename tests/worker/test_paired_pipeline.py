@@ -1,7 +1,7 @@
 """End to end, a paired job (DESIGN 1, 5): real Postgres, Redis, ``attnprof serve``, the analysis worker and the
 profile workers (real Celery processes, CPU, in their jail), with two source trees whose one case differs 3x.
 
-The profile worker downloads both bundles, runs ``python -m profiler_core ab`` on them, and uploads the head's
+The profile worker downloads both bundles, runs ``python -m attnprof.core ab`` on them, and uploads the head's
 result with the base's and paired documents; the analysis stores the history comparison and the paired one, whose
 verdict the job takes."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from service.github.comment import marker
+from attnprof.server.github.comment import marker
 from tests.github.fakegithub import FakeGitHub
 from tests.profiling_support import tar_gz
 from tests.worker.wkstack import Stack, allow_repo, custom_case, sql, suite, wait_for

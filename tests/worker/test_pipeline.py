@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from profiler_core import testbed as keys
+from attnprof.core import testbed as keys
 from tests.profiling_support import tar_gz
 from tests.worker.wkstack import (
     ATTNPROF,

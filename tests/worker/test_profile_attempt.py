@@ -1,5 +1,5 @@
-"""One attempt as plain code (``worker.gpu.profile.run_job``) against a stand-in for the service's HTTP API: the
-paths that need no profiling, and the scratch directory, removed whatever happens."""
+"""One attempt as plain code (``attnprof.worker.profile.profile.run_job``) against a stand-in for the service's HTTP
+API: the paths that need no profiling, and the scratch directory, removed whatever happens."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from attnprof.worker.profile import profile
+from attnprof.worker.profile import scratch as scratches
+from attnprof.worker.profile.api import Stale, Unreachable
 from tests.worker.wkstack import tar_gz
-from worker.gpu import profile
-from worker.gpu import scratch as scratches
-from worker.gpu.api import Stale, Unreachable
 
 
 class FakeAPI:
@@ -185,9 +185,9 @@ def test_a_profile_worker_loads_no_database_server_or_torch_code() -> None:
     # The app is built the way the start builds it: from the GPU worker's own settings, given in code.
     probe = (
         "import sys\n"
-        "from worker.gpu.app import make_app\n"
-        "from worker.gpu.settings import GpuWorkerSettings\n"
-        "import worker.gpu.device\n"
+        "from attnprof.worker.profile.app import make_app\n"
+        "from attnprof.worker.profile.settings import GpuWorkerSettings\n"
+        "import attnprof.worker.profile.device\n"
         "app = make_app(GpuWorkerSettings(broker_url='redis://127.0.0.1:6379/0', worker_token='ap_probe'))\n"
         "print(sorted(n for n in app.tasks if not n.startswith('celery.')))\n"
         "heavy = {'service', 'sqlalchemy', 'alembic', 'psycopg', 'fastapi', 'starlette', 'torch'}\n"

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from attnprof.contract import tasks
-from service import queue
-from service.config import Settings
+from attnprof.server import queue
+from attnprof.server.config import Settings
 
 REDIS_URL = "redis://127.0.0.1:6379/14"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.gpu import sandbox
+from attnprof.worker.profile import sandbox
 
 PY = sys.executable
 

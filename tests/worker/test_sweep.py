@@ -10,13 +10,13 @@ from sqlalchemy.orm import Session
 
 from attnprof.contract import tasks
 from attnprof.contract.provenance import Provenance
-from service import queue
-from service.config import Fairness, Limits, Sweep
-from service.db import utcnow
-from service.jobs import dispatch, sweep
-from service.jobs import service as jobs
-from service.jobs.models import Job
-from service.projects import service as projects
+from attnprof.server import queue
+from attnprof.server.config import Fairness, Limits, Sweep
+from attnprof.server.db import utcnow
+from attnprof.server.jobs import dispatch, sweep
+from attnprof.server.jobs import service as jobs
+from attnprof.server.jobs.models import Job
+from attnprof.server.projects import service as projects
 
 CFG = Sweep(interval_s=1, queued_stale_s=60, heartbeat_stale_s=30, analyzing_stale_s=120)
 SPEC = '[suite]\nname = "s"\n\n[[cases]]\nname = "c"\ntarget = "sdpa"\nq_heads = 2\nseq_q = 64\nhead_dim = 32\n'

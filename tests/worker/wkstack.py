@@ -24,11 +24,11 @@ import httpx
 import psycopg
 import redis
 
-from service import migrate
-from service.auth import service as auth
-from service.db import make_engine, make_sessionmaker
-from service.projects import service as projects
-from service.testbeds import service as testbeds
+from attnprof.server import migrate
+from attnprof.server.auth import service as auth
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.projects import service as projects
+from attnprof.server.testbeds import service as testbeds
 from tests.profiling_support import tar_gz
 
 REDIS_URL = os.environ.get("ATTNPROF_TEST_WORKER_REDIS", "redis://127.0.0.1:6379/12")
@@ -282,7 +282,7 @@ def seed_project(url: str, prefix: str, testbed_names: Sequence[str]) -> tuple[s
 
 def allow_repo(url: str, project: str, repo: str) -> None:
     """Let ``project`` report to ``repo``, as the service's admin does (``attnprof admin allow-repo``)."""
-    from service.projects import repository as project_repository
+    from attnprof.server.projects import repository as project_repository
 
     eng = make_engine(url)
     try:

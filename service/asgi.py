@@ -1,5 +1,0 @@
-"""``service.asgi:app`` for ASGI servers started with several workers (settings from the environment)."""
-
-from service.app import create_app
-
-app = create_app()
