@@ -70,7 +70,7 @@ class NoiseModel:
     bimodal_share: tuple[float, float] = (0.10, 0.40)
     bimodal_shift: tuple[float, float] = (0.03, 0.05)
     samples: int = 100
-    source: str = "shared/reference/attention-gpu-facts.md"
+    source: str = "H200-like figures (NoiseModel's defaults, bench/regression_detector.py)"
     noise_floor: float | None = None  # None: the detector's default for cuda
     fdr: float | None = None  # None: the detector's default for cuda
 

@@ -5,7 +5,7 @@ the database taken away, generated and hand-made hostile requests, other tenants
     .venv/bin/python bench/reliability.py profile-kill         # one scenario: its raw JSON under out/reliability/
     .venv/bin/python bench/reliability.py report               # the report again from out/reliability/*.json
 
-Scenarios (each bounded in time, each against the real stack started as the README says: ``attnprof serve``,
+Scenarios (each bounded in time, each against the real stack started as docs/service.md says: ``attnprof serve``,
 ``attnprof worker --analysis`` with beat, CPU profile workers ``attnprof worker --testbed T --device cpu`` in
 their bubblewrap jail):
 
@@ -3565,7 +3565,7 @@ def write_report(args: argparse.Namespace) -> None:
     lines = [
         f"# Reliability and security of the stack: kills, outages, fuzzing, hostile inputs, tenants ({day})",
         "",
-        "Each scenario starts the real stack as the README says (`attnprof serve`, `attnprof worker --analysis` "
+        "Each scenario starts the real stack as docs/service.md says (`attnprof serve`, `attnprof worker --analysis` "
         "with beat, CPU profile workers `attnprof worker --testbed rel-cpu --device cpu` with their bubblewrap "
         "jail), on loopback, with a Postgres cluster and a Redis server of its own (free ports, temporary folders, "
         "removed afterwards), then breaks something and counts what the database holds. Leases and the sweep are "

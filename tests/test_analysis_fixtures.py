@@ -1,10 +1,10 @@
 """Result documents for the analysis tests, built from the result models with H200-like numbers.
 
-Numbers follow shared/reference/attention-gpu-facts.md: B=1, H=32, S=2048, D=128, bf16 forward; cuDNN
-~87 us, flash ~167 us, efficient ~268 us; within-run CV ~0.8%; medians of separate processes within
-0.5-1.4% of each other. Real documents found under tests/data/results/ or bench/reports/data/ are
-used as well (``real_documents``). Imported by the other ``test_analysis_*`` files; its own tests check that
-what it builds is a valid result document.
+Numbers follow H200 measurements of SDPA: B=1, H=32, S=2048, D=128, bf16 forward; cuDNN ~87 us, flash ~167 us,
+efficient ~268 us; within-run CV ~0.8%; medians of separate processes within 0.5-1.4% of each other (the figures
+docs/regression-method.md quotes in "The timing test: runs, then samples"). Real documents found under
+tests/data/results/ or bench/reports/data/ are used as well (``real_documents``). Imported by the other
+``test_analysis_*`` files; its own tests check that what it builds is a valid result document.
 """
 
 from __future__ import annotations
@@ -363,7 +363,8 @@ def grid(
     regress: dict[int, float] | None = None,
     n: int = 100,
 ) -> ResultDocument:
-    """A grid of ``n_cases`` cases (48 = the DESIGN's example grid) in one run; ``regress`` maps case -> factor."""
+    """A grid of ``n_cases`` cases (48: a grid large enough for false-discovery control to matter) in one run;
+    ``regress`` maps case -> factor."""
     rng = np.random.default_rng(seed)
     names = list(BACKENDS)[:3]
     cases = []

@@ -1,4 +1,4 @@
-"""The verdict rules of DESIGN 5, one by one."""
+"""The verdict rules (docs/architecture.md, "Deciding a regression"; docs/regression-method.md), one by one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The suite file: parsing, grid expansion, ids, defaults and every rejected input (DESIGN 3.1)."""
+"""The suite file: parsing, grid expansion, ids, defaults and every rejected input (docs/architecture.md, "Suite
+file")."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ from attnprof.core.suite import (
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-# DESIGN 3.1's example, verbatim.
-DESIGN_EXAMPLE = """\
+# The example of docs/architecture.md, "Suite file", verbatim.
+SUITE_EXAMPLE = """\
 [suite]
 name = "llama7b"
 thresholds = { latency = 0.02 }
@@ -81,8 +82,8 @@ def reject(text: str) -> SuiteError:
 # --- grids and ids ---------------------------------------------------------------------------------
 
 
-def test_design_example_expands_to_the_grid_with_ids_in_file_order() -> None:
-    suite = parse_suite(DESIGN_EXAMPLE)
+def test_suite_example_expands_to_the_grid_with_ids_in_file_order() -> None:
+    suite = parse_suite(SUITE_EXAMPLE)
     assert suite.name == "llama7b"
     assert len(suite.cases) == 4 * 2 * 2 + 1
     expected = [
@@ -100,8 +101,8 @@ def test_design_example_expands_to_the_grid_with_ids_in_file_order() -> None:
     assert first.pass_ == "fwd"
 
 
-def test_design_example_custom_case_keeps_its_args_and_gqa_shape() -> None:
-    kernel = parse_suite(DESIGN_EXAMPLE).cases[-1]
+def test_suite_example_custom_case_keeps_its_args_and_gqa_shape() -> None:
+    kernel = parse_suite(SUITE_EXAMPLE).cases[-1]
     assert kernel.id == "my-kernel"
     assert kernel.is_custom
     assert kernel.has_shape
@@ -575,7 +576,7 @@ def test_the_nesting_scan_agrees_with_the_parser(
 
 
 def test_select_cases() -> None:
-    suite = parse_suite(DESIGN_EXAMPLE)
+    suite = parse_suite(SUITE_EXAMPLE)
     exact = "prefill[backend=flash,seq_q=2048,pass=fwd]"
     assert [c.id for c in select_cases(suite, [exact])] == [exact]
     fwd_bwd = select_cases(suite, ["*pass=fwd_bwd]"])
@@ -591,7 +592,7 @@ def test_select_cases() -> None:
 
 
 def test_select_cases_pattern_matching_nothing() -> None:
-    suite = parse_suite(DESIGN_EXAMPLE)
+    suite = parse_suite(SUITE_EXAMPLE)
     with pytest.raises(SuiteError, match="no case matches 'decode\\*'"):
         select_cases(suite, ["prefill*", "decode*"])
     # Brackets are literal, not fnmatch character classes.
@@ -604,11 +605,11 @@ def test_select_cases_pattern_matching_nothing() -> None:
 
 def test_load_suite_hashes_the_bytes_read(tmp_path: Path) -> None:
     path = tmp_path / "attnprof.toml"
-    path.write_bytes(DESIGN_EXAMPLE.encode())
+    path.write_bytes(SUITE_EXAMPLE.encode())
     suite = load_suite(path)
     assert suite.source == str(path)
-    assert suite.source_sha256 == hashlib.sha256(DESIGN_EXAMPLE.encode()).hexdigest()
-    assert suite.source_sha256 == parse_suite(DESIGN_EXAMPLE).source_sha256
+    assert suite.source_sha256 == hashlib.sha256(SUITE_EXAMPLE.encode()).hexdigest()
+    assert suite.source_sha256 == parse_suite(SUITE_EXAMPLE).source_sha256
     assert len(suite.cases) == 17
 
 

@@ -1,4 +1,5 @@
-"""The task contract between the service and the workers (DESIGN 3.4): task names, queues, the message itself.
+"""The task contract between the service and the workers (docs/architecture.md, "Task messages"): task names,
+queues, the message itself.
 
 ``profile.run(job_id, attempt, claim_secret)`` on ``profile.<testbed>``; ``analysis.run(job_id)`` and
 ``jobs.sweep()`` on ``analysis``. The service publishes these with kombu (``attnprof.server.queue``) and never imports a

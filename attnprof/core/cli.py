@@ -3,7 +3,7 @@
 They work on files only (no server). ``attnprof`` registers them; ``python -m attnprof.core`` runs
 them directly (that is how a worker runs a suite in its sandboxed subprocess). Exit codes:
 0 success (a comparison that passes or warns), 1 failed cases or a failing comparison, 2 bad input
-(nothing run), as DESIGN 3.3 and the CLI contract say.
+(nothing run), as docs/architecture.md ("Documents") and the CLI contract say.
 """
 
 from __future__ import annotations

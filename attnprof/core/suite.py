@@ -1,4 +1,4 @@
-"""The suite file (DESIGN 3.1): parse, validate and expand it into cases. Torch-free.
+"""The suite file (docs/architecture.md, "Suite file"): parse, validate and expand it into cases. Torch-free.
 
 A suite file is TOML with a ``[suite]`` table and one or more ``[[cases]]``::
 

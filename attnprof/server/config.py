@@ -19,7 +19,7 @@ MIB = 1024 * 1024
 
 
 class Limits(BaseModel):
-    """Input bounds (DESIGN 6). Sizes in bytes."""
+    """Input bounds (docs/architecture.md, "Bounded inputs"). Sizes in bytes."""
 
     json_body_bytes: int = Field(32 * MIB, ge=1024)
     bundle_bytes: int = Field(bundle.DEFAULT_BUNDLE_BYTES, ge=1024)
@@ -216,8 +216,8 @@ class Retention(BaseModel):
 
 
 class Settings(BaseSettings):
-    """Everything the service (and the analysis worker beside it) reads from its environment (DESIGN 3.4). A profile
-    worker reads its own (``attnprof.worker.profile.settings``)."""
+    """Everything the service (and the analysis worker beside it) reads from its environment (docs/architecture.md,
+    "Settings"). A profile worker reads its own (``attnprof.worker.profile.settings``)."""
 
     model_config = SettingsConfigDict(env_prefix="ATTNPROF_", env_nested_delimiter="__", extra="ignore")
 

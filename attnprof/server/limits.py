@@ -1,4 +1,4 @@
-"""What a request with a body may cost before anything reads it (DESIGN 3.4).
+"""What a request with a body may cost before anything reads it (docs/architecture.md, "Public HTTP API").
 
 ``BodyGateMiddleware`` decides from the headers alone: the request's credentials (a check the app passes in,
 ``attnprof.server.preauth``), then a slot among the bodies this process is receiving at once. A refused request is

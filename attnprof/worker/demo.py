@@ -1,10 +1,10 @@
 """``attnprof demo`` (``make demo``): the whole flow on one machine, with nothing to install beyond the package.
 
-The embedded default (DESIGN 1): SQLite for the database and kombu's ``filesystem://`` transport for the
-broker, so no Postgres and no Redis. Three real processes, as in a deployment: the service (uvicorn), the
-analysis worker with beat (the sweeper), and one profile worker (``--pool=solo``) on the CPU testbed
-``demo-cpu``. Then a demo project (``examples/demo/project``, a custom attention and a built-in SDPA case)
-is submitted twice with ``attnprof submit --wait``, the command a CI step runs:
+The embedded default (docs/architecture.md, "One machine: the embedded default"): SQLite for the database and
+kombu's ``filesystem://`` transport for the broker, so no Postgres and no Redis. Three real processes, as in a
+deployment: the service (uvicorn), the analysis worker with beat (the sweeper), and one profile worker
+(``--pool=solo``) on the CPU testbed ``demo-cpu``. Then a demo project (``examples/demo/project``, a custom attention
+and a built-in SDPA case) is submitted twice with ``attnprof submit --wait``, the command a CI step runs:
 
 1. as it is, on ``main``: the first run of all passes and becomes the history;
 2. with the planted regression (``examples/demo/regressed``): the project's attention rewritten as plain
@@ -12,8 +12,9 @@ is submitted twice with ``attnprof submit --wait``, the command a CI step runs:
    ``cpu_flash`` to ``eager``: a ``backend`` finding that fails whatever the timing noise of a shared CPU.
 
 One caveat on a busy machine: the profiler marks a CPU run ``suspect`` when the load average exceeds the
-cores, and a suspect run never fails (DESIGN 5): the verdict is then ``warn``, the comparison says why,
-and the backend finding still names the regression. The demo checks for the finding, not the word ``fail``.
+cores, and a suspect run never fails (docs/architecture.md, "Deciding a regression"): the verdict is then ``warn``,
+the comparison says why, and the backend finding still names the regression. The demo checks for the finding, not
+the word ``fail``.
 
 It then keeps serving, URL printed, until interrupted; ``--once`` stops after the verdicts (exit 0 when the
 first job passed and the second one named the regression, 1 otherwise).

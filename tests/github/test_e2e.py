@@ -7,8 +7,9 @@ comment naming the case and its kernels; a second push updates that comment in p
 gives pending → error and turns the comment into a no-verdict one; a final status that GitHub refuses is owed
 on the job and delivered by the running sweep.
 
-On a host busier than its cores the profiler marks a CPU run suspect and a suspect run never fails (DESIGN 5):
-the verdict is then ``warn`` and the status ``success``. The test reads the stored run and expects accordingly.
+On a host busier than its cores the profiler marks a CPU run suspect and a suspect run never fails
+(docs/architecture.md, "Deciding a regression"): the verdict is then ``warn`` and the status ``success``. The test
+reads the stored run and expects accordingly.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Paired jobs through the service (DESIGN 1, 5): the submission's base bundle, the claim and the base bundle's
-route, the result with its base and paired documents (stored beside the run, never as one, once per attempt), and
-the two comparisons of the run, the paired one giving the verdict."""
+"""Paired jobs through the service (docs/architecture.md, "The paired job"): the submission's base bundle, the claim
+and the base bundle's route, the result with its base and paired documents (stored beside the run, never as one, once
+per attempt), and the two comparisons of the run, the paired one giving the verdict."""
 
 from __future__ import annotations
 

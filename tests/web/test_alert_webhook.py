@@ -1,8 +1,9 @@
 """A project's alert webhook against a real HTTP receiver on this machine: the test site's server records a
 seeded history through its API (each upload committed), and once the commit that records the step's alert is made,
 the receiver gets one POST: a Slack-compatible body (``text`` and ``blocks``) naming the case, the size with its
-unit and the commits around the step, signed as README documents (HMAC-SHA256 of ``timestamp.body``), verified
-here the way a receiver would. A receiver that refuses is tried again after the backoff, from the stored row."""
+unit and the commits around the step, signed as docs/alerts.md documents (HMAC-SHA256 of ``timestamp.body``),
+verified here the way a receiver would. A receiver that refuses is tried again after the backoff, from the stored
+row."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ def receiver() -> Iterator[Receiver]:
 
 
 def _verified(headers: dict[str, str], body: bytes) -> bool:
-    """What a receiver does (README, "Alert webhooks"), written out without the service's code."""
+    """What a receiver does (docs/alerts.md, "Verifying a delivery"), written out without the service's code."""
     stamp = headers["x-attnprof-timestamp"]
     if abs(time.time() - int(stamp)) > 300:
         return False

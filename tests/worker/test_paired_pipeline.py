@@ -1,5 +1,6 @@
-"""End to end, a paired job (DESIGN 1, 5): real Postgres, Redis, ``attnprof serve``, the analysis worker and the
-profile workers (real Celery processes, CPU, in their jail), with two source trees whose one case differs 3x.
+"""End to end, a paired job (docs/architecture.md, "The paired job"): real Postgres, Redis, ``attnprof serve``, the
+analysis worker and the profile workers (real Celery processes, CPU, in their jail), with two source trees whose one
+case differs 3x.
 
 The profile worker downloads both bundles, runs ``python -m attnprof.core ab`` on them, and uploads the head's
 result with the base's and paired documents; the analysis stores the history comparison and the paired one, whose

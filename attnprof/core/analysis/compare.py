@@ -1,4 +1,7 @@
-"""``compare``: one candidate run against pooled baseline runs, case by case, to a verdict (DESIGN 5)."""
+"""``compare``: one candidate run against pooled baseline runs, case by case, to a verdict.
+
+The rules: docs/architecture.md, "Deciding a regression"; the method and its defaults: docs/regression-method.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``compare_paired``: the head against the merge base, profiled interleaved on one device (DESIGN 5).
+"""``compare_paired``: the head against the merge base, profiled interleaved on one device
+(docs/regression-method.md, "Paired comparisons").
 
 The timing finding of each case comes from its paired round differences (``paired_stats``), with the case's
 paired minimum effect (``thresholds.paired``: 0.5% on CUDA by default; a suite's or case's table overrides it);

@@ -1,4 +1,4 @@
-"""Assign each kernel a phase of the attention computation (DESIGN 3.2) and a stable key.
+"""Assign each kernel a phase of the attention computation (docs/architecture.md, "Documents") and a stable key.
 
 Rules, first match wins:
 

@@ -1,4 +1,5 @@
-"""The kernel table against the case latency: their sum beside the latency, and the gap named (DESIGN 4).
+"""The kernel table against the case latency: their sum beside the latency, and the gap named
+(docs/architecture.md, "How the profiler measures").
 
 Torch-free. Durations are microseconds per iteration. The timed latency and the kernel table come from two
 passes: the timing pass runs uninstrumented, the trace pass under ``torch.profiler``. So the gap between the

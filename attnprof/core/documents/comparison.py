@@ -1,4 +1,5 @@
-"""The comparison document, ``attnprof.comparison/v1``: one candidate run against its baseline (DESIGN 3.3).
+"""The comparison document, ``attnprof.comparison/v1``: one candidate run against its baseline
+(docs/architecture.md, "Documents").
 
 Relative changes are fractions: ``change = (candidate - baseline) / baseline``, so 0.03 is 3% more of the
 metric (slower for ``latency``, faster for ``bandwidth`` and ``throughput``). Units live in ``unit`` and in

@@ -1,4 +1,5 @@
-"""The paired document, ``attnprof.paired/v1``: the interleaved rounds of a paired A/B run (DESIGN 1, 5).
+"""The paired document, ``attnprof.paired/v1``: the interleaved rounds of a paired A/B run
+(docs/architecture.md, "The paired job").
 
 A paired run profiles two source trees, the merge base (``base``) and the head, on the same device and in the
 same time: per case, warm-up pairs until both sides' rounds agree, then rounds of the two sides alternate in ABBA

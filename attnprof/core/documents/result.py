@@ -1,4 +1,4 @@
-"""The result document, ``attnprof.result/v1``: one per profiling run (DESIGN 3.2).
+"""The result document, ``attnprof.result/v1``: one per profiling run (docs/architecture.md, "Documents").
 
 Units live in field names: ``_us`` microseconds, ``_bytes`` bytes, ``_gbps`` 10^9 bytes per second,
 ``_tflops`` 10^12 floating-point operations per second, ``_mhz``, ``_w``, ``_c``. Utilisations are
@@ -367,7 +367,8 @@ GapCause = Literal["none", "launch_gaps", "host_time", "trace_overhead", "overla
 
 
 class KernelReconciliation(_Model):
-    """The kernel table's sum beside the case latency, and the gap between them named (DESIGN 4).
+    """The kernel table's sum beside the case latency, and the gap between them named (docs/architecture.md, "How
+    the profiler measures").
 
     Microseconds per iteration. The latency is the timing pass's median; the kernels come from the trace pass.
     On a GPU the kernels normally sum to less (launch gaps, host time between kernels); on CPU, where profiled

@@ -1,4 +1,5 @@
-"""Baseline selection (DESIGN 3.5) and the testbed's run-to-run noise floor, plus the rules people set.
+"""Baseline selection (docs/architecture.md, "Baselines") and the testbed's run-to-run noise floor, plus the rules
+people set.
 
 Selection, for a candidate run on testbed key K, among the runs of its suite (``suites``: the same suite name and at
 least one case id in common), so that a project's suites never serve one another:

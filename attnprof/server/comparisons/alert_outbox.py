@@ -1,5 +1,6 @@
 """Sending new alerts to a project's webhook: after the commit that recorded them, from the stored rows, never
-inside a transaction (DESIGN 6), as ``attnprof.server.github.outbox`` sends a job's feedback.
+inside a transaction (docs/architecture.md, "Outbound calls after the commit"), as ``attnprof.server.github.outbox``
+sends a job's feedback.
 
 An alert is owed to the webhook while its ``notify_due_at`` is set (``attnprof.server.comparisons.alerts`` sets it, in
 the transaction that records a new alert of a project that has a webhook). One delivery (``deliver``) is three steps:

@@ -8,7 +8,8 @@ data beside them (``alert``) for receivers that are programs. Each POST carries
   ``.`` and the body's bytes exactly as sent.
 
 A receiver recomputes the HMAC over ``timestamp + "." + raw body``, compares it in constant time, and refuses a
-timestamp more than five minutes away from its clock (a replayed request). README ("Alert webhooks") shows it.
+timestamp more than five minutes away from its clock (a replayed request). docs/alerts.md ("Verifying a delivery")
+shows it.
 """
 
 from __future__ import annotations

@@ -219,8 +219,8 @@ def get_webhook(access: AdminProject, session: SessionDep) -> WebhookOut:
 
 @router.put("/alert-webhook", response_model=WebhookOut)
 def put_webhook(body: WebhookIn, access: AdminProject, session: SessionDep, settings: SettingsDep) -> WebhookOut:
-    """Send the project's new alerts to ``url``, each body signed with ``secret`` (README, "Alert webhooks"). A URL
-    whose host is, or resolves to, a loopback, link-local, private or other non-public address is refused (422)
+    """Send the project's new alerts to ``url``, each body signed with ``secret`` (docs/alerts.md, "The webhook"). A
+    URL whose host is, or resolves to, a loopback, link-local, private or other non-public address is refused (422)
     unless the service's operator allows its network."""
     refused = alert_webhook.url_refusal(body.url, settings.alert_webhooks)
     if refused is not None:

@@ -1,9 +1,9 @@
 """``analyze``: baseline, noise floor, comparison, change points for one stored run. Plain code: the upload
 endpoint calls it inline and the worker's ``analysis.run`` task calls the same function with its session.
 
-``analyze_paired``: a paired job's run against the merge base profiled beside it (DESIGN 5), stored as a second
-comparison of the run (``mode`` paired), after the stored-history one: the newest comparison of a run is the one
-that gave its job's verdict, whoever asks for "the comparison of a run"."""
+``analyze_paired``: a paired job's run against the merge base profiled beside it (docs/architecture.md, "The
+paired job"), stored as a second comparison of the run (``mode`` paired), after the stored-history one: the newest
+comparison of a run is the one that gave its job's verdict, whoever asks for "the comparison of a run"."""
 
 from __future__ import annotations
 

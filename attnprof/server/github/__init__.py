@@ -1,1 +1,2 @@
-"""GitHub feedback: commit statuses, the pull-request comment, and the webhook (DESIGN 3.4)."""
+"""GitHub feedback: commit statuses, the pull-request comment, and the webhook (docs/architecture.md,
+"GitHub feedback")."""

@@ -1,6 +1,7 @@
-"""Delivering the GitHub feedback that jobs and uploaded runs owe (DESIGN 6): after the commit that made it owed,
-from the stored rows, never inside a transaction or under a row lock. An uploaded run that names its repository owes
-its feedback from its own ``feedback_due_at`` (``deliver_run``: the same three steps, recorded on the run).
+"""Delivering the GitHub feedback that jobs and uploaded runs owe (docs/architecture.md, "Outbound calls after the
+commit"): after the commit that made it owed, from the stored rows, never inside a transaction or under a row lock. An
+uploaded run that names its repository owes its feedback from its own ``feedback_due_at`` (``deliver_run``: the same
+three steps, recorded on the run).
 
 A job owes feedback while its ``feedback_due_at`` is set (``attnprof.server.jobs.service.owe_feedback`` sets it, in the
 transaction that changes the job's state). One delivery of it (``deliver``) is three steps:

@@ -1,6 +1,6 @@
-"""What the PR comment says of a paired comparison (``mode: paired``, DESIGN 5): that its verdict came from the merge
-base and the head profiled interleaved on one GPU, how each case's rounds stopped, and, beside it, what the
-stored-history comparison of the same run said.
+"""What the PR comment says of a paired comparison (``mode: paired``; docs/architecture.md, "The paired job"): that
+its verdict came from the merge base and the head profiled interleaved on one GPU, how each case's rounds stopped,
+and, beside it, what the stored-history comparison of the same run said.
 
 Pure: no database, no network. A finding's stopping reason is worded once, by ``attnprof.core.analysis.render``, for
 the CLI's table, this comment and the dashboard; what it quotes of a document is escaped

@@ -1,4 +1,5 @@
-"""The worker's side of a job (DESIGN 3.5): offering an attempt, claiming it, the attempt's token and its lease.
+"""The worker's side of a job (docs/architecture.md, "Jobs, attempts and leases"): offering an attempt, claiming
+it, the attempt's token and its lease.
 
 A worker token only proves which testbed a GPU host serves. Every ``profile.run`` message carries a one-time
 claim secret; the job row keeps only its sha256, replaced whenever a new message is made for the job (the

@@ -1,4 +1,5 @@
-"""Checks on a source bundle (tar.gz) on arrival: size, gzip, and every member (DESIGN 6).
+"""Checks on a source bundle (tar.gz) on arrival: size, gzip, and every member (docs/architecture.md, "Bounded
+inputs" and "Source bundles").
 
 The rules live in ``attnprof.contract.bundle``, and the check reads the archive through the same walk as the
 profile worker's unpacking (member list and file data), so a bundle accepted here is one the worker unpacks;

@@ -1,4 +1,5 @@
-"""The dispatcher: the database is the queue, and the broker delivers only what is offered here (DESIGN 3.5, 6).
+"""The dispatcher: the database is the queue, and the broker delivers only what is offered here
+(docs/architecture.md, "Testbeds and fair dispatch" and "The row is the truth").
 
 A queued job waits in the database (``offered_at`` null) until the dispatcher offers it: makes its ``profile.run``
 message (``attempts.offer_next_attempt``) and, once that is committed, sends it to ``profile.<testbed>``. A testbed

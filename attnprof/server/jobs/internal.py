@@ -1,5 +1,5 @@
-"""Endpoints for the GPU workers (DESIGN 3.5), described by their own OpenAPI document, ``/internal/openapi.json``
-(the public one at ``/openapi.json`` leaves them out).
+"""Endpoints for the GPU workers (docs/architecture.md, "Worker API"), described by their own OpenAPI document,
+``/internal/openapi.json`` (the public one at ``/openapi.json`` leaves them out).
 
 A worker token (``WorkerToken``) opens the testbed and liveness routes and the claim, which also needs the claim
 secret of the job's latest ``profile.run`` message; it alone keys its testbed (``POST /internal/testbed/key``, from

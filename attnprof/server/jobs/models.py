@@ -46,7 +46,8 @@ PARTIAL_INDEXES = (
 
 
 class Job(Base):
-    """A profiling job (DESIGN 3.5). The row is the truth; the queue only delivers it."""
+    """A profiling job (docs/architecture.md, "Jobs, attempts and leases"). The row is the truth; the queue only
+    delivers it."""
 
     __tablename__ = "jobs"
     __table_args__ = (
@@ -114,7 +115,9 @@ class Job(Base):
         Integer, default=0, server_default="0", comment="failed deliveries of the feedback now owed"
     )
     paired: Mapped[bool] = mapped_column(
-        default=False, server_default=text("false"), comment="profiled with its merge base, interleaved (DESIGN 1, 5)"
+        default=False,
+        server_default=text("false"),
+        comment='profiled with its merge base, interleaved (docs/architecture.md, "The paired job")',
     )
 
 

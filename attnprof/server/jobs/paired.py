@@ -1,5 +1,5 @@
-"""A paired job's two documents beside its run (DESIGN 1, 5): the base tree's result document and the paired
-document of the interleaved rounds, as the worker uploads them with the head's result.
+"""A paired job's two documents beside its run (docs/architecture.md, "The paired job"): the base tree's result
+document and the paired document of the interleaved rounds, as the worker uploads them with the head's result.
 
 They are stored in ``paired_results`` (one row per job, written in the transaction that stores the head's run, so
 a result is never half stored), never as a run: the base's samples join no history, no trend, no baseline. This

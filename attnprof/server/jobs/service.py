@@ -1,5 +1,6 @@
-"""Jobs (DESIGN 3.5): created queued, offered by the dispatcher (``attnprof.server.jobs.dispatch``), claimed by a
-worker of their testbed (``attnprof.server.jobs.attempts``), given a result, analysed.
+"""Jobs (docs/architecture.md, "Jobs, attempts and leases"): created queued, offered by the dispatcher
+(``attnprof.server.jobs.dispatch``), claimed by a worker of their testbed (``attnprof.server.jobs.attempts``), given a
+result, analysed.
 
 A submission is admitted (``admit``) within its project's limit of queued jobs, and cancels the open jobs of its
 pull request's earlier commits. Nothing here commits or enqueues: the router commits, then dispatches (the row is

@@ -1,4 +1,5 @@
-"""What ``jobs.sweep`` decides: the job row is the truth, the queue only delivers it (DESIGN 6).
+"""What ``jobs.sweep`` decides: the job row is the truth, the queue only delivers it (docs/architecture.md, "The row
+is the truth").
 
 Three ways a job gets stuck, and what the sweep does about each:
 
@@ -12,8 +13,9 @@ Three ways a job gets stuck, and what the sweep does about each:
   (a broker restart, a purge, a send that failed after the commit). A new message is sent, with a new secret (the
   row keeps only the sha256 of the secret of its latest message, so an old message that still turns up claims
   nothing: 404, and its worker drops it). A job whose message is still waiting, or delivered to a worker that has
-  not acknowledged it yet, is left alone: a testbed with no live worker keeps its jobs queued (DESIGN 3.5). A job
-  waiting for the dispatcher has no message to lose: the sweeper dispatches every testbed after the sweep.
+  not acknowledged it yet, is left alone: a testbed with no live worker keeps its jobs queued (docs/architecture.md,
+  "Testbeds and fair dispatch"). A job waiting for the dispatcher has no message to lose: the sweeper dispatches every
+  testbed after the sweep.
 - ``analyzing`` with its lease run out: the result upload gave the analysis ``analyzing_stale_s`` to start, and
   the analysis task, once started, renews its own lease while it works. ``analysis.run`` is sent again (analysis is
   idempotent and stores one comparison), whatever the broker's ``unacked`` hash holds: a worker killed mid-task

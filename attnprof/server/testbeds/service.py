@@ -1,4 +1,5 @@
-"""Testbeds exist from their first use (DESIGN 3.5): by a job, a run or a worker token.
+"""Testbeds exist from their first use (docs/architecture.md, "Testbeds and fair dispatch"): by a job, a run or a
+worker token.
 
 A testbed's key and meaning (what must match for two runs to be compared: device, driver, mode) are its workers'
 word alone: the first worker to start sets them from its own device, probed outside the jail before it takes a job,
@@ -108,7 +109,8 @@ def register(session: Session, *, testbed_id: int, key: str, meaning: dict[str, 
     return testbed, keyed
 
 
-# --- live workers (DESIGN 3.5: jobs for a testbed with no live worker wait in ``queued``, and say so) ------------
+# --- live workers: jobs for a testbed with no live worker wait in ``queued``, and say so --------------------------
+# (docs/architecture.md, "Testbeds and fair dispatch")
 
 
 def worker_alive(session: Session, *, testbed_id: int, name: str, now: datetime, live_s: float) -> tuple[int, bool]:

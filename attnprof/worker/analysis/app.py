@@ -1,5 +1,6 @@
 """The analysis worker's Celery app (CPU host, with the database): ``analysis.run(job_id)`` and ``jobs.sweep()`` on
-``analysis`` (DESIGN 3.4), the sweep sent by beat every ``ATTNPROF_SWEEP__INTERVAL_S`` seconds.
+``analysis`` (docs/architecture.md, "Task messages"), the sweep sent by beat every ``ATTNPROF_SWEEP__INTERVAL_S``
+seconds.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The plain code behind ``analysis.run(job_id)`` (CPU hosts, database access).
 
 The run is already stored (the result upload did it, in its request's transaction). The task holds the job by a
-lease (DESIGN 3.5): it takes it in a short transaction of its own when it starts (``analyzing`` for
-``ATTNPROF_SWEEP__ANALYZING_STALE_S``), and a thread renews it every third of that, each renewal in its own short
-transaction, while the work goes on. A worker killed mid-analysis stops renewing; the sweep sends ``analysis.run``
-again once the lease runs out, whatever the broker's ``unacked`` hash says.
+lease (docs/architecture.md, "Jobs, attempts and leases"): it takes it in a short transaction of its own when it
+starts (``analyzing`` for ``ATTNPROF_SWEEP__ANALYZING_STALE_S``), and a thread renews it every third of that, each
+renewal in its own short transaction, while the work goes on. A worker killed mid-analysis stops renewing; the sweep
+sends ``analysis.run`` again once the lease runs out, whatever the broker's ``unacked`` hash says.
 
 The work itself, in one transaction committed here at the task's boundary: compare the run with its baseline,
 store the comparison, look for change points when the run is on the default branch

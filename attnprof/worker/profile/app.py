@@ -1,6 +1,6 @@
 """The profile worker's Celery app (GPU host): ``profile.run(job_id, attempt, claim_secret)``, consumed from
-``profile.<testbed>`` (DESIGN 3.4; the sender names the queue; the secret is one-time, and a claim needs it beside
-the worker token).
+``profile.<testbed>`` (docs/architecture.md, "Task messages"; the sender names the queue; the secret is one-time,
+and a claim needs it beside the worker token).
 
 Nothing heavy is imported here: a GPU host's worker loads only the profile path (no database, no torch: the
 profiler runs in a subprocess, so CUDA starts there, inside the task, never in the worker process).

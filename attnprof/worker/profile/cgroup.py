@@ -1,4 +1,4 @@
-"""A control group per job: the limits that count everything a job holds (DESIGN 6).
+"""A control group per job: the limits that count everything a job holds (docs/isolation.md, section 3).
 
 A watchdog that sums the resident set of the job's processes misses what a job can hold without it: a ``memfd``,
 files in the jail's ``/tmp`` and ``/dev/shm`` (tmpfs), the page cache its writes dirty. The kernel charges all of

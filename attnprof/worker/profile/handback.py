@@ -1,4 +1,4 @@
-"""What a job hands back, read from its folder as hostile input (DESIGN 6).
+"""What a job hands back, read from its folder as hostile input (docs/isolation.md, section 2).
 
 After a job, its folder holds whatever the job's code left there: links to the host's files, FIFOs that block
 whoever opens them, device nodes, files of any size. The worker runs as root, so a plain ``open`` of

@@ -1,4 +1,5 @@
-"""The jail a job's code runs in: bubblewrap namespaces around the profiling subprocess (DESIGN 6).
+"""The jail a job's code runs in: bubblewrap namespaces around the profiling subprocess (docs/isolation.md,
+section 1).
 
 What the job gets, and nothing else:
 

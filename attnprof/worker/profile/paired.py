@@ -1,7 +1,7 @@
-"""A paired job's part of an attempt (DESIGN 1, 5): its second tree, the merge base's, unpacked beside the head's
-(``scratch/base`` beside ``scratch/src``, with the same checks; inside the jail ``/job/base`` beside ``/job/src``,
-exposed alike), the ``ab`` command that profiles both interleaved in place of ``profile``, and the base's and
-paired documents it writes beside the head's result, read for the upload.
+"""A paired job's part of an attempt (docs/architecture.md, "The paired job"): its second tree, the merge base's,
+unpacked beside the head's (``scratch/base`` beside ``scratch/src``, with the same checks; inside the jail
+``/job/base`` beside ``/job/src``, exposed alike), the ``ab`` command that profiles both interleaved in place of
+``profile``, and the base's and paired documents it writes beside the head's result, read for the upload.
 """
 
 from __future__ import annotations

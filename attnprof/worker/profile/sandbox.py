@@ -1,6 +1,6 @@
-"""Running the user's suite in a subprocess that can only hurt its own job (DESIGN 6), inside the jail that
-``attnprof.worker.profile.jail`` builds around it (namespaces, filesystem, uid); this module holds what applies with or
-without one.
+"""Running the user's suite in a subprocess that can only hurt its own job (docs/architecture.md, "The jail"), inside
+the jail that ``attnprof.worker.profile.jail`` builds around it (namespaces, filesystem, uid); this module holds what
+applies with or without one.
 
 - The environment starts empty and is filled from an allow-list: nothing the worker holds (its token, the
   broker's URL, any ``ATTNPROF_*`` setting, anything that looks like a credential) reaches user code.

@@ -1,4 +1,4 @@
-"""One attempt's folder on the worker's host, and the job's part of it (DESIGN 6).
+"""One attempt's folder on the worker's host, and the job's part of it (docs/isolation.md, section 2).
 
 ``<scratch_root>/<job>-a<attempt>-<worker's tag>-XXXX/`` (the tag: ``attnprof.worker.profile.owner``) belongs to the
 worker (mode 0700) and holds:

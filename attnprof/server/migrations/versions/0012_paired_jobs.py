@@ -1,4 +1,5 @@
-"""Paired jobs (DESIGN 1, 5): a job that carries its merge base's tree beside its own, profiled interleaved.
+"""Paired jobs (docs/architecture.md, "The paired job"): a job that carries its merge base's tree beside its own,
+profiled interleaved.
 
 - ``jobs.base_bundle_sha256``: the merge base's source bundle, an artifact like ``bundle_sha256`` (indexed for the
   retention sweep's orphan check, as 0011 indexed the bundle); ``jobs.paired``: the job is paired (kept once the
@@ -50,7 +51,7 @@ def upgrade() -> None:
             sa.Boolean(),
             nullable=False,
             server_default=sa.text("false"),
-            comment="profiled with its merge base, interleaved (DESIGN 1, 5)",
+            comment='profiled with its merge base, interleaved (docs/architecture.md, "The paired job")',
         ),
     )
     op.create_index("ix_jobs_base_bundle_sha256", "jobs", ["base_bundle_sha256"], unique=False)

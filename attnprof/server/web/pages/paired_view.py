@@ -1,7 +1,8 @@
-"""What the comparison and run pages show of a paired comparison (``mode: paired``, DESIGN 5): that it is a paired
-run on one GPU, its pairs of rounds, minimum effect and how the cases stopped, each finding's rounds; the base
-side's id as text (its result document is evidence for this comparison, never a stored run); and the comparison
-of the other mode beside it (a paired job's run has a paired and a stored-history comparison)."""
+"""What the comparison and run pages show of a paired comparison (``mode: paired``; docs/architecture.md, "The
+paired job"): that it is a paired run on one GPU, its pairs of rounds, minimum effect and how the cases stopped, each
+finding's rounds; the base side's id as text (its result document is evidence for this comparison, never a stored
+run); and the comparison of the other mode beside it (a paired job's run has a paired and a stored-history
+comparison)."""
 
 from __future__ import annotations
 
