@@ -215,7 +215,7 @@ def machine_section(m: Machine) -> list[str]:
             jratio = f"{h / yardstick:.2f}x" + ("" if alone else " (of the profile)")
         cells = [seconds(p), seconds(a), ratio, seconds(alone), seconds(h), jratio]
         out.append(f"| `{c.name}` | " + " | ".join(cells) + " |")
-    out += ["", *misses(m), ""]
+    out += ["", *misses(m), "", *rejudged(m), ""]
     return out
 
 
@@ -233,6 +233,22 @@ def misses(m: Machine) -> list[str]:
                 line = paired_line(o.case(t.case)) if o is not None and t is not None else ""
                 out.append(f"- `{c.name}` {path} #{i + 1}: {verdict} ({o.verdict if o else '—'}; {line}). {said}")
     return out if len(out) > 2 else [*out, "Nothing missed."]
+
+
+def rejudged(m: Machine) -> list[str]:
+    """The ``ab`` runs whose saved documents today's rules judge otherwise than the run did."""
+    out = ["### Judged again with the current rules", ""]
+    if not m.rejudged:
+        return [*out, "Each `ab` run's saved documents, judged again by today's `compare_paired`: all verdicts stand."]
+    out.append(
+        "Each `ab` run's saved documents (base, head, paired), judged again by today's `compare_paired`: the same "
+        "measurement, the current rules. Where the verdict moved:"
+    )
+    out.append("")
+    for (change, _), (then, now) in m.rejudged.items():
+        why = "; ".join(n for n in now.notes if "clock" in n.lower() or "suspect" in n.lower())[:300]
+        out.append(f"- `{change}`: {then.verdict} as run, **{now.verdict}** now. {why}")
+    return out
 
 
 def render(machines: list[Machine]) -> str:

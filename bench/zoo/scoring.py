@@ -4,13 +4,17 @@ profile) per GPU. Read from the folders ``truth.py`` and ``run.py`` wrote; ``rep
 
 from __future__ import annotations
 
+import gzip
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.zoo import records
+from attnprof.core.analysis.paired import compare_paired
+from attnprof.core.documents.paired import PairedDocument
+from attnprof.core.documents.result import ResultDocument
+from bench.zoo import outcomes, records
 from bench.zoo.changes import CHANGES
 from bench.zoo.records import AbRun, ChangeRun, JobRun, Outcome, RunDoc, TruthChange, TruthDoc
 
@@ -80,6 +84,20 @@ class Machine:
     def jobs(self, change: str) -> list[JobRun]:
         return [j for c in self.runs.get(change, []) for j in c.jobs]
 
+    rejudged: dict[tuple[str, int], tuple[Outcome, Outcome]] = field(default_factory=dict)
+
+
+def rejudge(folder: Path, change: str, run: AbRun) -> Outcome | None:
+    """An ``ab`` run's three saved documents judged again by today's ``compare_paired``: the same measurement under
+    the current rules (None where the documents were not saved)."""
+    saved = folder / change / f"ab-{run.rep}"
+    names = ("base.json.gz", "result.json.gz", "paired.json.gz")
+    if not all((saved / n).is_file() for n in names):
+        return None
+    base, head = (ResultDocument.model_validate_json(gzip.decompress((saved / n).read_bytes())) for n in names[:2])
+    paired = PairedDocument.model_validate_json(gzip.decompress((saved / names[2]).read_bytes()))
+    return outcomes.outcome(compare_paired(base, head, paired))
+
 
 def gather(folders: Sequence[Path]) -> list[Machine]:
     machines: dict[str, Machine] = {}
@@ -101,6 +119,10 @@ def gather(folders: Sequence[Path]) -> list[Machine]:
             m.run_docs.append((str(folder), run))
             for change_run in run.changes:
                 m.runs.setdefault(change_run.change, []).append(change_run)
+                for ab in change_run.ab:
+                    now = rejudge(folder, change_run.change, ab) if ab.outcome is not None else None
+                    if ab.outcome is not None and now is not None and now.verdict != ab.outcome.verdict:
+                        m.rejudged[(change_run.change, len(m.rejudged))] = (ab.outcome, now)
     return list(machines.values())
 
 
