@@ -3,7 +3,7 @@
 #   openapi-spec-validator (PyPI, the dev extra)   /openapi.json and /internal/openapi.json, as the app serves them
 #   redocly 2.77.0 (npm: @redocly/cli)               the same two documents, recommended-strict (.ci/redocly.yaml)
 #   promtool, prometheus (Debian's prometheus package, 2.42)   installed here for `make test`:
-#     tests/service/test_metrics_multiprocess.py runs `promtool check metrics` on a scrape of `attnprof serve
+#     tests/server/test_metrics_multiprocess.py runs `promtool check metrics` on a scrape of `attnprof serve
 #     --workers 2` and has a real Prometheus scrape it
 # Zero findings: the one rule turned off is in .ci/redocly.yaml, with its reason.
 set -euo pipefail

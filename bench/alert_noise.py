@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from attnprof.core.analysis import e_divisive  # noqa: E402
 from attnprof.server.comparisons import alerts  # noqa: E402
-from tests.service import svcdocs as docs  # noqa: E402
+from tests.server import documents as docs  # noqa: E402
 
 STEP_CASE = "sdpa[backend=cudnn,pass=fwd]"
 LEVELS = [0.0] * 10 + [0.009] * 10 + [-0.004] * 10

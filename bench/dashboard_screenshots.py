@@ -2,7 +2,7 @@
 Chromium: one command remakes them all.
 
     .venv/bin/python bench/dashboard_screenshots.py            # writes every docs/img/*.png the docs link
-    .venv/bin/python bench/dashboard_screenshots.py --tests tests/web/test_comparison_answer.py   # some of them
+    .venv/bin/python bench/dashboard_screenshots.py --tests tests/server/web/test_comparison_answer.py   # some of them
 
 Run on purpose (not in CI). Two sources, each showing what the service really made:
 
@@ -65,9 +65,9 @@ MAX_HEIGHT_PX = 2200
 SITE_SHOTS = ("overview", "trends-kernel", "run", "job", "jobs")
 """The pages this script's site photographs, each as ``dashboard-<name>.png``."""
 TEST_SHOTS = {
-    "tests/web/test_comparison_answer.py": ("comparison.png",),
-    "tests/web/test_runs_and_pulls.py": ("dashboard-runs.png", "dashboard-pull.png", "dashboard-job-failed.png"),
-    "tests/web/test_trends_baseline.py": ("trends.png",),
+    "tests/server/web/test_comparison_answer.py": ("comparison.png",),
+    "tests/server/web/test_runs_and_pulls.py": ("dashboard-runs.png", "dashboard-pull.png", "dashboard-job-failed.png"),
+    "tests/server/web/test_trends_baseline.py": ("trends.png",),
 }
 """The browser tests whose ``screenshot`` tests write the other pictures, and which."""
 

@@ -6,7 +6,7 @@ A stranger (another process holding a CUDA context) starts first; then ``python 
 SDPA suite on two copies of one tree. While it runs, NVML's compute processes and the process table
 (``attnprof.core.own_processes.process_table``) are sampled together every 0.2 s. The file holds the samples, the
 coordinator's and the stranger's pids, and what each side's result document says about other processes, so that
-``tests/test_own_processes.py`` judges on the CPU what the GPU listed: both sides and the coordinator are the job's
+``tests/core/test_own_processes.py`` judges on the CPU what the GPU listed: both sides and the coordinator are the job's
 own, the stranger is the one other process, and each side's document counts exactly it.
 """
 

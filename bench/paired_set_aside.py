@@ -18,7 +18,7 @@ and "changed" counts the sequences whose answer differs.
   (15 pairs before, up to 18 after); the answers that changed and the pairs set aside.
 
 Three rules: the default CUDA one (minimum effect 0.5%, looks at 4, 6, ..., 14, 15 pairs, trimmed from 10), the same
-on CPU (10%), and a tiny suite's (10%, one look at 4 pairs: tests/worker/wkstack.py TINY_TIMING, where the CI failure
+on CPU (10%), and a tiny suite's (10%, one look at 4 pairs: tests/worker/stack.py TINY_TIMING, where the CI failure
 happened). Intervals: Wilson 95% on the rates.
 """
 

@@ -810,7 +810,7 @@ the Idempotency-Key (no savepoint, no flush, no lookup of the key first; a retry
 winner's row), and the statements every request runs built once and executed with parameters (coercing the
 job's 27 values into a new statement cost as much as executing it) (1.7-1.8 ms). On the way: two first uses of
 one new testbed at once made one request fail on the unique name; a testbed is now inserted with `ON CONFLICT
-DO NOTHING` (tests/service/test_load_paths.py races two submissions). Last, uvicorn's C HTTP parser and event
+DO NOTHING` (tests/server/test_load_paths.py races two submissions). Last, uvicorn's C HTTP parser and event
 loop (httptools, uvloop; now in the server extra, and uvicorn takes them when installed). The same job levels
 on the seeded database, one server process, before and after on this host: p99 latency and the server's CPU
 (`/proc`) a request, or the rate achieved past saturation:

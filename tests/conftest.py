@@ -1,7 +1,7 @@
 """Fixtures every folder's tests may use. The CPU profiling ones (their helpers: ``tests.profiling_support``), and
 the service's: one real Postgres database per test process, migrated to head with Alembic once, every test inside
 a transaction that is rolled back (``tests.pgtest``), the API's requests bound to it, tenants and worker tokens
-(``tests.service.stack``). Each folder's ``conftest.py`` adds its own (the dashboard's site and browser, the
+(``tests.server.stack``). Each folder's ``conftest.py`` adds its own (the dashboard's site and browser, the
 worker tests' stack of processes, the GitHub stand-in)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from attnprof.server.config import Settings
 from attnprof.server.testbeds import service as testbeds
 from tests.pgtest import db_fixture, engine_fixture, pg_template, pg_url_fixture
 from tests.profiling_support import suite_text
-from tests.service.stack import bind, make_settings, make_tenant
-from tests.service.svcconf import Tenant
+from tests.server.stack import bind, make_settings, make_tenant
+from tests.server.tenants import Tenant
 
 __all__ = ["db_fixture", "engine_fixture", "pg_template", "pg_url_fixture"]  # pgtest's: db, engine, pg_url
 

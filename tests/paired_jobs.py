@@ -2,9 +2,9 @@
 worker's result of it (the head's and the base's result documents and the paired document of their interleaved
 rounds), as JSON bodies. Used by the service's paired-job tests and the dashboard crawl.
 
-The result documents are the committed H200 run (``tests.service.svcdocs``), the head's latencies scaled by a planted
-ratio; each pair's head round is that ratio times its base round, with 0.1% noise. (``tests.paired_docs`` builds the
-typed paired documents the renderers' tests draw.)
+The result documents are the committed H200 run (``tests.server.documents``), the head's latencies scaled by a planted
+ratio; each pair's head round is that ratio times its base round, with 0.1% noise. (``tests.core.paired_docs`` builds
+the typed paired documents the renderers' tests draw.)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import random
 from typing import Any, NamedTuple
 
 from tests.profiling_support import tar_gz
-from tests.service import svcdocs as docs
+from tests.server import documents as docs
 
 MODULE = "pkg/mod.py"
 MIN_PAIRS = 4

@@ -1,6 +1,6 @@
 """Helpers shared by the tests that profile on the CPU (real torch, tiny shapes, short timing loops).
 
-A plain module: tests import helpers from here, never from a conftest (``tests/service`` has a
+A plain module: tests import helpers from here, never from a conftest (``tests/server`` has a
 conftest of its own, and two modules named ``conftest`` shadow each other on the path).
 """
 

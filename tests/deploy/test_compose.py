@@ -22,7 +22,7 @@ import yaml
 from attnprof.server.config import SHARED_SECRETS
 from tests.pgcluster import free_port
 from tests.pgtest import create_database, drop_database
-from tests.service.serverproc import ATTNPROF, seed, serve
+from tests.server.process import ATTNPROF, seed, serve
 
 REPO = Path(__file__).resolve().parents[2]
 VAR = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")

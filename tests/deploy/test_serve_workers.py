@@ -21,7 +21,7 @@ import pytest
 from attnprof.server.config import Settings, missing_shared_secrets
 from tests.pgcluster import free_port
 from tests.pgtest import create_database, drop_database
-from tests.service.serverproc import ATTNPROF, seed, server_env
+from tests.server.process import ATTNPROF, seed, server_env
 
 SECRET_VAR = "ATTNPROF_DASHBOARD__SESSION_SECRET"
 SECRET = "0123456789abcdef" * 4

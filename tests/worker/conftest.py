@@ -9,7 +9,7 @@ import pytest
 
 from attnprof.worker.profile import scratch as scratches
 from tests.pgtest import create_database, drop_database
-from tests.worker.wkstack import (
+from tests.worker.stack import (
     ATTNPROF,
     FAULTS_TIMEOUT_S,
     NO_DATABASE,

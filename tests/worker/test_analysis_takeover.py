@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from tests.pgtest import create_database, drop_database
-from tests.worker.wkstack import (
+from tests.worker.stack import (
     ATTNPROF,
     SDPA_CASE,
     Stack,

@@ -20,7 +20,7 @@ import pytest
 
 from tests.pgtest import create_database, drop_database
 from tests.profiling_support import tar_gz
-from tests.worker.wkstack import (
+from tests.worker.stack import (
     ATTNPROF,
     FAULTY,
     NO_DATABASE,

@@ -11,7 +11,7 @@ import pytest
 from attnprof.core.own_processes import own_processes, process_table
 from attnprof.worker.profile import sandbox
 from attnprof.worker.profile.device import GpuWatch
-from tests.processes_support import fake_nvml, family, stranger
+from tests.core.processes import fake_nvml, family, stranger
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the process tree is read from /proc")
 

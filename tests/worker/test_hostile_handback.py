@@ -44,7 +44,7 @@ from tests.hostile_code import (
     took_s,
 )
 from tests.profiling_support import tar_gz
-from tests.worker.wkstack import (
+from tests.worker.stack import (
     ATTNPROF,
     NO_DATABASE,
     Proc,

@@ -12,7 +12,7 @@ import pytest
 
 from tests.hostile_code import ATTACKS, HOSTILE, MARKER, VICTIM, attack_args, daemons_alive, findings, leaked
 from tests.profiling_support import tar_gz
-from tests.worker.wkstack import (
+from tests.worker.stack import (
     SDPA_CASE,
     Stack,
     custom_case,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from attnprof.server.github.comment import marker
-from tests.github.fakegithub import FakeGitHub
 from tests.profiling_support import tar_gz
-from tests.worker.wkstack import Stack, allow_repo, custom_case, sql, suite, wait_for
+from tests.server.github.fakegithub import FakeGitHub
+from tests.worker.stack import Stack, allow_repo, custom_case, sql, suite, wait_for
 
 pytestmark = pytest.mark.slow
 BASE_COMMIT = "0123456789abcdef0123456789abcdef01234567"

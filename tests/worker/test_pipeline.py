@@ -19,7 +19,7 @@ import pytest
 
 from attnprof.core import testbed as keys
 from tests.profiling_support import tar_gz
-from tests.worker.wkstack import (
+from tests.worker.stack import (
     ATTNPROF,
     FAULTS_TIMEOUT_S,
     FAULTY,

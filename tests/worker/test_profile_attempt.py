@@ -14,7 +14,7 @@ import pytest
 from attnprof.worker.profile import profile
 from attnprof.worker.profile import scratch as scratches
 from attnprof.worker.profile.api import Stale, Unreachable
-from tests.worker.wkstack import tar_gz
+from tests.worker.stack import tar_gz
 
 
 class FakeAPI:
