@@ -1281,7 +1281,7 @@ def compare_report(args: argparse.Namespace) -> None:
         f"| driver / CUDA / cuDNN | {env.get('driver')} / {env.get('cuda') or sw.get('cuda')} / "
         f"{env.get('cudnn') or sw.get('cudnn')} |",
         f"| Python / torch / Triton | {v.get('python')} / {env.get('torch') or v.get('torch')} / {v.get('triton')} |",
-        f"| testbed key | `{env.get('testbed_key')}` (as in `h200-profiler-core.md`: same GPU model and driver) |",
+        f"| testbed key | `{env.get('testbed_key')}` (as in `h200-truth.md`: same GPU model and driver) |",
         f"| stack | celery {v.get('celery')}, kombu {v.get('kombu')}, fastapi {v.get('fastapi')}, uvicorn "
         f"{v.get('uvicorn')}, SQLAlchemy {v.get('sqlalchemy')}, pydantic {v.get('pydantic')}, nvidia-ml-py "
         f"{v.get('nvidia-ml-py')} (carried as wheels, `.whl/`, installed with `pip --target` and put first on the "
