@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
 import os
 import platform
@@ -1124,8 +1125,9 @@ def _context_spreads(context: Path | None) -> dict[str, float]:
         return out
     for set_dir in sorted(p for p in context.iterdir() if p.is_dir()):
         per_case: dict[str, list[float]] = {}
-        for run in sorted(set_dir.glob("run*.json")):
-            for case, med in _case_medians(json.loads(run.read_text())).items():
+        for run in sorted(p for p in set_dir.glob("run*") if p.name.endswith((".json", ".json.gz"))):
+            raw = run.read_bytes()
+            for case, med in _case_medians(json.loads(gzip.decompress(raw) if run.suffix == ".gz" else raw)).items():
                 per_case.setdefault(case, []).append(med)
         for case, xs in per_case.items():
             if len(xs) > 1:
