@@ -16,13 +16,15 @@ Per triple it keeps a summary (not the documents): the exit codes, the verdict a
 findings that failed or warned, each run's ``suspect`` and each case's sample count, median and ``suspect`` reasons;
 and the verdict the same comparison would have reached with every ``suspect`` mark removed (computed in this
 process with ``attnprof.core.analysis.compare`` from ``--source``), which says what the marks were worth. Writes
-``DATA/triples.jsonl`` as it goes (a line per triple, also printed), ``DATA/summary.json`` and ``--report``.
+``DATA/triples.jsonl`` as it goes (a line per triple, also printed), ``DATA/summary.json`` and ``--report``;
+``--report-only`` also reads ``triples.jsonl.gz``, as the committed data keep it.
 Target: 0 fails (exit code 1 of ``compare``) out of ``--triples``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
@@ -278,7 +280,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.report_only:
         kept = json.loads((args.data / "summary.json").read_text())
-        kept["triples"] = [json.loads(line) for line in (args.data / "triples.jsonl").read_text().splitlines() if line]
+        log = args.data / "triples.jsonl"  # as a run writes it; the committed data keep it gzip'd
+        text = log.read_text() if log.exists() else gzip.decompress(log.with_suffix(".jsonl.gz").read_bytes()).decode()
+        kept["triples"] = [json.loads(line) for line in text.splitlines() if line]
         write_report(kept, args.report)
         print(f"wrote {args.report}")
         return

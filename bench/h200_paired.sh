@@ -8,8 +8,7 @@
 #                                        per head, for the paired cost and its stops
 #   bash bench/h200_paired.sh jobs    -> after a change to how a paired run spends its time: the base profiled and
 #                                        `attnprof ab` of the A/A and 1% heads, JOBS_N (2) times each, alternating, with the
-#                                        first builds apart (the default) and together; bench/h200_startup.py
-#                                        before and after (what one process pays once, piece by piece)
+#                                        first builds apart (the default) and together
 #   bash bench/h200_paired.sh trials  -> `attnprof ab` of the 1% and A/A heads as a job runs it, alternating, JOBS_N
 #                                        (10) times each or as many as BUDGET_S allows: direct trials of the rule
 # Everything is packed into $OUT/paired-<mode>.tar.gz after every step. BUDGET_S stops starting steps that would not fit.
@@ -64,7 +63,6 @@ if [ "$MODE" = costs ]; then
   done
 fi
 if [ "$MODE" = jobs ]; then  # the cost of a job-like paired run against one unpaired profile, side by side
-  step startup-1 40 python3 bench/h200_startup.py
   for i in $(seq 1 "${JOBS_N:-2}"); do
     step "jobs-profile-base$i" 40 profile base "jobs-profile-base$i"
     for v in aa p1; do
@@ -72,7 +70,6 @@ if [ "$MODE" = jobs ]; then  # the cost of a job-like paired run against one unp
       step "jobs-together-$v-$i" 40 ab "$v" "jobs-together-$v-$i" --first-builds together
     done
   done
-  step startup-2 40 python3 bench/h200_startup.py
 fi
 if [ "$MODE" = trials ]; then  # direct trials of the rule as a job runs it: the 1% and A/A heads, alternating
   for i in $(seq 1 "${JOBS_N:-10}"); do

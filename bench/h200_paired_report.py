@@ -260,7 +260,8 @@ JOB_LEASES = (
 
 
 def startup_pieces(files: dict[str, bytes]) -> dict[str, list[float]]:
-    """bench/h200_startup.py's pieces (seconds), over the lease's startup-N.log."""
+    """The start-up pieces (seconds) over the lease's startup-N.log: the jobs mode timed them then, with a script
+    that has left the tree since (docs/findings.md#the-start-of-a-paired-job)."""
     out: dict[str, list[float]] = defaultdict(list)
     for name in sorted(files):
         if name.startswith("startup-") and name.endswith(".log"):
@@ -359,7 +360,7 @@ def render(data: Path, out: Path) -> str:
     w("BUDGET_S=420 bash bench/h200_paired.sh costs   # unpaired profiles (4 base, 2 per head), job-like ab runs")
     w("BUDGET_S=170 bash bench/h200_paired.sh jobs    # (a new lease) job-like ab runs after the start-up change")
     w("BUDGET_S=480 bash bench/h200_paired.sh jobs    # (a new lease) after the profiler's first start moved to the")
-    w("                                               # session's; first builds apart and together; h200_startup.py")
+    w("                                               # session's; first builds apart and together; start-up pieces")
     w("JOBS_N=3 BUDGET_S=470 bash bench/h200_paired.sh jobs   # (two more leases) after each later change")
     w("BUDGET_S=170 bash bench/h200_paired.sh trials  # (a last lease) the trimmed rule as a job runs it")
     w("```")
@@ -646,7 +647,8 @@ def render(data: Path, out: Path) -> str:
     pieces = startup_pieces(leases[-1][1]) if leases else {}
     if pieces:
         w(
-            "What one profiling process pays once (`bench/h200_startup.py`, the last lease, two runs, seconds): "
+            "What one profiling process pays once ([the start of a paired job]"
+            "(../../docs/findings.md#the-start-of-a-paired-job), the last lease, two runs, seconds): "
             + "; ".join(f"{k} {', '.join(f'{x:.2f}' for x in v)}" for k, v in pieces.items() if k != "total")
             + ". The profiler's first start (CUPTI and Kineto loading) was the largest piece, and it fell inside the "
             "first case's trace, on one side while the other waited; it now runs when the session opens, on both "

@@ -28,10 +28,26 @@ from typing import Any
 
 import torch
 
+from attnprof.core.measure.clock import kernel_events
 from attnprof.core.measure.runner import ProfileOptions, profile_suite
 from attnprof.core.measure.targets import SkipCase, WorkloadError, build_workload
 from attnprof.core.measure.timing import Flusher
 from attnprof.core.suite import load_suite
+
+Launch = tuple[str, tuple[int, ...], tuple[int, ...], float]  # name, grid, block, µs
+
+
+def _kernels(prof: Any) -> list[Launch]:
+    """The trace's kernels in start order: name, grid, block, duration µs."""
+    return [
+        (
+            e["name"],
+            tuple(e.get("args", {}).get("grid", ())),
+            tuple(e.get("args", {}).get("block", ())),
+            float(e["dur"]),
+        )
+        for e in kernel_events(prof)
+    ]
 
 
 def _do_bench_both(workload: Any) -> dict[str, float | None]:
@@ -96,8 +112,6 @@ def ncu_driver(suites: list[str], map_path: Path, kineto_out: Path | None = None
     import statistics
 
     import triton
-
-    from bench.h200_isolation import _kernels
 
     @triton.jit
     def attnprof_case_marker(ptr):  # type: ignore[no-untyped-def]

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
 import os
 import platform
@@ -1124,8 +1125,9 @@ def _context_spreads(context: Path | None) -> dict[str, float]:
         return out
     for set_dir in sorted(p for p in context.iterdir() if p.is_dir()):
         per_case: dict[str, list[float]] = {}
-        for run in sorted(set_dir.glob("run*.json")):
-            for case, med in _case_medians(json.loads(run.read_text())).items():
+        for run in sorted(p for p in set_dir.glob("run*") if p.name.endswith((".json", ".json.gz"))):
+            raw = run.read_bytes()
+            for case, med in _case_medians(json.loads(gzip.decompress(raw) if run.suffix == ".gz" else raw)).items():
                 per_case.setdefault(case, []).append(med)
         for case, xs in per_case.items():
             if len(xs) > 1:
@@ -1281,7 +1283,7 @@ def compare_report(args: argparse.Namespace) -> None:
         f"| driver / CUDA / cuDNN | {env.get('driver')} / {env.get('cuda') or sw.get('cuda')} / "
         f"{env.get('cudnn') or sw.get('cudnn')} |",
         f"| Python / torch / Triton | {v.get('python')} / {env.get('torch') or v.get('torch')} / {v.get('triton')} |",
-        f"| testbed key | `{env.get('testbed_key')}` (as in `h200-profiler-core.md`: same GPU model and driver) |",
+        f"| testbed key | `{env.get('testbed_key')}` (as in `h200-truth.md`: same GPU model and driver) |",
         f"| stack | celery {v.get('celery')}, kombu {v.get('kombu')}, fastapi {v.get('fastapi')}, uvicorn "
         f"{v.get('uvicorn')}, SQLAlchemy {v.get('sqlalchemy')}, pydantic {v.get('pydantic')}, nvidia-ml-py "
         f"{v.get('nvidia-ml-py')} (carried as wheels, `.whl/`, installed with `pip --target` and put first on the "

@@ -229,10 +229,10 @@ class RealRuns:
 
 def fit(data: Path) -> tuple[NoiseModel, RealRuns | None, str]:
     """Measure the noise model on real result documents: within-run CV, run-to-run sd, bimodal runs."""
-    # run*.json anywhere below DIR: a data set of several leases keeps each lease in its own folder.
-    docs = [load_result(p) for p in sorted(data.rglob("run*.json"))]
+    # run*.json or run*.json.gz anywhere below DIR: a data set of several leases keeps each lease in its own folder.
+    docs = [load_result(p) for p in sorted(data.rglob("run*")) if p.name.endswith((".json", ".json.gz"))]
     if not docs:
-        raise SystemExit(f"{data}: no result documents (run*.json)")
+        raise SystemExit(f"{data}: no result documents (run*.json, run*.json.gz)")
     by_case: dict[str, list[list[float]]] = {}
     for d in docs:
         for c in d.cases:
@@ -331,7 +331,7 @@ def main() -> None:
     ap.add_argument(
         "--data",
         type=Path,
-        help="directory of real result documents (run*.json, searched recursively) to fit the noise to",
+        help="directory of real result documents (run*.json or .json.gz, searched recursively) to fit the noise to",
     )
     ap.add_argument("--trials", type=int, default=1000, help="single-case comparisons per scenario")
     ap.add_argument("--grid-trials", type=int, default=150, help="48-case A/A comparisons")

@@ -19,8 +19,8 @@ def exit_with(run: Callable[[], object]) -> NoReturn:
     """Run a command line (``run`` raises ``SystemExit``, as Typer's apps do) and end the process with its code.
 
     Once torch is loaded, the process ends without the interpreter's teardown, which took 7-10 s after a
-    profiling run with warm compile caches on an H200 (bench/reports/profile-exit-h200.md); nothing of ours needs
-    it: the result and the traces are written and closed before the verb returns. The processes it started are
+    profiling run with warm compile caches on an H200 (docs/findings.md#the-end-of-a-profiling-process); nothing of ours
+    needs it: the result and the traces are written and closed before the verb returns. The processes it started are
     killed first: Inductor's compile workers, which that teardown would have stopped (6-7 s of it, shut down
     politely), and which left alone would outlive it by up to a minute. Standard output and error are flushed.
     """

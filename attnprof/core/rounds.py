@@ -4,8 +4,8 @@ A profile takes each case's samples in rounds, the case built again in each (``l
 many samples each round took, in time order). Some kernels run at one of a few distinct speeds from one build to the
 next: on the H200, hd256 through the efficient backend landed its rounds on levels about 3% and 5% below its most
 common one (spans 3.3-6.7% in 50 of 58 runs), and cuDNN's MQA decode on levels 3.8-15.1% apart (16 of 16 runs:
-``bench/reports/h200-rounds.md``). Within a round the samples agree; the run's median depends on how many rounds drew
-each level, and so moves from run to run (a comparison allows for that: ``analysis.timing``).
+docs/findings.md#levels-between-builds). Within a round the samples agree; the run's median depends on how many
+rounds drew each level, and so moves from run to run (a comparison allows for that: ``analysis.timing``).
 
 :func:`round_levels` finds such levels. It sorts the round medians and cuts between two neighbours that lie
 further apart than :data:`LEVEL_GAP` and than twice a round median's own 95% confidence half-width (distribution-free;

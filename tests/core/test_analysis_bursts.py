@@ -70,7 +70,7 @@ def test_odd_slow_samples_in_a_long_case_are_not_a_burst() -> None:
 def test_committed_h200_runs_have_one_burst_a_real_flex_stall() -> None:
     flagged = []
     timed = 0
-    for path in sorted(H200.glob("set-*/*.json")):
+    for path in sorted(H200.glob("set-*/*.json.gz")):
         if path.name.startswith("dobench"):
             continue
         for case in load_result(path).cases:
@@ -80,7 +80,7 @@ def test_committed_h200_runs_have_one_burst_a_real_flex_stall() -> None:
             if find_burst(case.latency_us.samples) is not None:
                 flagged.append((path.parent.name, path.name, case.id))
     assert timed == 150
-    assert flagged == [("set-b", "run1.json", "flex[pass=fwd]")]
+    assert flagged == [("set-b", "run1.json.gz", "flex[pass=fwd]")]
 
 
 def test_the_loaded_cpu_run_has_bursts_where_its_samples_split() -> None:

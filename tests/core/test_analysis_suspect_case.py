@@ -25,8 +25,8 @@ def _slowed(doc: ResultDocument, case_ids: set[str], factor: float) -> ResultDoc
 
 
 def test_suspect_case_warns_while_an_unsuspected_slowdown_still_fails() -> None:
-    baselines = [load_result(SET_A / f"run{i}.json") for i in (3, 4, 5)]
-    candidate = _slowed(load_result(SET_A / "run2.json"), {"block", "sdpa[backend=flash,pass=fwd]"}, 1.15)
+    baselines = [load_result(SET_A / f"run{i}.json.gz") for i in (3, 4, 5)]
+    candidate = _slowed(load_result(SET_A / "run2.json.gz"), {"block", "sdpa[backend=flash,pass=fwd]"}, 1.15)
     assert [c.id for c in candidate.cases if c.suspect] == []
     plain = compare(baselines, candidate)
     assert plain.verdict == "fail"
@@ -50,8 +50,8 @@ def test_suspect_case_warns_while_an_unsuspected_slowdown_still_fails() -> None:
 
 
 def test_kernel_set_ignores_kernels_under_one_percent_but_not_heavier_ones() -> None:
-    baselines = [load_result(SET_A / f"run{i}.json") for i in (3, 4, 5)]
-    candidate = load_result(SET_A / "run2.json").model_copy(deep=True)
+    baselines = [load_result(SET_A / f"run{i}.json.gz") for i in (3, 4, 5)]
+    candidate = load_result(SET_A / "run2.json.gz").model_copy(deep=True)
     case = candidate.case("sdpa[backend=math,pass=fwd]")
     assert case is not None
     tiny = next(k for k in case.kernels if (k.share or 0) < 0.01)

@@ -338,7 +338,7 @@ def _on_gpu(doc: object, uuid: str) -> None:
 
 
 def test_a_candidate_on_another_gpu_of_its_testbed_is_named_without_changing_the_verdict() -> None:
-    # Two H200s of one testbed read the same cases up to 1% apart (bench/reports/h200-spread-causes.md, section 2).
+    # Two H200s of one testbed read the same cases up to 1% apart (docs/findings.md#another-gpu-of-the-same-testbed).
     base = runs(3)
     for b, uuid in zip(base, ["GPU-108a6f97-9285", "GPU-108a6f97-9285", "GPU-ddbdc582-e24e"], strict=True):
         _on_gpu(b, uuid)

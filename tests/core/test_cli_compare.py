@@ -65,8 +65,8 @@ def test_json_output_is_a_valid_comparison_document() -> None:
 
 
 def test_real_h200_runs_across_two_leases_do_not_fail() -> None:
-    baselines = [str(H200 / "set-a" / f"run{i}.json") for i in (3, 4, 5)]
-    proc = attnprof("compare", *baselines, str(H200 / "set-b" / "run3.json"))
+    baselines = [str(H200 / "set-a" / f"run{i}.json.gz") for i in (3, 4, 5)]
+    proc = attnprof("compare", *baselines, str(H200 / "set-b" / "run3.json.gz"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -50,8 +50,8 @@ def _timing_fails(doc: ResultDocument, baselines: list[ResultDocument]) -> list[
 
 
 def test_a_short_burst_does_not_move_the_median_the_latency_test_compares() -> None:
-    baselines = [load_result(SET_A / f"run{i}.json") for i in (3, 4)]
-    candidate = _with_burst(load_result(SET_A / "run5.json"), 0.40, 0.45, mark=False)
+    baselines = [load_result(SET_A / f"run{i}.json.gz") for i in (3, 4)]
+    candidate = _with_burst(load_result(SET_A / "run5.json.gz"), 0.40, 0.45, mark=False)
     case = candidate.case(CASE)
     assert case is not None and not case.suspect
     assert _timing_fails(candidate, baselines) == []
@@ -59,8 +59,8 @@ def test_a_short_burst_does_not_move_the_median_the_latency_test_compares() -> N
 
 
 def test_compare_exits_0_when_the_candidate_case_holds_a_burst_the_runner_marked(tmp_path: Path) -> None:
-    baselines = [SET_A / f"run{i}.json" for i in (3, 4)]
-    candidate = load_result(SET_A / "run5.json")
+    baselines = [SET_A / f"run{i}.json.gz" for i in (3, 4)]
+    candidate = load_result(SET_A / "run5.json.gz")
     unmarked = tmp_path / "unmarked.json"
     unmarked.write_text(_with_burst(candidate, 0.35, 1.0, mark=False).model_dump_json(by_alias=True))
     marked_doc = _with_burst(candidate, 0.35, 1.0, mark=True)

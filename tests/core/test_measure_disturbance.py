@@ -19,7 +19,7 @@ from attnprof.core.measure.timing import TimingResult
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_LOADED = REPO / "tests" / "data" / "service" / "cpu-run-1.json"
-H200_RUN = REPO / "bench" / "reports" / "data" / "h200-2026-11-29" / "set-a" / "run3.json"
+H200_RUN = REPO / "bench" / "reports" / "data" / "h200-2026-11-29" / "set-a" / "run3.json.gz"
 
 
 def _samples(path: Path, case_id: str) -> list[float]:

@@ -12,7 +12,7 @@ DATA = Path(__file__).resolve().parents[2] / "bench" / "reports" / "data" / "h20
 
 def test_power_capped_block_case_is_marked_on_real_h200_runs() -> None:
     # Runs 1 and 2 of set a timed the block case at 1,860 MHz (top 1,980): it read 6% slow there.
-    for name, expected in (("run1.json", ["block"]), ("run2.json", ["block"]), ("run3.json", [])):
+    for name, expected in (("run1.json.gz", ["block"]), ("run2.json.gz", ["block"]), ("run3.json.gz", [])):
         doc = load_result(DATA / name)
         top = doc.environment.health_start.max_sm_clock_mhz if doc.environment.health_start else None
         assert top == 1980
@@ -24,7 +24,7 @@ def test_power_capped_block_case_is_marked_on_real_h200_runs() -> None:
 
 
 def test_run_is_suspect_when_most_cases_lost_their_clock() -> None:
-    doc = load_result(DATA / "run3.json")
+    doc = load_result(DATA / "run3.json.gz")
     timed = [c for c in doc.cases if c.latency_us]
     for c in timed[: len(timed) // 2 + 1]:
         assert c.latency_us is not None
@@ -34,7 +34,7 @@ def test_run_is_suspect_when_most_cases_lost_their_clock() -> None:
 
 
 def test_unknown_reference_clock_marks_nothing() -> None:
-    doc = load_result(DATA / "run1.json")
+    doc = load_result(DATA / "run1.json.gz")
     assert mark_clock_drops(doc.cases, None) == []
     assert not any(c.suspect for c in doc.cases)
 

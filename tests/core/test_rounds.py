@@ -1,7 +1,8 @@
 """A case's rounds: their medians, the levels they land on, and what the report and a comparison make of them.
 
 Synthetic rounds check the rule both ways (noise alone is never cut into levels; two builds' levels are found); the
-H200 documents of ``bench/reports/data/h200-rounds-2026-12-03`` check it on rounds a real profile took.
+H200 documents of ``bench/reports/data/h200-truth-2026-12-04`` and ``-b`` (ten processes of one lease, ten rounds
+each, behind ``bench/reports/h200-truth.md``) check it on rounds a real profile took.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import numpy as np
 import pytest
 
 from attnprof.core.analysis import compare
-from attnprof.core.documents import LatencyStats, load_result
+from attnprof.core.documents import LatencyStats, ResultDocument, load_result
 from attnprof.core.report import levels_line, render_markdown
 from attnprof.core.rounds import LEVEL_GAP, find_levels, median_ci, relative_ci_half_width, round_levels, round_medians
-from bench.h200_rounds_report import one_case
 from tests.core.result_documents import make_case, make_doc, stats_of
 
 REPO = Path(__file__).resolve().parents[2]
-ROUNDS_DATA = REPO / "bench" / "reports" / "data" / "h200-rounds-2026-12-03"
+TRUTH = REPO / "bench" / "reports" / "data" / "h200-truth-2026-12-04"
+ROUNDS_DATA = (TRUTH, TRUTH.with_name(TRUTH.name + "-b"))  # two five-process runs, one after the other, one GPU
 
 
 def rounds_of(levels: list[float], *, n: int = 40, cv: float = 0.008, seed: int = 0) -> LatencyStats:
@@ -88,7 +89,7 @@ def test_a_single_odd_round_is_not_a_level_and_few_rounds_show_none() -> None:
 
 def _h200_cases() -> list[tuple[str, LatencyStats]]:
     out = []
-    for path in sorted(ROUNDS_DATA.glob("[ab]/raw/run*/*.json.gz")) + sorted(ROUNDS_DATA.glob("persist/*.json.gz")):
+    for path in [p for folder in ROUNDS_DATA for p in sorted(folder.glob("run*/*.json.gz"))]:
         if "dobench" in path.name:
             continue
         for case in load_result(path).cases:
@@ -101,25 +102,29 @@ def test_h200_rounds_levels_are_found_where_builds_differ_and_nowhere_else() -> 
     found: dict[str, list[bool]] = {}
     for case_id, latency in _h200_cases():
         found.setdefault(case_id, []).append(round_levels(latency) is not None)
-    assert len(found) == 45 and sum(len(v) for v in found.values()) >= 29 * 16
-    hd256 = found["hd256[backend=efficient]"]
-    assert sum(hd256) >= 0.8 * len(hd256)  # 50 of its 58 runs
+    assert len(found) == 45 and sum(len(v) for v in found.values()) == 45 * 10
+    # Two cases land their builds on levels in every process: cuDNN's MQA decode and hd256 through the efficient path.
     assert all(found["decode-mqa[backend=cudnn]"])
+    assert all(found["hd256[backend=efficient]"])
+    # The math path's short sequences in 7 of 10 (levels 3-8% apart), non-causal cross-attention through flash in 3
+    # (two or three builds of ten 1.4-1.7% faster); hd256 through flash and the block once at most.
+    assert sum(found["short[backend=math]"]) == 7
+    assert sum(found["cross[backend=flash,causal=false]"]) == 3
+    assert sum(found["hd256[backend=flash]"]) <= 1 and sum(found["block"]) <= 1
+    # The other 39 cases never, in ten processes each.
     flagged = {case_id for case_id, hits in found.items() if any(hits)}
-    # Besides those two: flash decode at batch 1 (7 of 16 runs), non-causal cross-attention through flash (8 of 16:
-    # builds at -1.7%) and hd256 through flash (2 of 58); the other 40 cases never, in 16 to 58 runs each.
     assert flagged == {
-        "hd256[backend=efficient]",
-        "hd256[backend=flash]",
         "decode-mqa[backend=cudnn]",
-        "decode[backend=flash,batch=1,seq_kv=32768]",
+        "hd256[backend=efficient]",
+        "short[backend=math]",
         "cross[backend=flash,causal=false]",
+        "hd256[backend=flash]",
+        "block",
     }
-    assert sum(found["hd256[backend=flash]"]) <= 3
 
 
 def test_the_report_prints_the_levels_under_the_case() -> None:
-    doc = load_result(ROUNDS_DATA / "a" / "raw" / "run1" / "llama7b.json.gz")
+    doc = load_result(TRUTH / "run1" / "llama7b.json.gz")
     mqa = doc.case("decode-mqa[backend=cudnn]")
     assert mqa is not None
     line = levels_line(mqa)
@@ -159,20 +164,35 @@ def test_a_shift_the_levels_can_make_warns_instead_of_failing() -> None:
     assert "a change that another draw of levels could make is not confirmed" in detail
 
 
-def _mqa(run: str, *, strip: bool = False, factor: float = 1.0) -> object:
-    doc = load_result(ROUNDS_DATA / "a" / "raw" / run / "llama7b.json.gz")
+def one_case(doc: ResultDocument, case_id: str, *, strip: bool = False, factor: float = 1.0) -> ResultDocument:
+    """``doc`` with one case, its samples times ``factor``, its round counts dropped when ``strip``."""
+    case = doc.case(case_id)
+    assert case is not None and case.latency_us is not None
+    lat = case.latency_us.model_copy(
+        update={
+            "samples": [x * factor for x in case.latency_us.samples],
+            "median": case.latency_us.median * factor,
+            "round_samples": None if strip else case.latency_us.round_samples,
+        }
+    )
+    return doc.model_copy(update={"cases": [case.model_copy(update={"latency_us": lat})]})
+
+
+def _mqa(run: str, *, strip: bool = False, factor: float = 1.0) -> ResultDocument:
+    doc = load_result(TRUTH / run / "llama7b.json.gz")
     return one_case(doc, "decode-mqa[backend=cudnn]", strip=strip, factor=factor)
 
 
 def test_h200_runs_of_unchanged_code_whose_levels_differ_warn_and_a_regression_fails() -> None:
-    # cuDNN's MQA decode, two processes of one command: the second drew its levels otherwise (bandwidth -3.9%).
-    c = compare([_mqa("run1")], _mqa("run7"))  # type: ignore[list-item, arg-type]
+    # cuDNN's MQA decode, two processes of one command: the first drew its levels otherwise (bandwidth -5.6%).
+    c = compare([_mqa("run2")], _mqa("run1"))
     f = _timing(c)
     assert f.metric == "bandwidth" and f.status == "inconclusive" and c.verdict == "warn"  # type: ignore[attr-defined]
+    assert f.change is not None and f.change < -0.05  # type: ignore[attr-defined]
     # Without the round counts (as documents were before) the same two runs fail.
-    assert compare([_mqa("run1", strip=True)], _mqa("run7", strip=True)).verdict == "fail"  # type: ignore[list-item, arg-type]
+    assert compare([_mqa("run2", strip=True)], _mqa("run1", strip=True)).verdict == "fail"
     # A 15% slowdown of the candidate is beyond what the levels allow.
-    slow = compare([_mqa("run1")], _mqa("run7", factor=1.15))  # type: ignore[list-item, arg-type]
+    slow = compare([_mqa("run2")], _mqa("run1", factor=1.15))
     assert _timing(slow).status == "regressed" and slow.verdict == "fail"  # type: ignore[attr-defined]
 
 

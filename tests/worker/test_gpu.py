@@ -3,6 +3,7 @@ code in a subprocess for a CPU's thread count."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -27,11 +28,12 @@ def test_the_key_is_the_profilers() -> None:
     # Documents that `attnprof profile` wrote on the H200 and on a CPU host: the worker's formula must agree.
     recorded = [
         REPO / "tests/data/h200/attnprof/result.json",
-        REPO / "bench/reports/data/h200-2026-11-29/set-b/run2.json",
+        REPO / "bench/reports/data/h200-2026-11-29/set-b/run2.json.gz",
         REPO / "tests/data/service/cpu-run-1.json",
     ]
     for path in recorded:
-        env = json.loads(path.read_text())["environment"]
+        raw = path.read_bytes()
+        env = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)["environment"]
         assert keys.testbed_key(env["testbed"]) == env["testbed_key"], path
     assert H200.key() == "605db806abde3bc2"
 

@@ -56,7 +56,8 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, float]] = {
 # as a prior worth a few degrees of freedom (analysis.paired_stats.disturbed): on CUDA 1%, about the widest spread the
 # H200 recordings of unchanged and planted cases show (0.24-1.17%), so that a pair one side of which a changed GPU
 # state slowed by 19% is set aside at a case's first look, where three pairs alone could not tell it; none on the CPU
-# hosts, whose pairs spread by tens of percent (bench/reports/paired-set-aside.md measured the rule without one).
+# hosts, whose pairs spread by tens of percent (docs/findings.md#disturbed-pairs-set-aside measured the rule without
+# one).
 PAIR_SPREAD_PRIOR: dict[str, float] = {"cuda": 0.01, "cpu": 0.0}
 
 # Relative range of the medians of separate runs of unchanged code ("how far apart unchanged code lands").

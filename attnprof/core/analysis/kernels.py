@@ -33,8 +33,9 @@ LAUNCH_FIELDS = (
 RATE_FIELDS = ("tflops", "gbps", "compute_util", "bandwidth_util", "bound")
 # A change in the SM clock under load worth naming, a kernel's among its changes and a case's beside its timing
 # finding. The clock pass reads a few iterations of its own: on an H200 with clocks unlocked, its readings of one
-# case in five processes of unchanged code lay up to 3.3% apart (bench/reports/h200-truth.md, section 4), so a
-# smaller move may be the pass's own spread.
+# case in five processes of unchanged code lay up to 3.3% apart (docs/findings.md#clock-handling; again in the ten
+# processes of bench/reports/data/h200-truth-2026-12-04 and -b, tests/core/test_measure_clock.py), so a smaller move
+# may be the pass's own spread.
 CLOCK_MOVE = 0.04
 DRAM_COUNTERS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 

@@ -51,8 +51,8 @@ widens their spread and nothing is set aside (two such pairs are a spread, not o
 sets nothing aside, so no answer the pairs give is changed by it. What setting aside costs is the chance that the
 pairs kept lie close by accident; over 20,000 simulated A/A sequences a setting it raised false answers (slower or
 faster) by at most 0.9 of a point, false slower answers stayed at or under 2.7%, and with each device's quieter
-noise all but 0.03% of the sequences kept their answers (bench/reports/paired-set-aside.md). The pairs set aside
-stay in the paired document.
+noise all but 0.03% of the sequences kept their answers (docs/findings.md#disturbed-pairs-set-aside). The pairs set
+aside stay in the paired document.
 
 Pure Python (``math`` only): the GPU worker's coordinator stops rounds with it, where scipy may be absent.
 """

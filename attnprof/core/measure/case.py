@@ -175,7 +175,7 @@ def round_stream(device: str) -> Any:
     A stream per case-round draws that level again each round and the pooled median averages it: on one H200, both
     suites profiled by ten processes each way in turn, the cases of 100 us and more spread 0.69 times as widely
     (95% interval 0.52-0.88) and 22.9 of 29 were expected within 0.5% over every five processes against 18.5
-    (``bench/reports/h200-stream.md``, section 6; the rule, ``bench/h200_adopt.py``, was set before that lease).
+    (docs/findings.md#a-stream-per-case-round; the rule that decided was set before that lease).
     The pool holds 32 streams a device, handed out in turn: where N cases take one each round, a case would meet
     its first stream again after 32 / gcd(N, 32) rounds, so the session skips the streams a case has used
     (``SuiteSession.new_round_stream``)."""
@@ -193,11 +193,11 @@ def release_stream_workspaces(device: str) -> None:
     PyTorch gives each stream that a cuBLAS call runs on a workspace of its own and keeps it for the life of the
     process; with a stream per case-round (:func:`round_stream`) a run would keep one for every stream of the pool
     that a case with matrix products met (on an H200, both suites: 1.6 GiB still allocated after the run and
-    8.3 GiB that ``empty_cache`` could not return; ``bench/reports/h200-cublas-workspaces.md``). PyTorch's call
-    clears its whole map, every handle and stream of the process, into the allocator's cache; a stream's next call
-    allocates again. A CUDA graph that a workload captures itself and keeps past its round would hold a freed
-    workspace's address (PyTorch's own graph trees clear the workspaces around capture, so theirs come from the
-    graph's private pool). A no-op on the CPU and where PyTorch has no such call."""
+    8.3 GiB that ``empty_cache`` could not return; docs/findings.md#cublas-workspaces-released-after-each-round).
+    PyTorch's call clears its whole map, every handle and stream of the process, into the allocator's cache; a stream's
+    next call allocates again. A CUDA graph that a workload captures itself and keeps past its round would hold a freed
+    workspace's address (PyTorch's own graph trees clear the workspaces around capture, so theirs come from the graph's
+    private pool). A no-op on the CPU and where PyTorch has no such call."""
     if device != "cuda":
         return
     clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)

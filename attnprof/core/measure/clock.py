@@ -2,7 +2,7 @@
 
 The profiler reads NVML's SM clock between timing batches; a tensor-core kernel on an H200 with its clocks
 unlocked runs at a lower clock than that, set while it runs: 1,650-1,830 MHz where NVML read 1,905-1,980
-(``bench/h200_spread.py``, ``bench/reports/h200-truth.md`` section 4). For some kernels the level they land on in a
+(docs/findings.md#clock-handling). For some kernels the level they land on in a
 process moves with that clock. So the clock a kernel ran at is recorded beside its time, as Nsight Compute reports
 its SM frequency, and a comparison says when a case's clock moved by more than this pass's own spread.
 

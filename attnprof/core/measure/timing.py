@@ -14,7 +14,7 @@ the host's speed (measured on the H200: flex fwd_bwd medians of 589-887 µs acro
 ~435 µs of kernels). The hold is sized from the host time of one iteration measured in warm-up, and
 comes before the flush: the step then starts right after a kernel that kept the whole GPU busy, as in
 do_bench and in a model's stream of kernels. Right after the nearly idle hold, kernels ran 1-4% slower
-on the H200 (``bench/h200_hold.py``, ``bench/reports/h200-truth.md``).
+on the H200 (docs/findings.md#the-hold-before-the-flush, ``bench/reports/h200-truth.md``).
 On CPU the same protocol runs with the host's monotonic clock and a buffer larger than the
 last-level cache.
 
@@ -59,8 +59,8 @@ class Holder:
     host's first iteration (caches cold, a thread just woken) takes longer to queue than the others; with no more
     than one iteration's hold ahead of it, the device then waits between the start event and the step, and that
     sample reads several times the case's time. On the H200 one sample in ten (each batch's first) read 2-10x its
-    case's median this way on a slow host (``bench/reports/h200-truth.md``). The lead keeps the device busy for
-    ``LEAD_US`` plus three iterations' host time while the host gets ahead.
+    case's median this way on a slow host (docs/findings.md#a-lead-hold-before-each-batch). The lead keeps the device
+    busy for ``LEAD_US`` plus three iterations' host time while the host gets ahead.
     """
 
     LEAD_US = 500.0
@@ -108,9 +108,9 @@ def _cpu_cache_bytes() -> int:
 # How the runner times, as a result document names it among its software (``environment.software``, under
 # TIMING_KEY), so that a comparison across a change of it lists the change beside one of torch or cuDNN: each moves
 # the numbers of unchanged code. The clean flush moved memory-bound decode kernels by 17% on the H200; a stream per
-# case-round moved case medians by up to 0.4% (0.9% for cases under 100 us: ``bench/reports/h200-stream.md``,
-# sections 1 and 6). Change the words when, and only when, a change to the runner's timing moves what it reads:
-# every project's next comparison lists any change of them. A paired run's sides time half rounds in ABBA pairs,
+# case-round moved case medians by up to 0.4% (0.9% for cases under 100 us: docs/findings.md#a-stream-per-case-round).
+# Change the words when, and only when, a change to the runner's timing moves what it reads: every project's next
+# comparison lists any change of them. A paired run's sides time half rounds in ABBA pairs,
 # one case at a time (``measure.paired``): their documents say so, since a paired head's run may become another
 # run's baseline.
 TIMING_KEY = "attnprof timing"

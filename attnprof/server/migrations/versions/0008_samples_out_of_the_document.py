@@ -2,8 +2,8 @@
 
 Every case's samples were in two places, ``runs.document`` (``cases[*].latency_us.samples``) and ``case_samples``
 (one array per case, since 0003): about a fifth of a 100-case document's JSON. ``attnprof.server.runs.documents`` puts
-them back when it reads a document; bench/reports/document-read.md measured what that costs a read. The upgrade drops
-``latency_us.samples`` from every stored case (``case_samples`` already holds each case's non-empty samples: the
+them back when it reads a document; docs/findings.md#samples-stored-once records what that costs a read. The upgrade
+drops ``latency_us.samples`` from every stored case (``case_samples`` already holds each case's non-empty samples: the
 service has stored them there since 0001); the downgrade writes them back from ``case_samples`` (an empty list for a
 case without a row there), so the column holds what the service stored before.
 
