@@ -204,10 +204,16 @@ def test_expiry_rotation_and_the_audit_log_from_the_command_line(server) -> None
 
 def test_an_uploads_findings_print_durations_past_10_ms_in_ms() -> None:
     from attnprof.client.cli import _finding_change
+    from attnprof.contract.public_api import ComparisonFinding
 
-    finding = {"change": 0.0662, "unit": "us", "baseline": 10412.0, "candidate": 11101.3}
-    assert _finding_change(finding) == " +6.6% (10.4 ms -> 11.1 ms)"
-    assert _finding_change({"change": -0.003, "unit": "GB/s", "baseline": 3350.0, "candidate": 3340.0}) == (
+    def finding(**fields: object) -> ComparisonFinding:
+        return ComparisonFinding.model_validate(
+            {"case": "c", "metric": "latency", "status": "regressed", "verdict": "fail", **fields}
+        )
+
+    slower = finding(change=0.0662, unit="us", baseline=10412.0, candidate=11101.3)
+    assert _finding_change(slower) == " +6.6% (10.4 ms -> 11.1 ms)"
+    assert _finding_change(finding(change=-0.003, unit="GB/s", baseline=3350.0, candidate=3340.0)) == (
         " -0.3% (3,350 GB/s -> 3,340 GB/s)"
     )
-    assert _finding_change({"change": None, "unit": "us"}) == ""
+    assert _finding_change(finding(change=None, unit="us")) == ""
