@@ -4,6 +4,8 @@ the database taken away, generated and hand-made hostile requests, other tenants
     .venv/bin/python bench/reliability.py all                  # every scenario (~15 min on 2 cores), then the report
     .venv/bin/python bench/reliability.py profile-kill         # one scenario: its raw JSON under out/reliability/
     .venv/bin/python bench/reliability.py report               # the report again from out/reliability/*.json
+    .venv/bin/python bench/reliability.py report --from bench/reports/data/reliability-2026-12-01/summary.json
+                                                               # the committed report again from its summary
 
 Scenarios (each bounded in time, each against the real stack started as docs/service.md says: ``attnprof serve``,
 ``attnprof worker --analysis`` with beat, CPU profile workers ``attnprof worker --testbed T --device cpu`` in
@@ -2928,6 +2930,13 @@ def main() -> None:
     ap.add_argument("--hostile-s", type=float, default=420.0, help="hostile-jobs: the longest the tests may run")
     ap.add_argument("--out", type=Path, default=OUT, help="raw JSON, one file per scenario")
     ap.add_argument("--report", type=Path, default=REPORT)
+    ap.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        default=None,
+        help="report: the results to read, a folder of raw JSON (default: --out) or a summary.json a report wrote",
+    )
     ap.add_argument("--cache-dir", type=Path, default=None, help="the profile workers' peaks cache (default: --out's)")
     ap.add_argument("--keep", action="store_true", help="keep each scenario's work folder (logs, database files)")
     args = ap.parse_args()
@@ -2974,10 +2983,15 @@ def _span(xs: list[Any], digits: int = 1) -> str:
     return f"{_f(min(ys), digits)}–{_f(max(ys), digits)}" if len(ys) > 1 else _f(ys[0], digits)
 
 
-def load_results(folder: Path) -> dict[str, dict[str, Any]]:
+def load_results(source: Path) -> dict[str, dict[str, Any]]:
+    """Each scenario's JSON, in the order of ``SCENARIOS``: from a folder of raw files (``NAME.json``), or from a
+    summary a report wrote (``summary.json``, every scenario in one file)."""
+    if source.is_file():
+        summary = json.loads(source.read_text())
+        return {name: summary[name] for name in SCENARIOS if name in summary}
     found = {}
     for name in SCENARIOS:
-        path = folder / f"{name}.json"
+        path = source / f"{name}.json"
         if path.is_file():
             found[name] = json.loads(path.read_text())
     return found
@@ -3535,10 +3549,19 @@ def _plot(data: dict[str, dict[str, Any]], path: Path) -> bool:
     return True
 
 
-def _small(data: dict[str, Any]) -> Any:
-    """The raw figures without logs or long texts: what the committed summary keeps."""
+# The fields of a bad input's row the report's table shows: the summary keeps them for every input.
+ROW_FIELDS = ("input", "group", "status", "error", "detail", "body", "sent_bytes", "expected", "words", "changed", "ok")
+
+
+def _small(data: Any) -> Any:
+    """The raw figures without logs, per-job lists, per-request rows or long texts (a command's output keeps its
+    end): what the committed summary keeps."""
     if isinstance(data, dict):
-        return {k: _small(v) for k, v in data.items() if k not in ("logs", "output_tail", "per_job", "rows", "body")}
+        return {
+            k: ("…" + v[-400:] if k == "output_tail" and isinstance(v, str) and len(v) > 400 else _small(v))
+            for k, v in data.items()
+            if k not in ("logs", "per_job", "rows")
+        }
     if isinstance(data, list):
         return [_small(v) for v in data[:60]]
     if isinstance(data, str) and len(data) > 400:
@@ -3546,10 +3569,21 @@ def _small(data: dict[str, Any]) -> Any:
     return data
 
 
+def summary(data: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The committed summary of a run's raw JSON: ``_small`` of each scenario, and the bad-inputs rows with the
+    fields the report's table shows, so that the report can be written again from the summary alone."""
+    found = {name: _small(d) for name, d in data.items()}
+    rows = data.get("bad-inputs", {}).get("result", {}).get("rows")
+    if rows is not None:
+        found["bad-inputs"]["result"]["rows"] = [{k: _small(row[k]) for k in ROW_FIELDS if k in row} for row in rows]
+    return found
+
+
 def write_report(args: argparse.Namespace) -> None:
-    data = load_results(args.out)
+    source = args.source or args.out
+    data = load_results(source)
     if not data:
-        raise SystemExit(f"no scenario results under {args.out}: run a scenario first")
+        raise SystemExit(f"no scenario results in {source}: run a scenario first")
     first = min(d["date"] for d in data.values())
     day = first[:10]
     report = args.report
@@ -3626,9 +3660,7 @@ def write_report(args: argparse.Namespace) -> None:
     report.write_text("\n".join(lines) + "\n")
     folder = report.parent / "data" / f"reliability-{day}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "summary.json").write_text(
-        json.dumps({n: _small(d) for n, d in data.items()}, indent=1, default=str) + "\n"
-    )
+    (folder / "summary.json").write_text(json.dumps(summary(data), indent=1, default=str) + "\n")
     say(f"report: {report}; summary: {folder / 'summary.json'}")
 
 
