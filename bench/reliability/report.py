@@ -143,7 +143,7 @@ def findings(data: dict[str, dict[str, Any]]) -> list[str]:
             "unless-stopped` starts it again; a supervisor that restarts only on failure (systemd "
             "`Restart=on-failure`) "
             "would not. The profile workers (`--pool=solo`) rode out every Redis kill. To see it: "
-            "`.venv/bin/python bench/reliability.py redis` (case *kill mid analysis*: an analysis held 8 s by "
+            "`.venv/bin/python -m bench.reliability redis` (case *kill mid analysis*: an analysis held 8 s by "
             "`ATTNPROF_ANALYSIS__PAUSE_S`, Redis killed, its log ends with the line above)."
         )
     bad = data.get("bad-inputs", {}).get("result", {})
@@ -334,8 +334,8 @@ def write_report(args: argparse.Namespace) -> None:
         + ", ".join(f"{k} {val}" for k, val in v.items() if k != "platform")
         + ".",
         "",
-        "Produced by (each scenario also runs alone: `bench/reliability.py SCENARIO`, then `bench/reliability.py "
-        "report`):",
+        "Produced by (each scenario also runs alone: `python -m bench.reliability SCENARIO`, then "
+        "`python -m bench.reliability report`):",
         "",
         "```bash",
         *invoked,
