@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +65,12 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, every_s: flo
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout_s:.0f} s")
         time.sleep(every_s)
+
+
+def filled(value: Any, names: Mapping[str, str]) -> Any:
+    """A JSON body with ``{name}`` in its strings filled in from ``names``."""
+    if isinstance(value, dict):
+        return {k: filled(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [filled(v, names) for v in value]
+    return value.format_map(names) if isinstance(value, str) and "{" in value else value

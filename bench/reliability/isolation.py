@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
-import json
 from typing import Any
 
 import httpx
 
 from bench.reliability.common import PARKED, TESTBED, say
-from bench.reliability.probes import Probe, probes
+from bench.reliability.probes import Probe, probes, tables
 from bench.reliability.stack import Stack, job_row, stack_infra
 from bench.reliability.suites import small_suite
 
@@ -47,6 +46,7 @@ def _b_objects(stack: Stack) -> dict[str, str]:
 
 
 def _send_probe(stack: Stack, p: Probe, path: str | None = None, body: Any = None) -> httpx.Response:
+    """``p`` sent (to ``path`` with ``body``, for its twin): a PUT with a small gzip body, a job's form, or JSON."""
     headers = {"Authorization": f"Bearer {p.token}"} if p.token else {}
     with httpx.Client(base_url=stack.url, headers=headers, timeout=30) as http:
         target = path or p.path
@@ -75,53 +75,72 @@ def _b_state(stack: Stack) -> dict[str, Any]:
     return state
 
 
-def scenario_isolation(args: argparse.Namespace) -> dict[str, Any]:
+def _a_objects(stack: Stack) -> dict[str, str]:
+    """Project a's own objects the probes name: an uploaded run and its trace, and a job claimed on another testbed
+    (b's job holds the one offer a testbed with no live worker gets), with its job token."""
     from tests.claiming import claim_secret
     from tests.server import documents as docs
+
+    a = stack.tenants["a"]
+    document = docs.h200()
+    with stack.http(a.tokens["submit"]) as http:
+        up = http.post(f"/api/v1/projects/{a.name}/results", json=docs.upload_body(document))
+        up.raise_for_status()
+    a_job = stack.submit(small_suite(0.1), testbed=TESTBED)
+    a_secret = claim_secret(stack.broker_url, TESTBED, a_job)
+    with stack.http(stack.worker_tokens[TESTBED]) as http:
+        claimed = http.post(f"/internal/jobs/{a_job}/claim", json={"attempt": 1, "worker": "a", "secret": a_secret})
+    claimed.raise_for_status()
+    return {
+        "run": up.json()["run_id"],
+        "trace": document["cases"][0]["trace"],
+        "job": a_job,
+        "job_token": claimed.json()["token"],
+    }
+
+
+def _probe_row(stack: Stack, p: Probe, bo: dict[str, str]) -> dict[str, Any]:
+    """``p`` and its twin sent: refused as it must be, answered as for a missing object, naming none of b's ids."""
+    r = _send_probe(stack, p)
+    row: dict[str, Any] = {"probe": p.what, "kind": p.kind, "method": p.method, "status": r.status_code}
+    with contextlib.suppress(ValueError):
+        row["error"] = r.json().get("error")
+        row["detail"] = str(r.json().get("detail", ""))[:200]
+    row["refused"] = r.status_code in (401, 403, 404) or (r.status_code in (409, 422) and p.kind == "worker")
+    if p.twin:
+        t = _send_probe(stack, p, *p.twin)
+        same = t.status_code == r.status_code
+        with contextlib.suppress(ValueError):
+            same = same and t.json().get("error") == r.json().get("error")
+        row["twin_status"] = t.status_code
+        row["same_as_missing"] = same
+    # Something that existed must not be described to an intruder beyond "not found".
+    leaked = [k for k in ("run", "comparison", "job") if bo[k] in r.text and p.kind != "no-token"]
+    row["mentions_b_ids"] = [k for k in leaked if r.status_code < 400]
+    row["ok"] = row["refused"] and not row["mentions_b_ids"] and row.get("same_as_missing", True)
+    return row
+
+
+def _by_kind(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    by_kind: dict[str, dict[str, int]] = {}
+    for row in rows:
+        k = by_kind.setdefault(row["kind"], {"probes": 0, "refused": 0, "ok": 0})
+        k["probes"] += 1
+        k["refused"] += int(row["refused"])
+        k["ok"] += int(row["ok"])
+    return by_kind
+
+
+def scenario_isolation(args: argparse.Namespace) -> dict[str, Any]:
+    from tests.claiming import claim_secret
 
     with stack_infra(args, "isolation") as (stack, _cluster, _redis):
         stack.start_service()
         bo = _b_objects(stack)
         bo["secret"] = claim_secret(stack.broker_url, PARKED, bo["job"])
-        a = stack.tenants["a"]
-        document = docs.h200()
-        with stack.http(a.tokens["submit"]) as http:
-            up = http.post(f"/api/v1/projects/{a.name}/results", json=docs.upload_body(document))
-            up.raise_for_status()
-        # a's job on another testbed: b's job holds the one offer a testbed with no live worker gets.
-        a_job = stack.submit(small_suite(0.1), testbed=TESTBED)
-        a_secret = claim_secret(stack.broker_url, TESTBED, a_job)
-        with stack.http(stack.worker_tokens[TESTBED]) as http:
-            claimed = http.post(f"/internal/jobs/{a_job}/claim", json={"attempt": 1, "worker": "a", "secret": a_secret})
-        claimed.raise_for_status()
-        a_objects = {
-            "run": up.json()["run_id"],
-            "trace": document["cases"][0]["trace"],
-            "job": a_job,
-            "job_token": claimed.json()["token"],
-        }
+        a_objects = _a_objects(stack)
         before = _b_state(stack)
-        rows = []
-        for p in probes(stack, bo, a_objects):
-            r = _send_probe(stack, p)
-            row: dict[str, Any] = {"probe": p.what, "kind": p.kind, "method": p.method, "status": r.status_code}
-            with contextlib.suppress(ValueError):
-                row["error"] = r.json().get("error")
-                row["detail"] = str(r.json().get("detail", ""))[:200]
-            row["refused"] = r.status_code in (401, 403, 404) or (r.status_code in (409, 422) and p.kind == "worker")
-            if p.twin:
-                path, _, twin_body = p.twin.partition("|")
-                t = _send_probe(stack, p, path, json.loads(twin_body) if twin_body else None)
-                same = t.status_code == r.status_code
-                with contextlib.suppress(ValueError):
-                    same = same and t.json().get("error") == r.json().get("error")
-                row["twin_status"] = t.status_code
-                row["same_as_missing"] = same
-            # Something that existed must not be described to an intruder beyond "not found".
-            leaked = [k for k in ("run", "comparison", "job") if bo[k] in r.text and p.kind != "no-token"]
-            row["mentions_b_ids"] = [k for k in leaked if r.status_code < 400]
-            row["ok"] = row["refused"] and not row["mentions_b_ids"] and row.get("same_as_missing", True)
-            rows.append(row)
+        rows = [_probe_row(stack, p, bo) for p in probes(*tables(stack, bo, a_objects))]
         after = _b_state(stack)
         # Each of b's tokens still works, and b's job still waits for a worker.
         with stack.http() as http:
@@ -129,13 +148,7 @@ def scenario_isolation(args: argparse.Namespace) -> dict[str, Any]:
                 http.get("/api/v1/token", headers={"Authorization": f"Bearer {t}"}).status_code == 200
                 for t in stack.tenants["b"].tokens.values()
             )
-        a_job_state = job_row(stack, a_job)["status"]
-        by_kind: dict[str, dict[str, int]] = {}
-        for row in rows:
-            k = by_kind.setdefault(row["kind"], {"probes": 0, "refused": 0, "ok": 0})
-            k["probes"] += 1
-            k["refused"] += int(row["refused"])
-            k["ok"] += int(row["ok"])
+        a_job_state = job_row(stack, a_objects["job"])["status"]
         statuses: dict[str, int] = {}
         for row in rows:
             statuses[str(row["status"])] = statuses.get(str(row["status"]), 0) + 1
@@ -151,7 +164,7 @@ def scenario_isolation(args: argparse.Namespace) -> dict[str, Any]:
             "refused": sum(r["refused"] for r in rows),
             "ok": all(r["ok"] for r in rows) and before == after and b_tokens_work,
             "refused_as_designed": sum(r["ok"] for r in rows),
-            "by_kind": by_kind,
+            "by_kind": _by_kind(rows),
             "statuses": statuses,
             "not_ok": [r for r in rows if not r["ok"]],
             "b_unchanged": before == after,
