@@ -13,7 +13,7 @@ from typing import Any
 from bench import pipeline_load as pipeline
 from bench.reliability.common import now_s, say, wait_for
 from bench.reliability.servers import OwnRedis
-from bench.reliability.stack import Stack, analysers, job_row, log_tails, log_time, logged, stack_infra
+from bench.reliability.stack import Proc, Stack, analysers, job_row, log_tails, log_time, logged, stack_infra
 from bench.reliability.suites import tiny_suite
 
 
@@ -24,6 +24,24 @@ def _unacked(redis_server: OwnRedis, job_id: str) -> dict[bytes, bytes]:
         return {tag: raw for tag, raw in r.hgetall("unacked").items() if job_id.encode() in raw}
     finally:
         r.close()
+
+
+def _restore_deliveries(redis_server: OwnRedis, job_id: str, worker: Proc) -> int:
+    """Each unacknowledged delivery of the job's analysis put back on its queue, as kombu restores it, and given
+    30 s to run on ``worker``: how many there were."""
+    left = _unacked(redis_server, job_id)
+    for tag, raw in left.items():
+        message, _exchange, routing_key = json.loads(raw)
+        r = redis_server.client()
+        try:
+            r.lpush(routing_key, json.dumps(message))
+            r.hdel("unacked", tag)
+        finally:
+            r.close()
+        task_id = message["headers"]["id"]
+        with contextlib.suppress(TimeoutError):
+            wait_for("the restored message to run", partial(logged, worker, f"analysis.run[{task_id}] succeeded"), 30)
+    return len(left)
 
 
 def _analysis_kill_try(stack: Stack, redis_server: OwnRedis, index: int) -> dict[str, Any]:
@@ -65,19 +83,7 @@ def _analysis_kill_try(stack: Stack, redis_server: OwnRedis, index: int) -> dict
         runs=len(stack.runs_of(job_id)),
     )
     # The dead worker's delivery, restored as kombu restores it after visibility_timeout (3 h): it must change nothing.
-    left = _unacked(redis_server, job_id)
-    out["restored_deliveries"] = len(left)
-    for tag, raw in left.items():
-        message, _exchange, routing_key = json.loads(raw)
-        r = redis_server.client()
-        try:
-            r.lpush(routing_key, json.dumps(message))
-            r.hdel("unacked", tag)
-        finally:
-            r.close()
-        task_id = message["headers"]["id"]
-        with contextlib.suppress(TimeoutError):
-            wait_for("the restored message to run", partial(logged, fresh, f"analysis.run[{task_id}] succeeded"), 30)
+    out["restored_deliveries"] = _restore_deliveries(redis_server, job_id, fresh)
     after = job_row(stack, job_id)
     out["after_restore"] = {
         "status": after["status"],

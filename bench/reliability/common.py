@@ -8,14 +8,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
 OUT = ROOT / "out" / "reliability"
-
-
 REPORT = ROOT / "bench" / "reports" / "reliability.md"
-
-
 SCENARIOS = (
     "profile-kill",
     "analysis-kill",
@@ -26,14 +20,8 @@ SCENARIOS = (
     "isolation",
     "hostile-jobs",
 )
-
-
 TESTBED = "rel-cpu"
-
-
 PARKED = "rel-parked"  # a testbed with no worker: its jobs stay queued
-
-
 # Leases and sweep, shortened (production: interval 10 s, heartbeat 10 s, running lease 60 s, analyzing lease 120 s).
 SWEEP = {
     "ATTNPROF_SWEEP__INTERVAL_S": "2",
@@ -42,8 +30,6 @@ SWEEP = {
     "ATTNPROF_SWEEP__ANALYZING_STALE_S": "10",
     "ATTNPROF_WORKER__HEARTBEAT_S": "1",
 }
-
-
 ROLES = ("admin", "submit", "read")
 
 

@@ -19,11 +19,34 @@ from bench.reliability.servers import OwnRedis, admin_url, own_postgres
 HOSTILE_TESTS = ("tests/worker/test_jail.py", "tests/worker/test_hostile_jobs.py")
 
 
+def _outcomes(junit: Path) -> list[dict[str, Any]]:
+    """Each test of pytest's JUnit XML: its name, its outcome (with the message of a failure, error or skip), its
+    seconds."""
+    import xml.etree.ElementTree as ET
+
+    tests: list[dict[str, Any]] = []
+    if not junit.is_file():
+        return tests
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome = "passed"
+        for tag in ("failure", "error", "skipped"):
+            found = case.find(tag)
+            if found is not None:
+                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+                outcome += f": {(found.get('message') or '')[:200]}"
+        tests.append(
+            {
+                "test": f"{case.get('classname')}::{case.get('name')}",
+                "outcome": outcome,
+                "seconds": float(case.get("time") or 0),
+            }
+        )
+    return tests
+
+
 def scenario_hostile_jobs(args: argparse.Namespace) -> dict[str, Any]:
     """The jail's tests and the hostile job through the real stack, run by pytest against this scenario's own
     Postgres and Redis (``ATTNPROF_TEST_PG``, ``ATTNPROF_TEST_WORKER_REDIS``); their outcome, test by test."""
-    import xml.etree.ElementTree as ET
-
     workdir = Path(tempfile.mkdtemp(prefix="attnprof-rel-hostile-"))
     redis_server = OwnRedis(workdir / "redis", aof=False)
     try:
@@ -56,22 +79,7 @@ def scenario_hostile_jobs(args: argparse.Namespace) -> dict[str, Any]:
             except subprocess.TimeoutExpired as exc:
                 code, output = None, f"pytest ran past {args.hostile_s:.0f} s: {exc}"
             seconds = round(time.monotonic() - t0, 1)
-            tests: list[dict[str, Any]] = []
-            if junit.is_file():
-                for case in ET.parse(junit).getroot().iter("testcase"):
-                    outcome = "passed"
-                    for tag in ("failure", "error", "skipped"):
-                        found = case.find(tag)
-                        if found is not None:
-                            outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
-                            outcome += f": {(found.get('message') or '')[:200]}"
-                    tests.append(
-                        {
-                            "test": f"{case.get('classname')}::{case.get('name')}",
-                            "outcome": outcome,
-                            "seconds": float(case.get("time") or 0),
-                        }
-                    )
+            tests = _outcomes(junit)
             for t in tests:
                 say(f"  {t['outcome'][:60]:<10} {t['test']}")
             passed = sum(1 for t in tests if t["outcome"] == "passed")

@@ -13,8 +13,6 @@ from typing import Any
 import httpx
 
 DEEP = 5000  # deeper than Python's recursion limit: a recursive parser or serialiser fails on it
-
-
 MIB = 1024 * 1024
 
 

@@ -40,44 +40,53 @@ def _answer_kind(r: httpx.Response) -> str:
     return f"{r.status_code} {ctype.split(';')[0] or 'no content-type'}"
 
 
-def _storm(stack: Stack, cluster: Cluster, n: int, restart_after: int, down_s: float) -> dict[str, Any]:
-    """``n`` submissions from 4 threads (each pausing 0.25 s between its own), Postgres stopped once ``restart_after``
-    have been answered and started again ``down_s`` later; every answer recorded, nothing retried."""
-    tenant = stack.tenants["a"]
-    spec = small_suite(0.1)
+def _post_storm_job(http: httpx.Client, stack: Stack, commit: str, key: str) -> httpx.Response:
+    """One storm submission: the small suite to the testbed with no worker, its own commit and Idempotency-Key."""
+    return http.post(
+        f"/api/v1/projects/{stack.tenants['a'].name}/jobs",
+        data={"testbed": PARKED, "branch": "storm", "commit": commit},
+        files={"spec": ("attnprof.toml", small_suite(0.1).encode())},
+        headers={"Idempotency-Key": key},
+    )
+
+
+def _submit_one(stack: Stack, http: httpx.Client, i: int) -> dict[str, Any]:
+    """Submission ``i``: when it was sent, how it was answered, and how long that took."""
+    commit = f"storm{i:04d}"
+    t0 = now_s()
+    row: dict[str, Any] = {"i": i, "commit": commit, "key": f"storm-{i}-{uuid.uuid4().hex[:8]}", "t": t0}
+    try:
+        r = _post_storm_job(http, stack, commit, row["key"])
+        row.update(status=r.status_code, kind=_answer_kind(r), body=r.text[:200])
+        if r.status_code == 202:
+            row["job"] = r.json()["id"]
+    except httpx.HTTPError as exc:
+        row.update(status=None, kind=f"transport {type(exc).__name__}", body=str(exc)[:200])
+    row["seconds"] = round(now_s() - t0, 3)
+    return row
+
+
+def _submit_under_restart(
+    stack: Stack, cluster: Cluster, n: int, restart_after: int, down_s: float
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """``n`` submissions from 4 threads (each pausing 0.25 s between its own), Postgres stopped once
+    ``restart_after`` have been answered and started again ``down_s`` later: the answers, in order, and the
+    outage's moments."""
     answers: list[dict[str, Any]] = []
     lock = threading.Lock()
     todo = list(range(n))
     outage: dict[str, float] = {}
 
-    def one(i: int, http: httpx.Client) -> None:
-        commit = f"storm{i:04d}"
-        t0 = now_s()
-        row: dict[str, Any] = {"i": i, "commit": commit, "key": f"storm-{i}-{uuid.uuid4().hex[:8]}", "t": t0}
-        try:
-            r = http.post(
-                f"/api/v1/projects/{tenant.name}/jobs",
-                data={"testbed": PARKED, "branch": "storm", "commit": commit},
-                files={"spec": ("attnprof.toml", spec.encode())},
-                headers={"Idempotency-Key": row["key"]},
-            )
-            row.update(status=r.status_code, kind=_answer_kind(r), body=r.text[:200])
-            if r.status_code == 202:
-                row["job"] = r.json()["id"]
-        except httpx.HTTPError as exc:
-            row.update(status=None, kind=f"transport {type(exc).__name__}", body=str(exc)[:200])
-        row["seconds"] = round(now_s() - t0, 3)
-        with lock:
-            answers.append(row)
-
     def sender() -> None:
-        with stack.http(tenant.tokens["submit"], timeout_s=30) as http:
+        with stack.http(stack.tenants["a"].tokens["submit"], timeout_s=30) as http:
             while True:
                 with lock:
                     if not todo:
                         return
                     i = todo.pop(0)
-                one(i, http)
+                row = _submit_one(stack, http, i)
+                with lock:
+                    answers.append(row)
                 time.sleep(0.25)
 
     def restarter() -> None:
@@ -97,42 +106,31 @@ def _storm(stack: Stack, cluster: Cluster, n: int, restart_after: int, down_s: f
     for t in [*threads, pg]:
         t.join(timeout=240)
     answers.sort(key=lambda a: a["i"])
-    during = [a for a in answers if outage and outage["stop"] <= a["t"] <= outage.get("started", 0) + 1]
-    kinds: dict[str, int] = {}
-    for a in answers:
-        kinds[a["kind"]] = kinds.get(a["kind"], 0) + 1
-    # What the database holds, once it is back: each accepted job, and nothing of a refused one.
-    commits = [a["commit"] for a in answers]
-    stored: dict[str, list[str]] = {}
-    for job_id, commit in stack.sql("SELECT id, commit FROM jobs WHERE commit = ANY(%s)", commits):
-        stored.setdefault(commit, []).append(str(job_id))
-    accepted = [a for a in answers if a["kind"] == "accepted"]
-    refused = [a for a in answers if a["kind"] != "accepted"]
-    lost = [a["commit"] for a in accepted if a["job"] not in stored.get(a["commit"], [])]
-    stored_refused = [{"commit": a["commit"], "kind": a["kind"]} for a in refused if a["commit"] in stored]
-    doubled = [c for c, ids in stored.items() if len(ids) > 1]
-    # The client's way out: each refused submission sent again with its Idempotency-Key gets one job, never two.
+    return answers, outage
+
+
+def _retry_refused(stack: Stack, refused: list[dict[str, Any]]) -> dict[str, int]:
+    """The client's way out: each refused submission sent again with its Idempotency-Key (``retry_job`` added to
+    those accepted); the answers by status."""
     retried: dict[str, int] = {}
-    with stack.http(tenant.tokens["submit"]) as http:
+    with stack.http(stack.tenants["a"].tokens["submit"]) as http:
         for a in refused:
-            r = http.post(
-                f"/api/v1/projects/{tenant.name}/jobs",
-                data={"testbed": PARKED, "branch": "storm", "commit": a["commit"]},
-                files={"spec": ("attnprof.toml", spec.encode())},
-                headers={"Idempotency-Key": a["key"]},
-            )
+            r = _post_storm_job(http, stack, a["commit"], a["key"])
             retried[str(r.status_code)] = retried.get(str(r.status_code), 0) + 1
             if r.status_code in (200, 202):
                 a["retry_job"] = r.json()["id"]
-    after_retry = {c: len(ids) for c, ids in _stored_by_commit(stack, commits).items()}
-    # Every accepted job must still be on its way to a worker: queued, and either waiting in the database for the
-    # dispatcher (a testbed with no live worker is offered one job at a time) or offered with its message in the
-    # broker. An offered job without a message is the sweep's to send again (queued_stale_s): it is given that long.
-    accepted_ids = {a["job"] for a in accepted} | {a["retry_job"] for a in refused if a.get("retry_job")}
+    return retried
+
+
+def _on_their_way(stack: Stack, accepted_ids: set[str]) -> tuple[dict[str, int], set[str]]:
+    """Every accepted job must still be on its way to a worker: queued, and either waiting in the database for the
+    dispatcher (a testbed with no live worker is offered one job at a time) or offered with its message in the
+    broker. An offered job without a message is the sweep's to send again (queued_stale_s): it is given that long.
+    The accepted jobs by state, and those stranded."""
     stranded: set[str] = set()
     states: dict[str, int] = {}
 
-    def on_their_way() -> bool:
+    def check() -> bool:
         in_broker = _offered(stack, PARKED)
         rows = stack.sql("SELECT id, status, offered_at FROM jobs WHERE id = ANY(%s)", sorted(accepted_ids))
         stranded.clear()
@@ -146,9 +144,29 @@ def _storm(stack: Stack, cluster: Cluster, n: int, restart_after: int, down_s: f
         return not stranded
 
     with contextlib.suppress(TimeoutError):
-        wait_for(
-            "every accepted job on its way", on_their_way, float(SWEEP["ATTNPROF_SWEEP__QUEUED_STALE_S"]) * 3 + 10, 1.0
-        )
+        wait_for("every accepted job on its way", check, float(SWEEP["ATTNPROF_SWEEP__QUEUED_STALE_S"]) * 3 + 10, 1.0)
+    return states, stranded
+
+
+def _storm(stack: Stack, cluster: Cluster, n: int, restart_after: int, down_s: float) -> dict[str, Any]:
+    """``n`` submissions under a restart of Postgres (``_submit_under_restart``), every answer recorded, nothing
+    retried; then what the database holds, once it is back: each accepted job, and nothing of a refused one."""
+    answers, outage = _submit_under_restart(stack, cluster, n, restart_after, down_s)
+    during = [a for a in answers if outage and outage["stop"] <= a["t"] <= outage.get("started", 0) + 1]
+    kinds: dict[str, int] = {}
+    for a in answers:
+        kinds[a["kind"]] = kinds.get(a["kind"], 0) + 1
+    commits = [a["commit"] for a in answers]
+    stored = _stored_by_commit(stack, commits)
+    accepted = [a for a in answers if a["kind"] == "accepted"]
+    refused = [a for a in answers if a["kind"] != "accepted"]
+    lost = [a["commit"] for a in accepted if a["job"] not in stored.get(a["commit"], [])]
+    stored_refused = [{"commit": a["commit"], "kind": a["kind"]} for a in refused if a["commit"] in stored]
+    doubled = [c for c, ids in stored.items() if len(ids) > 1]
+    retried = _retry_refused(stack, refused)
+    after_retry = {c: len(ids) for c, ids in _stored_by_commit(stack, commits).items()}
+    accepted_ids = {a["job"] for a in accepted} | {a["retry_job"] for a in refused if a.get("retry_job")}
+    states, stranded = _on_their_way(stack, accepted_ids)
     return {
         "submissions": n,
         "threads": 4,

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.reliability.common import SCENARIOS, SWEEP, say
-from bench.reliability.figures import TITLES, span, verdict
-from bench.reliability.sections import SECTIONS
+from bench.reliability.figures import TITLES, verdict
+from bench.reliability.sections import FIGURES, SECTIONS
 
 
 def load_results(source: Path) -> dict[str, dict[str, Any]]:
@@ -38,116 +38,37 @@ def summary_rows(data: dict[str, dict[str, Any]]) -> list[tuple[str, str, bool |
         if "error" in r:
             rows.append((TITLES[name], f"the scenario broke: {r['error']}", False))
             continue
-        if name == "profile-kill":
-            t = r["tries"]
-            good = [x for x in t if x.get("ok")]
-            rows.append(
-                (
-                    TITLES[name],
-                    f"{len(good)} of {len(t)} kills: one run per job (by the second attempt), one "
-                    "comparison; takeover (kill → claimed by the other worker) "
-                    f"{span([x.get('kill_to_claimed_s') for x in t])} s",
-                    len(good) == len(t),
-                )
-            )
-        elif name == "analysis-kill":
-            t = r["tries"]
-            good = [x for x in t if x.get("ok")]
-            rows.append(
-                (
-                    TITLES[name],
-                    f"{len(good)} of {len(t)} kills: done {span([x.get('kill_to_done_s') for x in t])} s "
-                    "after the kill, one comparison (also after the dead worker's delivery ran again)",
-                    len(good) == len(t),
-                )
-            )
-        elif name == "redis":
-            parts, ok = [], True
-            for key, c in r["cases"].items():
-                if "error" in c:
-                    parts.append(f"{key}: broke ({c['error'][:80]})")
-                    ok = False
-                    continue
-                parts.append(
-                    f"{key.replace('_', ' ')}: {c['done']}/{c['jobs']} done, {len(c['stored_twice'])} stored twice"
-                    + (f", {len(c['restarts'])} worker exit(s)" if c.get("restarts") else "")
-                )
-                ok = ok and bool(c["ok"]) and not c.get("restarts")
-            rows.append((TITLES[name], "; ".join(parts), ok))
-        elif name == "postgres":
-            st = r["storm"]
-            waits = ", ".join(f"at its {w['when']}: exit {w['exit_code']}" for w in r["submit_wait"])
-            ok = bool(st["ok"]) and all(w["ok"] for w in r["submit_wait"])
-            rows.append(
-                (
-                    TITLES[name],
-                    f"{st['submissions']} submissions: {st['accepted']} accepted, {st['refused']} refused "
-                    f"({', '.join(f'{v} {k}' for k, v in st['answers_by_kind'].items() if k != 'accepted')}); "
-                    f"accepted lost {len(st['accepted_lost'])}, refused but stored {len(st['refused_but_stored'])}; "
-                    f"`submit --wait` {waits}",
-                    ok,
-                )
-            )
-        elif name == "schemathesis":
-            pub, internal = r["public"], r["internal"]
-            rows.append(
-                (
-                    TITLES[name],
-                    f"{pub['cases']} cases on /openapi.json, {internal['cases']} on /internal/openapi.json; "
-                    f"server errors {pub['server_errors'] + internal['server_errors']}; other check failures "
-                    f"{pub['check_failures'] + internal['check_failures']}",
-                    bool(r["ok"]),
-                )
-            )
-        elif name == "bad-inputs":
-            rows.append(
-                (
-                    TITLES[name],
-                    f"{r['refused_clearly']} of {r['inputs']} refused with a 4xx naming the field and "
-                    f"nothing stored; {r['refused']} of {r['inputs']} refused; {len(r['changed_something'])} changed "
-                    "something",
-                    bool(r["ok"]),
-                )
-            )
-        elif name == "isolation":
-            rows.append(
-                (
-                    TITLES[name],
-                    f"{r['refused_as_designed']} of {r['probes']} requests refused (and answered as for an "
-                    f"object that does not exist, where one was named); project b "
-                    f"{'unchanged' if r['b_unchanged'] else 'CHANGED'}",
-                    bool(r["ok"]),
-                )
-            )
-        elif name == "hostile-jobs":
-            rows.append((TITLES[name], f"{r['passed']} of {r['total']} tests passed ({r['summary']})", bool(r["ok"])))
+        rows.append((TITLES[name], *FIGURES[name](r)))
     return rows
 
 
-def findings(data: dict[str, dict[str, Any]]) -> list[str]:
-    """The defects a run showed, in words: what, and how to see it again."""
-    out = []
+def _found_worker_exits(data: dict[str, dict[str, Any]]) -> list[str]:
     redis = data.get("redis", {}).get("result", {}).get("cases", {})
     exits = [(k, x) for k, c in redis.items() for x in c.get("restarts", [])]
-    if exits:
-        v = data["redis"].get("versions", {})
-        out.append(
-            f"**An analysis worker exits when Redis goes away while it holds a message** ({len(exits)} exit(s) in "
-            f"this run: {', '.join(sorted({k.replace('_', ' ') for k, _ in exits}))}). Celery "
-            f"{v.get('celery', '?')} / kombu {v.get('kombu', '?')}, `--pool=threads`: the consumer sees the lost "
-            "connection, restores its unacknowledged message while closing the channel, and the channel's client "
-            "is already gone: `Unrecoverable error: AttributeError(\"'NoneType' object has no attribute "
-            "'hostname'\")` (kombu `redis.py` `_connparams`, from `restore_unacked_once`). The running task still "
-            "finishes (the job is not lost), then the process exits, **with exit code 0**, and beat (the sweeper) "
-            "with it: nothing is resent until the worker is started again. docker-compose's `restart: "
-            "unless-stopped` starts it again; a supervisor that restarts only on failure (systemd "
-            "`Restart=on-failure`) "
-            "would not. The profile workers (`--pool=solo`) rode out every Redis kill. To see it: "
-            "`.venv/bin/python -m bench.reliability redis` (case *kill mid analysis*: an analysis held 8 s by "
-            "`ATTNPROF_ANALYSIS__PAUSE_S`, Redis killed, its log ends with the line above)."
-        )
-    bad = data.get("bad-inputs", {}).get("result", {})
-    for row in bad.get("not_ok", []):
+    if not exits:
+        return []
+    v = data["redis"].get("versions", {})
+    return [
+        f"**An analysis worker exits when Redis goes away while it holds a message** ({len(exits)} exit(s) in "
+        f"this run: {', '.join(sorted({k.replace('_', ' ') for k, _ in exits}))}). Celery "
+        f"{v.get('celery', '?')} / kombu {v.get('kombu', '?')}, `--pool=threads`: the consumer sees the lost "
+        "connection, restores its unacknowledged message while closing the channel, and the channel's client "
+        "is already gone: `Unrecoverable error: AttributeError(\"'NoneType' object has no attribute "
+        "'hostname'\")` (kombu `redis.py` `_connparams`, from `restore_unacked_once`). The running task still "
+        "finishes (the job is not lost), then the process exits, **with exit code 0**, and beat (the sweeper) "
+        "with it: nothing is resent until the worker is started again. docker-compose's `restart: "
+        "unless-stopped` starts it again; a supervisor that restarts only on failure (systemd "
+        "`Restart=on-failure`) "
+        "would not. The profile workers (`--pool=solo`) rode out every Redis kill. To see it: "
+        "`.venv/bin/python -m bench.reliability redis` (case *kill mid analysis*: an analysis held 8 s by "
+        "`ATTNPROF_ANALYSIS__PAUSE_S`, Redis killed, its log ends with the line above)."
+    ]
+
+
+def _found_requests(data: dict[str, dict[str, Any]]) -> list[str]:
+    """Bad inputs not refused as they must be, isolation probes likewise, server errors Schemathesis found."""
+    out = []
+    for row in data.get("bad-inputs", {}).get("result", {}).get("not_ok", []):
         what = (
             "was not refused"
             if not row["refused"]
@@ -159,30 +80,39 @@ def findings(data: dict[str, dict[str, Any]]) -> list[str]:
             )
         )
         out.append(f"Bad input *{row['input']}* {what}.")
-    iso = data.get("isolation", {}).get("result", {})
-    for row in iso.get("not_ok", []):
+    for row in data.get("isolation", {}).get("result", {}).get("not_ok", []):
         out.append(f"Isolation probe *{row['probe']}* answered {row['status']}: `{row.get('detail', '')[:140]}`.")
     for key in ("public", "internal"):
         for ex in data.get("schemathesis", {}).get("result", {}).get(key, {}).get("server_error_examples", []):
             out.append(
                 f"Schemathesis: {ex['operation']} answered {ex['status']}: `{ex['body'][:140]}`; `{ex['curl'][:300]}`."
             )
+    return out
+
+
+def _found_postgres(data: dict[str, dict[str, Any]]) -> list[str]:
     pg = data.get("postgres", {}).get("result", {})
-    if pg:
-        st = pg["storm"]
-        for key, words in (
-            ("accepted_lost", "accepted and not stored"),
-            ("refused_but_stored", "refused and stored"),
-            ("stored_twice", "stored twice"),
-            ("plain_text_500", "answered a plain-text 500"),
-        ):
-            if st.get(key):
-                out.append(f"Postgres restart: {len(st[key])} submission(s) {words}: {st[key][:3]}.")
-        for w in pg["submit_wait"]:
-            if not w["ok"]:
-                out.append(
-                    f"`attnprof submit --wait` with Postgres stopped at its {w['when']} exited {w['exit_code']}."
-                )
+    if not pg:
+        return []
+    out = []
+    st = pg["storm"]
+    for key, words in (
+        ("accepted_lost", "accepted and not stored"),
+        ("refused_but_stored", "refused and stored"),
+        ("stored_twice", "stored twice"),
+        ("plain_text_500", "answered a plain-text 500"),
+    ):
+        if st.get(key):
+            out.append(f"Postgres restart: {len(st[key])} submission(s) {words}: {st[key][:3]}.")
+    for w in pg["submit_wait"]:
+        if not w["ok"]:
+            out.append(f"`attnprof submit --wait` with Postgres stopped at its {w['when']} exited {w['exit_code']}.")
+    return out
+
+
+def _found_tries_and_tests(data: dict[str, dict[str, Any]]) -> list[str]:
+    """Kill tries that did not end as they must, and the jail's tests that did not pass."""
+    out = []
     for name in ("profile-kill", "analysis-kill"):
         for i, t in enumerate(data.get(name, {}).get("result", {}).get("tries", []), 1):
             if not t.get("ok"):
@@ -190,11 +120,20 @@ def findings(data: dict[str, dict[str, Any]]) -> list[str]:
                     f"{TITLES[name]}, try {i}: "
                     f"{t.get('error') or {k: t.get(k) for k in ('status', 'runs', 'comparisons', 'kill_to_done_s')}}."
                 )
-    hj = data.get("hostile-jobs", {}).get("result", {})
-    for t in hj.get("tests", []):
+    for t in data.get("hostile-jobs", {}).get("result", {}).get("tests", []):
         if t["outcome"] != "passed":
             out.append(f"Hostile jobs: `{t['test']}` {t['outcome'][:200]}.")
     return out
+
+
+def findings(data: dict[str, dict[str, Any]]) -> list[str]:
+    """The defects a run showed, in words: what, and how to see it again."""
+    return [
+        *_found_worker_exits(data),
+        *_found_requests(data),
+        *_found_postgres(data),
+        *_found_tries_and_tests(data),
+    ]
 
 
 def _plot(data: dict[str, dict[str, Any]], path: Path) -> bool:
@@ -296,24 +235,17 @@ def summary(data: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return found
 
 
-def write_report(args: argparse.Namespace) -> None:
-    source = args.source or args.out
-    data = load_results(source)
-    if not data:
-        raise SystemExit(f"no scenario results in {source}: run a scenario first")
-    first = min(d["date"] for d in data.values())
-    day = first[:10]
-    report = args.report
-    report.parent.mkdir(parents=True, exist_ok=True)
-    plot = report.with_suffix(".png")
-    any_run = next(iter(data.values()))
-    v = any_run.get("versions", {})
-    commits = {json.dumps(d.get("code", {}), sort_keys=True) for d in data.values()}
+def _head(data: dict[str, dict[str, Any]]) -> list[str]:
+    """The report's title, how it was measured, on what, with what code, by which commands, and where the raw
+    figures are."""
+    day = min(d["date"] for d in data.values())[:10]
+    v = next(iter(data.values())).get("versions", {})
+    commits = sorted({json.dumps(d.get("code", {}), sort_keys=True) for d in data.values()})
     code = "; ".join(f"{c.get('commit', '?')[:12]} ({c.get('tree', '?')})" for c in map(json.loads, commits))
     hosts = [(n, d["host_before"], d["host_after"]) for n, d in data.items()]
     h0 = hosts[0][1]
     invoked = sorted({d.get("invoked_as", d["command"]) for d in data.values()})
-    lines = [
+    return [
         f"# Reliability and security of the stack: kills, outages, fuzzing, hostile inputs, tenants ({day})",
         "",
         "Each scenario starts the real stack as docs/service.md says (`attnprof serve`, `attnprof worker --analysis` "
@@ -345,12 +277,13 @@ def write_report(args: argparse.Namespace) -> None:
         f"`bench/reports/data/reliability-{day}/summary.json`. Scenario wall times: "
         + ", ".join(f"{n} {d['wall_s']:.0f} s" for n, d in data.items())
         + f"; {sum(d['wall_s'] for d in data.values()) / 60:.1f} min in all.",
-        "",
-        "## Summary",
-        "",
-        "| scenario | figure | the rule |",
-        "|---|---|---|",
     ]
+
+
+def render(data: dict[str, dict[str, Any]], plot: str | None) -> str:
+    """The report's text: the head, the summary table, what was found, the plot (its file name, if drawn), and each
+    scenario's section."""
+    lines = [*_head(data), "", "## Summary", "", "| scenario | figure | the rule |", "|---|---|---|"]
     for title, figure, ok in summary_rows(data):
         lines.append(f"| {title} | {figure} | {verdict(ok)} |")
     lines += [
@@ -362,8 +295,8 @@ def write_report(args: argparse.Namespace) -> None:
     found = findings(data)
     lines += ["", "## Found", ""]
     lines += [f"{i}. {text}" for i, text in enumerate(found, 1)] or ["Nothing: every rule held."]
-    if _plot(data, plot):
-        lines += ["", f"![takeover times]({plot.name})"]
+    if plot:
+        lines += ["", f"![takeover times]({plot})"]
     for name in SCENARIOS:
         if name not in data:
             continue
@@ -373,9 +306,21 @@ def write_report(args: argparse.Namespace) -> None:
             lines.append(f"The scenario broke: {d['result']['error']}")
             continue
         lines += SECTIONS[name](d["result"])
+    return "\n".join(lines) + "\n"
+
+
+def write_report(args: argparse.Namespace) -> None:
+    """The report (``--report``), its plot beside it, and the summary under ``data/reliability-DAY/`` beside it,
+    from ``--from`` (default: ``--out``)."""
+    source = args.source or args.out
+    data = load_results(source)
+    if not data:
+        raise SystemExit(f"no scenario results in {source}: run a scenario first")
+    report = args.report
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines) + "\n")
-    folder = report.parent / "data" / f"reliability-{day}"
+    plot = report.with_suffix(".png")
+    report.write_text(render(data, plot.name if _plot(data, plot) else None))
+    folder = report.parent / "data" / f"reliability-{min(d['date'] for d in data.values())[:10]}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.json").write_text(json.dumps(summary(data), indent=1, default=str) + "\n")
     say(f"report: {report}; summary: {folder / 'summary.json'}")

@@ -1,7 +1,8 @@
-"""The report's section of each scenario, from its JSON."""
+"""What the report says of each scenario, from its JSON: its section, and its figure in the summary table."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bench.reliability.common import SWEEP
@@ -301,7 +302,101 @@ def _section_hostile(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-SECTIONS = {
+# --- the summary table's figure of each scenario, and whether its rule held ------------------------------------
+
+
+def _figure_profile_kill(r: dict[str, Any]) -> tuple[str, bool]:
+    t = r["tries"]
+    good = [x for x in t if x.get("ok")]
+    return (
+        f"{len(good)} of {len(t)} kills: one run per job (by the second attempt), one "
+        "comparison; takeover (kill → claimed by the other worker) "
+        f"{span([x.get('kill_to_claimed_s') for x in t])} s",
+        len(good) == len(t),
+    )
+
+
+def _figure_analysis_kill(r: dict[str, Any]) -> tuple[str, bool]:
+    t = r["tries"]
+    good = [x for x in t if x.get("ok")]
+    return (
+        f"{len(good)} of {len(t)} kills: done {span([x.get('kill_to_done_s') for x in t])} s "
+        "after the kill, one comparison (also after the dead worker's delivery ran again)",
+        len(good) == len(t),
+    )
+
+
+def _figure_redis(r: dict[str, Any]) -> tuple[str, bool]:
+    parts, ok = [], True
+    for key, c in r["cases"].items():
+        if "error" in c:
+            parts.append(f"{key}: broke ({c['error'][:80]})")
+            ok = False
+            continue
+        parts.append(
+            f"{key.replace('_', ' ')}: {c['done']}/{c['jobs']} done, {len(c['stored_twice'])} stored twice"
+            + (f", {len(c['restarts'])} worker exit(s)" if c.get("restarts") else "")
+        )
+        ok = ok and bool(c["ok"]) and not c.get("restarts")
+    return "; ".join(parts), ok
+
+
+def _figure_postgres(r: dict[str, Any]) -> tuple[str, bool]:
+    st = r["storm"]
+    waits = ", ".join(f"at its {w['when']}: exit {w['exit_code']}" for w in r["submit_wait"])
+    return (
+        f"{st['submissions']} submissions: {st['accepted']} accepted, {st['refused']} refused "
+        f"({', '.join(f'{v} {k}' for k, v in st['answers_by_kind'].items() if k != 'accepted')}); "
+        f"accepted lost {len(st['accepted_lost'])}, refused but stored {len(st['refused_but_stored'])}; "
+        f"`submit --wait` {waits}",
+        bool(st["ok"]) and all(w["ok"] for w in r["submit_wait"]),
+    )
+
+
+def _figure_schemathesis(r: dict[str, Any]) -> tuple[str, bool]:
+    pub, internal = r["public"], r["internal"]
+    return (
+        f"{pub['cases']} cases on /openapi.json, {internal['cases']} on /internal/openapi.json; "
+        f"server errors {pub['server_errors'] + internal['server_errors']}; other check failures "
+        f"{pub['check_failures'] + internal['check_failures']}",
+        bool(r["ok"]),
+    )
+
+
+def _figure_bad_inputs(r: dict[str, Any]) -> tuple[str, bool]:
+    return (
+        f"{r['refused_clearly']} of {r['inputs']} refused with a 4xx naming the field and "
+        f"nothing stored; {r['refused']} of {r['inputs']} refused; {len(r['changed_something'])} changed "
+        "something",
+        bool(r["ok"]),
+    )
+
+
+def _figure_isolation(r: dict[str, Any]) -> tuple[str, bool]:
+    return (
+        f"{r['refused_as_designed']} of {r['probes']} requests refused (and answered as for an "
+        f"object that does not exist, where one was named); project b "
+        f"{'unchanged' if r['b_unchanged'] else 'CHANGED'}",
+        bool(r["ok"]),
+    )
+
+
+def _figure_hostile(r: dict[str, Any]) -> tuple[str, bool]:
+    return f"{r['passed']} of {r['total']} tests passed ({r['summary']})", bool(r["ok"])
+
+
+FIGURES: dict[str, Callable[[dict[str, Any]], tuple[str, bool]]] = {
+    "profile-kill": _figure_profile_kill,
+    "analysis-kill": _figure_analysis_kill,
+    "redis": _figure_redis,
+    "postgres": _figure_postgres,
+    "schemathesis": _figure_schemathesis,
+    "bad-inputs": _figure_bad_inputs,
+    "isolation": _figure_isolation,
+    "hostile-jobs": _figure_hostile,
+}
+
+SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "profile-kill": _section_profile_kill,
     "analysis-kill": _section_analysis_kill,
     "redis": _section_redis,
