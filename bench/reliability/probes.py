@@ -16,11 +16,13 @@ import secrets
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.reliability.common import PARKED, ROLES, TESTBED, filled
-from bench.reliability.stack import Stack
 from bench.reliability.suites import small_suite
+
+if TYPE_CHECKING:
+    from bench.reliability.stack import Stack
 
 # The projects; a's routes; b's run, its comparison and trace, b's queued job, b's read token's id, a case and kernel
 # of b's run, b's job's claim secret; a's run, its trace, a's claimed job, a's admin token's id; an id of nothing, a
