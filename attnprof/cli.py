@@ -16,7 +16,10 @@ VERBS: dict[str, tuple[str, str]] = {
     "profile": ("attnprof.core.cli", "Profile every kernel of a suite's cases into a result document."),
     "report": ("attnprof.core.cli", "Print the per-kernel table of a result document."),
     "compare": ("attnprof.core.cli", "Compare baseline result(s) with a candidate: pass, warn or fail."),
-    "ab": ("attnprof.core.cli", "Profile two source trees interleaved on one device and compare them pair by pair."),
+    "paired": (
+        "attnprof.core.cli",
+        "Profile two source trees interleaved on one device and compare them pair by pair (alias: ab).",
+    ),
     "changepoints": ("attnprof.core.cli", "Find change points in a chronological series of results."),
     "schema": ("attnprof.core.cli", "Print the JSON Schema of a document."),
     "calibrate": ("attnprof.core.cli", "Measure this host's peak bandwidth and matmul rates into the peaks cache."),
@@ -32,6 +35,9 @@ VERBS: dict[str, tuple[str, str]] = {
         "Run the whole flow on this machine: service, workers, two jobs and their verdicts.",
     ),
 }
+
+# Other names a verb answers to: typed, they run the verb (its module registers the command under both names).
+ALIASES: dict[str, str] = {"ab": "paired"}
 
 # The extras of pyproject.toml by the top-level modules they install: a verb that needs one of these in the base
 # install (the CI client) says which extra to add.
@@ -96,15 +102,17 @@ def main(argv: list[str] | None = None) -> None:
         except PackageNotFoundError:
             print("attnprof (not installed)")
         sys.exit(0)
-    if args[0] not in VERBS:
+    verb = ALIASES.get(args[0], args[0])
+    if verb not in VERBS:
         print(f"error: unknown verb {args[0]!r}; the verbs are: {', '.join(available())}", file=sys.stderr)
         sys.exit(2)
     # Only the verb's own module is imported: the others' packages (the server's, the worker's) need not be
-    # installed, and nothing of theirs runs for a client verb.
-    verb, module = args[0], VERBS[args[0]][0]
+    # installed, and nothing of theirs runs for a client verb. An alias stays in ``args``: the module's app knows it,
+    # and the command line a document records is the one typed.
+    module = VERBS[verb][0]
     try:
         app = importlib.import_module(module).app
-        if verb in ("profile", "ab") and argv is None:
+        if verb in ("profile", "paired") and argv is None:
             # The console script's profiling process ends as soon as its result is written (``exit_with``); called
             # in process with ``argv``, the caller's process is left alone.
             from attnprof.core.process_exit import exit_with
@@ -116,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         if extra is None:
             raise
         print(
-            f"error: attnprof {verb} needs {exc.name}, which this install lacks: pip install 'attnprof[{extra}]'",
+            f"error: attnprof {args[0]} needs {exc.name}, which this install lacks: pip install 'attnprof[{extra}]'",
             file=sys.stderr,
         )
         sys.exit(2)

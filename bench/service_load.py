@@ -36,6 +36,7 @@ import json
 import os
 import platform
 import random
+import secrets
 import socket
 import subprocess
 import sys
@@ -167,9 +168,14 @@ class Server:
             "ATTNPROF_DATABASE_URL": database_url,
             "ATTNPROF_BROKER_URL": REDIS,
             "ATTNPROF_PUBLIC_URL": f"http://127.0.0.1:{port}",
+            # Several server processes sign the dashboard's cookies with one secret, which `serve --workers N`
+            # therefore requires.
+            "ATTNPROF_DASHBOARD__SESSION_SECRET": secrets.token_urlsafe(32),
             # The benchmark's one token sends far more than a CI token would.
             "ATTNPROF_RATE_LIMIT__REQUESTS_PER_MINUTE": "100000000",
             "ATTNPROF_RATE_LIMIT__BURST": "1000000",
+            # and keeps every job it creates queued (no worker takes them): no queue limit either.
+            "ATTNPROF_FAIRNESS__MAX_QUEUED": "100000000",
             **(env or {}),
         }
         cmd = [str(ROOT / ".venv" / "bin" / "attnprof"), "serve", "--port", str(port), "--workers", str(workers)]
@@ -604,12 +610,14 @@ async def submissions_in_process(seeded: seeding.Seeded, n: int = 2000, concurre
     sockets of the client's): the benchmark's request, each with its own Idempotency-Key, ``concurrency`` at a
     time; the median of three rounds of ``n``."""
     from attnprof.server.app import create_app
-    from attnprof.server.config import RateLimit, Settings
+    from attnprof.server.config import Fairness, RateLimit, Settings
 
+    # The 6,050 jobs this measures stay queued (no worker takes them): the project's queue limit would answer 429.
     settings = Settings(
         database_url=seeded.url,
         broker_url=REDIS,
         rate_limit=RateLimit(requests_per_minute=100_000_000, burst=1_000_000),
+        fairness=Fairness(max_queued=1_000_000),
     )
     app = create_app(settings)
     body, ctype = multipart(

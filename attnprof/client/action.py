@@ -37,8 +37,10 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 
+from attnprof.client.cli import SubmitOutput
 from attnprof.contract.links import Links
 from attnprof.contract.provenance import Provenance, refusal
+from attnprof.contract.public_api import ResultUploadAnswer
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_NO_VERDICT = 0, 1, 2, 3
 _ZERO_SHA = "0" * 40
@@ -218,21 +220,21 @@ def submit_mode(env: Mapping[str, str], prov: Provenance | None) -> Outcome:
         )
     done = _run(submit_argv(env, prov), env)
     try:
-        answer: dict[str, Any] = json.loads(done.stdout)
-    except ValueError:
+        answer = SubmitOutput.model_validate_json(done.stdout)
+    except ValidationError:  # no JSON, or not what attnprof submit prints
         print(done.stdout)
-        answer = {"exit": done.returncode or EXIT_BAD_INPUT, "reason": "attnprof submit printed no JSON"}
-    job = answer.get("job") or {}
-    job_id = str(job.get("id") or "")
+        answer = SubmitOutput(exit=done.returncode or EXIT_BAD_INPUT, reason="attnprof submit printed no JSON")
+    job = answer.job
+    job_id = job.id if job is not None else ""
     server, token = env.get("ATTNPROF_SERVER", ""), env.get("ATTNPROF_TOKEN", "")
     markdown = _get(Links(server).api_job_comment(job_id), token) if job_id else None
     return Outcome(
-        code=int(answer.get("exit", EXIT_BAD_INPUT)),
-        reason=str(answer.get("reason") or ""),
+        code=answer.exit,
+        reason=answer.reason,
         job_id=job_id,
-        run_id=str(job.get("run_id") or ""),
-        verdict=str(job.get("verdict") or ""),
-        report_url=str(answer.get("dashboard_url") or ""),
+        run_id=(job.run_id or "") if job is not None else "",
+        verdict=(job.verdict or "") if job is not None else "",
+        report_url=answer.dashboard_url,
         summary=_without_marker(markdown),
     )
 
@@ -257,20 +259,19 @@ def local_mode(env: Mapping[str, str], prov: Provenance | None) -> Outcome:
     # A case that failed (exit 1) is in the document: the comparison decides what it means.
     uploaded = _run(upload_argv(env, prov, result), env)
     try:
-        answer: dict[str, Any] = json.loads(uploaded.stdout)
-    except ValueError:
+        answer = ResultUploadAnswer.model_validate_json(uploaded.stdout)
+    except ValidationError:  # no JSON (the upload failed), or not the service's answer
         print(uploaded.stdout)
         return Outcome(
             EXIT_BAD_INPUT, f"attnprof upload failed (exit {uploaded.returncode}): {uploaded.stderr.strip()[-500:]}"
         )
-    verdict = str(answer.get("verdict") or "")
     return Outcome(
-        code=EXIT_FAIL if verdict == "fail" else EXIT_PASS,
-        reason=f"verdict: {verdict}",
-        run_id=str(answer.get("run_id") or ""),
-        verdict=verdict,
-        report_url=str(answer.get("dashboard_url") or ""),
-        summary=str(answer["summary"]) if answer.get("summary") else None,
+        code=EXIT_FAIL if answer.verdict == "fail" else EXIT_PASS,
+        reason=f"verdict: {answer.verdict}",
+        run_id=answer.run_id,
+        verdict=answer.verdict,
+        report_url=answer.dashboard_url,
+        summary=answer.summary or None,
     )
 
 

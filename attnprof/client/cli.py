@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from pydantic import BaseModel, ValidationError
+
+from attnprof.contract.ids import JobId
+from attnprof.contract.public_api import ComparisonFinding, JobAnswer, JobComparisonAnswer
 
 if TYPE_CHECKING:
     from attnprof.contract.provenance import Provenance
@@ -27,6 +31,17 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="attnprof cli
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_NO_VERDICT = 0, 1, 2, 3
 JOB_REASONS = {"failed": "the job failed", "timed_out": "the job timed out", "cancelled": "the job was cancelled"}
+
+
+class SubmitOutput(BaseModel):
+    """What ``attnprof submit --wait --json`` prints (the GitHub Action's step reads it): the job as the service last
+    answered it, its comparison, the exit code and the line that says why, the job's dashboard page."""
+
+    job: JobAnswer | None = None
+    comparison: JobComparisonAnswer | None = None
+    exit: int = EXIT_BAD_INPUT
+    reason: str = ""
+    dashboard_url: str = ""
 
 
 @app.callback()
@@ -52,42 +67,39 @@ def checked_provenance(**fields: Any) -> Provenance:
         raise _die(refusal(exc)) from None
 
 
-def exit_code(job: dict[str, Any] | None, final: bool) -> tuple[int, str]:
+def exit_code(job: JobAnswer | None, final: bool) -> tuple[int, str]:
     """The exit code for the last state seen and the line that says why."""
     if job is None:
         return EXIT_NO_VERDICT, "no verdict: the service did not answer"
-    status = job.get("status")
     if not final:
-        return EXIT_NO_VERDICT, f"no verdict: the wait ran out while the job was {status}"
-    if status == "done":
-        verdict = job.get("verdict")
-        return (EXIT_FAIL if verdict == "fail" else EXIT_PASS), f"verdict: {verdict}"
-    what = JOB_REASONS.get(str(status), f"the job is {status}")
-    return EXIT_NO_VERDICT, f"no verdict: {what}: {job.get('reason') or 'no reason recorded'}"
+        return EXIT_NO_VERDICT, f"no verdict: the wait ran out while the job was {job.status}"
+    if job.status == "done":
+        return (EXIT_FAIL if job.verdict == "fail" else EXIT_PASS), f"verdict: {job.verdict}"
+    what = JOB_REASONS.get(job.status, f"the job is {job.status}")
+    return EXIT_NO_VERDICT, f"no verdict: {what}: {job.reason or 'no reason recorded'}"
 
 
-def _finding_change(finding: dict[str, Any]) -> str:
+def _finding_change(finding: ComparisonFinding) -> str:
     """`` +6.6% (3,428 µs -> 3,654 µs)`` for a finding of the upload's answer, or nothing where it has no change."""
     from attnprof.core.units import fmt_change, fmt_in_unit
 
-    change, unit = finding.get("change"), finding.get("unit")
-    if not isinstance(change, (int, float)):
+    if finding.change is None:
         return ""
-    text = f" {fmt_change(change, ascii=True)}"
-    base, cand = finding.get("baseline"), finding.get("candidate")
-    if isinstance(base, (int, float)) and isinstance(cand, (int, float)) and unit != "rel_l2_err":
+    text = f" {fmt_change(finding.change, ascii=True)}"
+    base, cand, unit = finding.baseline, finding.candidate, finding.unit
+    if isinstance(base, float) and isinstance(cand, float) and unit != "rel_l2_err":
         text += f" ({fmt_in_unit(base, unit, ascii=True)} -> {fmt_in_unit(cand, unit, ascii=True)})"
     return text
 
 
-def _render(comparison: dict[str, Any]) -> str:
+def _render(comparison: JobComparisonAnswer) -> str:
     from attnprof.core.analysis.render import render_table
     from attnprof.core.documents.comparison import ComparisonDocument
 
     try:
-        return render_table(ComparisonDocument.model_validate(comparison["document"]))
+        return render_table(ComparisonDocument.model_validate(comparison.document))
     except Exception as exc:  # an older or newer document: show the verdict rather than nothing
-        return f"verdict: {comparison.get('verdict')} (comparison not shown: {exc})"
+        return f"verdict: {comparison.verdict} (comparison not shown: {exc})"
 
 
 @app.command()
@@ -212,15 +224,15 @@ def submit(
                 deadline=deadline,
                 suite_path=sent_path,
             )
-            job_id = str(created["id"])
+            job_id = created.id
             page = Links(server).ui_job(project, job_id)  # for people: the dashboard's page of the job
             if not wait:
-                text = f"job {job_id} {created['status']} on testbed {testbed}\n  dashboard: {page}"
-                _done(as_json, {"job": created, "dashboard_url": page}, text)
+                text = f"job {job_id} {created.status} on testbed {testbed}\n  dashboard: {page}"
+                _done(as_json, {"job": _passed_on(created), "dashboard_url": page}, text)
                 raise typer.Exit(EXIT_PASS)
             job, final = _wait(console, http, job_id, deadline, quiet=as_json)
             comparison = None
-            if job is not None and job.get("status") == "done":
+            if job is not None and job.status == "done":
                 # The verdict is known and decides the exit: its comparison gets up to 30 s of retries past the
                 # budget, and is left out rather than the verdict if the service is gone by then.
                 try:
@@ -235,8 +247,8 @@ def submit(
         raise _die(f"cannot reach {server}: {type(exc).__name__}: {exc}") from None
     code, line = exit_code(job, final)
     if as_json:
-        answer = {"job": job, "comparison": comparison, "exit": code, "reason": line, "dashboard_url": page}
-        typer.echo(json.dumps(answer, indent=2, default=str))
+        output = SubmitOutput(job=job, comparison=comparison, exit=code, reason=line, dashboard_url=page)
+        typer.echo(json.dumps(_passed_on(output), indent=2, default=str))
     else:
         if comparison is not None:
             typer.echo(_render(comparison))
@@ -268,37 +280,42 @@ def _suite_path(console: Any, suite: Path, source: Path | None, given: str | Non
         return None
 
 
+def _passed_on(answer: BaseModel) -> dict[str, Any]:
+    """An answer as the service sent it (the fields the client does not read too), for ``--json``."""
+    return answer.model_dump(mode="json", exclude_unset=True)
+
+
 def _done(as_json: bool, data: dict[str, Any], text: str) -> None:
     typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
-def _wait(console: Any, http: Any, job_id: str, deadline: float, *, quiet: bool) -> tuple[dict[str, Any] | None, bool]:
+def _wait(console: Any, http: Any, job_id: JobId, deadline: float, *, quiet: bool) -> tuple[JobAnswer | None, bool]:
     from attnprof.client import http as client
 
     # Why a queued job does not start (no live worker serves its testbed): said once, not on every poll. With
     # --json, on stderr, beside the JSON on stdout.
     noticed = False
 
-    def notice(job: dict[str, Any] | None) -> str | None:
+    def notice(job: JobAnswer | None) -> str | None:
         nonlocal noticed
-        if noticed or job is None or not job.get("notice"):
+        if noticed or job is None or not job.notice:
             return None
         noticed = True
-        return f"job {job_id}: {job['notice']}"
+        return f"job {job_id}: {job.notice}"
 
     if quiet:
 
-        def say(job: dict[str, Any] | None, _elapsed_s: float) -> None:
+        def say(job: JobAnswer | None, _elapsed_s: float) -> None:
             if (line := notice(job)) is not None:
                 typer.echo(line, err=True)
 
         return client.wait_job(http, job_id, deadline=deadline, on_poll=say)
     with console.status(f"job {job_id}: submitted") as status:
 
-        def show(job: dict[str, Any] | None, elapsed_s: float) -> None:
+        def show(job: JobAnswer | None, elapsed_s: float) -> None:
             if (line := notice(job)) is not None:
                 console.print(line, soft_wrap=True)
-            state = "the service does not answer" if job is None else f"{job['status']} (attempt {job['attempts']})"
+            state = "the service does not answer" if job is None else f"{job.status} (attempt {job.attempts})"
             status.update(f"job {job_id}: {state}, {elapsed_s:.0f} s")
 
         return client.wait_job(http, job_id, deadline=deadline, on_poll=show)
@@ -356,15 +373,19 @@ def upload(
         raise _die(str(exc), EXIT_NO_VERDICT) from None
     except UploadError as exc:
         raise _die(str(exc)) from None
-    verdict = answer["verdict"]
+    verdict = answer.verdict
     if as_json:
-        typer.echo(json.dumps(answer, indent=2))
+        typer.echo(json.dumps(_passed_on(answer), indent=2))
     else:
-        lines = [f"verdict: {verdict}  run {answer['run_id']}  {answer.get('dashboard_url', '')}"]
-        for f in answer.get("comparison", {}).get("findings", []):
-            if f.get("verdict") in ("fail", "warn"):
-                what = f.get("detail") or f["status"]
-                lines.append(f"  {f['verdict']:4} {f['case']} {f['metric']}{_finding_change(f)}: {what}")
+        lines = [f"verdict: {verdict}  run {answer.run_id}  {answer.dashboard_url}"]
+        try:
+            findings = answer.findings()
+        except ValidationError as exc:  # an older or newer document: the verdict rather than nothing
+            findings = []
+            lines.append(f"  (findings not shown: {exc.error_count()} field(s) not as this client reads them)")
+        for f in findings:
+            if f.verdict in ("fail", "warn"):
+                lines.append(f"  {f.verdict:4} {f.case} {f.metric}{_finding_change(f)}: {f.detail or f.status}")
         typer.echo("\n".join(lines))
     sys.stdout.flush()
     raise typer.Exit(EXIT_FAIL if verdict == "fail" else EXIT_PASS)

@@ -6,7 +6,11 @@ database outage, a rate limit): after an exponential backoff with jitter, or aft
 A POST is sent again as it was: a job under the same ``Idempotency-Key`` and the same result upload are each
 stored once, and the retry gets the first one's answer. Any other 4xx is final at once.
 
-``UploadError``   the document could not be read, or the service refused the request (a 4xx: bad input)
+Each answer is read through its model (``attnprof.contract.public_api``); one that is not what the model says is an
+``UploadError`` (a service of another version), as a refusal is.
+
+``UploadError``   the document could not be read, the service refused the request (a 4xx: bad input), or its
+                  answer is not what this client reads
 ``SubmitError``   the same, for a job submission
 ``Unreachable``   no answer but connection errors, 5xx or 429 until the time budget ran out (no verdict)
 """
@@ -21,12 +25,22 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
+from attnprof.contract.ids import JobId
 from attnprof.contract.links import PATHS
 from attnprof.contract.provenance import Provenance
+from attnprof.contract.public_api import (
+    ErrorAnswer,
+    JobAnswer,
+    JobComparisonAnswer,
+    JobCreatedAnswer,
+    ResultUploadAnswer,
+    TokenAnswer,
+)
 
 TIMEOUT_S = 120.0  # one request's own limit (connect, read, write), within the budget
 BUDGET_S = 600.0  # how long a command keeps retrying when its caller gives no deadline
@@ -72,12 +86,21 @@ def retry_after_s(response: httpx.Response) -> float | None:
     return min(max(0.0, seconds), RETRY_AFTER_MAX_S) if seconds == seconds else None  # NaN: no value
 
 
-def _describe(response: httpx.Response) -> str:
+def _error(response: httpx.Response) -> str | None:
+    """``error: detail`` of an error answer's body (``ErrorAnswer``), or None where the body is not one (a proxy's
+    page, say)."""
     try:
-        body = response.json()
-        return f"{response.status_code} {body.get('error')}: {body.get('detail')}"
-    except (ValueError, AttributeError):
-        return f"{response.status_code} {response.text[:200]}".strip()
+        body = ErrorAnswer.model_validate_json(response.content)
+    except ValidationError:
+        return None
+    return f"{body.error}: {body.detail}"
+
+
+def _describe(response: httpx.Response) -> str:
+    error = _error(response)
+    if error is not None:
+        return f"{response.status_code} {error}"
+    return f"{response.status_code} {response.text[:200]}".strip()
 
 
 def send(
@@ -125,15 +148,31 @@ def _read(path: Path) -> Any:
         raise UploadError(f"{path}: cannot read a JSON result document: {exc}") from exc
 
 
-def _check(response: httpx.Response) -> Any:
+def _check(response: httpx.Response) -> None:
+    """``UploadError`` when the service refused the request (a 4xx; 5xx and 429 were retried by ``send``)."""
     if response.status_code >= 400:
-        try:
-            body = response.json()
-            detail = f"{body.get('error')}: {body.get('detail')}"
-        except ValueError:
-            detail = response.text[:500]
-        raise UploadError(f"the service answered {response.status_code}: {detail}")
-    return response.json() if response.content else None
+        detail = _error(response)
+        raise UploadError(f"the service answered {response.status_code}: {detail or response.text[:500]}")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _answer(response: httpx.Response, model: type[M]) -> M:
+    """The answer read through ``model``; ``UploadError`` when the service refused the request or answered with
+    something else (a service of another version)."""
+    _check(response)
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as exc:
+        shown = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(answer)'}: {e['msg']}"
+            for e in exc.errors(include_url=False, include_input=False)[:3]
+        )
+        request = response.request
+        raise UploadError(
+            f"the service's answer to {request.method} {request.url.path} is not what this client reads ({shown})"
+        ) from None
 
 
 def upload_result(
@@ -146,7 +185,7 @@ def upload_result(
     testbed: str | None = None,
     trace_dir: Path | None = None,
     budget_s: float = BUDGET_S,
-) -> dict[str, Any]:
+) -> ResultUploadAnswer:
     """POST the document with its ``provenance`` to ``/api/v1/projects/{project}/results``, then PUT the traces it
     names that ``trace_dir`` holds. Returns the service's answer (run id, verdict, comparison).
 
@@ -162,13 +201,13 @@ def upload_result(
             if project is None:
                 project = token_project(http, deadline=deadline)
             url = PATHS.api_results(project)
-            answer: dict[str, Any] = _check(send(http, "POST", url, json=body, deadline=deadline))
+            answer = _answer(send(http, "POST", url, json=body, deadline=deadline), ResultUploadAnswer)
             if trace_dir is not None:
                 names = {c.get("trace") for c in document.get("cases", []) if isinstance(c, dict)}
                 for name in sorted(n for n in names if isinstance(n, str)):
                     file = trace_dir / name
                     if file.is_file():
-                        url = PATHS.api_trace(project, answer["run_id"], name)
+                        url = PATHS.api_trace(project, answer.run_id, name)
                         content, kind = file.read_bytes(), {"Content-Type": "application/gzip"}
                         _check(send(http, "PUT", url, content=content, headers=kind, deadline=deadline))
     except httpx.HTTPError as exc:
@@ -186,9 +225,12 @@ def connect(server: str, token: str, timeout_s: float = TIMEOUT_S) -> httpx.Clie
 
 
 def token_project(http: httpx.Client, *, deadline: float | None = None) -> str:
-    """The project of the client's token (``GET /api/v1/token``)."""
+    """The project of the client's token (``GET /api/v1/token``); ``UploadError`` for a token of no project."""
     response = send(http, "GET", PATHS.api_token(), deadline=_or_default(deadline))
-    return str(_check(response)["project"])
+    answer = _answer(response, TokenAnswer)
+    if answer.project is None:
+        raise UploadError("the token is not a project's (GET /api/v1/token names no project): pass a project's token")
+    return answer.project
 
 
 def _or_default(deadline: float | None) -> float:
@@ -207,11 +249,11 @@ def submit_job(
     idempotency_key: str,
     deadline: float | None = None,
     suite_path: str | None = None,
-) -> dict[str, Any]:
+) -> JobCreatedAnswer:
     """POST a job (multipart: the suite, the bundle, where the code came from, the suite's path in the repository
-    when known); returns ``{id, status}``. With ``base_bundle`` (the merge base's tree, in the bundle's form) the
-    job is paired: the file part ``base_bundle`` beside ``bundle``, and ``provenance.base_commit`` (the commit that
-    tree is of) is required.
+    when known); returns its ``id`` and ``status``. With ``base_bundle`` (the merge base's tree, in the bundle's
+    form) the job is paired: the file part ``base_bundle`` beside ``bundle``, and ``provenance.base_commit`` (the
+    commit that tree is of) is required.
 
     Sent again while the service is unreachable (until ``deadline``, then ``Unreachable``) with the same
     ``idempotency_key``, so a retry never makes a second job; a refusal (4xx) is a ``SubmitError``.
@@ -241,30 +283,28 @@ def submit_job(
         deadline=_or_default(deadline),
     )
     try:
-        answer: dict[str, Any] = _check(response)
+        return _answer(response, JobCreatedAnswer)
     except UploadError as exc:
         raise SubmitError(str(exc)) from exc
-    return answer
 
 
 def get_job(
     http: httpx.Client,
-    job_id: str,
+    job_id: JobId,
     *,
     deadline: float | None = None,
     on_retry: Callable[[str, float], None] | None = None,
-) -> dict[str, Any]:
+) -> JobAnswer:
     response = send(http, "GET", PATHS.api_job(job_id), deadline=_or_default(deadline), on_retry=on_retry)
-    found: dict[str, Any] = _check(response)
-    return found
+    return _answer(response, JobAnswer)
 
 
-def get_comparison(http: httpx.Client, job_id: str, *, deadline: float | None = None) -> dict[str, Any] | None:
+def get_comparison(http: httpx.Client, job_id: JobId, *, deadline: float | None = None) -> JobComparisonAnswer | None:
+    """The comparison of the job's run; None before it has one (404)."""
     response = send(http, "GET", PATHS.api_job_comparison(job_id), deadline=_or_default(deadline))
     if response.status_code == 404:
         return None
-    found: dict[str, Any] = _check(response)
-    return found
+    return _answer(response, JobComparisonAnswer)
 
 
 FINAL_STATES = ("done", "failed", "timed_out", "cancelled")
@@ -272,12 +312,12 @@ FINAL_STATES = ("done", "failed", "timed_out", "cancelled")
 
 def wait_job(
     http: httpx.Client,
-    job_id: str,
+    job_id: JobId,
     *,
     deadline: float,
     poll_s: float = 1.0,
-    on_poll: Callable[[dict[str, Any] | None, float], None] | None = None,
-) -> tuple[dict[str, Any] | None, bool]:
+    on_poll: Callable[[JobAnswer | None, float], None] | None = None,
+) -> tuple[JobAnswer | None, bool]:
     """Poll the job until it is final or ``deadline`` passed; returns (last state seen, final?).
 
     A poll the service does not answer (a restart, a database outage) is retried with backoff, and
@@ -294,7 +334,7 @@ def wait_job(
         waited_s = time.monotonic() - started
         if on_poll is not None:
             on_poll(job, waited_s)
-        if job.get("status") in FINAL_STATES:
+        if job.status in FINAL_STATES:
             return job, True
         left_s = deadline - time.monotonic()
         if left_s <= 0:

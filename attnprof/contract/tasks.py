@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnprof.contract.ids import JobId
+
 PROFILE_TASK = "profile.run"
 ANALYSIS_TASK = "analysis.run"
 SWEEP_TASK = "jobs.sweep"
@@ -86,7 +88,7 @@ class ProfileMessage:
     attempt to its testbed's workers. ``claim_secret`` is one-time and exists only here and in the message (the
     job row keeps its sha256): a claim must show it. Never logged (its ``repr`` leaves it out)."""
 
-    job_id: str
+    job_id: JobId
     attempt: int
     testbed: str
     claim_secret: str = field(repr=False)

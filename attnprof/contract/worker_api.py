@@ -1,6 +1,10 @@
-"""The worker API's bodies (``/internal/*``): what a profile worker sends the service and what it answers.
+"""The worker API's bodies (``/internal/*``, ``attnprof.contract.routes``): what a profile worker sends the service
+and what it answers.
 
-Shared by the service (its routes validate with them) and the GPU workers (which read the answers); pydantic only.
+Shared by the service (its routes validate with them, and answer with them) and the GPU workers (which validate
+each answer with its model, ``attnprof.worker.profile.api``); pydantic only. The result documents travel as JSON
+objects here (the contract cannot import ``attnprof.core``): the worker sends them from their models and the service
+parses them with the same models on receipt.
 """
 
 from __future__ import annotations
@@ -8,6 +12,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from attnprof.contract.ids import JobId, RunId
 
 INT_MAX = 2**31 - 1  # Postgres ``integer``: attempt numbers are stored in one
 
@@ -26,7 +32,7 @@ class Claim(BaseModel):
 
 
 class ClaimAnswer(BaseModel):
-    id: str
+    id: JobId
     attempt: int
     spec: str
     bundle_sha256: str | None
@@ -73,7 +79,7 @@ class WorkerResult(BaseModel):
 
 
 class WorkerResultAnswer(BaseModel):
-    run_id: str
+    run_id: RunId
     status: str
     duplicate: bool = Field(description="this attempt's result was already stored; nothing was added")
 

@@ -1,4 +1,5 @@
-"""The local verbs: ``profile``, ``report``, ``compare``, ``changepoints``, ``schema``.
+"""The local verbs: ``profile``, ``report``, ``compare``, ``paired`` (alias ``ab``), ``changepoints``, ``schema``,
+``calibrate``.
 
 They work on files only (no server). ``attnprof`` registers them; ``python -m attnprof.core`` runs
 them directly (that is how a worker runs a suite in its sandboxed subprocess). Exit codes:
@@ -140,14 +141,30 @@ def calibrate(
     typer.echo(str(path))
 
 
-@app.command()
-def ab(
+PAIRED_ALIAS = "ab"
+"""The paired verb's first name, still typed (and run by workers): the same command, its default folder its own."""
+
+
+def paired_out(invoked_as: str | None) -> Path:
+    """The paired verb's default output folder: ``attnprof-paired``, or ``attnprof-ab`` where the verb was typed by its
+    alias, so a command line written for ``ab`` writes where it always did."""
+    return Path("attnprof-ab" if invoked_as == PAIRED_ALIAS else "attnprof-paired")
+
+
+@app.command("paired")
+def paired(
+    ctx: typer.Context,
     suite: Annotated[Path, typer.Argument(help="suite file (TOML): the cases both trees run")],
-    base: Annotated[Path, typer.Option(help="the merge base's source tree")],
-    head: Annotated[Path, typer.Option(help="the head's source tree")],
+    base: Annotated[Path, typer.Option(help="the merge base's source tree (the baseline)")],
+    head: Annotated[Path, typer.Option(help="the head's source tree (the candidate)")],
     out: Annotated[
-        Path, typer.Option(help="folder for result.json (head), base.json, paired.json, comparison.json")
-    ] = Path("attnprof-ab"),
+        Path | None,
+        typer.Option(
+            help="folder for result.json (head), base.json, paired.json, comparison.json (default: attnprof-paired; "
+            f"attnprof-ab when typed as {PAIRED_ALIAS})",
+            show_default=False,
+        ),
+    ] = None,
     device: Annotated[DeviceChoice, typer.Option(help="auto: the GPU if there is one")] = DeviceChoice.auto,
     case: Annotated[list[str] | None, typer.Option(help="only cases whose id matches (glob; repeatable)")] = None,
     max_pairs: Annotated[
@@ -156,7 +173,7 @@ def ab(
             min=2,
             max=1000,
             help="pairs of rounds a case may take at most, the count alone (default: each case's device-time "
-            "budget, [suite.timing] paired_budget, within paired_floor_pairs and paired_max_pairs)",
+            "budget, \\[suite.timing] paired_budget, within paired_floor_pairs and paired_max_pairs)",
         ),
     ] = None,
     record: Annotated[
@@ -176,7 +193,7 @@ def ab(
         bool, typer.Option("--pid-namespace", help="running in a PID namespace of its own (a worker's jail)")
     ] = False,
 ) -> None:
-    """Profile SUITE on two source trees, interleaved on one device, and compare them pair by pair.
+    """Profile SUITE on two source trees, interleaved on one device, and compare them pair by pair (alias: ab).
 
     Each tree runs in a process of its own that imports only that tree; per case, warm-up pairs until both sides'
     rounds agree, then rounds alternate base, head, head, base, ... and a case stops once its pairs settle the answer
@@ -184,6 +201,8 @@ def ab(
     the comparison passes or warns, 1 when it fails or a head case failed, 2 on bad input."""
     from attnprof.core.suite import load_suite, select_cases
 
+    if out is None:
+        out = paired_out(ctx.info_name)
     try:
         parsed = load_suite(suite)
         selected = select_cases(parsed, case) if case else None
@@ -226,6 +245,10 @@ def ab(
     if failed:
         typer.echo(f"{len(failed)} head case(s) failed: " + ", ".join(c.id for c in failed), err=True)
     raise typer.Exit(1 if failed or comparison.verdict == "fail" else 0)
+
+
+# The alias runs the same command; only ``paired`` is listed (its help says "alias: ab").
+app.command(PAIRED_ALIAS, hidden=True)(paired)
 
 
 def _paired_with_progress(

@@ -8,7 +8,7 @@ and a stranger on the GPU makes a run suspect (``measure.environment``).
 The root, by path:
 
 - ``attnprof profile``: the profiler's own process;
-- ``attnprof ab``: the coordinator (``measure.paired``), which starts one process per source tree and tells each its
+- ``attnprof paired``: the coordinator (``measure.paired``), which starts one process per source tree and tells each its
   pid (``python -m attnprof.core.measure.side --job-root PID``), so that each side counts the other side, its sibling,
   as the job's own;
 - a job on a GPU worker: the process the worker's sandbox starts, a session leader. In the jail the profiler sees

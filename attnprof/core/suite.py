@@ -163,7 +163,7 @@ class TimingConfig:
     target_rel_ci: float = 0.005
     trace_iters: int = 3
     rounds: int = 5
-    # A paired run (``attnprof ab``, a paired job): what one case may spend. Its pairs, warm-up pairs included, may
+    # A paired run (``attnprof paired``, a paired job): what one case may spend. Its pairs, warm-up pairs included, may
     # take ``paired_budget`` times the device time of its ``rounds`` in an unpaired profile, at least
     # ``paired_floor_pairs`` and at most ``paired_max_pairs`` pairs counted; before them, at most
     # ``paired_warmup_rounds`` warm-up rounds per side until the rounds agree. Why these defaults:

@@ -32,6 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Scope
 
+from attnprof.contract import routes
 from attnprof.server.auth import service as auth
 from attnprof.server.config import Settings
 from attnprof.server.db import request_session, session_slot
@@ -41,7 +42,9 @@ from attnprof.server.limits import ADMIT, WITHOUT_BODY, Verdict
 from attnprof.server.web.session import COOKIE, LOGIN_CSRF_COOKIE, SessionSigner
 
 log = logging.getLogger(__name__)
-_JOB_ROUTE = re.compile(r"/internal/jobs/(?P<job_id>[^/]+)/(?P<rest>.+)")
+# A job's routes (``attnprof.contract.routes``): every one under ``JOBS`` but the claim takes the job token.
+_JOB_ROUTE = re.compile(re.escape(routes.JOBS) + r"/(?P<job_id>[^/]+)/(?P<rest>.+)")
+_CLAIM = routes.CLAIM.removeprefix(routes.JOB + "/")
 _GITHUB_WEBHOOK = "/api/v1/github/webhook"
 _SIGNATURE = re.compile(r"sha256=[0-9a-f]{64}")
 _LOGIN = "/ui/login"
@@ -61,7 +64,7 @@ async def _blocking(app: Starlette, scope: Scope) -> ServiceError | None:
     path: str = scope["path"]
     authorization = _header(scope, b"authorization")
     job = _JOB_ROUTE.fullmatch(path)
-    job_id = job["job_id"] if job is not None and job["rest"] != "claim" else None
+    job_id = job["job_id"] if job is not None and job["rest"] != _CLAIM else None
 
     def check() -> ServiceError | None:
         with request_session(app) as session:
@@ -122,7 +125,7 @@ async def check(scope: Scope) -> Verdict:
     if path == _GITHUB_WEBHOOK:
         settings: Settings = app.state.settings
         return _github_webhook(settings, scope)
-    if path.startswith(("/api/", "/internal/")):
+    if path.startswith(("/api/", routes.PREFIX + "/")):
         refused = await _blocking(app, scope)
         return refused if refused is not None else ADMIT
     if path == "/ui" or path.startswith("/ui/"):

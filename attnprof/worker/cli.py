@@ -109,8 +109,8 @@ def _profile(
             time.sleep(1.0)
         except ServiceAPIError as exc:
             raise _die(f"the service refused the worker token: {exc}") from None
-    if found.get("name") != testbed:
-        raise _die(f"this worker token serves testbed {found.get('name')!r}, not {testbed!r}")
+    if found.name != testbed:
+        raise _die(f"this worker token serves testbed {found.name!r}, not {testbed!r}")
     try:
         probed = gpus.probe_gpu() if choice != "cpu" else None
         mode = gpus.profile_mode(choice, probed)
@@ -159,8 +159,8 @@ def _register(settings: GpuWorkerSettings, testbed: str, here: LocalDevice) -> N
             answer = api.register(here.key(), here.meaning())
     except ServiceAPIError as exc:
         raise _die(f"testbed {testbed}: {exc}") from None
-    what = "keyed with this worker's device" if answer.get("keyed") else "its key is this worker's device's"
-    typer.echo(f"testbed {testbed}: {what} (key {answer.get('key')})", err=True)
+    what = "keyed with this worker's device" if answer.keyed else "its key is this worker's device's"
+    typer.echo(f"testbed {testbed}: {what} (key {answer.key})", err=True)
 
 
 def _say_alive_while_consuming(settings: GpuWorkerSettings, testbed: str) -> None:

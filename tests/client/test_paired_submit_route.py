@@ -44,7 +44,7 @@ def test_the_services_job_route_takes_the_clients_paired_bundles(
     head, base = client_source.build_bundle(root).data, base_tree.build_base_bundle(root, base_commit).data
     assert head != base
     client.headers.update(tenant.h("submit"))
-    created = client_http.submit_job(
+    job_id = client_http.submit_job(
         client,
         project=tenant.name,
         spec=SPEC,
@@ -54,10 +54,10 @@ def test_the_services_job_route_takes_the_clients_paired_bundles(
         base_bundle=base,
         idempotency_key="paired-1",
         deadline=client_http.deadline_in(30),
-    )
-    job = client.get(f"/api/v1/jobs/{created['id']}").json()
+    ).id
+    job = client.get(f"/api/v1/jobs/{job_id}").json()
     assert job["paired"] is True and job["base_commit"] == base_commit
-    answer = claim(client, wtok, created["id"], claim_secret(REDIS_URL, testbed, created["id"]))
+    answer = claim(client, wtok, job_id, claim_secret(REDIS_URL, testbed, job_id))
     t = bearer(answer["token"])
-    assert client.get(f"/internal/jobs/{created['id']}/bundle", headers=t).content == head
-    assert client.get(f"/internal/jobs/{created['id']}/bundle", params={"tree": "base"}, headers=t).content == base
+    assert client.get(f"/internal/jobs/{job_id}/bundle", headers=t).content == head
+    assert client.get(f"/internal/jobs/{job_id}/bundle", params={"tree": "base"}, headers=t).content == base

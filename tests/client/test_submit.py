@@ -28,6 +28,7 @@ from attnprof.client import http as client
 from attnprof.client import source as client_source
 from attnprof.client.cli import EXIT_FAIL, EXIT_NO_VERDICT, EXIT_PASS, exit_code
 from attnprof.contract.provenance import Provenance
+from attnprof.contract.public_api import JobAnswer, JobCreatedAnswer
 from tests.pgcluster import Cluster, cluster_fixture  # noqa: F401 (cluster_fixture: the fixture named cluster)
 from tests.worker.stack import (
     ATTNPROF,
@@ -163,20 +164,24 @@ def test_no_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+def _job(**fields: Any) -> JobAnswer:
+    return JobAnswer.model_validate({"id": "j1", "attempts": 1, **fields})
+
+
 def test_exit_codes() -> None:
     done = {"status": "done", "reason": None}
-    assert exit_code({**done, "verdict": "pass"}, True) == (EXIT_PASS, "verdict: pass")
-    assert exit_code({**done, "verdict": "warn"}, True)[0] == EXIT_PASS
-    assert exit_code({**done, "verdict": "fail"}, True) == (EXIT_FAIL, "verdict: fail")
-    assert exit_code({"status": "failed", "reason": "every case failed"}, True) == (
+    assert exit_code(_job(**done, verdict="pass"), True) == (EXIT_PASS, "verdict: pass")
+    assert exit_code(_job(**done, verdict="warn"), True)[0] == EXIT_PASS
+    assert exit_code(_job(**done, verdict="fail"), True) == (EXIT_FAIL, "verdict: fail")
+    assert exit_code(_job(status="failed", reason="every case failed"), True) == (
         EXIT_NO_VERDICT,
         "no verdict: the job failed: every case failed",
     )
-    assert exit_code({"status": "timed_out", "reason": "timed out: ..."}, True)[1].startswith(
+    assert exit_code(_job(status="timed_out", reason="timed out: ..."), True)[1].startswith(
         "no verdict: the job timed out"
     )
-    assert exit_code({"status": "cancelled", "reason": "cancelled by a user"}, True)[0] == EXIT_NO_VERDICT
-    assert exit_code({"status": "running"}, False) == (
+    assert exit_code(_job(status="cancelled", reason="cancelled by a user"), True)[0] == EXIT_NO_VERDICT
+    assert exit_code(_job(status="running"), False) == (
         EXIT_NO_VERDICT,
         "no verdict: the wait ran out while the job was running",
     )
@@ -256,7 +261,7 @@ UNAVAILABLE = {"error": "unavailable", "detail": "the database is unavailable (O
 JOB = {"id": "j1", "status": "queued"}
 
 
-def _submit(http: Any, deadline: float) -> dict[str, Any]:
+def _submit(http: Any, deadline: float) -> JobCreatedAnswer:
     return client.submit_job(
         http,
         project="p",
@@ -280,7 +285,7 @@ def test_submission_retries_5xx_and_429_under_one_idempotency_key_and_honours_re
         ) as server,
         client.connect(server.url, "t") as http,
     ):
-        assert _submit(http, client.deadline_in(30)) == JOB
+        assert _submit(http, client.deadline_in(30)).model_dump() == JOB
     keys = [headers.get("Idempotency-Key") for _, _, _, headers in server.seen]
     assert keys == ["k-1"] * 6  # one key: the service stores one job however often it is sent
     times = [t for t, *_ in server.seen]

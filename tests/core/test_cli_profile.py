@@ -262,6 +262,21 @@ def test_attnprof_help_lists_the_verbs() -> None:
     assert unknown.returncode == 2 and "unknown verb 'profiel'" in unknown.stderr
 
 
+@pytest.mark.parametrize("script", [True, False])
+def test_the_paired_verb_is_listed_once_with_its_alias(script: bool) -> None:
+    """``paired`` is the verb's name and ``ab`` its alias: help lists the one with the other in its line, and both
+    answer ``--help`` as the same command (the runs themselves: tests/core/test_measure_paired.py)."""
+    listed = run(["--help"], script=script)
+    assert listed.returncode == 0
+    lines = [line for line in listed.stdout.splitlines() if re.search(r"\b(paired|ab)\b", line)]
+    assert len(lines) == 1 and re.search(r"\bpaired\s+Profile .*two source trees.*\(alias: ab\)", lines[0]), lines
+    helps = [run([verb, "--help"], script=script) for verb in ("paired", "ab")]
+    assert [h.returncode for h in helps] == [0, 0], [h.stderr for h in helps]
+    for verb, h in zip(("paired", "ab"), helps, strict=True):
+        assert f" {verb} [OPTIONS] " in h.stdout and "(alias: ab)" in h.stdout
+        assert "(default: attnprof-paired; attnprof-ab when typed as ab)" in h.stdout
+
+
 NO_TORCH = """
 import sys
 from attnprof.cli import main

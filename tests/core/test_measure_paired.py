@@ -86,11 +86,14 @@ def _suite(tmp: Path, base: Path, head: Path, paired: float = 0.10) -> Path:
     return path
 
 
-def _ab(tmp: Path, suite: Path, base: Path, head: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(head), str(REPO)]), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "attnprof.core", "ab", str(suite), "--base", str(base), "--head", str(head)]
+def _env(head: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(head), str(REPO)]), "OMP_NUM_THREADS": "1"}
+
+
+def _run_paired(tmp: Path, suite: Path, base: Path, head: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "attnprof.core", "paired", str(suite), "--base", str(base), "--head", str(head)]
     argv += ["--out", str(tmp / "out"), "--device", "cpu", "--cache-dir", str(tmp / "cache"), "--quiet", *extra]
-    return subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(argv, cwd=tmp, env=_env(head), capture_output=True, text=True, timeout=300)
 
 
 def _paired(tmp: Path) -> PairedDocument:
@@ -99,7 +102,7 @@ def _paired(tmp: Path) -> PairedDocument:
 
 def test_each_side_sees_its_own_tree_only_and_rounds_alternate(tmp_path: Path) -> None:
     base, head = _tree(tmp_path / "base", 1), _tree(tmp_path / "head", 1)
-    done = _ab(tmp_path, _suite(tmp_path, base, head), base, head, "--record", "--max-pairs", "5")
+    done = _run_paired(tmp_path, _suite(tmp_path, base, head), base, head, "--record", "--max-pairs", "5")
     assert done.returncode in (0, 1), done.stderr
     paired = _paired(tmp_path)
     (case,) = paired.cases
@@ -137,7 +140,7 @@ def test_each_side_sees_its_own_tree_only_and_rounds_alternate(tmp_path: Path) -
 
 def test_a_planted_slowdown_stops_early_as_slower(tmp_path: Path) -> None:
     base, head = _tree(tmp_path / "base", 1), _tree(tmp_path / "head", 12)
-    done = _ab(tmp_path, _suite(tmp_path, base, head), base, head)
+    done = _run_paired(tmp_path, _suite(tmp_path, base, head), base, head)
     paired = _paired(tmp_path)
     (case,) = paired.cases
     assert case.stopped_by == "slower", case.detail
@@ -157,7 +160,7 @@ def test_a_planted_slowdown_stops_early_as_slower(tmp_path: Path) -> None:
 def test_a_case_the_base_cannot_build_stops_as_failed(tmp_path: Path) -> None:
     base, head = tmp_path / "base", _tree(tmp_path / "head", 1)
     base.mkdir()
-    done = _ab(tmp_path, _suite(tmp_path, base, head), base, head)
+    done = _run_paired(tmp_path, _suite(tmp_path, base, head), base, head)
     assert done.returncode in (0, 1), done.stderr
     (case,) = _paired(tmp_path).cases
     assert case.stopped_by == "failed" and "base side" in (case.detail or "")
@@ -167,7 +170,7 @@ def test_a_case_the_base_cannot_build_stops_as_failed(tmp_path: Path) -> None:
 
 def test_a_side_that_dies_fails_the_run_and_is_named(tmp_path: Path) -> None:
     base, head = _tree(tmp_path / "base", 1), _tree(tmp_path / "head", 1, crash="os._exit(9)")
-    done = _ab(tmp_path, _suite(tmp_path, base, head), base, head)
+    done = _run_paired(tmp_path, _suite(tmp_path, base, head), base, head)
     assert done.returncode == 1
     assert "the head side died" in done.stderr and "code 9" in done.stderr
     assert not (tmp_path / "out" / "result.json").exists()
@@ -177,7 +180,7 @@ def test_a_side_that_dies_fails_the_run_and_is_named(tmp_path: Path) -> None:
 def test_trees_that_cannot_pair_are_bad_input(tmp_path: Path, which: str) -> None:
     head = _tree(tmp_path / "head", 1)
     base = head if which == "same" else tmp_path / "nowhere"
-    done = _ab(tmp_path, _suite(tmp_path, base, head), base, head)
+    done = _run_paired(tmp_path, _suite(tmp_path, base, head), base, head)
     assert done.returncode == 2
     assert ("same directory" if which == "same" else "not a directory") in done.stderr
 
@@ -192,20 +195,55 @@ def test_a_side_environment_drops_both_trees_from_the_inherited_path(tmp_path: P
     assert env["HOME"] == "/h"
 
 
-def test_a_case_both_sides_skip_stops_as_skipped(tmp_path: Path) -> None:
-    base, head = tmp_path / "base", tmp_path / "head"
+def _skipping_suite(tmp: Path) -> tuple[Path, Path, Path]:
+    """Two empty trees and a suite of one case neither side can run on CPU (cuDNN): the cheapest paired run."""
+    base, head = tmp / "base", tmp / "head"
     base.mkdir()
     head.mkdir()
-    suite = tmp_path / "attnprof.toml"
+    suite = tmp / "attnprof.toml"
     suite.write_text(
         '[suite]\nname = "skip"\n[suite.timing]\nwarmup = 1\nmin_samples = 6\nmax_samples = 12\nbudget_s = 0.2\n'
         '[[cases]]\nname = "s"\ntarget = "sdpa"\nbackends = ["cudnn"]\nbatch = 1\nq_heads = 2\nseq_q = 16\n'
         'head_dim = 16\ndtype = "fp32"\n'
     )
-    done = _ab(tmp_path, suite, base, head)
+    return suite, base, head
+
+
+def test_a_case_both_sides_skip_stops_as_skipped(tmp_path: Path) -> None:
+    suite, base, head = _skipping_suite(tmp_path)
+    done = _run_paired(tmp_path, suite, base, head)
     assert done.returncode == 0, done.stderr
     (case,) = _paired(tmp_path).cases
     assert case.stopped_by == "skipped" and case.pairs == []
+
+
+ATTNPROF = [sys.executable, "-c", "from attnprof.cli import main; main()"]  # the console script's entry point
+
+
+@pytest.mark.parametrize(
+    ("entry", "verb", "folder"),
+    [
+        (ATTNPROF, "paired", "attnprof-paired"),
+        (ATTNPROF, "ab", "attnprof-ab"),  # the alias: a command line written for it writes where it always did
+        ([sys.executable, "-m", "attnprof.core"], "ab", "attnprof-ab"),  # as a profile worker runs it
+    ],
+)
+def test_the_paired_verb_runs_by_its_name_and_by_its_alias(
+    tmp_path: Path, entry: list[str], verb: str, folder: str
+) -> None:
+    suite, base, head = _skipping_suite(tmp_path)
+    argv = [*entry, verb, str(suite), "--base", str(base), "--head", str(head), "--device", "cpu"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--quiet"]
+    done = subprocess.run(argv, cwd=tmp_path, env=_env(head), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / folder  # no --out: the default folder of the name typed
+    assert sorted(p.name for p in out.glob("*.json")) == ["base.json", "comparison.json", "paired.json", "result.json"]
+    assert [p.name for p in tmp_path.glob("attnprof-*")] == [folder]
+    # Each side's document records the command line as typed, alias and all.
+    for name, side in (("result.json", "head"), ("base.json", "base")):
+        command = load_result(out / name).run.command or ""
+        assert command.startswith(f"attnprof {verb} {suite} --base") and command.endswith(f"--quiet ({side})"), command
+    assert json.loads((out / "comparison.json").read_text())["mode"] == "paired"
 
 
 @pytest.mark.parametrize("first_builds", ["apart", "together"])
@@ -218,7 +256,7 @@ def test_a_cases_first_builds_run_apart_or_together_as_asked(tmp_path: Path, fir
     )
     base, head = _tree(tmp_path / "base", 1, crash=build), _tree(tmp_path / "head", 1, crash=build)
     suite = _suite(tmp_path, base, head)
-    done = _ab(tmp_path, suite, base, head, "--record", "--max-pairs", "2", "--first-builds", first_builds)
+    done = _run_paired(tmp_path, suite, base, head, "--record", "--max-pairs", "2", "--first-builds", first_builds)
     assert done.returncode in (0, 1), done.stderr
     (case,) = _paired(tmp_path).cases
     assert [p.order for p in case.pairs] == ["AB", "BA"]
@@ -283,7 +321,7 @@ def test_a_round_the_host_stalled_is_set_aside_and_its_pair_run_again(tmp_path: 
     head = _sleepy_tree(tmp_path / "head", 6.0)
     suite = tmp_path / "attnprof.toml"
     suite.write_text(TINY_SUITE)
-    done = _ab(tmp_path, suite, base, head)
+    done = _run_paired(tmp_path, suite, base, head)
     assert done.returncode in (0, 1), done.stderr
     paired = _paired(tmp_path)
     (case,) = paired.cases

@@ -1,7 +1,7 @@
 """A job's own processes (``attnprof.core.own_processes``), judged with real processes on the CPU: a root's children,
 grandchildren and a daemon that double-forked out of its tree are its own, a process outside its tree is a stranger;
 the GPU health judgement (NVML faked, listing those PIDs) counts only the stranger, for ``attnprof profile`` (this
-process is the root) and for both sides of ``attnprof ab`` started as its coordinator starts them."""
+process is the root) and for both sides of ``attnprof paired`` started as its coordinator starts them."""
 
 from __future__ import annotations
 

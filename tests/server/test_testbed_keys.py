@@ -13,6 +13,7 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from attnprof.contract.worker_api import WorkerTestbed
 from attnprof.core import testbed as keys
 from attnprof.server.auth import service as auth
 from attnprof.server.jobs.models import Job
@@ -114,7 +115,9 @@ def test_a_forged_upload_is_refused_and_the_next_worker_of_the_testbed_still_sta
     # The next worker of the testbed to start: the testbed as the service answers it, checked against its device
     # as the worker checks it, then its registration.
     found = client.get("/internal/testbed", headers=bearer(wtok)).json()
-    assert gpus.check(found, CPU) == f"CPU AMD EPYC, 2 threads: testbed key {CPU.key()} matches"
+    assert gpus.check(WorkerTestbed.model_validate(found), CPU) == (
+        f"CPU AMD EPYC, 2 threads: testbed key {CPU.key()} matches"
+    )
     assert _register(client, wtok, CPU.meaning()).json() == {**found, "keyed": False}
 
     # A run measured on the testbed's device is taken.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from attnprof.contract.worker_api import WorkerTestbed
 from attnprof.core import testbed as keys
 from attnprof.core.testbed import cpu_model
 from attnprof.worker.profile import device as gpu
@@ -19,8 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 H200 = LocalDevice(mode="cuda", name="NVIDIA H200", driver="580.159.04")
 
 
-def _testbed(meaning: dict | None, name: str = "h200") -> dict:
-    return {"name": name, "key": keys.testbed_key(meaning) if meaning else None, "meaning": meaning}
+def _testbed(meaning: dict | None, name: str = "h200") -> WorkerTestbed:
+    return WorkerTestbed(name=name, key=keys.testbed_key(meaning) if meaning else None, meaning=meaning)
 
 
 def test_the_key_is_the_profilers() -> None:

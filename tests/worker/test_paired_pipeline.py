@@ -108,7 +108,7 @@ def test_a_paired_job_profiles_both_trees_and_the_paired_comparison_gives_the_ve
 
 def _told_github(stack: Stack, github: FakeGitHub, job: dict[str, Any], commit: str) -> None:
     """The commit status names the paired verdict, and the pull request's comment says where it came from and how
-    to run it again: the merge base (the job's) in a worktree beside the head, both profiled by ``attnprof ab``."""
+    to run it again: the merge base (the job's) in a worktree beside the head, both profiled by ``attnprof paired``."""
     final = "failure" if job["verdict"] == "fail" else "success"
     # The verdict is committed first and its feedback sent after: the job reads done a moment before GitHub has it.
     wait_for("the final status", lambda: [s["state"] for s in github.statuses(REPO, commit)][-1:] == [final], 30)
@@ -127,4 +127,4 @@ def _told_github(stack: Stack, github: FakeGitHub, job: dict[str, Any], commit: 
     assert "**Paired run on one GPU:** this verdict comes from the merge base and the head profiled interleaved" in body
     assert "### Paired rounds per case (1)" in body and "| `sleepy" in body
     assert f"git worktree add --detach ../attnprof-base {BASE_COMMIT}" in body
-    assert "attnprof ab attnprof.toml --base ../attnprof-base --head ." in body
+    assert "attnprof paired attnprof.toml --base ../attnprof-base --head ." in body

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from attnprof.contract.worker_api import ClaimAnswer, HeartbeatAnswer, WorkerResultAnswer
 from attnprof.worker.profile import profile
 from attnprof.worker.profile import scratch as scratches
 from attnprof.worker.profile.api import Stale, Unreachable
@@ -39,44 +40,50 @@ class FakeAPI:
         if name in self.fail:
             raise self.fail[name]
 
-    def claim(self, job_id: str, attempt: int, worker: str, secret: str) -> dict[str, Any]:
+    def claim(self, job_id: str, attempt: int, worker: str, secret: str) -> ClaimAnswer:
         self.calls.append(("claim", attempt))
         self.secrets.append(secret)
         self._maybe("claim")
-        return {
-            "id": job_id,
-            "attempt": attempt,
-            "spec": self.spec,
-            "bundle_sha256": "x" if self.data else None,
-            "token": f"apj_{job_id}",
-        }
+        return ClaimAnswer.model_validate(
+            {
+                "id": job_id,
+                "attempt": attempt,
+                "spec": self.spec,
+                "bundle_sha256": "x" if self.data else None,
+                "repo": None,
+                "commit": "c0ffee",
+                "testbed": "tb",
+                "token": f"apj_{job_id}",
+                "lease_s": 60.0,
+            }
+        )
 
     def for_job(self, token: str) -> FakeAPI:
         """The attempt's client: the same stand-in, noting the token it was made with."""
         self.tokens.append(token)
         return self
 
-    def heartbeat(self, job_id: str, attempt: int) -> bool:
+    def heartbeat(self, job_id: str, attempt: int) -> HeartbeatAnswer:
         self.calls.append(("heartbeat", attempt))
-        return self.cancelled.is_set()
+        cancelled = self.cancelled.is_set()
+        return HeartbeatAnswer(status="cancelled" if cancelled else "running", cancelled=cancelled)
 
     def bundle(self, job_id: str, *, max_bytes: int) -> bytes:
         self._maybe("bundle")
         assert self.data is not None
         return self.data
 
-    def result(self, job_id: str, attempt: int, document: dict[str, Any]) -> dict[str, Any]:
+    def result(self, job_id: str, attempt: int, document: dict[str, Any]) -> WorkerResultAnswer:
         self.calls.append(("result", document))
         self._maybe("result")
-        return {"run_id": "r1"}
+        return WorkerResultAnswer.model_validate({"run_id": "r1", "status": "analyzing", "duplicate": False})
 
     def trace(self, job_id: str, attempt: int, name: str, data: bytes) -> None:
         self.calls.append(("trace", name))
 
-    def failure(self, job_id: str, attempt: int, reason: str, *, timed_out: bool, retry: bool) -> dict[str, Any]:
+    def failure(self, job_id: str, attempt: int, reason: str, *, timed_out: bool, retry: bool) -> None:
         self.calls.append(("failure", (reason, timed_out, retry)))
         self._maybe("failure")
-        return {}
 
 
 def _cfg(tmp: Path, **kw: Any) -> profile.ProfileConfig:

@@ -1,9 +1,11 @@
 """Regression analysis: compare runs to a verdict, find change points in a history. Torch-free.
 
-``compare`` decides whether a candidate run regressed against pooled baseline runs (docs/architecture.md,
-"Deciding a regression") and returns an ``attnprof.comparison/v1`` document; ``render_table`` prints it for a CI
-log. ``changepoints`` runs ``e_divisive`` over a chronological series of result documents. Bad input raises
-``AnalysisError``, a ``DocumentError``. The method and its defaults are described in docs/regression-method.md.
+``compare`` decides whether a candidate run regressed against pooled baseline runs (docs/architecture.md, "Deciding
+a regression") and returns an ``attnprof.comparison/v1`` document; ``paired.compare_paired`` decides the same for a
+candidate (the head) against one baseline (the merge base) profiled interleaved with it (``mode: paired``);
+``render_table`` prints either for a CI log. ``changepoints`` runs ``e_divisive`` over a chronological series of
+result documents. Bad input raises ``AnalysisError``, a ``DocumentError``. The method and its defaults are described
+in docs/regression-method.md.
 """
 
 from attnprof.core.analysis.changepoints import (

@@ -1,5 +1,5 @@
-"""``compare_paired``: the head against the merge base, profiled interleaved on one device
-(docs/regression-method.md, "Paired comparisons").
+"""``compare_paired``: the candidate (the head) against the baseline (the merge base), profiled interleaved on one
+device (docs/regression-method.md, "Paired comparisons").
 
 The timing finding of each case comes from its paired round differences (``paired_stats``), with the case's
 paired minimum effect (``thresholds.paired``: 0.5% on CUDA by default; a suite's or case's table overrides it);
@@ -9,8 +9,8 @@ comparison. The rounds and the verdict tell one story: the rounds call a case sl
 such call whatever the other cases show; where the comparison's own level is stricter than the one the rounds ran at
 (``--config``), or Benjamini-Hochberg confirms a change the rounds left ambiguous (with the run's other changes), the
 finding and the notes say so. Status, backend, accuracy and DRAM-byte findings and the kernels that moved are read
-from the two sides' result documents exactly as a stored-history comparison reads them, with the base as the one
-baseline.
+from the two sides' result documents exactly as a stored-history comparison reads them, with the merge base's as the
+one baseline.
 """
 
 from __future__ import annotations
@@ -74,9 +74,10 @@ def _uneven(reason: str) -> bool:
     return not reason.startswith(CLOCK_DROP_MARK)
 
 
-def _clock_notes(base: ResultDocument, head: ResultDocument) -> list[str]:
+def _clock_notes(baseline: ResultDocument, candidate: ResultDocument) -> list[str]:
     """The cases whose clock fell while timing, said once: a note, not an excuse (``_uneven``)."""
-    fell = sorted({c.id for doc in (base, head) for c in doc.cases if any(not _uneven(r) for r in c.suspect or [])})
+    sides = (baseline, candidate)
+    fell = sorted({c.id for doc in sides for c in doc.cases if any(not _uneven(r) for r in c.suspect or [])})
     if not fell:
         return []
     return [
@@ -86,25 +87,27 @@ def _clock_notes(base: ResultDocument, head: ResultDocument) -> list[str]:
 
 
 def compare_paired(
-    base: ResultDocument,
-    head: ResultDocument,
+    baseline: ResultDocument,
+    candidate: ResultDocument,
     paired: PairedDocument,
     *,
     config: Thresholds | None = None,
 ) -> ComparisonDocument:
-    """Decide ``pass``, ``warn`` or ``fail`` for ``head`` against ``base`` from the pairs in ``paired``.
+    """Decide ``pass``, ``warn`` or ``fail`` for ``candidate`` (the head's result document) against ``baseline``
+    (the merge base's) from the pairs in ``paired``.
 
-    ``config`` overrides the head's suite-level thresholds (a case's own still win). Raises ``AnalysisError``
-    when the three documents do not belong together."""
-    if paired.base_run != base.run.id or paired.head_run != head.run.id:
+    ``paired.base_run`` must name ``baseline`` and ``paired.head_run`` ``candidate``. ``config`` overrides the
+    candidate's suite-level thresholds (a case's own still win). Raises ``AnalysisError`` when the three documents do
+    not belong together."""
+    if paired.base_run != baseline.run.id or paired.head_run != candidate.run.id:
         raise AnalysisError(
             f"the paired document joins base {paired.base_run} and head {paired.head_run}, "
-            f"not {base.run.id} and {head.run.id}"
+            f"not {baseline.run.id} and {candidate.run.id}"
         )
-    if not head.cases:
-        raise AnalysisError(f"head {head.run.id} has no cases")
-    mode = head.run.mode
-    th = resolve(mode, head.suite.thresholds, config)
+    if not candidate.cases:
+        raise AnalysisError(f"head {candidate.run.id} has no cases")
+    mode = candidate.run.mode
+    th = resolve(mode, candidate.suite.thresholds, config)
     settings = ComparisonSettings(
         mode=mode,
         thresholds=th.as_dict(),
@@ -117,17 +120,17 @@ def compare_paired(
         seed=0,
         precedence=PRECEDENCE,
     )
-    base_cases = {c.id: c for c in base.cases}
+    base_cases = {c.id: c for c in baseline.cases}
     findings: list[Finding] = []
     tested: list[Tested] = []
     compared = 0
-    for case in head.cases:
+    for case in candidate.cases:
         before = base_cases.get(case.id)
         if before is None:
             findings.append(_no_baseline(case.id, case.status))
             continue
         compared += 1
-        cth = resolve(mode, head.suite.thresholds, config, case.thresholds)
+        cth = resolve(mode, candidate.suite.thresholds, config, case.thresholds)
         for check in (
             status_finding(case.id, [before], case),
             backend_finding(case.id, [before], case),
@@ -154,13 +157,13 @@ def compare_paired(
         findings.append(f)
     warmups = sum(len(c.warmup) for c in paired.cases)
     notes = [
-        f"paired run on one {head.environment.device.name}: the merge base and the head interleaved (ABBA), "
+        f"paired run on one {candidate.environment.device.name}: the merge base and the head interleaved (ABBA), "
         f"{sum(len(c.pairs) for c in paired.cases)} pairs of rounds"
         + (f" after {warmups} warm-up pairs" if warmups else "")
         + "; the base's samples join no history"
     ]
     verdict: Verdict = "pass"
-    missing = sorted(set(base_cases) - {c.id for c in head.cases})
+    missing = sorted(set(base_cases) - {c.id for c in candidate.cases})
     if missing:
         verdict = "warn"
         notes.append(f"{len(missing)} base case(s) absent from the head: {', '.join(missing[:5])}")
@@ -172,30 +175,30 @@ def compare_paired(
         )
     notes += _stopping_notes(paired, findings)
     notes += [f"the rounds and the verdict differ on {line}" for line in told]
-    notes += _clock_notes(base, head)
-    _excuse_suspect_cases(head, findings, notes, _uneven)
+    notes += _clock_notes(baseline, candidate)
+    _excuse_suspect_cases(candidate, findings, notes, _uneven)
     verdict = _worst(verdict, *(f.verdict for f in findings))
-    base_marks = [r for r in base.run.suspect or [] if _uneven(r)]
+    base_marks = [r for r in baseline.run.suspect or [] if _uneven(r)]
     if base_marks:
         notes.append(f"the base side is suspect: {'; '.join(base_marks)}")
-    verdict = _suspect_run(verdict, [r for r in head.run.suspect or [] if _uneven(r)], notes, "head")
+    verdict = _suspect_run(verdict, [r for r in candidate.run.suspect or [] if _uneven(r)], notes, "head")
     findings.sort(key=_order)
     return ComparisonDocument(
         mode="paired",
         verdict=verdict,
-        baseline=[base.run.id],
-        candidate=head.run.id,
-        testbed_baseline=[base.environment.testbed_key],
-        testbed_candidate=head.environment.testbed_key,
-        testbed_mismatch=base.environment.testbed_key != head.environment.testbed_key,
-        software=_software_diff([base], head),
-        suspect=head.run.suspect,
+        baseline=[baseline.run.id],
+        candidate=candidate.run.id,
+        testbed_baseline=[baseline.environment.testbed_key],
+        testbed_candidate=candidate.environment.testbed_key,
+        testbed_mismatch=baseline.environment.testbed_key != candidate.environment.testbed_key,
+        software=_software_diff([baseline], candidate),
+        suspect=candidate.run.suspect,
         notes=notes,
         findings=findings,
-        summary=_summary(head, compared, findings),
+        summary=_summary(candidate, compared, findings),
         settings=settings,
         paired=PairedInfo(
-            base_run=base.run.id,
+            base_run=baseline.run.id,
             rounds=sum(len(c.pairs) for c in paired.cases),
             max_pairs=paired.rule.max_pairs,
             min_effect=th.paired,

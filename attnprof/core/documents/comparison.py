@@ -142,9 +142,12 @@ class ComparisonSettings(_Model):
 
 
 class PairedInfo(_Model):
-    """How a paired comparison was made (``mode: paired``): base and head interleaved on one device."""
+    """How a paired comparison was made (``mode: paired``): the merge base (the baseline) and the head (the
+    candidate) interleaved on one device."""
 
-    base_run: str = Field(description="id of the base side's result document: evidence here, never a stored run")
+    base_run: str = Field(
+        description="id of the merge base's result document (the baseline): evidence here, never a stored run"
+    )
     rounds: int = Field(description="pairs of rounds over all cases")
     max_pairs: int = Field(description="pairs a case may take at most (its budget may allow fewer)")
     min_effect: float = Field(description="minimum relative change of latency (before case overrides)")
@@ -168,8 +171,8 @@ class ComparisonDocument(_Model):
     schema_: Literal["attnprof.comparison/v1"] = Field(COMPARISON_SCHEMA, alias="schema")
     mode: Literal["history", "paired"] = Field(
         "history",
-        description="history: the candidate against stored baseline runs; paired: the merge base and the head "
-        "profiled interleaved on one device in the same job",
+        description="history: the candidate against stored baseline runs; paired: the candidate (the head) against "
+        "one baseline (the merge base), both profiled interleaved on one device in the same run",
     )
     verdict: Verdict
     baseline: list[str] | None = Field(description="ids of the pooled baseline runs; null when there was none")

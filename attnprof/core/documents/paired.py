@@ -1,16 +1,17 @@
-"""The paired document, ``attnprof.paired/v1``: the interleaved rounds of a paired A/B run
+"""The paired document, ``attnprof.paired/v1``: the interleaved rounds of a paired run
 (docs/architecture.md, "The paired job").
 
-A paired run profiles two source trees, the merge base (``base``) and the head, on the same device and in the
-same time: per case, warm-up pairs until both sides' rounds agree, then rounds of the two sides alternate in ABBA
-order (base then head, head then base, ...), each round timed as a profile run times one, and stops once the paired
-round differences settle the answer or the case's planned pairs run out. This document holds, per case, each pair's
-two round medians (microseconds) and SM clocks (MHz; null on CPU), the order the pair ran in, whether it was set
-aside as disturbed (and why), the warm-up pairs and how the warm-up ended, the pairs its budget allowed and what
-they cost (seconds of device time), and why the case stopped. Fields added after the first documents have defaults
-that say how those were judged (no warm-up, the run's rule for every case, one case per family). Each side's whole
-profile is an ``attnprof.result/v1`` document of its own (``base_run`` and ``head_run``); the head's is an ordinary
-run of its branch, the base's is evidence for this comparison only and never joins a history.
+A paired run profiles two source trees, the merge base (``base``: the comparison's baseline) and the head (the
+candidate), on the same device and in the same time: per case, warm-up pairs until both sides' rounds agree, then
+rounds of the two sides alternate in ABBA order (base then head, head then base, ...), each round timed as a profile
+run times one, and stops once the paired round differences settle the answer or the case's planned pairs run out.
+This document holds, per case, each pair's two round medians (microseconds) and SM clocks (MHz; null on CPU), the
+order the pair ran in, whether it was set aside as disturbed (and why), the warm-up pairs and how the warm-up ended,
+the pairs its budget allowed and what they cost (seconds of device time), and why the case stopped. Fields added
+after the first documents have defaults that say how those were judged (no warm-up, the run's rule for every case,
+one case per family). Each side's whole profile is an ``attnprof.result/v1`` document of its own (``base_run`` and
+``head_run``); the head's is an ordinary run of its branch, the base's is evidence for this comparison only and
+never joins a history.
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ class _Model(BaseModel):
 
 
 class Pair(_Model):
-    """One base round and one head round, run back to back."""
+    """One round of the merge base (the baseline) and one of the head (the candidate), run back to back."""
 
     order: Literal["AB", "BA"] = Field(description="AB: the base's round ran first; BA: the head's")
-    base_us: float = Field(gt=0, description="median of the base round's samples, microseconds")
-    head_us: float = Field(gt=0, description="median of the head round's samples, microseconds")
+    base_us: float = Field(gt=0, description="median of the merge base's round (the baseline), microseconds")
+    head_us: float = Field(gt=0, description="median of the head's round (the candidate), microseconds")
     base_mhz: float | None = Field(None, gt=0, description="median SM clock over the base round (CUDA), MHz")
     head_mhz: float | None = Field(None, gt=0, description="median SM clock over the head round (CUDA), MHz")
     base_samples: int = Field(ge=1, description="timed iterations in the base round")
@@ -171,8 +172,10 @@ class PairedCase(_Model):
 class PairedDocument(_Model):
     schema_: Literal["attnprof.paired/v1"] = Field(PAIRED_SCHEMA, alias="schema")
     mode: Mode
-    base_run: str = Field(description="id of the base side's result document (never stored as a run)")
-    head_run: str = Field(description="id of the head side's result document (stored as the job's run)")
+    base_run: str = Field(
+        description="id of the result document of the merge base (the baseline; never stored as a run)"
+    )
+    head_run: str = Field(description="id of the result document of the head (the candidate; stored as the job's run)")
     isolation: Literal["processes"] = Field(
         "processes",
         description="how the two trees were kept apart: one process per side, each importing its own tree only",

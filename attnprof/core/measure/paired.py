@@ -256,7 +256,7 @@ def profile_paired(
     max_pairs = options.max_pairs or timing.paired_max_pairs
     roots = {"base": base_root, "head": head_root}
     with (
-        tempfile.TemporaryDirectory(prefix="attnprof-ab-") as tmp,
+        tempfile.TemporaryDirectory(prefix="attnprof-paired-") as tmp,
         _sides(suite_path, roots, options, while_starting) as sides,
     ):
         mode = sides["head"].mode

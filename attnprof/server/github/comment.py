@@ -154,8 +154,8 @@ def _reproduce_paired(inp: CommentInput, suite: str, selected: str) -> list[str]
     base = shlex.quote(inp.base_commit) if inp.base_commit else '"$(git merge-base origin/HEAD HEAD)"'
     return [
         f"git worktree add --detach {_BASE_TREE} {base}",
-        f"attnprof ab {suite} --base {_BASE_TREE} --head .{selected} --out attnprof-ab",
-        "# attnprof-ab/comparison.json: the paired comparison; remove the base with:",
+        f"attnprof paired {suite} --base {_BASE_TREE} --head .{selected} --out attnprof-paired",
+        "# attnprof-paired/comparison.json: the paired comparison; remove the base with:",
         f"git worktree remove {_BASE_TREE}",
     ]
 

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from attnprof.contract import tasks
+from attnprof.contract import ids, tasks
 from attnprof.contract.provenance import Provenance
 from attnprof.server.artifacts.store import store
 from attnprof.server.auth.service import Principal, hash_secret
@@ -86,7 +86,9 @@ def offer_next_attempt(job: Job, testbed: str, *, now: datetime | None = None) -
     secret = ClaimSecret.new()
     job.claim_secret_sha256 = secret.sha256
     job.offered_at = now or utcnow()
-    return tasks.ProfileMessage(job_id=job.id, attempt=job.attempts + 1, testbed=testbed, claim_secret=secret.plain)
+    return tasks.ProfileMessage(
+        job_id=ids.JobId(job.id), attempt=job.attempts + 1, testbed=testbed, claim_secret=secret.plain
+    )
 
 
 def end_attempt(job: Job) -> None:

@@ -19,6 +19,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
 from starlette.applications import Starlette
 
+from attnprof.contract import ids, routes
 from attnprof.contract.worker_api import (
     Alive,
     AliveAnswer,
@@ -45,27 +46,26 @@ from attnprof.server.jobs.schemas import JobOut
 from attnprof.server.openapi import LICENSE, SERVERS, document_errors, errors, operation_id
 from attnprof.server.testbeds import service as testbeds
 
-OPENAPI_PATH = "/internal/openapi.json"
-router = APIRouter(
-    prefix="/internal", tags=["internal"], include_in_schema=False, generate_unique_id_function=operation_id
-)
+OPENAPI_PATH = routes.OPENAPI
+# Each route's path is its template in ``attnprof.contract.routes``, the paths the worker requests.
+router = APIRouter(tags=["internal"], include_in_schema=False, generate_unique_id_function=operation_id)
 # The body is read raw (a gzip file, not JSON), so FastAPI cannot describe it: say what it is.
 _TRACE_BODY = {"required": True, "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}}
-JobId = Annotated[str, Path(max_length=36, description="the job's id, as its profile.run message names it")]
+JobIdPath = Annotated[ids.JobId, Path(max_length=36, description="the job's id, as its profile.run message names it")]
 # Error answers by the token a route takes: a worker token can be unknown (401), not a worker's (403) or over its
 # rate limit (429); a job token is the job's current attempt's or it opens nothing (401, whatever the job).
 _WORKER_ERRORS = errors(401, 403, 429)
 _JOB_ERRORS = errors(401)
 
 
-@router.get("/testbed", response_model=WorkerTestbed, responses=_WORKER_ERRORS)
+@router.get(routes.TESTBED, response_model=WorkerTestbed, responses=_WORKER_ERRORS)
 def testbed(worker: WorkerDep, session: SessionDep) -> WorkerTestbed:
     """The testbed this worker token serves and its key (what a worker checks its GPU against before it starts)."""
     tb = attempts.worker_testbed(session, worker)
     return WorkerTestbed(name=tb.name, key=tb.key, meaning=tb.meaning)
 
 
-@router.post("/testbed/key", response_model=WorkerDeviceAnswer, responses={**_WORKER_ERRORS, **errors(409, 422)})
+@router.post(routes.TESTBED_KEY, response_model=WorkerDeviceAnswer, responses={**_WORKER_ERRORS, **errors(409, 422)})
 def register(body: WorkerDevice, worker: WorkerDep, session: SessionDep) -> WorkerDeviceAnswer:
     """The device this worker profiles on, as it probed it at start (outside the jail, before any job): a testbed
     with no key takes it as its key and meaning; one with the same key is left as it is. 409 when the testbed is
@@ -77,7 +77,7 @@ def register(body: WorkerDevice, worker: WorkerDep, session: SessionDep) -> Work
     return WorkerDeviceAnswer(name=tb.name, key=tb.key, meaning=tb.meaning, keyed=keyed)
 
 
-@router.post("/alive", response_model=AliveAnswer, responses={**_WORKER_ERRORS, **errors(409)})
+@router.post(routes.ALIVE, response_model=AliveAnswer, responses={**_WORKER_ERRORS, **errors(409)})
 def alive(body: Alive, worker: WorkerDep, session: SessionDep, settings: SettingsDep) -> AliveAnswer:
     """The worker is alive (busy or idle): it says so every ``ATTNPROF_FAIRNESS__WORKER_ALIVE_S``, and counts as a
     live worker of its testbed for ``ATTNPROF_FAIRNESS__WORKER_LIVE_S`` after each. The dispatcher offers a testbed
@@ -94,8 +94,8 @@ def alive(body: Alive, worker: WorkerDep, session: SessionDep, settings: Setting
     return AliveAnswer(testbed=tb.name, live_workers=live, live_s=live_s)
 
 
-@router.post("/jobs/{job_id}/claim", response_model=ClaimAnswer, responses={**_WORKER_ERRORS, **errors(404, 409)})
-def claim(job_id: JobId, body: Claim, worker: WorkerDep, session: SessionDep, settings: SettingsDep) -> ClaimAnswer:
+@router.post(routes.CLAIM, response_model=ClaimAnswer, responses={**_WORKER_ERRORS, **errors(404, 409)})
+def claim(job_id: JobIdPath, body: Claim, worker: WorkerDep, session: SessionDep, settings: SettingsDep) -> ClaimAnswer:
     """Start an attempt with the secret of the job's profile.run message, and get its job token. 404 for a job that
     is not this testbed's or whose latest message did not carry this secret; 409 when the delivery is stale (another
     attempt, or the job is no longer queued): drop the message."""
@@ -107,7 +107,7 @@ def claim(job_id: JobId, body: Claim, worker: WorkerDep, session: SessionDep, se
     # The offer became a running job: with no live worker free, the testbed is offered one more to wait for the next.
     dispatch.after_commit(session, settings, [job.testbed_id])
     return ClaimAnswer(
-        id=job.id,
+        id=ids.JobId(job.id),
         attempt=job.attempts,
         spec=job.spec,
         bundle_sha256=job.bundle_sha256,
@@ -121,9 +121,9 @@ def claim(job_id: JobId, body: Claim, worker: WorkerDep, session: SessionDep, se
     )
 
 
-@router.post("/jobs/{job_id}/heartbeat", response_model=HeartbeatAnswer, responses={**_JOB_ERRORS, **errors(409)})
+@router.post(routes.HEARTBEAT, response_model=HeartbeatAnswer, responses={**_JOB_ERRORS, **errors(409)})
 def heartbeat(
-    job_id: JobId, body: Heartbeat, token: JobTokenDep, session: SessionDep, settings: SettingsDep
+    job_id: JobIdPath, body: Heartbeat, token: JobTokenDep, session: SessionDep, settings: SettingsDep
 ) -> HeartbeatAnswer:
     """The attempt is alive: its lease is renewed. The answer says whether the job was cancelled (stop the work)."""
     job = attempts.heartbeat(
@@ -133,12 +133,12 @@ def heartbeat(
 
 
 @router.get(
-    "/jobs/{job_id}/bundle",
+    routes.BUNDLE,
     response_class=Response,
     responses={200: {"content": {"application/gzip": {}}}, **_JOB_ERRORS, **errors(404, 409)},
 )
 def bundle(
-    job_id: JobId,
+    job_id: JobIdPath,
     token: JobTokenDep,
     session: SessionDep,
     tree: Annotated[
@@ -150,9 +150,9 @@ def bundle(
     return Response(attempts.bundle(session, job_id, token.sha256, tree=tree), media_type="application/gzip")
 
 
-@router.post("/jobs/{job_id}/result", response_model=WorkerResultAnswer, responses={**_JOB_ERRORS, **errors(409, 422)})
+@router.post(routes.RESULT, response_model=WorkerResultAnswer, responses={**_JOB_ERRORS, **errors(409, 422)})
 def result(
-    job_id: JobId,
+    job_id: JobIdPath,
     body: WorkerResult,
     token: JobTokenDep,
     session: SessionDep,
@@ -182,7 +182,7 @@ def result(
         session.commit()
         queue.enqueue_analysis(settings, job_id=job_id)
         dispatch.after_commit(session, settings, [run.testbed_id])  # the worker is free
-    return WorkerResultAnswer(run_id=run.id, status="analyzing", duplicate=duplicate)
+    return WorkerResultAnswer(run_id=ids.RunId(run.id), status="analyzing", duplicate=duplicate)
 
 
 def _refuse_result(
@@ -219,14 +219,14 @@ def _refuse_result(
 
 
 @router.put(
-    "/jobs/{job_id}/traces/{name}",
+    routes.TRACE,
     status_code=204,
     response_class=Response,
     responses={**_JOB_ERRORS, **errors(404, 409)},
     openapi_extra={"requestBody": _TRACE_BODY},
 )
 async def trace(
-    job_id: JobId,
+    job_id: JobIdPath,
     name: Annotated[str, Path(min_length=1, max_length=500)],
     attempt: Annotated[int, Query(ge=1)],
     request: Request,
@@ -250,9 +250,9 @@ async def trace(
     return Response(status_code=204)
 
 
-@router.post("/jobs/{job_id}/failure", response_model=JobOut, responses={**_JOB_ERRORS, **errors(409)})
+@router.post(routes.FAILURE, response_model=JobOut, responses={**_JOB_ERRORS, **errors(409)})
 def failure(
-    job_id: JobId,
+    job_id: JobIdPath,
     body: Failure,
     token: JobTokenDep,
     session: SessionDep,
@@ -309,7 +309,7 @@ def internal_openapi(app: Starlette) -> dict[str, Any]:
     return document
 
 
-@router.get("/openapi.json")
+@router.get(routes.OPENAPI)
 def openapi(request: Request) -> dict[str, Any]:
     """This document: the worker routes and their two bearer schemes (``WorkerToken``, ``JobToken``)."""
     return internal_openapi(request.app)

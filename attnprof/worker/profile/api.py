@@ -1,7 +1,9 @@
 """The service's internal API as a profile worker sees it: HTTP, no database. The worker token opens the testbed
 (reading it, and keying it with the worker's device at start) and the claim (with the message's claim secret); the
 claim answers with the attempt's job token, and a client made from it (``for_job``) opens the job's bundle,
-heartbeat, result, traces and failure.
+heartbeat, result, traces and failure. Each path is built by ``attnprof.contract.routes`` (the service's router
+declares the same templates) and each answer the worker reads is validated with its contract model
+(``attnprof.contract.worker_api``), which the method returns.
 
 Errors, in one place:
 
@@ -9,7 +11,8 @@ Errors, in one place:
 ``Stale``            409 or 404, and 401 to a job token (revoked): this attempt is not (or no longer) the job's:
                      drop it, report nothing
 ``Refused``          another 4xx: the request was wrong (a bug, or a limit); retrying cannot help. Also a 409 or
-                     404 to ``register``: the testbed is keyed by another device (the worker must not start)
+                     404 to ``register``: the testbed is keyed by another device (the worker must not start). Also
+                     an answer that its contract model refuses (a service of another version): retrying cannot help
 ``Unreachable``      no answer, or a 5xx/429 after the retries: the service is down or overloaded
 """
 
@@ -17,10 +20,22 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
+from attnprof.contract import routes
+from attnprof.contract.ids import JobId
+from attnprof.contract.public_api import ErrorAnswer
+from attnprof.contract.worker_api import (
+    AliveAnswer,
+    ClaimAnswer,
+    HeartbeatAnswer,
+    WorkerDeviceAnswer,
+    WorkerResultAnswer,
+    WorkerTestbed,
+)
 from attnprof.core.documents import ResultDocument
 from attnprof.core.documents.paired import PairedDocument
 
@@ -49,10 +64,30 @@ class Unreachable(ServiceAPIError):
 
 def _detail(response: httpx.Response) -> str:
     try:
-        body = response.json()
-        return f"{response.status_code} {body.get('error')}: {body.get('detail')}"
-    except ValueError:
+        body = ErrorAnswer.model_validate_json(response.content)
+    except ValidationError:
         return f"{response.status_code}: {response.text[:300]}"
+    return f"{response.status_code} {body.error}: {body.detail}"
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _answer(response: httpx.Response, model: type[M]) -> M:
+    """The answer read through its contract model; ``Refused`` naming the fields it refuses (never their values: a
+    claim's answer holds the job token)."""
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as exc:
+        shown = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(answer)'}: {e['msg']}"
+            for e in exc.errors(include_url=False, include_input=False, include_context=False)[:3]
+        )
+        request = response.request
+        raise Refused(
+            f"{request.method} {request.url.path}: the answer is not a {model.__name__} ({shown}): the service "
+            "speaks another version of the worker API"
+        ) from None
 
 
 class WorkerAPI:
@@ -103,42 +138,39 @@ class WorkerAPI:
             return response
         raise Unreachable(f"{method} {url}: {last}")
 
-    def testbed(self) -> dict[str, Any]:
+    def testbed(self) -> WorkerTestbed:
         """The token's testbed: ``name``, ``key`` (null before its first run) and ``meaning``."""
-        data: dict[str, Any] = self._call("GET", "/internal/testbed").json()
-        return data
+        return _answer(self._call("GET", routes.testbed()), WorkerTestbed)
 
-    def register(self, key: str, meaning: dict[str, str]) -> dict[str, Any]:
+    def register(self, key: str, meaning: dict[str, str]) -> WorkerDeviceAnswer:
         """Key the token's testbed with this worker's device (what it probed at start, outside the jail): the
         testbed's ``name``, ``key``, ``meaning`` and whether this set the key (``keyed``). ``Refused`` naming both
         devices when the testbed is keyed by another one."""
         try:
-            r = self._call("POST", "/internal/testbed/key", json={"key": key, "meaning": meaning})
+            r = self._call("POST", routes.testbed_key(), json={"key": key, "meaning": meaning})
         except Stale as exc:  # no attempt here to be stale: the testbed's answer to this device
             raise Refused(str(exc)) from None
-        data: dict[str, Any] = r.json()
-        return data
+        return _answer(r, WorkerDeviceAnswer)
 
-    def alive(self, worker: str, testbed: str) -> dict[str, Any]:
+    def alive(self, worker: str, testbed: str) -> AliveAnswer:
         """Say this worker of ``testbed`` is alive (busy or idle): ``testbed``, ``live_workers``, ``live_s``. One try:
         the next report is the retry."""
-        r = self._call("POST", "/internal/alive", json={"worker": worker, "testbed": testbed}, retries=0)
-        data: dict[str, Any] = r.json()
-        return data
+        r = self._call("POST", routes.alive(), json={"worker": worker, "testbed": testbed}, retries=0)
+        return _answer(r, AliveAnswer)
 
-    def claim(self, job_id: str, attempt: int, worker: str, secret: str) -> dict[str, Any]:
+    def claim(self, job_id: JobId, attempt: int, worker: str, secret: str) -> ClaimAnswer:
         """Start ``attempt`` with the claim secret of its message: the spec, the bundle's hash, the testbed and the
         attempt's job ``token``. ``Stale`` if it is not the next one or not this message's (drop it)."""
         body = {"attempt": attempt, "worker": worker, "secret": secret}
-        data: dict[str, Any] = self._call("POST", f"/internal/jobs/{job_id}/claim", json=body).json()
-        return data
+        return _answer(self._call("POST", routes.claim(job_id), json=body), ClaimAnswer)
 
-    def heartbeat(self, job_id: str, attempt: int) -> bool:
-        """Say the attempt is alive; True when the job was cancelled. One try: the next beat is the retry."""
-        r = self._call("POST", f"/internal/jobs/{job_id}/heartbeat", json={"attempt": attempt}, retries=0)
-        return bool(r.json().get("cancelled"))
+    def heartbeat(self, job_id: JobId, attempt: int) -> HeartbeatAnswer:
+        """Say the attempt is alive; the answer says whether the job was cancelled. One try: the next beat is the
+        retry."""
+        r = self._call("POST", routes.heartbeat(job_id), json={"attempt": attempt}, retries=0)
+        return _answer(r, HeartbeatAnswer)
 
-    def bundle(self, job_id: str, *, max_bytes: int, tree: str = "head") -> bytes:
+    def bundle(self, job_id: JobId, *, max_bytes: int, tree: str = "head") -> bytes:
         """The job's source bundle (``tree`` base: a paired job's merge base's), read up to ``max_bytes``
         (``Refused`` past it)."""
         params = {"tree": tree} if tree != "head" else None
@@ -147,7 +179,7 @@ class WorkerAPI:
             if i:
                 time.sleep(BACKOFF_S * 2 ** (i - 1))
             try:
-                with self._http.stream("GET", f"/internal/jobs/{job_id}/bundle", params=params) as r:
+                with self._http.stream("GET", routes.bundle(job_id), params=params) as r:
                     if r.status_code in self._stale:
                         r.read()
                         raise Stale(_detail(r))
@@ -172,37 +204,35 @@ class WorkerAPI:
 
     def result(
         self,
-        job_id: str,
+        job_id: JobId,
         attempt: int,
         document: ResultDocument,
         *,
         base: ResultDocument | None = None,
         paired: PairedDocument | None = None,
-    ) -> dict[str, Any]:
+    ) -> WorkerResultAnswer:
         """Upload the attempt's result document (a paired job's: the head's, with the ``base``'s and the ``paired``
-        document in the same body); retried freely (the service stores it once per attempt, all or nothing)."""
+        document in the same body), each dumped from its model; retried freely (the service stores it once per
+        attempt, all or nothing)."""
         body: dict[str, Any] = {"attempt": attempt, "result": document.model_dump(mode="json", by_alias=True)}
         if base is not None and paired is not None:
             body["base"] = base.model_dump(mode="json", by_alias=True)
             body["paired"] = paired.model_dump(mode="json", by_alias=True)
-        r = self._call("POST", f"/internal/jobs/{job_id}/result", json=body)
-        data: dict[str, Any] = r.json()
-        return data
+        return _answer(self._call("POST", routes.result(job_id), json=body), WorkerResultAnswer)
 
-    def trace(self, job_id: str, attempt: int, name: str, data: bytes) -> None:
+    def trace(self, job_id: JobId, attempt: int, name: str, data: bytes) -> None:
         self._call(
             "PUT",
-            f"/internal/jobs/{job_id}/traces/{name}",
+            routes.trace(job_id, name),
             params={"attempt": attempt},
             content=data,
             headers={"Content-Type": "application/gzip"},
         )
 
-    def failure(self, job_id: str, attempt: int, reason: str, *, timed_out: bool, retry: bool) -> dict[str, Any]:
-        r = self._call(
+    def failure(self, job_id: JobId, attempt: int, reason: str, *, timed_out: bool, retry: bool) -> None:
+        """Record the failed attempt (the service answers with the job, which the worker does not read)."""
+        self._call(
             "POST",
-            f"/internal/jobs/{job_id}/failure",
+            routes.failure(job_id),
             json={"attempt": attempt, "reason": reason, "timed_out": timed_out, "retry": retry},
         )
-        data: dict[str, Any] = r.json()
-        return data

@@ -11,6 +11,7 @@ from __future__ import annotations
 from celery import Celery  # type: ignore[import-untyped]
 
 from attnprof.contract import tasks
+from attnprof.contract.ids import JobId
 from attnprof.worker.celery_base import make_celery
 from attnprof.worker.profile import profile
 from attnprof.worker.profile.settings import GpuWorkerSettings
@@ -24,6 +25,6 @@ def make_app(settings: GpuWorkerSettings) -> Celery:
     def profile_run(job_id: str, attempt: int, claim_secret: str) -> str:
         """One attempt of a profiling job. ``claim_secret``: the message's one-time secret, which the claim shows
         the service (with the worker token) and which is never logged."""
-        return profile.run_job(job_id, attempt, claim_secret, profile.ProfileConfig.from_settings(settings))
+        return profile.run_job(JobId(job_id), attempt, claim_secret, profile.ProfileConfig.from_settings(settings))
 
     return app

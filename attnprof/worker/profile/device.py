@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from attnprof.contract.worker_api import WorkerTestbed
 from attnprof.core.own_processes import strangers
 from attnprof.core.testbed import testbed_key, testbed_meaning
 
@@ -201,14 +202,13 @@ def profile_mode(device: str, gpu: LocalDevice | None) -> str:
     return "cuda" if device != "cpu" and gpu is not None else "cpu"
 
 
-def check(testbed: dict[str, Any], here: LocalDevice) -> str:
+def check(testbed: WorkerTestbed, here: LocalDevice) -> str:
     """A line saying why the device found ``here`` (``probe_gpu``'s, or ``probe_cpu``'s) fits the testbed.
 
     ``testbed`` is the service's answer for the worker token (``name``, ``key``, ``meaning``). A testbed with no key
     fits any device: this worker keys it when it starts. Raises ``DeviceMismatch``.
     """
-    name = testbed.get("name", "?")
-    key, meaning = testbed.get("key"), testbed.get("meaning") or {}
+    name, key, meaning = testbed.name, testbed.key, testbed.meaning or {}
     if key is None:
         return (
             f"testbed {name} has no key yet: this worker keys it as it starts, with its {here.mode.upper()} "

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from attnprof.contract import bundle as archive
+from attnprof.contract.ids import JobId
 from attnprof.core.documents import ResultDocument
 from attnprof.core.documents.paired import PairedDocument
 from attnprof.core.errors import DocumentError
@@ -23,7 +24,7 @@ SPEC_NAME = "attnprof.toml"
 
 
 def fetch_base(
-    http: WorkerAPI, job_id: str, job: Path, *, max_bytes: int, max_unpacked_bytes: int, max_members: int
+    http: WorkerAPI, job_id: JobId, job: Path, *, max_bytes: int, max_unpacked_bytes: int, max_members: int
 ) -> outcome.JobFailure | None:
     """Download the job's base bundle and unpack it, checked as the head's is, into ``job/base``; the failure
     to report otherwise (a download that failed is the host's: retried)."""

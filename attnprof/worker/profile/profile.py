@@ -4,8 +4,8 @@ claim with the worker token and the message's one-time claim secret (queued → 
 delivery is dropped), which answers with the attempt's job token → heartbeats in a thread (a cancel, or a 409 or
 401 saying the attempt is over, stops the subprocess) → fetch the bundle and unpack it, checked,
 into a scratch directory → run ``python -m attnprof.core profile`` in the sandbox (a paired job: its base bundle
-too, and ``ab``, ``attnprof.worker.profile.paired``) → upload the result document and its traces, or the failure with
-its reason. The scratch directory is removed whatever happens.
+too, and the paired run, ``attnprof.worker.profile.paired``) → upload the result document and its traces, or the
+failure with its reason. The scratch directory is removed whatever happens.
 
 Talks to the service over HTTP with the worker token (the claim) and the job token (everything after it) only: a
 GPU host holds no database credentials.
@@ -24,14 +24,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from attnprof.contract import bundle as archive
+from attnprof.contract.ids import JobId
+from attnprof.contract.worker_api import ClaimAnswer
 from attnprof.core.documents import ResultDocument
 from attnprof.worker.profile import cgroup as cgroups
-from attnprof.worker.profile import handback, outcome, owner, sandbox
+from attnprof.worker.profile import handback, outcome, owner, paired, sandbox
 from attnprof.worker.profile import jail as jails
-from attnprof.worker.profile import paired as ab
 from attnprof.worker.profile import scratch as scratches
 from attnprof.worker.profile.api import Refused, ServiceAPIError, Stale, Unreachable, WorkerAPI
 from attnprof.worker.profile.device import GpuWatch
@@ -175,7 +176,7 @@ class HeartbeatThread(threading.Thread):
     """Beats every ``interval_s`` while the attempt runs; sets ``stop`` when the job was cancelled (``cancelled``)
     or is no longer this attempt's (``lost``: the sweeper gave it to another attempt, or it is gone)."""
 
-    def __init__(self, api: Callable[[], WorkerAPI], job_id: str, attempt: int, interval_s: float) -> None:
+    def __init__(self, api: Callable[[], WorkerAPI], job_id: JobId, attempt: int, interval_s: float) -> None:
         super().__init__(name=f"heartbeat-{job_id}", daemon=True)
         self._api = api
         self._job_id = job_id
@@ -190,7 +191,7 @@ class HeartbeatThread(threading.Thread):
         with self._api() as api:
             while not self._done.wait(self._interval_s):
                 try:
-                    if api.heartbeat(self._job_id, self._attempt):
+                    if api.heartbeat(self._job_id, self._attempt).cancelled:
                         self.cancelled = True
                         self.stop.set()
                         return
@@ -244,11 +245,11 @@ class Liveness(threading.Thread):
             self.join(timeout=self._interval_s + 5)
 
 
-def profiler_argv(cfg: ProfileConfig, root: Path, cache_dir: Path, *, paired: bool = False) -> list[str]:
+def profiler_argv(cfg: ProfileConfig, root: Path, cache_dir: Path, *, is_paired: bool = False) -> list[str]:
     """The profiling command, with the scratch folder at ``root`` and the peaks cache at ``cache_dir`` (as the job
     sees them: inside the jail, ``/job`` and ``/peaks``); a paired job's profiles its two trees interleaved."""
-    if paired:
-        return ab.ab_argv(root, cache_dir, device=cfg.device, pid_namespace=cfg.jail is not None)
+    if is_paired:
+        return paired.ab_argv(root, cache_dir, device=cfg.device, pid_namespace=cfg.jail is not None)
     argv = [
         sys.executable,
         "-m",
@@ -269,7 +270,7 @@ def profiler_argv(cfg: ProfileConfig, root: Path, cache_dir: Path, *, paired: bo
 
 
 def run_job(
-    job_id: str, attempt: int, claim_secret: str, cfg: ProfileConfig, api: Callable[[], WorkerAPI] | None = None
+    job_id: JobId, attempt: int, claim_secret: str, cfg: ProfileConfig, api: Callable[[], WorkerAPI] | None = None
 ) -> Outcome:
     """Run attempt ``attempt`` of job ``job_id``, claimed with its message's ``claim_secret``, and report its result
     or failure to the service."""
@@ -289,7 +290,7 @@ def run_job(
             log.error("job %s attempt %s: cannot claim: %s", job_id, attempt, exc)
             return "unreachable"
         # From here on only the attempt's job token opens the job: the worker token opened the claim alone.
-        attempt_api = functools.partial(worker_http.for_job, str(claim["token"]))
+        attempt_api = functools.partial(worker_http.for_job, claim.token)
     with attempt_api() as http:
         beat = HeartbeatThread(attempt_api, job_id, attempt, cfg.heartbeat_s)
         scratch: scratches.Scratch | None = None
@@ -315,7 +316,7 @@ def run_job(
                 scratches.remove(scratch.path)
 
 
-def _report(http: WorkerAPI, job_id: str, attempt: int, failure: outcome.JobFailure) -> None:
+def _report(http: WorkerAPI, job_id: JobId, attempt: int, failure: outcome.JobFailure) -> None:
     """Record the failed attempt; a 409/404 (cancelled meanwhile, or another attempt's now) is not an error."""
     try:
         http.failure(job_id, attempt, failure.reason, timed_out=failure.timed_out, retry=failure.retry)
@@ -325,8 +326,8 @@ def _report(http: WorkerAPI, job_id: str, attempt: int, failure: outcome.JobFail
 
 def _attempt(
     http: WorkerAPI,
-    claim: dict[str, Any],
-    job_id: str,
+    claim: ClaimAnswer,
+    job_id: JobId,
     attempt: int,
     cfg: ProfileConfig,
     scratch: scratches.Scratch,
@@ -334,7 +335,7 @@ def _attempt(
 ) -> Outcome:
     job = scratch.job
     src = job / "src"
-    if claim.get("bundle_sha256"):
+    if claim.bundle_sha256:
         try:
             data = http.bundle(job_id, max_bytes=cfg.bundle_bytes)
         except (Unreachable, Refused) as exc:
@@ -351,9 +352,9 @@ def _attempt(
         except archive.BundleRefused as exc:
             _report(http, job_id, attempt, outcome.JobFailure(f"the bundle was refused on the worker: {exc}"))
             return "failed"
-    is_paired = bool(claim.get("paired"))
+    is_paired = claim.paired
     if is_paired:
-        refused = ab.fetch_base(
+        refused = paired.fetch_base(
             http,
             job_id,
             job,
@@ -364,10 +365,10 @@ def _attempt(
         if refused is not None:
             _report(http, job_id, attempt, refused)
             return "failed"
-    (job / SPEC_NAME).write_text(str(claim["spec"]))
+    (job / SPEC_NAME).write_text(claim.spec)
     if beat.stop.is_set():
         return "cancelled" if beat.cancelled else "lost"
-    finished, foreign = _run_jailed(job_id, attempt, cfg, scratch, beat, paired=is_paired)
+    finished, foreign = _run_jailed(job_id, attempt, cfg, scratch, beat, is_paired=is_paired)
     if finished.stopped == "cancelled" or beat.stop.is_set():
         why = "cancelled" if beat.cancelled else f"lost ({beat.lost})"
         log.info("job %s attempt %s: %s: the subprocess was stopped", job_id, attempt, why)
@@ -389,7 +390,7 @@ def _attempt(
         )
         base, pairs = None, None
         if is_paired and isinstance(decided, ResultDocument):
-            sides = ab.read_sides(folder, decided)
+            sides = paired.read_sides(folder, decided)
             if isinstance(sides, outcome.JobFailure):
                 decided = outcome.JobFailure(outcome.with_output(sides.reason, finished.tail))
             else:
@@ -400,14 +401,18 @@ def _attempt(
             return "failed"
         answer = http.result(job_id, attempt, decided, base=base, paired=pairs)
         _upload_traces(http, job_id, attempt, decided, folder)
-    log.info(
-        "job %s attempt %s: result stored as run %s in %.1f s", job_id, attempt, answer.get("run_id"), finished.wall_s
-    )
+    log.info("job %s attempt %s: result stored as run %s in %.1f s", job_id, attempt, answer.run_id, finished.wall_s)
     return "uploaded"
 
 
 def _run_jailed(
-    job_id: str, attempt: int, cfg: ProfileConfig, scratch: scratches.Scratch, beat: HeartbeatThread, *, paired: bool
+    job_id: JobId,
+    attempt: int,
+    cfg: ProfileConfig,
+    scratch: scratches.Scratch,
+    beat: HeartbeatThread,
+    *,
+    is_paired: bool,
 ) -> tuple[sandbox.Finished, list[int]]:
     """Run the profiler over the job's folder, in the jail and the job's cgroup when the worker has them; how it
     ended, and the host PIDs seen on the GPU meanwhile that were not the job's."""
@@ -437,7 +442,7 @@ def _run_jailed(
         cfg.jail.prepare(job, etc=scratch.etc)
         argv, args_fd = jails.hidden_argv(
             cfg.jail.argv(
-                profiler_argv(cfg, root, jails.PEAKS_DIR, paired=paired),
+                profiler_argv(cfg, root, jails.PEAKS_DIR, is_paired=is_paired),
                 scratch=job,
                 etc=scratch.etc,
                 peaks=cfg.cache_dir,
@@ -445,7 +450,7 @@ def _run_jailed(
             )
         )
     else:
-        argv = profiler_argv(cfg, root, cfg.cache_dir, paired=paired)
+        argv = profiler_argv(cfg, root, cfg.cache_dir, is_paired=is_paired)
     log.info("job %s attempt %s: profiling in %s", job_id, attempt, scratch.path)
     watch = GpuWatch() if cfg.jail is not None and cfg.device != "cpu" else None
     cgroup = (
@@ -489,7 +494,7 @@ _TRACE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
 
 
 def _upload_traces(
-    http: WorkerAPI, job_id: str, attempt: int, document: ResultDocument, folder: handback.Folder
+    http: WorkerAPI, job_id: JobId, attempt: int, document: ResultDocument, folder: handback.Folder
 ) -> None:
     for name in sorted({c.trace for c in document.cases if c.trace}):
         # The document is the user's process's output: a name is one plain component of the trace folder, and the

@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnprof.contract.ids import JobId
 from attnprof.worker.profile import owner
 
 _OWNER = re.compile(r"-p(\d+)n(\d+)-[^-]+$")
@@ -96,7 +97,7 @@ def _unmount(target: Path) -> None:
     _libc().umount2(str(target).encode(), _MNT_DETACH)
 
 
-def make(root: Path, job_id: str, attempt: int, *, disk_bytes: int) -> Scratch:
+def make(root: Path, job_id: JobId, attempt: int, *, disk_bytes: int) -> Scratch:
     """A fresh folder for one attempt, named after the job, the attempt and this worker's pid, with the job's folder
     inside (a tmpfs of ``disk_bytes`` when this worker may mount one and ``disk_bytes`` is not 0)."""
     root.mkdir(parents=True, exist_ok=True)

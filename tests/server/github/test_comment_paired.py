@@ -105,8 +105,9 @@ def test_a_paired_comment_reproduces_the_paired_run_beside_a_worktree_of_the_mer
     assert _reproduction(text) == [
         "git checkout abcdef0123456789",
         f"git worktree add --detach ../attnprof-base {base}",
-        f"attnprof ab benches/llama7b.toml --base ../attnprof-base --head . --case '{SLOWER.case}' --out attnprof-ab",
-        "# attnprof-ab/comparison.json: the paired comparison; remove the base with:",
+        f"attnprof paired benches/llama7b.toml --base ../attnprof-base --head . --case '{SLOWER.case}' "
+        "--out attnprof-paired",
+        "# attnprof-paired/comparison.json: the paired comparison; remove the base with:",
         "git worktree remove ../attnprof-base",
     ]
     assert "attnprof compare" not in text and "attnprof profile" not in text
@@ -116,9 +117,8 @@ def test_a_paired_reproduction_without_the_base_commit_finds_the_merge_base() ->
     text = render(_input(comparison=paired_comparison(), candidate=None, baseline=None, suite_path=None))
     lines = _reproduction(text)
     assert lines[1] == 'git worktree add --detach ../attnprof-base "$(git merge-base origin/HEAD HEAD)"'
-    assert (
-        lines[2]
-        == f"attnprof ab attnprof.toml --base ../attnprof-base --head . --case '{SLOWER.case}' --out attnprof-ab"
+    assert lines[2] == (
+        f"attnprof paired attnprof.toml --base ../attnprof-base --head . --case '{SLOWER.case}' --out attnprof-paired"
     )
 
 
@@ -128,4 +128,4 @@ def test_a_failed_paired_job_reproduces_its_paired_run() -> None:
     )
     lines = _reproduction(text)
     assert lines[1] == f"git worktree add --detach ../attnprof-base {'8' * 40}"
-    assert lines[2] == "attnprof ab benches/llama7b.toml --base ../attnprof-base --head . --out attnprof-ab"
+    assert lines[2] == "attnprof paired benches/llama7b.toml --base ../attnprof-base --head . --out attnprof-paired"
