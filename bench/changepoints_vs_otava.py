@@ -3,7 +3,7 @@
 Otava pins old numpy and scipy, so it lives in a venv of its own and is never a project dependency:
 
     python3 -m venv /tmp/otava-venv && /tmp/otava-venv/bin/pip install apache-otava
-    .venv/bin/python bench/changepoints_vs_otava.py [--otava-python /tmp/otava-venv/bin/python]
+    .venv/bin/python -m bench.changepoints_vs_otava [--otava-python /tmp/otava-venv/bin/python]
 
 Each series is a history of run medians: lognormal noise with 0.6% sd (the run-to-run spread of medians on
 the H200), 0-4 level shifts of 1.5-5% in either direction at least 30 runs apart, and 3% of the runs
@@ -34,10 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from attnprof.core.analysis import e_divisive
 
-from attnprof.core.analysis import e_divisive  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 REPORT = ROOT / "bench" / "reports" / "changepoints-vs-otava.md"
 TOLERANCE = 5
@@ -179,7 +178,7 @@ def main() -> None:
 
 
 def write(args: argparse.Namespace, sets: dict, loads: list[float]) -> None:
-    command = "python bench/changepoints_vs_otava.py " + " ".join(sys.argv[1:])
+    command = "python -m bench.changepoints_vs_otava " + " ".join(sys.argv[1:])
     version = next(iter(sets.values()))[4]["version"]
     cores = os.cpu_count()
     lines = [

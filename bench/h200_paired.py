@@ -1,6 +1,6 @@
 """Paired A/B on the H200: raw data for bench/reports/h200-paired.md (gathered by bench/h200_paired.sh).
 
-PYTHONPATH=. python3 bench/h200_paired.py plant --out DIR [--effects 0.005,0.01,0.02]
+python3 -m bench.h200_paired plant --out DIR [--effects 0.005,0.01,0.02]
     Times each case of bench/paired/suite.toml with the base tree's code (CUDA events around each iteration, the
     profiler's clean flush before it, 200 iterations) and reads the SM clock, then writes the trees a paired run
     compares: DIR/base and DIR/aa (zero cycles of spin: the A/A head, a copy of the base in a folder of its own) and
@@ -40,6 +40,7 @@ def plant(out: Path, effects: list[float], suite_path: Path) -> None:
     base = out / "base"
     _write_tree(base, {})
     _write_tree(out / "aa", {})
+    # On purpose: the times are taken with the base tree's own plant module (a written tree, not a package here).
     sys.path.insert(0, str(base))
     import plant as planted  # the base tree's module: zero cycles
 

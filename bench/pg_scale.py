@@ -1,7 +1,7 @@
 """Postgres at a multiple of the service-load seed: how big the tables get, what one run's insert costs and what a
 trend query costs, for sizing a deployment (docs/deploy.md).
 
-    .venv/bin/python bench/pg_scale.py --runs 100000 --out bench/reports/data/pg-scale/100k.json   # 10x the seed
+    .venv/bin/python -m bench.pg_scale --runs 100000 --out bench/reports/data/pg-scale/100k.json   # 10x the seed
 
 The database is seeded by ``bench/service_seed.py`` (the service's migrations, then COPY into the service's own
 tables: a year of runs, 10 cases a run from the real H200 run, ``--samples-per-case`` samples a case as one array,
@@ -35,11 +35,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import service_seed as seeding  # noqa: E402
+from bench import service_seed as seeding
 
 TABLES = ("runs", "run_cases", "run_kernels", "case_samples")
 
@@ -177,7 +173,7 @@ def main() -> None:
     started = time.perf_counter()
     seeded = seeding.seed(admin=args.pg, database=args.database, runs=args.runs, samples_per_case=args.samples_per_case)
     report: dict[str, Any] = {
-        "command": " ".join(["bench/pg_scale.py", *sys.argv[1:]]),
+        "command": " ".join(["python -m bench.pg_scale", *sys.argv[1:]]),
         "runs": seeded.runs,
         "run_cases": seeded.run_cases,
         "run_kernels": seeded.run_kernels,

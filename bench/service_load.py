@@ -1,8 +1,8 @@
 """Load benchmark of the service: ``attnprof serve`` on loopback, Postgres and a real Redis broker.
 
-    .venv/bin/python bench/service_load.py                      # seed, measure, write the report
-    .venv/bin/python bench/service_load.py --reuse --keep       # measure again on the attnprof_bench seeded before
-    .venv/bin/python bench/service_load.py --quick              # small seed, short levels: a smoke run
+    .venv/bin/python -m bench.service_load                      # seed, measure, write the report
+    .venv/bin/python -m bench.service_load --reuse --keep       # measure again on the attnprof_bench seeded before
+    .venv/bin/python -m bench.service_load --quick              # small seed, short levels: a smoke run
 
 Steps, in order:
 1. wait until the machine is quiet (1-minute load average below 1.5, polled every 20 s for up to 10 minutes);
@@ -50,11 +50,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from bench import service_seed as seeding
 
-import service_seed as seeding  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 REPORT = ROOT / "bench" / "reports" / "service-load.md"
 PLOT = ROOT / "bench" / "reports" / "service-load.png"
@@ -1192,7 +1190,7 @@ def main() -> None:
     pl = plans(seeded)
     results = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python bench/service_load.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.service_load " + " ".join(sys.argv[1:]),
         "machine": machine(),
         "versions": versions(args.pg),
         "quiet": quiet,

@@ -1,6 +1,6 @@
 """A Postgres database for the service load benchmark, seeded in bulk through the service's own tables.
 
-    .venv/bin/python bench/service_seed.py --keep        # seed attnprof_bench (10,000 runs) and leave it there
+    .venv/bin/python -m bench.service_seed --keep        # seed attnprof_bench (10,000 runs) and leave it there
 
 The database is created fresh and migrated to head with the service's Alembic migrations; the project, its admin
 token and the testbeds are made by the service's own code. The history is then written with COPY, the way
@@ -28,7 +28,6 @@ import argparse
 import hashlib
 import json
 import math
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,15 +39,14 @@ from typing import Any
 import numpy as np
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from attnprof.core.documents import parse_result
+from attnprof.server import migrate
+from attnprof.server.auth import service as auth
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.projects import service as projects
+from attnprof.server.testbeds import service as testbeds
 
-from attnprof.core.documents import parse_result  # noqa: E402
-from attnprof.server import migrate  # noqa: E402
-from attnprof.server.auth import service as auth  # noqa: E402
-from attnprof.server.db import make_engine, make_sessionmaker  # noqa: E402
-from attnprof.server.projects import service as projects  # noqa: E402
-from attnprof.server.testbeds import service as testbeds  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 H200 = ROOT / "tests" / "data" / "h200" / "attnprof" / "result.json"
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
