@@ -266,7 +266,7 @@ def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
         import redis
 
         # service_seed (psycopg) is imported here: the GPU host's compare mode has neither Postgres nor psycopg.
-        import service_seed as seeding
+        from bench import service_seed as seeding
 
         pg_name = f"attnprof_pipeline_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         database_url = seeding.create_database(PG_ADMIN, pg_name)
