@@ -31,6 +31,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -112,7 +113,7 @@ def exact_sets(a: list[list[int]], b: list[list[int]]) -> float:
     return same / len(a)
 
 
-def run_otava(python: str, series: list[list[float]], orig_count: int) -> dict:
+def run_otava(python: str, series: list[list[float]], orig_count: int) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"series": series, "orig_count": orig_count}, f)
         job = f.name
@@ -120,7 +121,8 @@ def run_otava(python: str, series: list[list[float]], orig_count: int) -> dict:
     Path(job).unlink(missing_ok=True)
     if proc.returncode != 0:
         raise SystemExit(f"otava failed:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
 
 
 def ours(series: list[list[float]]) -> tuple[list[list[int]], list[float], list[float]]:
@@ -177,7 +179,7 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
-def write(args: argparse.Namespace, sets: dict, loads: list[float]) -> None:
+def write(args: argparse.Namespace, sets: dict[str, Any], loads: list[float]) -> None:
     command = "python -m bench.changepoints_vs_otava " + " ".join(sys.argv[1:])
     version = next(iter(sets.values()))[4]["version"]
     cores = os.cpu_count()

@@ -136,11 +136,11 @@ def ncu_driver(suites: list[str], map_path: Path, kineto_out: Path | None = None
                         workload.zero_grads()
                         flush()
                         torch.cuda.synchronize()
-                        torch.cuda.cudart().cudaProfilerStart()
+                        torch.cuda.cudart().cudaProfilerStart()  # type: ignore[no-untyped-call]
                         attnprof_case_marker[(i, 1, 1)](marker_buf)
                         workload.step()
                         torch.cuda.synchronize()
-                        torch.cuda.cudart().cudaProfilerStop()
+                        torch.cuda.cudart().cudaProfilerStop()  # type: ignore[no-untyped-call]
                     else:
                         runs = []
                         for _ in range(repeats):

@@ -176,10 +176,11 @@ def match_launches(kernels: list[Kernel], launches: list[tuple[str, Any]]) -> di
     bases = [base_name(k.name) for k in kernels]
     launch_sigs = [name_signature(name) for name, _ in launches]
     launch_bases = [base_name(name) for name, _ in launches]
-    for same in (
+    rules: tuple[Callable[[int, int], bool], ...] = (
         lambda i, j: same_signature(sigs[i], launch_sigs[j]),
         lambda i, j: bases[i] == launch_bases[j],
-    ):
+    )
+    for same in rules:
         for j, (_name, grid) in enumerate(launches):
             if j in taken:
                 continue

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from attnprof.contract.ids import JobId
 from attnprof.core.documents import ResultDocument
 from attnprof.worker.profile import handback, outcome, sandbox
 from attnprof.worker.profile import jail as jails
@@ -141,7 +142,7 @@ def cuda(scratch_root: Path, strategy: str) -> dict[str, Any]:
     from attnprof.worker.profile import scratch as scratches
 
     jail = _jail(strategy)
-    made = scratches.make(scratch_root, "cuda-probe", 1, disk_bytes=0)
+    made = scratches.make(scratch_root, JobId("cuda-probe"), 1, disk_bytes=0)
     scratch = made.job
     try:
         (scratch / "src" / "probe.py").write_text(_CUDA_INSIDE)
@@ -181,7 +182,7 @@ def _profile_once(
     from attnprof.worker.profile.device import GpuWatch
     from attnprof.worker.profile.profile import SPEC_NAME
 
-    made = scratches.make(scratch_root, f"ab-{mode}", 1, disk_bytes=0)
+    made = scratches.make(scratch_root, JobId(f"ab-{mode}"), 1, disk_bytes=0)
 
     scratch = made.job
     try:
@@ -281,7 +282,7 @@ def start(scratch_root: Path, strategy: str, n: int, out: Path) -> dict[str, Any
     times: dict[str, list[float]] = {"direct": [], "jailed": []}
     for i in range(2 * n):
         mode = ("direct", "jailed")[(i + i // 2) % 2]  # ABBA
-        made = scratches.make(scratch_root, "start", 1, disk_bytes=0)
+        made = scratches.make(scratch_root, JobId("start"), 1, disk_bytes=0)
         scratch = made.job
         t = time.perf_counter()
         if mode == "jailed":

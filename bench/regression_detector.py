@@ -368,7 +368,12 @@ def main() -> None:
     print(f"\nwrote {args.out} in {elapsed:.0f} s")
 
 
-def write_report(args: argparse.Namespace, sections: list, how: str, elapsed: float) -> None:
+def write_report(
+    args: argparse.Namespace,
+    sections: list[tuple[NoiseModel, dict[int, dict[str, Tally]], dict[int, Tally]]],
+    how: str,
+    elapsed: float,
+) -> None:
     mdl, results, _ = sections[0]
     three = results[3]
     aa = max(res["0%"].fail / res["0%"].n for res in results.values())

@@ -42,6 +42,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -120,7 +121,7 @@ def machine() -> dict[str, str]:
 
 
 def versions(pg: str) -> dict[str, str]:
-    import celery
+    import celery  # type: ignore[import-untyped]
     import fastapi
     import psycopg
     import sqlalchemy
@@ -544,6 +545,7 @@ def in_process(seeded: seeding.Seeded, repeats: int = 5) -> dict[str, Any]:
     database, and the publish of one ``profile.run`` message to Redis. Medians of ``repeats`` (CPU ms)."""
     import attnprof.server.models  # noqa: F401  (every table, for the ORM's flush)
     from attnprof.contract import tasks
+    from attnprof.contract.ids import JobId
     from attnprof.core.analysis.compare import compare
     from attnprof.core.documents import parse_result
     from attnprof.server import queue
@@ -594,7 +596,8 @@ def in_process(seeded: seeding.Seeded, repeats: int = 5) -> dict[str, Any]:
     sends = 300
     start = time.process_time()
     for i in range(sends):
-        message = tasks.ProfileMessage(f"in-process-{i}", attempt=1, testbed="bench-in-process", claim_secret="s")
+        job = JobId(f"in-process-{i}")
+        message = tasks.ProfileMessage(job, attempt=1, testbed="bench-in-process", claim_secret="s")
         queue.enqueue_profile(settings, message)
     out["enqueue_ms"] = (time.process_time() - start) * 1000 / sends
     subprocess.run(["redis-cli", "-u", REDIS, "DEL", "profile.bench-in-process"], capture_output=True)
@@ -658,7 +661,7 @@ async def submissions_in_process(seeded: seeding.Seeded, n: int = 2000, concurre
             await asyncio.Event().wait()  # the client never disconnects
             raise AssertionError
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 statuses.append(message["status"])
 

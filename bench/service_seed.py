@@ -357,19 +357,19 @@ def seed(
                     " latency_max_us, latency_cv, tflops, gbps, compute_util, bandwidth_util, bound, samples_count,"
                     " trace) FROM STDIN"
                 ) as copy:
-                    for row in case_rows:
-                        copy.write_row(row)
+                    for case_row in case_rows:
+                        copy.write_row(case_row)
                 with cur.copy(
                     "COPY run_kernels (id, run_case_id, key, phase, duration_median_us, duration_p25_us,"
                     " duration_p75_us, launches_per_iter, tflops, gbps, compute_util, bandwidth_util,"
                     " theoretical_occupancy, bound) FROM STDIN"
                 ) as copy:
-                    for row in kernel_rows:
-                        copy.write_row(row)
+                    for kernel_row in kernel_rows:
+                        copy.write_row(kernel_row)
                 with cur.copy("COPY case_samples (run_case_id, values_us) FROM STDIN") as copy:
                     copy.set_types(["bigint", "float8[]"])
-                    for row in sample_rows:
-                        copy.write_row(row)
+                    for sample_row in sample_rows:
+                        copy.write_row(sample_row)
             n_cases += len(case_rows)
             n_kernels += len(kernel_rows)
             if (lo // CHUNK_RUNS) % 8 == 0:
