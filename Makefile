@@ -38,12 +38,12 @@ test:
 
 lint:
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check attnprof
+	$(BIN)/ruff format --check attnprof bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 fmt:
-	$(BIN)/ruff format attnprof
+	$(BIN)/ruff format attnprof bench
 	$(BIN)/ruff check --fix .
 
 clean:

@@ -1,7 +1,7 @@
 """A/A on a loaded CPU host: unchanged code, profiled three times in separate processes, must never fail.
 
-    .venv/bin/python bench/aa_cpu.py --triples 20
-    .venv/bin/python bench/aa_cpu.py --source /tmp/aa-src --source-commit f58fb1e   # another tree's profiler
+    .venv/bin/python -m bench.aa_cpu --triples 20
+    .venv/bin/python -m bench.aa_cpu --source /tmp/aa-src --source-commit f58fb1e   # another tree's profiler
 
 Each triple is two baseline runs and one candidate run of ``--suite`` (``examples/cpu.toml``), each a separate
 ``python -m attnprof.core profile SUITE --device cpu --out ...`` process, then
@@ -288,6 +288,8 @@ def main() -> None:
         return
 
     source = args.source.resolve()
+    # On purpose: the in-process unmarked verdict must come from --source's attnprof.core, the tree being measured
+    # (imported lazily, after this), not from the one this script was started from.
     sys.path.insert(0, str(source))
     commit = args.source_commit
     if commit is None:

@@ -1,6 +1,6 @@
 """A/A of paired runs on a loaded CPU host: the same code as base and head must never fail.
 
-    .venv/bin/python bench/aa_paired_cpu.py --trials 20 [--busy all|none]
+    .venv/bin/python -m bench.aa_paired_cpu --trials 20 [--busy all|none]
 
 Each trial is one ``python -m attnprof.core ab SUITE --base A --head B --device cpu`` with two empty trees (the
 CPU suite's targets are built in, so both sides run the same code from two processes), as a paired job runs on a
@@ -23,10 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.aa_cpu import BUSY_WORDS, BusyCore, _cpu_model
 
-from bench.aa_cpu import BUSY_WORDS, BusyCore, _cpu_model  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def unmarked_verdict(out: Path) -> str:
@@ -124,7 +123,7 @@ def main() -> None:
     parser.add_argument("--report", type=Path, default=ROOT / "bench" / "reports" / "aa-paired-cpu.md")
     args = parser.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
-    command = "python bench/aa_paired_cpu.py " + " ".join(sys.argv[1:])
+    command = "python -m bench.aa_paired_cpu " + " ".join(sys.argv[1:])
     busy = BusyCore()
     if args.busy == "all":
         busy.start()

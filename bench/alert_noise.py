@@ -2,7 +2,7 @@
 keyed on the run that revealed it (the rule before alerts were keyed on steps), against the steps that pass the
 case's minimum effect, one per step (``attnprof.server.comparisons.alerts``).
 
-    .venv/bin/python bench/alert_noise.py
+    .venv/bin/python -m bench.alert_noise
 
 The history: the real H200 result document (15 cases, tests/data), 42 default-branch runs analysed one after the
 other, as uploads are: every case 0.9% slower from run 10 and 0.4% faster than the start from run 20 (under the 2%
@@ -16,17 +16,11 @@ alert) and with a 3% step at run 30 (how often it is found, at its run or one be
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from attnprof.core.analysis import e_divisive  # noqa: E402
-from attnprof.server.comparisons import alerts  # noqa: E402
-from tests.server import documents as docs  # noqa: E402
+from attnprof.core.analysis import e_divisive
+from attnprof.server.comparisons import alerts
+from tests.server import documents as docs
 
 STEP_CASE = "sdpa[backend=cudnn,pass=fwd]"
 LEVELS = [0.0] * 10 + [0.009] * 10 + [-0.004] * 10

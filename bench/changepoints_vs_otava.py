@@ -3,7 +3,7 @@
 Otava pins old numpy and scipy, so it lives in a venv of its own and is never a project dependency:
 
     python3 -m venv /tmp/otava-venv && /tmp/otava-venv/bin/pip install apache-otava
-    .venv/bin/python bench/changepoints_vs_otava.py [--otava-python /tmp/otava-venv/bin/python]
+    .venv/bin/python -m bench.changepoints_vs_otava [--otava-python /tmp/otava-venv/bin/python]
 
 Each series is a history of run medians: lognormal noise with 0.6% sd (the run-to-run spread of medians on
 the H200), 0-4 level shifts of 1.5-5% in either direction at least 30 runs apart, and 3% of the runs
@@ -31,13 +31,13 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from attnprof.core.analysis import e_divisive
 
-from attnprof.core.analysis import e_divisive  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 REPORT = ROOT / "bench" / "reports" / "changepoints-vs-otava.md"
 TOLERANCE = 5
@@ -113,7 +113,7 @@ def exact_sets(a: list[list[int]], b: list[list[int]]) -> float:
     return same / len(a)
 
 
-def run_otava(python: str, series: list[list[float]], orig_count: int) -> dict:
+def run_otava(python: str, series: list[list[float]], orig_count: int) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"series": series, "orig_count": orig_count}, f)
         job = f.name
@@ -121,7 +121,8 @@ def run_otava(python: str, series: list[list[float]], orig_count: int) -> dict:
     Path(job).unlink(missing_ok=True)
     if proc.returncode != 0:
         raise SystemExit(f"otava failed:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
 
 
 def ours(series: list[list[float]]) -> tuple[list[list[int]], list[float], list[float]]:
@@ -178,8 +179,8 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
-def write(args: argparse.Namespace, sets: dict, loads: list[float]) -> None:
-    command = "python bench/changepoints_vs_otava.py " + " ".join(sys.argv[1:])
+def write(args: argparse.Namespace, sets: dict[str, Any], loads: list[float]) -> None:
+    command = "python -m bench.changepoints_vs_otava " + " ".join(sys.argv[1:])
     version = next(iter(sets.values()))[4]["version"]
     cores = os.cpu_count()
     lines = [

@@ -1,8 +1,8 @@
 """Server time of every dashboard page on the benchmark database, against the 300 ms target.
 
-    .venv/bin/python bench/dashboard_load.py                 # seed 10,000 runs (1,000,000 samples), measure, report
-    .venv/bin/python bench/dashboard_load.py --reuse         # measure on the database a previous run left
-    .venv/bin/python bench/dashboard_load.py --runs 1000 --report /tmp/dash.md   # a smaller seed, for development
+    .venv/bin/python -m bench.dashboard_load                 # seed 10,000 runs (1,000,000 samples), measure, report
+    .venv/bin/python -m bench.dashboard_load --reuse         # measure on the database a previous run left
+    .venv/bin/python -m bench.dashboard_load --runs 1000 --report /tmp/dash.md   # a smaller seed, for development
 
 Steps:
 1. seed ``attnprof_dashboard`` with ``bench/service_seed.py`` (10,000 runs of 10 cases with their kernels over a
@@ -41,12 +41,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from bench import service_load
+from bench import service_seed as seeding
 
-import service_load  # noqa: E402
-import service_seed as seeding  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 REPORT = ROOT / "bench" / "reports" / "dashboard-load.md"
 TARGET_MS = 300.0
@@ -418,7 +416,7 @@ def main() -> None:
         load_after = loadavg()
     finally:
         server.stop()
-    command = "python bench/dashboard_load.py " + " ".join(sys.argv[1:])
+    command = "python -m bench.dashboard_load " + " ".join(sys.argv[1:])
     write_report(
         args.report,
         command=command.strip(),

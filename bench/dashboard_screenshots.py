@@ -1,8 +1,8 @@
 """Every screenshot of the dashboard that the docs show (``docs/dashboard.md``), taken by Playwright with Debian's
 Chromium: one command remakes them all.
 
-    .venv/bin/python bench/dashboard_screenshots.py            # writes every docs/img/*.png the docs link
-    .venv/bin/python bench/dashboard_screenshots.py --tests tests/server/web/test_comparison_answer.py   # some of them
+    .venv/bin/python -m bench.dashboard_screenshots            # writes every docs/img/*.png the docs link
+    .venv/bin/python -m bench.dashboard_screenshots --tests tests/server/web/test_comparison_answer.py   # some of them
 
 Run on purpose (not in CI). Two sources, each showing what the service really made:
 
@@ -33,7 +33,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -42,20 +41,17 @@ from typing import Any
 
 import httpx
 
+from attnprof.server import migrate
+from attnprof.server.auth import service as auth
+from attnprof.server.config import Settings
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.jobs import attempts
+from attnprof.server.jobs import repository as job_rows
+from attnprof.server.projects import service as projects
+from attnprof.server.testbeds import repository as testbeds
+from bench import service_seed as seeding
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import service_seed as seeding  # noqa: E402
-
-from attnprof.server import migrate  # noqa: E402
-from attnprof.server.auth import service as auth  # noqa: E402
-from attnprof.server.config import Settings  # noqa: E402
-from attnprof.server.db import make_engine, make_sessionmaker  # noqa: E402
-from attnprof.server.jobs import attempts  # noqa: E402
-from attnprof.server.jobs import repository as job_rows  # noqa: E402
-from attnprof.server.projects import service as projects  # noqa: E402
-from attnprof.server.testbeds import repository as testbeds  # noqa: E402
 
 OUT = ROOT / "docs" / "img"
 CHROMIUM = "/usr/bin/chromium"

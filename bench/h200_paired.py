@@ -1,6 +1,6 @@
 """Paired A/B on the H200: raw data for bench/reports/h200-paired.md (gathered by bench/h200_paired.sh).
 
-PYTHONPATH=. python3 bench/h200_paired.py plant --out DIR [--effects 0.005,0.01,0.02]
+python3 -m bench.h200_paired plant --out DIR [--effects 0.005,0.01,0.02]
     Times each case of bench/paired/suite.toml with the base tree's code (CUDA events around each iteration, the
     profiler's clean flush before it, 200 iterations) and reads the SM clock, then writes the trees a paired run
     compares: DIR/base and DIR/aa (zero cycles of spin: the A/A head, a copy of the base in a folder of its own) and
@@ -40,8 +40,9 @@ def plant(out: Path, effects: list[float], suite_path: Path) -> None:
     base = out / "base"
     _write_tree(base, {})
     _write_tree(out / "aa", {})
+    # On purpose: the times are taken with the base tree's own plant module (a written tree, not a package here).
     sys.path.insert(0, str(base))
-    import plant as planted  # the base tree's module: zero cycles
+    import plant as planted  # type: ignore[import-not-found]  # the base tree's module: zero cycles
 
     suite = load_suite(suite_path)
     nvml = env.Nvml.open()
@@ -57,14 +58,14 @@ def plant(out: Path, effects: list[float], suite_path: Path) -> None:
         samples = []
         for _ in range(200):
             flusher()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
             fn(*args)
             end.record()
             end.synchronize()
             samples.append(start.elapsed_time(end) * 1000.0)
         times[spec.name] = statistics.median(samples)
-        clocks.append(nvml.sm_clock() or 1980.0)
+        clocks.append((nvml.sm_clock() if nvml is not None else None) or 1980.0)
         del built, fn, args
         torch.cuda.empty_cache()
     mhz = statistics.median(clocks)

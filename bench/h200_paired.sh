@@ -33,7 +33,7 @@ python3 -c "import torch, triton, platform; print({'torch': torch.__version__, '
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$RAW/nvidia-smi-$MODE-start.csv" 2>&1
 if [ ! -f "$TREES/plant.json" ]; then
   python3 -m attnprof.core calibrate --device cuda --cache-dir "$PEAKS" > "$RAW/calibrate.log" 2>&1
-  python3 bench/h200_paired.py plant --out "$TREES" > "$RAW/plant.log" 2>&1 || { cat "$RAW/plant.log"; exit 1; }
+  python3 -m bench.h200_paired plant --out "$TREES" > "$RAW/plant.log" 2>&1 || { cat "$RAW/plant.log"; exit 1; }
 fi
 cp "$TREES/plant.json" "$RAW/plant.json"
 ab() {  # ab HEAD OUTNAME [extra...]

@@ -1,6 +1,6 @@
 """bench/reports/h200-paired.md from the raw data of bench/h200_paired.sh (run on the CPU machine).
 
-    python bench/h200_paired_report.py bench/reports/data/h200-paired-2026-12-02 [--out bench/reports/h200-paired.md]
+    python -m bench.h200_paired_report bench/reports/data/h200-paired-2026-12-02 [--out bench/reports/h200-paired.md]
 
 The data folder holds paired-costs.tar.gz (the long recorded paired runs, the unpaired profiles and the job-like paired
 runs of one lease), paired-jobs.tar.gz (the job-like runs again after both sides were made to start and build at once)
@@ -365,7 +365,7 @@ def render(data: Path, out: Path) -> str:
     w("BUDGET_S=170 bash bench/h200_paired.sh trials  # (a last lease) the trimmed rule as a job runs it")
     w("```")
     w("")
-    w(f"Analysis here: `python bench/h200_paired_report.py {data}` (this page and `{out.with_suffix('.png').name}`).")
+    w(f"Analysis here: `python -m bench.h200_paired_report {data}` (this page and `{out.with_suffix('.png').name}`).")
     w("Raw data: the tarballs in that folder.")
     w("")
     w("## What was planted")

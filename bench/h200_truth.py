@@ -1,17 +1,17 @@
 """Raw data for bench/reports/h200-truth.md, gathered on the GPU host (see bench/h200_truth.sh).
 
-PYTHONPATH=. python3 bench/h200_truth.py run examples/llama7b.toml bench/validation/suite.toml --out DIR
+python3 -m bench.h200_truth run examples/llama7b.toml bench/validation/suite.toml --out DIR
     One process: `attnprof profile` of each suite (result document and traces), then, in the same process,
     each case timed by triton.testing.do_bench (median mode) twice: with its own flush (a zero_() of 256
     MiB, which leaves the L2 dirty) and with the profiler's clean flush (a read sweep of the same size)
     patched in. Writes DIR/<suite>.json, DIR/<suite>-dobench.json and DIR/traces-<suite>/.
 
-PYTHONPATH=. python3 bench/h200_truth.py ncu-driver SUITE... --map FILE
+python3 -m bench.h200_truth ncu-driver SUITE... --map FILE
     What Nsight Compute replays: for each case, warm-up, the flush, then between cudaProfilerStart and
     Stop a marker kernel launched with grid (case index + 1, 1, 1), then one iteration of the case. The
     marker's grid tells whose kernels follow in ncu's launch-ordered output; FILE maps index to case.
 
-PYTHONPATH=. python3 bench/h200_truth.py driver-kineto SUITE... --out FILE [--repeats 5]
+python3 -m bench.h200_truth driver-kineto SUITE... --out FILE [--repeats 5]
     The same iterations as ncu-driver, without ncu: each (flush, synchronise, one iteration) traced by Kineto,
     repeated; FILE holds {case: [[kernel name, grid, median µs], ...]} in launch order. It tells whether a kernel
     that ncu reads apart from the trace pass reads so because of how the driver runs it or because of ncu.
@@ -136,11 +136,11 @@ def ncu_driver(suites: list[str], map_path: Path, kineto_out: Path | None = None
                         workload.zero_grads()
                         flush()
                         torch.cuda.synchronize()
-                        torch.cuda.cudart().cudaProfilerStart()
+                        torch.cuda.cudart().cudaProfilerStart()  # type: ignore[no-untyped-call]
                         attnprof_case_marker[(i, 1, 1)](marker_buf)
                         workload.step()
                         torch.cuda.synchronize()
-                        torch.cuda.cudart().cudaProfilerStop()
+                        torch.cuda.cudart().cudaProfilerStop()  # type: ignore[no-untyped-call]
                     else:
                         runs = []
                         for _ in range(repeats):

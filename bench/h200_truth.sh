@@ -36,7 +36,7 @@ if [ "$MODE" = runs ]; then
     spent=$(( $(date +%s) - START ))
     if [ $i -gt 1 ] && [ $(( spent + last )) -gt "$BUDGET_S" ]; then echo "stopping before run $i: budget"; break; fi
     s0=$(date +%s)
-    python3 bench/h200_truth.py run $SUITES --out "$RAW/run$i" > "$RAW/run$i.log" 2>&1
+    python3 -m bench.h200_truth run $SUITES --out "$RAW/run$i" > "$RAW/run$i.log" 2>&1
     rc=$?; last=$(( $(date +%s) - s0 ))
     echo "{\"run\": $i, \"rc\": $rc, \"wall_s\": $last, \"at\": \"$(date -u +%FT%TZ)\"}" >> "$RAW/walls.jsonl"
     echo "run $i rc=$rc wall=${last}s"; grep -E "^profiled|Error" "$RAW/run$i.log" | tail -4
@@ -52,7 +52,7 @@ if [ "$MODE" = replay ]; then
     $NCU --replay-mode application --profile-from-start off --clock-control none --cache-control $cache \
         --target-processes all --kernel-name-base demangled \
         --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,dram__cycles_elapsed.avg.per_second --csv \
-        --print-units base python3 bench/h200_truth.py ncu-driver $SUITES --map "$RAW/ncu-app-$cache-map.json" \
+        --print-units base python3 -m bench.h200_truth ncu-driver $SUITES --map "$RAW/ncu-app-$cache-map.json" \
         > "$RAW/ncu-app-$cache.csv" 2> "$RAW/ncu-app-$cache.log"
     echo "ncu application replay (cache control $cache) rc=$? wall=$(( $(date +%s) - t0 ))s rows=$(wc -l < "$RAW/ncu-app-$cache.csv")"
     tail -2 "$RAW/ncu-app-$cache.log"; pack
@@ -64,14 +64,14 @@ if [ "$MODE" = ncu ]; then
   M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__cycles_elapsed.avg.per_second
   t0=$(date +%s)
   $NCU --profile-from-start off --clock-control none --target-processes all --kernel-name-base demangled \
-      --metrics "$M" --csv --print-units base python3 bench/h200_truth.py ncu-driver $SUITES --map "$RAW/ncu-map.json" \
+      --metrics "$M" --csv --print-units base python3 -m bench.h200_truth ncu-driver $SUITES --map "$RAW/ncu-map.json" \
       > "$RAW/ncu.csv" 2> "$RAW/ncu.log"
   echo "ncu (cache control all) rc=$? wall=$(( $(date +%s) - t0 ))s rows=$(wc -l < "$RAW/ncu.csv")"; tail -3 "$RAW/ncu.log"
   pack
   t0=$(date +%s)
   $NCU --profile-from-start off --clock-control none --cache-control none --target-processes all \
       --kernel-name-base demangled --metrics gpu__time_duration.sum --csv --print-units base \
-      python3 bench/h200_truth.py ncu-driver $SUITES --map "$RAW/ncu-none-map.json" > "$RAW/ncu-none.csv" 2> "$RAW/ncu-none.log"
+      python3 -m bench.h200_truth ncu-driver $SUITES --map "$RAW/ncu-none-map.json" > "$RAW/ncu-none.csv" 2> "$RAW/ncu-none.log"
   echo "ncu (cache control none) rc=$? wall=$(( $(date +%s) - t0 ))s rows=$(wc -l < "$RAW/ncu-none.csv")"; tail -3 "$RAW/ncu-none.log"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$RAW/nvidia-smi-$MODE-end.csv" 2>&1

@@ -1,6 +1,6 @@
 """Measurement truth on the H200: the committed report, generated from the raw data beside it.
 
-    .venv/bin/python bench/h200_truth_report.py --data bench/reports/data/h200-truth-2026-12-04 \\
+    .venv/bin/python -m bench.h200_truth_report --data bench/reports/data/h200-truth-2026-12-04 \\
         --again bench/reports/data/h200-truth-2026-12-04-b --out bench/reports/h200-truth.md
 
 Reads what ``bench/h200_truth.sh runs 5`` and ``bench/h200_truth.sh ncu`` gathered: ``runN/<suite>.json.gz`` (result
@@ -31,14 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from attnprof.core.documents import Case, Kernel, ResultDocument, parse_result
+from attnprof.core.measure.counters import base_name, parse_ncu_csv
+from attnprof.core.model.roofline import BUSY, COUNTER_BUSY_PCT, LATENCY_US, counter_bound
+from attnprof.core.suite import TimingConfig, load_suite
+from attnprof.core.units import fmt_duration_us
 
-from attnprof.core.documents import Case, Kernel, ResultDocument, parse_result  # noqa: E402
-from attnprof.core.measure.counters import base_name, parse_ncu_csv  # noqa: E402
-from attnprof.core.model.roofline import BUSY, COUNTER_BUSY_PCT, LATENCY_US, counter_bound  # noqa: E402
-from attnprof.core.suite import TimingConfig, load_suite  # noqa: E402
-from attnprof.core.units import fmt_duration_us  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SUITES = {
     "llama7b": "example suite (`examples/llama7b.toml`)",
@@ -177,10 +176,11 @@ def match_launches(kernels: list[Kernel], launches: list[tuple[str, Any]]) -> di
     bases = [base_name(k.name) for k in kernels]
     launch_sigs = [name_signature(name) for name, _ in launches]
     launch_bases = [base_name(name) for name, _ in launches]
-    for same in (
+    rules: tuple[Callable[[int, int], bool], ...] = (
         lambda i, j: same_signature(sigs[i], launch_sigs[j]),
         lambda i, j: bases[i] == launch_bases[j],
-    ):
+    )
+    for same in rules:
         for j, (_name, grid) in enumerate(launches):
             if j in taken:
                 continue
@@ -471,7 +471,7 @@ def render(d: Data, out: Path, plot: Path, again: Runs | None = None) -> str:
             if again is not None
             else []
         ),
-        f"python bench/h200_truth_report.py --data {_rel(d.dir)} "
+        f"python -m bench.h200_truth_report --data {_rel(d.dir)} "
         + (f"--again {_rel(again.dir)} " if again is not None else "")
         + f"--out {_rel(out)}",
         "```",

@@ -2,7 +2,7 @@
 folder broker, `attnprof serve`, the analysis worker, two profile workers in their jail): on a GPU host, with the GPU
 passed into the jail (bench/jail_h200.sh runs it there); on a CPU host with --device cpu.
 
-    python3 bench/hostile_embedded.py --device cuda --testbed h200 --out DIR
+    python3 -m bench.hostile_embedded --device cuda --testbed h200 --out DIR
 
 Every wall, attacked from both sides (tests/hostile_code.py holds the jobs' code, as tests/worker/test_hostile_jobs.py
 and tests/worker/test_hostile_handback.py run it on the CPU):
@@ -26,19 +26,15 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[0:0] = [str(ROOT / "bench"), str(ROOT)]
+import httpx
 
-import httpx  # noqa: E402
-import pipeline_load as pipeline  # noqa: E402
-
-from tests.hostile_code import (  # noqa: E402
+from bench import pipeline_load as pipeline
+from tests.hostile_code import (
     ATTACK_NAMES,
     ATTACKS,
     HOSTILE,
@@ -58,7 +54,7 @@ from tests.hostile_code import (  # noqa: E402
     threads_case,
     took_s,
 )
-from tests.profiling_support import tar_gz  # noqa: E402
+from tests.profiling_support import tar_gz
 
 TIMING = "[suite.timing]\nwarmup = 2\nmin_samples = 5\nmax_samples = 20\nbudget_s = 0.2\n"
 GiB = 1024**3

@@ -1,12 +1,12 @@
 """The job jail on a GPU host: what the host offers, each strategy's self-test with the GPU passed in, CUDA inside the
 jail, and the suite profiled alternately directly and in the jail (bench/reports/jail.md).
 
-    python3 bench/jail_h200.py probe               # the host: user, kernel, user namespaces, GPU nodes, tools
-    python3 bench/jail_h200.py selftest            # each strategy's self-test, with this host's GPU nodes
-    python3 bench/jail_h200.py cuda                # CUDA, NVML and the device nodes as a job in the jail sees them
-    python3 bench/jail_h200.py ab --pairs 3        # SUITE profiled direct, jailed, jailed, direct, ... (ABBA)
-    python3 bench/jail_h200.py start --device cpu  # the jail's own cost: `python -c pass` direct and jailed
-    python3 bench/jail_h200.py report --data DIR   # here: the report from what the GPU host wrote
+    python3 -m bench.jail_h200 probe               # the host: user, kernel, user namespaces, GPU nodes, tools
+    python3 -m bench.jail_h200 selftest            # each strategy's self-test, with this host's GPU nodes
+    python3 -m bench.jail_h200 cuda                # CUDA, NVML and the device nodes as a job in the jail sees them
+    python3 -m bench.jail_h200 ab --pairs 3        # SUITE profiled direct, jailed, jailed, direct, ... (ABBA)
+    python3 -m bench.jail_h200 start --device cpu  # the jail's own cost: `python -c pass` direct and jailed
+    python3 -m bench.jail_h200 report --data DIR   # here: the report from what the GPU host wrote
 
 Each step writes JSON into --out (default $OUT or out/jail); run from the repository root with PYTHONPATH=. on the
 GPU host. A jailed run is the profile worker's own: the same command line, scratch folder, environment and limits
@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from attnprof.contract.ids import JobId
+from attnprof.core.documents import ResultDocument
+from attnprof.worker.profile import handback, outcome, sandbox
+from attnprof.worker.profile import jail as jails
 
-from attnprof.core.documents import ResultDocument  # noqa: E402
-from attnprof.worker.profile import handback, outcome, sandbox  # noqa: E402
-from attnprof.worker.profile import jail as jails  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _read(path: str) -> str:
@@ -142,7 +142,7 @@ def cuda(scratch_root: Path, strategy: str) -> dict[str, Any]:
     from attnprof.worker.profile import scratch as scratches
 
     jail = _jail(strategy)
-    made = scratches.make(scratch_root, "cuda-probe", 1, disk_bytes=0)
+    made = scratches.make(scratch_root, JobId("cuda-probe"), 1, disk_bytes=0)
     scratch = made.job
     try:
         (scratch / "src" / "probe.py").write_text(_CUDA_INSIDE)
@@ -182,7 +182,7 @@ def _profile_once(
     from attnprof.worker.profile.device import GpuWatch
     from attnprof.worker.profile.profile import SPEC_NAME
 
-    made = scratches.make(scratch_root, f"ab-{mode}", 1, disk_bytes=0)
+    made = scratches.make(scratch_root, JobId(f"ab-{mode}"), 1, disk_bytes=0)
 
     scratch = made.job
     try:
@@ -282,7 +282,7 @@ def start(scratch_root: Path, strategy: str, n: int, out: Path) -> dict[str, Any
     times: dict[str, list[float]] = {"direct": [], "jailed": []}
     for i in range(2 * n):
         mode = ("direct", "jailed")[(i + i // 2) % 2]  # ABBA
-        made = scratches.make(scratch_root, "start", 1, disk_bytes=0)
+        made = scratches.make(scratch_root, JobId("start"), 1, disk_bytes=0)
         scratch = made.job
         t = time.perf_counter()
         if mode == "jailed":

@@ -35,12 +35,12 @@ for who in root nobody; do
 done
 STEPS=${STEPS:-"probe tests ab embedded"}  # any of these, in this order
 step() { case " $STEPS " in *" $1 "*) return 0;; *) return 1;; esac; }
-step probe && python3 bench/jail_h200.py all --pairs 0 --out "$DEST" 2>&1 | tail -40
+step probe && python3 -m bench.jail_h200 all --pairs 0 --out "$DEST" 2>&1 | tail -40
 step tests && ATTNPROF_TEST_JAIL_GPU=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/worker/test_jail.py tests/worker/test_limits.py \
   2>&1 | tee "$DEST/hostile.txt" | tail -15
-step ab && python3 bench/jail_h200.py ab --pairs "${PAIRS:-2}" --budget-s "${BUDGET_S:-330}" --out "$DEST" 2>&1 | tail -12
+step ab && python3 -m bench.jail_h200 ab --pairs "${PAIRS:-2}" --budget-s "${BUDGET_S:-330}" --out "$DEST" 2>&1 | tail -12
 # The embedded mode end to end on the GPU: a hostile job, then another project's honest job, through the service,
 # the analysis worker and a profile worker whose jail has the GPU passed in.
 export ATTNPROF_WORKER__SANDBOX_RO_BINDS='["/opt/attnprof-site"]'
-step embedded && timeout 560 python3 bench/hostile_embedded.py --device cuda --testbed h200 --out "$DEST" 2>&1 | tail -25
+step embedded && timeout 560 python3 -m bench.hostile_embedded --device cuda --testbed h200 --out "$DEST" 2>&1 | tail -25
 exit 0

@@ -1,8 +1,8 @@
 """What tracing every round costs: the later rounds' traces and their pooling, against the whole profile.
 
-    .venv/bin/python bench/kernel_trace_cost.py --runs 6                 # examples/cpu.toml on the CPU
-    .venv/bin/python bench/kernel_trace_cost.py --quick                  # one run of one case: does it work
-    .venv/bin/python bench/kernel_trace_cost.py --device cuda --suite examples/llama7b.toml --runs 3
+    .venv/bin/python -m bench.kernel_trace_cost --runs 6                 # examples/cpu.toml on the CPU
+    .venv/bin/python -m bench.kernel_trace_cost --quick                  # one run of one case: does it work
+    .venv/bin/python -m bench.kernel_trace_cost --device cuda --suite examples/llama7b.toml --runs 3
 
 Each run profiles ``--suite`` in this process (``profile_suite``, peaks from ``--cache-dir``), with the runner's
 later-round trace (``measure.trace.trace_round``) and the pooling of every round's kernel durations

@@ -1,7 +1,7 @@
 """The paired run's defaults per case (warm-up, a device-time budget with a floor and a ceiling in pairs, the change
 decision split over the run's cases): what they catch, what they cost, and the figures behind them.
 
-    python bench/paired_budget.py [--quick] [--out bench/reports/paired-budget.md]
+    python -m bench.paired_budget [--quick] [--out bench/reports/paired-budget.md]
 
 Every decision is the committed code's: the sequential rule (``attnprof.core.analysis.paired_stats``) as the
 coordinator builds it (``attnprof.core.measure.paired.case_rule``), and in section 4 the coordinator's own case loop
@@ -35,7 +35,6 @@ import dataclasses
 import json
 import math
 import statistics
-import sys
 import tarfile
 import time
 from collections import Counter, defaultdict
@@ -46,15 +45,14 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import attnprof.core.analysis.paired_stats as ps
+from attnprof.core.analysis.paired_plan import Budget, steady, warmup_tolerance
+from attnprof.core.analysis.stats import benjamini_hochberg
+from attnprof.core.measure.paired import case_rule
+from attnprof.core.measure.paired_case import CaseRounds, run_case
+from attnprof.core.suite import TimingConfig
 
-import attnprof.core.analysis.paired_stats as ps  # noqa: E402
-from attnprof.core.analysis.paired_plan import Budget, steady, warmup_tolerance  # noqa: E402
-from attnprof.core.analysis.stats import benjamini_hochberg  # noqa: E402
-from attnprof.core.measure.paired import case_rule  # noqa: E402
-from attnprof.core.measure.paired_case import CaseRounds, run_case  # noqa: E402
-from attnprof.core.suite import TimingConfig  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DATA = ROOT / "bench" / "reports" / "data" / "h200-paired-2026-12-02"
 DEFAULTS = TimingConfig()
@@ -369,7 +367,7 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> str:
     w("# Paired runs at the defaults: warm-up, a device-time budget, one story from pairs to verdict")
     w("")
     w(
-        f"`python bench/paired_budget.py{' --quick' if args.quick else ''}` on "
+        f"`python -m bench.paired_budget{' --quick' if args.quick else ''}` on "
         f"{datetime.now(UTC):%Y-%m-%d} ({out['wall_s']:.0f} s, CPU only). Method: the top of `bench/paired_budget.py`."
     )
     w(

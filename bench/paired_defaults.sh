@@ -27,7 +27,7 @@ step() {  # step NAME COMMAND...: run it, time it, log it
 python3 -c "import torch, triton; print(torch.__version__, torch.cuda.get_device_name(), triton.__version__)" \
   > "$RAW/versions.txt" 2>&1
 python3 -m attnprof.core calibrate --device cuda --cache-dir "$PEAKS" > "$RAW/calibrate.log" 2>&1
-python3 bench/h200_paired.py plant --out "$TREES" --effects 0.01 --suite "$SUITE" > "$RAW/plant.log" 2>&1 \
+python3 -m bench.h200_paired plant --out "$TREES" --effects 0.01 --suite "$SUITE" > "$RAW/plant.log" 2>&1 \
   || { cat "$RAW/plant.log"; exit 1; }
 cp "$TREES/plant.json" "$RAW/plant.json"
 for i in $(seq "$RUNS"); do

@@ -1,7 +1,7 @@
 """Postgres at a multiple of the service-load seed: how big the tables get, what one run's insert costs and what a
 trend query costs, for sizing a deployment (docs/deploy.md).
 
-    .venv/bin/python bench/pg_scale.py --runs 100000 --out bench/reports/data/pg-scale/100k.json   # 10x the seed
+    .venv/bin/python -m bench.pg_scale --runs 100000 --out bench/reports/data/pg-scale/100k.json   # 10x the seed
 
 The database is seeded by ``bench/service_seed.py`` (the service's migrations, then COPY into the service's own
 tables: a year of runs, 10 cases a run from the real H200 run, ``--samples-per-case`` samples a case as one array,
@@ -35,11 +35,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import service_seed as seeding  # noqa: E402
+from bench import service_seed as seeding
 
 TABLES = ("runs", "run_cases", "run_kernels", "case_samples")
 
@@ -58,15 +54,21 @@ def summary_ms(values_s: list[float]) -> dict[str, float]:
     }
 
 
+def _one(conn: psycopg.Connection[tuple[Any, ...]], sql: str) -> tuple[Any, ...]:
+    row = conn.execute(sql).fetchone()
+    assert row is not None, sql
+    return row
+
+
 def sizes(url: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with psycopg.connect(seeding.libpq_url(url)) as conn:
         for table in TABLES:
-            total, heap, rows = conn.execute(
-                f"SELECT pg_total_relation_size('{table}'), pg_relation_size('{table}'), (SELECT count(*) FROM {table})"
-            ).fetchone()
+            sizes_sql = f"pg_total_relation_size('{table}'), pg_relation_size('{table}')"
+            sql = f"SELECT {sizes_sql}, (SELECT count(*) FROM {table})"
+            total, heap, rows = _one(conn, sql)
             out[table] = {"rows": rows, "total_bytes": total, "heap_bytes": heap}
-        out["database_bytes"] = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+        out["database_bytes"] = _one(conn, "SELECT pg_database_size(current_database())")[0]
     return out
 
 
@@ -131,7 +133,7 @@ def trends(seeded: seeding.Seeded, n: int) -> dict[str, Any]:
     with Session(engine) as session:
         project = projects.get_by_name(session, seeded.project)
         assert project is not None
-        tb_ids = [tb.id for name in seeded.testbeds if (tb := testbeds.get_by_name(session, name)) is not None]
+        tb_ids = [found.id for name in seeded.testbeds if (found := testbeds.get_by_name(session, name)) is not None]
         for i in range(n):
             case = rnd.choice(seeded.case_ids)
             tb = rnd.choice(tb_ids)
@@ -177,7 +179,7 @@ def main() -> None:
     started = time.perf_counter()
     seeded = seeding.seed(admin=args.pg, database=args.database, runs=args.runs, samples_per_case=args.samples_per_case)
     report: dict[str, Any] = {
-        "command": " ".join(["bench/pg_scale.py", *sys.argv[1:]]),
+        "command": " ".join(["python -m bench.pg_scale", *sys.argv[1:]]),
         "runs": seeded.runs,
         "run_cases": seeded.run_cases,
         "run_kernels": seeded.run_kernels,
@@ -194,8 +196,8 @@ def main() -> None:
         report["trend"] = trends(seeded, args.trends)
         print("trend", json.dumps(report["trend"]), flush=True)
         with psycopg.connect(seeding.libpq_url(seeded.url)) as conn:
-            report["postgres"] = conn.execute("SELECT version()").fetchone()[0]
-            report["shared_buffers"] = conn.execute("SHOW shared_buffers").fetchone()[0]
+            report["postgres"] = _one(conn, "SELECT version()")[0]
+            report["shared_buffers"] = _one(conn, "SHOW shared_buffers")[0]
         report["memory_bytes"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         report["cpus"] = os.cpu_count()
         report["total_seconds"] = round(time.perf_counter() - started, 1)

@@ -4,12 +4,12 @@
 #   bash bench/pipeline_h200.sh wheels   # once, here (a registry is needed): fetch the wheels into .whl/
 # On the GPU host: the embedded mode (SQLite and kombu's folder broker: it has no Postgres or Redis), the service,
 # the analysis worker with beat and one Celery profile worker on the GPU; then the suite alternately submitted as a
-# job and profiled directly (`bench/pipeline_load.py compare`) until BUDGET_S seconds after the start.
+# job and profiled directly (`python -m bench.pipeline_load compare`) until BUDGET_S seconds after the start.
 # The server packages the GPU image lacks travel as wheels in .whl/: they are installed into /opt/attnprof-site, which a
 # .pth file puts first on every interpreter's path, the jailed profiling subprocess's included (its sandbox sets a
 # PYTHONPATH of its own, so PYTHONPATH cannot carry them there).
 # Environment: NAME (default pipeline-h200), SUITE, BUDGET_S, SHARED_CACHES=1, DEVICE, TESTBED, WHEELS, PYTHON.
-# Everything measured is packed into $OUT/$NAME.tar.gz, which `bench/pipeline_load.py compare-report` reads.
+# Everything measured is packed into $OUT/$NAME.tar.gz, which `python -m bench.pipeline_load compare-report` reads.
 set -u
 if [ "${1:-}" = wheels ]; then
   # The server extra's closure (pyproject.toml), pinned to the versions this project is tested with, for the GPU
@@ -64,6 +64,6 @@ if [ "${SHARED_CACHES:-0}" = 1 ]; then
   PASS=(--pass-env TORCHINDUCTOR_CACHE_DIR --pass-env TRITON_CACHE_DIR)
 fi
 LEFT=$(( BUDGET_S - ($(date +%s) - START) ))
-$PY bench/pipeline_load.py compare --embedded --device "$DEVICE" --testbed "$TESTBED" --threads 0 --suite "$SUITE" \
+$PY -m bench.pipeline_load compare --embedded --device "$DEVICE" --testbed "$TESTBED" --threads 0 --suite "$SUITE" \
     --budget-s "$LEFT" --timeout-s 400 --cache-dir /tmp/attnprof-cache "${PASS[@]}" --out "$RAW" 2>&1 | tee "$RAW/compare.log"
 nvidia-smi --query-gpu=$QUERY --format=csv > "$RAW/nvidia-smi-end.csv" 2>&1

@@ -1,12 +1,12 @@
 """Benchmark of the worker pipeline: the real stack (service, Celery workers, broker, database) on one host.
 
-    .venv/bin/python bench/pipeline_load.py --jobs 40                 # CPU: Postgres, Redis, 2 profile workers
-    .venv/bin/python bench/pipeline_load.py --jobs 6 --quick          # a smoke run
-    python3 bench/pipeline_load.py compare --embedded --device cuda --testbed h200 \\
+    .venv/bin/python -m bench.pipeline_load --jobs 40                 # CPU: Postgres, Redis, 2 profile workers
+    .venv/bin/python -m bench.pipeline_load --jobs 6 --quick          # a smoke run
+    python3 -m bench.pipeline_load compare --embedded --device cuda --testbed h200 \\
         --suite examples/llama7b.toml --budget-s 420 --out $OUT/pipeline   # GPU host (bench/pipeline_h200.sh)
-    python3 bench/pipeline_load.py compare-report --data DIR [--data DIR2] \\
+    python3 -m bench.pipeline_load compare-report --data DIR [--data DIR2] \\
         --context bench/reports/data/h200-2026-11-29 --out bench/reports/pipeline-h200.md
-    .venv/bin/python bench/pipeline_load.py load-report --data FIGURES.json --out REPORT.md   # write a report again
+    .venv/bin/python -m bench.pipeline_load load-report --data FIGURES.json --out REPORT.md   # write a report again
 
 ``load`` (the default), on this machine:
 1. the suite is profiled directly (``python -m attnprof.core profile``, the worker's own command line) a few
@@ -61,7 +61,6 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 PG_ADMIN = os.environ.get("ATTNPROF_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("ATTNPROF_BENCH_REDIS", "redis://127.0.0.1:6379/15")
@@ -267,7 +266,7 @@ def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
         import redis
 
         # service_seed (psycopg) is imported here: the GPU host's compare mode has neither Postgres nor psycopg.
-        import service_seed as seeding
+        from bench import service_seed as seeding
 
         pg_name = f"attnprof_pipeline_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         database_url = seeding.create_database(PG_ADMIN, pg_name)
@@ -1304,7 +1303,7 @@ def compare_report(args: argparse.Namespace) -> None:
         "bash bench/pipeline_h200.sh wheels                                        # here, once: .whl/",
         "BUDGET_S=480 bash bench/pipeline_h200.sh                                  # device call 1: set A",
         "NAME=pipeline-h200-shared SHARED_CACHES=1 BUDGET_S=330 bash bench/pipeline_h200.sh   # call 2: set B",
-        "python3 bench/pipeline_load.py compare-report "
+        "python3 -m bench.pipeline_load compare-report "
         + " ".join(f"--data {r}" for r in rel)
         + f" --context {ctx} --out {_show(out)}",
         "```",

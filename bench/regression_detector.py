@@ -1,9 +1,9 @@
 """Error rates of the regression detector on realistic GPU timings, beside the simple rules other tools use.
 
-    .venv/bin/python bench/regression_detector.py                  # noise model fitted to the H200 facts
-    .venv/bin/python bench/regression_detector.py --data DIR       # fitted to real result documents in DIR
+    .venv/bin/python -m bench.regression_detector                  # noise model fitted to the H200 facts
+    .venv/bin/python -m bench.regression_detector --data DIR       # fitted to real result documents in DIR
                                                                    # (runs of one unchanged code: A/A)
-    .venv/bin/python bench/regression_detector.py --quick          # fewer trials, a smoke run
+    .venv/bin/python -m bench.regression_detector --quick          # fewer trials, a smoke run
 
 For each trial it draws k baseline runs and one candidate run of one case (A/A: same code; A/B: the
 candidate slower by 1, 2, 3 or 5%, or only noisier), builds result documents, and runs
@@ -37,12 +37,9 @@ import numpy as np
 import scipy
 from scipy import stats as sps
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from attnprof.core.analysis import compare  # noqa: E402
-from attnprof.core.analysis.config import DEFAULT_NOISE_FLOOR, DEFAULT_THRESHOLDS, PRIOR_RUNS  # noqa: E402
-from attnprof.core.documents import (  # noqa: E402
+from attnprof.core.analysis import compare
+from attnprof.core.analysis.config import DEFAULT_NOISE_FLOOR, DEFAULT_THRESHOLDS, PRIOR_RUNS
+from attnprof.core.documents import (
     Case,
     Device,
     Environment,
@@ -55,6 +52,8 @@ from attnprof.core.documents import (  # noqa: E402
     Thresholds,
     load_result,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 REPORT = ROOT / "bench" / "reports" / "regression-detector.md"
 SLOWDOWNS = (0.0, 0.01, 0.02, 0.03, 0.05)
@@ -369,14 +368,19 @@ def main() -> None:
     print(f"\nwrote {args.out} in {elapsed:.0f} s")
 
 
-def write_report(args: argparse.Namespace, sections: list, how: str, elapsed: float) -> None:
+def write_report(
+    args: argparse.Namespace,
+    sections: list[tuple[NoiseModel, dict[int, dict[str, Tally]], dict[int, Tally]]],
+    how: str,
+    elapsed: float,
+) -> None:
     mdl, results, _ = sections[0]
     three = results[3]
     aa = max(res["0%"].fail / res["0%"].n for res in results.values())
     caught3 = three["3%"].fail / three["3%"].n
     caught2 = three["2%"].fail / three["2%"].n
     th = DEFAULT_THRESHOLDS["cuda"]
-    command = "python bench/regression_detector.py " + " ".join(sys.argv[1:])
+    command = "python -m bench.regression_detector " + " ".join(sys.argv[1:])
     lines = [
         "# Regression detector: error rates on H200-like timings",
         "",

@@ -1,8 +1,8 @@
 """Load benchmark of the service: ``attnprof serve`` on loopback, Postgres and a real Redis broker.
 
-    .venv/bin/python bench/service_load.py                      # seed, measure, write the report
-    .venv/bin/python bench/service_load.py --reuse --keep       # measure again on the attnprof_bench seeded before
-    .venv/bin/python bench/service_load.py --quick              # small seed, short levels: a smoke run
+    .venv/bin/python -m bench.service_load                      # seed, measure, write the report
+    .venv/bin/python -m bench.service_load --reuse --keep       # measure again on the attnprof_bench seeded before
+    .venv/bin/python -m bench.service_load --quick              # small seed, short levels: a smoke run
 
 Steps, in order:
 1. wait until the machine is quiet (1-minute load average below 1.5, polled every 20 s for up to 10 minutes);
@@ -42,6 +42,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -50,11 +51,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from bench import service_seed as seeding
 
-import service_seed as seeding  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 REPORT = ROOT / "bench" / "reports" / "service-load.md"
 PLOT = ROOT / "bench" / "reports" / "service-load.png"
@@ -122,7 +121,7 @@ def machine() -> dict[str, str]:
 
 
 def versions(pg: str) -> dict[str, str]:
-    import celery
+    import celery  # type: ignore[import-untyped]
     import fastapi
     import psycopg
     import sqlalchemy
@@ -546,6 +545,7 @@ def in_process(seeded: seeding.Seeded, repeats: int = 5) -> dict[str, Any]:
     database, and the publish of one ``profile.run`` message to Redis. Medians of ``repeats`` (CPU ms)."""
     import attnprof.server.models  # noqa: F401  (every table, for the ORM's flush)
     from attnprof.contract import tasks
+    from attnprof.contract.ids import JobId
     from attnprof.core.analysis.compare import compare
     from attnprof.core.documents import parse_result
     from attnprof.server import queue
@@ -596,7 +596,8 @@ def in_process(seeded: seeding.Seeded, repeats: int = 5) -> dict[str, Any]:
     sends = 300
     start = time.process_time()
     for i in range(sends):
-        message = tasks.ProfileMessage(f"in-process-{i}", attempt=1, testbed="bench-in-process", claim_secret="s")
+        job = JobId(f"in-process-{i}")
+        message = tasks.ProfileMessage(job, attempt=1, testbed="bench-in-process", claim_secret="s")
         queue.enqueue_profile(settings, message)
     out["enqueue_ms"] = (time.process_time() - start) * 1000 / sends
     subprocess.run(["redis-cli", "-u", REDIS, "DEL", "profile.bench-in-process"], capture_output=True)
@@ -660,7 +661,7 @@ async def submissions_in_process(seeded: seeding.Seeded, n: int = 2000, concurre
             await asyncio.Event().wait()  # the client never disconnects
             raise AssertionError
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 statuses.append(message["status"])
 
@@ -1192,7 +1193,7 @@ def main() -> None:
     pl = plans(seeded)
     results = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python bench/service_load.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.service_load " + " ".join(sys.argv[1:]),
         "machine": machine(),
         "versions": versions(args.pg),
         "quiet": quiet,

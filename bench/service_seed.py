@@ -1,6 +1,6 @@
 """A Postgres database for the service load benchmark, seeded in bulk through the service's own tables.
 
-    .venv/bin/python bench/service_seed.py --keep        # seed attnprof_bench (10,000 runs) and leave it there
+    .venv/bin/python -m bench.service_seed --keep        # seed attnprof_bench (10,000 runs) and leave it there
 
 The database is created fresh and migrated to head with the service's Alembic migrations; the project, its admin
 token and the testbeds are made by the service's own code. The history is then written with COPY, the way
@@ -28,7 +28,6 @@ import argparse
 import hashlib
 import json
 import math
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,15 +39,14 @@ from typing import Any
 import numpy as np
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from attnprof.core.documents import parse_result
+from attnprof.server import migrate
+from attnprof.server.auth import service as auth
+from attnprof.server.db import make_engine, make_sessionmaker
+from attnprof.server.projects import service as projects
+from attnprof.server.testbeds import service as testbeds
 
-from attnprof.core.documents import parse_result  # noqa: E402
-from attnprof.server import migrate  # noqa: E402
-from attnprof.server.auth import service as auth  # noqa: E402
-from attnprof.server.db import make_engine, make_sessionmaker  # noqa: E402
-from attnprof.server.projects import service as projects  # noqa: E402
-from attnprof.server.testbeds import service as testbeds  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 H200 = ROOT / "tests" / "data" / "h200" / "attnprof" / "result.json"
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -359,19 +357,19 @@ def seed(
                     " latency_max_us, latency_cv, tflops, gbps, compute_util, bandwidth_util, bound, samples_count,"
                     " trace) FROM STDIN"
                 ) as copy:
-                    for row in case_rows:
-                        copy.write_row(row)
+                    for case_row in case_rows:
+                        copy.write_row(case_row)
                 with cur.copy(
                     "COPY run_kernels (id, run_case_id, key, phase, duration_median_us, duration_p25_us,"
                     " duration_p75_us, launches_per_iter, tflops, gbps, compute_util, bandwidth_util,"
                     " theoretical_occupancy, bound) FROM STDIN"
                 ) as copy:
-                    for row in kernel_rows:
-                        copy.write_row(row)
+                    for kernel_row in kernel_rows:
+                        copy.write_row(kernel_row)
                 with cur.copy("COPY case_samples (run_case_id, values_us) FROM STDIN") as copy:
                     copy.set_types(["bigint", "float8[]"])
-                    for row in sample_rows:
-                        copy.write_row(row)
+                    for sample_row in sample_rows:
+                        copy.write_row(sample_row)
             n_cases += len(case_rows)
             n_kernels += len(kernel_rows)
             if (lo // CHUNK_RUNS) % 8 == 0:

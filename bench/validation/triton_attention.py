@@ -40,7 +40,7 @@ def _metadata(grid: Any, metadata: Any, args: dict[str, Any]) -> dict[str, Any]:
 
 if triton is not None:
 
-    def _attn_fwd_body(
+    def _attn_fwd_body(  # type: ignore[no-untyped-def]  # a Triton kernel: its arguments' types are Triton's
         Q, K, V, Out, sm_scale,
         stride_qz, stride_qh, stride_qm,
         stride_kz, stride_kh, stride_kn,

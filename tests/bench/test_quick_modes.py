@@ -29,18 +29,20 @@ def test_the_service_load_benchmark_runs_every_level_in_its_quick_mode(tmp_path:
     # in process (beyond a project's queue limit), trends and uploads, on its own seeded database.
     report = tmp_path / "service-load.md"
     database = f"attnprof_bench_quick_{os.getpid()}"
-    _run(["bench/service_load.py", "--quick", "--no-wait", "--database", database, "--report", str(report)], 900)
+    _run(["-m", "bench.service_load", "--quick", "--no-wait", "--database", database, "--report", str(report)], 900)
     text = report.read_text()
     assert "jobs, 2 server process(es)" in text and "## In process" in text, text[:2000]
 
 
 def test_the_pipeline_load_benchmark_runs_jobs_through_the_whole_stack(tmp_path: Path) -> None:
     report, figures = tmp_path / "pipeline.md", tmp_path / "pipeline.json"
-    done = _run(["bench/pipeline_load.py", "--jobs", "6", "--quick", "--out", str(report), "--data", str(figures)], 900)
+    done = _run(
+        ["-m", "bench.pipeline_load", "--jobs", "6", "--quick", "--out", str(report), "--data", str(figures)], 900
+    )
     assert "failed 0 of 6" in done.stdout and report.is_file() and figures.is_file(), done.stdout[-2000:]
 
 
 def test_the_regression_detector_benchmark_writes_its_report(tmp_path: Path) -> None:
     report = tmp_path / "detector.md"
-    _run(["bench/regression_detector.py", "--quick", "--out", str(report)], 300)
+    _run(["-m", "bench.regression_detector", "--quick", "--out", str(report)], 300)
     assert report.read_text().startswith("#")

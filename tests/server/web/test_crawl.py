@@ -648,12 +648,8 @@ def test_the_alert_webhook_links_to_the_service(crawl: Crawl) -> None:
 def test_one_command_makes_every_picture_the_docs_show_and_no_other_lies_in_docs_img() -> None:
     """``bench/dashboard_screenshots.py`` makes every image that README.md and docs/*.md link, and docs/img holds
     nothing else (a picture no page shows goes stale unseen)."""
-    import importlib.util
+    from bench import dashboard_screenshots as script
 
-    spec = importlib.util.spec_from_file_location("dashboard_screenshots", ROOT / "bench" / "dashboard_screenshots.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     linked = set()
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         linked |= set(re.findall(r"img/([\w.-]+\.png)", doc.read_text()))
