@@ -28,7 +28,8 @@ head_dim = 64
 
 @cache
 def _load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
+    loaded: dict[str, Any] = json.loads(path.read_text())
+    return loaded
 
 
 def h200(**kw: Any) -> dict[str, Any]:
