@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from datetime import UTC
 
 from attnprof.core.attribution.reconcile import case_reconciliation
+from attnprof.core.attribution.sdpa_calls import backends_line
 from attnprof.core.documents import Case, Kernel, Peaks, ResultDocument
 from attnprof.core.rounds import round_levels
 from attnprof.core.units import MISSING, fmt_duration_range_us, fmt_duration_us, fmt_gbps, fmt_percent, fmt_tflops
@@ -94,6 +95,12 @@ def case_headline(case: Case) -> str:
     return "; ".join(parts)
 
 
+def sdpa_line(case: Case) -> str | None:
+    """The line under a case that made SDPA calls: the backend that ran and why PyTorch refused the fused ones it
+    skipped, in its own words (``attnprof.core.attribution.sdpa_calls``)."""
+    return backends_line(case.sdpa_calls or [], case.backend_used) if case.status == "ok" else None
+
+
 def levels_line(case: Case) -> str | None:
     """The line under a case whose rounds landed on distinct levels (``attnprof.core.rounds``), else ``None``."""
     levels = round_levels(case.latency_us) if case.status == "ok" else None
@@ -173,9 +180,9 @@ def render_markdown(doc: ResultDocument) -> str:
     out = ["# attnprof report", "", *[f"- {h}" for h in header(doc)], ""]
     for case in doc.cases:
         out += [f"## {case.id}", "", case_headline(case), ""]
-        levels = levels_line(case)
-        if levels:
-            out += [levels, ""]
+        for line in (levels_line(case), sdpa_line(case)):
+            if line:
+                out += [line, ""]
         if case.kernels:
             cols = list(KERNEL_COLUMNS) + (list(COUNTER_COLUMNS) if any(k.counters for k in case.kernels) else [])
             out.append("| " + " | ".join(cols) + " |")
@@ -205,9 +212,9 @@ def render_table(doc: ResultDocument, *, width: int = 160) -> str:
     for case in doc.cases:
         console.print()
         console.print(f"[bold]{escape(case.id)}[/bold]  {escape(case_headline(case))}", highlight=False, soft_wrap=True)
-        levels = levels_line(case)
-        if levels:
-            console.print(escape(levels), highlight=False, soft_wrap=True)
+        for note in (levels_line(case), sdpa_line(case)):
+            if note:
+                console.print(escape(note), highlight=False, soft_wrap=True)
         if not case.kernels:
             empty = no_kernels_line(case)
             if empty:

@@ -339,3 +339,17 @@ def test_fp32_accuracy_is_ok(run: Run, case_id: str) -> None:
     assert acc.ok and acc.tolerance == 1e-3
     assert acc.rel_l2_err < 1e-5 and acc.max_abs_err < 1e-4
     assert "float64" in acc.reference
+
+
+def test_each_sdpa_case_records_its_call_and_that_pytorch_was_not_asked_on_the_cpu(run: Run) -> None:
+    # The call read back from the case's own trace: the suite's shapes, GQA's heads, the causal flag
+    gqa = run.case("gqa_cross[backend=math,pass=fwd]")
+    assert gqa.sdpa_calls is not None and len(gqa.sdpa_calls) == 1
+    call = gqa.sdpa_calls[0]
+    assert call.query.shape == [2, 4, 8, 8] and call.key.shape[1:3] == [2, 12] and call.query.dtype == "float"
+    assert call.refused is None and call.not_asked is not None and "only for CUDA" in call.not_asked
+    causal = run.case("causal")
+    assert causal.sdpa_calls is not None
+    assert causal.sdpa_calls[0].is_causal or causal.sdpa_calls[0].attn_mask is not None
+    # the naive target makes no SDPA call
+    assert run.case("naive[pass=fwd]").sdpa_calls is None

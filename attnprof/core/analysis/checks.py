@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from attnprof.core.analysis.kernels import kernel_set
+from attnprof.core.attribution.sdpa_calls import call_changes, refusal_words
 from attnprof.core.documents.comparison import Finding
 from attnprof.core.documents.result import Accuracy, Case
 
@@ -42,7 +43,7 @@ def backend_finding(case_id: str, base_cases: Sequence[Case], cand: Case) -> Fin
             verdict="fail",
             baseline=was,
             candidate=cand.backend_used,
-            detail=f"the backend that ran changed: {was} -> {cand.backend_used}",
+            detail=f"the backend that ran changed: {was} -> {cand.backend_used}" + _why(base, cand, used),
         )
     cand_set = kernel_set(cand.kernels)
     base_sets = [kernel_set(c.kernels) for c in base if c.kernels]
@@ -63,8 +64,24 @@ def backend_finding(case_id: str, base_cases: Sequence[Case], cand: Case) -> Fin
         verdict="warn",
         baseline=f"{len(latest)} kernels",
         candidate=f"{len(cand_set)} kernels",
-        detail=f"kernel set changed within backend {cand.backend_used or '?'}; " + "; ".join(parts),
+        detail=f"kernel set changed within backend {cand.backend_used or '?'}; " + "; ".join(parts) + _why(base, cand),
     )
+
+
+def _why(base: Sequence[Case], cand: Case, was: Sequence[str] = ()) -> str:
+    """Why, in PyTorch's words where it gave them: each backend that ran before and was refused now, with its
+    reasons, and what changed in the SDPA call itself (a mask that appeared, a dtype, strides)."""
+    parts = []
+    for backend in dict.fromkeys(was):
+        words = refusal_words(cand.sdpa_calls or [], backend)
+        if words:
+            parts.append(words)
+    latest = next((c for c in reversed(base) if c.sdpa_calls), None)
+    if latest is not None and cand.sdpa_calls:
+        changes = call_changes(latest.sdpa_calls or [], cand.sdpa_calls)
+        if changes:
+            parts.append("the SDPA call changed: " + "; ".join(changes[:4]) + ("; …" if len(changes) > 4 else ""))
+    return "".join(f"; {p}" for p in parts)
 
 
 def _failures(acc: Accuracy, tolerance: float | None) -> list[str]:

@@ -80,6 +80,10 @@ class CpuOp:
     iteration: int | None = None
     stack: tuple[str, ...] = ()
     """Enclosing op names outermost→innermost, this op last, with inherited annotations first."""
+    input_strides: Dims = ()
+    """Each input's strides, as ``input_dims`` (Kineto records them with ``record_shapes``; () where absent)."""
+    concrete_inputs: tuple[str, ...] = ()
+    """Each input's value where it is a scalar (``"0."``, ``"False"``), else ``""``."""
 
     @property
     def end_us(self) -> float:
@@ -259,7 +263,23 @@ def _collect(events: list[Any]) -> _Collected:
             raw_types = args.get("Input type")
             types = tuple(str(t) for t in raw_types) if isinstance(raw_types, list) else ()
             dims = _dims(args.get("Input Dims", args.get("Input dims")))
-            c.ops.append(CpuOp(name, ts, dur, ev.get("tid", 0), ext, dims, types, pid=ev.get("pid", 0), category=cat))
+            raw_concrete = args.get("Concrete Inputs")
+            concrete = tuple(str(v) for v in raw_concrete) if isinstance(raw_concrete, list) else ()
+            c.ops.append(
+                CpuOp(
+                    name,
+                    ts,
+                    dur,
+                    ev.get("tid", 0),
+                    ext,
+                    dims,
+                    types,
+                    pid=ev.get("pid", 0),
+                    category=cat,
+                    input_strides=_dims(args.get("Input Strides")),
+                    concrete_inputs=concrete,
+                )
+            )
         elif cat in _LAUNCH_CATEGORIES:
             corr = _int(args.get("correlation"))
             if corr is not None:

@@ -398,6 +398,44 @@ class KernelReconciliation(_Model):
     reason: str = Field(description="the gap named in words")
 
 
+SdpaBackend = Literal["cudnn", "flash", "efficient", "math"]
+SDPA_FUSED: tuple[SdpaBackend, ...] = ("cudnn", "flash", "efficient")
+"""The fused SDPA backends PyTorch can refuse, with a reason; math takes every call."""
+
+
+class SdpaTensor(_Model):
+    """One tensor of an SDPA call, as the trace recorded it."""
+
+    shape: list[Annotated[int, Field(ge=0)]] = Field(max_length=8)
+    strides: list[int] | None = Field(None, max_length=8, description="null where the trace did not record them")
+    dtype: str = Field(max_length=40, description="as the trace names it: c10::BFloat16, float, bool, ...")
+
+
+class SdpaCall(_Model):
+    """One distinct ``scaled_dot_product_attention`` call the case made, and which fused backends PyTorch refused it
+    and why (its own words, from ``torch.backends.cuda.can_use_*_attention(params, debug=True)``)."""
+
+    query: SdpaTensor
+    key: SdpaTensor
+    value: SdpaTensor
+    attn_mask: SdpaTensor | None = None
+    dropout_p: NonNegative = 0.0
+    is_causal: bool = False
+    enable_gqa: bool = False
+    scale: float | None = None
+    calls: Annotated[int, Field(ge=1)] = Field(1, description="how many times per traced iteration")
+    requires_grad: bool = Field(False, description="checked as a training call (the case has a backward pass)")
+    eligible: list[SdpaBackend] | None = Field(
+        None, max_length=4, description="the backends PyTorch would take for this call; null where not asked"
+    )
+    refused: dict[SdpaBackend, list[Annotated[str, Field(max_length=1000)]]] | None = Field(
+        None,
+        description="each fused backend PyTorch refused for this call, with its reasons; null where it was not asked "
+        "(PyTorch gives its reasons only for CUDA devices)",
+    )
+    not_asked: str | None = Field(None, max_length=500, description="why the backends were not asked, where not")
+
+
 class Case(_Model):
     id: str
     name: str
@@ -424,6 +462,12 @@ class Case(_Model):
     )
     reconciliation: KernelReconciliation | None = Field(
         None, description="the kernels' sum beside the latency, the gap named; null in older documents"
+    )
+    sdpa_calls: list[SdpaCall] | None = Field(
+        None,
+        max_length=64,
+        description="each distinct SDPA call of an iteration, and why PyTorch refused the fused backends it did not "
+        "use; null where the case made none or the document is older",
     )
 
 

@@ -21,12 +21,14 @@ import torch
 from attnprof.core.analysis.bursts import find_burst
 from attnprof.core.attribution import ParsedTrace, TraceError, parse_trace
 from attnprof.core.attribution.reconcile import reconcile
+from attnprof.core.attribution.sdpa_calls import sdpa_calls
 from attnprof.core.documents import Case, CaseError, Environment, LatencyStats
 from attnprof.core.measure import environment as env
 from attnprof.core.measure.accuracy import check_accuracy
 from attnprof.core.measure.clock import StepClocks
 from attnprof.core.measure.kernel_rounds import pool_durations
 from attnprof.core.measure.kernels import case_achieved, kernel_records
+from attnprof.core.measure.sdpa_reasons import ask_backends
 from attnprof.core.measure.targets import SkipCase, Workload, WorkloadError
 from attnprof.core.measure.timing import Flusher, TimingResult, summarize, time_iterations
 from attnprof.core.measure.trace import RoundTrace
@@ -283,6 +285,9 @@ def _first_record(
         except (TypeError, ValueError) as exc:  # a custom factory's reference that does not match its output
             return _failed(spec, type(exc).__name__, f"the accuracy check cannot compare the output: {exc}")
     work, achieved = case_achieved(spec, backend_used, median, kernels, environment)
+    calls = sdpa_calls(parsed)
+    if calls:
+        calls = ask_backends(calls, device=device, requires_grad=spec.pass_ == "fwd_bwd")
     case = Case(
         id=spec.id,
         name=spec.name,
@@ -299,6 +304,7 @@ def _first_record(
         trace=trace_path.name if trace_path else None,
         wall_s=round(time.perf_counter() - started, 3),
         sm_clock_mhz=clocks.step_mhz() if clocks is not None else None,
+        sdpa_calls=calls or None,
     )
     return _Pending(spec, case, timing, parsed, first.warmup, first.host_us)
 

@@ -436,3 +436,28 @@ def test_durations_past_10_ms_read_in_ms_with_rates_in_their_units(site: Site, o
     assert "545.9 µs (461.0 µs–20.0 ms)" in html  # below 10 ms: µs; a spread across both units names both
     assert '<td class="num">0.13 GFLOP/s</td><td class="num">0.019 GB/s</td>' in html
     assert not re.search(r"\de[+-]\d", html.split("<script")[0])  # the page's text, before its chart data
+
+
+def test_a_case_says_why_its_backend_ran_in_pytorchs_words(site: Site, own: Project) -> None:
+    """A case whose SDPA call PyTorch refused flash for: the call, the backends it would take and the reason, escaped
+    (the document is the uploader's); a case of an older document shows no such part."""
+    doc = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    tensor = {"shape": [1, 8, 1, 128], "strides": [1024, 128, 128, 1], "dtype": "c10::BFloat16"}
+    reason = "Flash attention does not support non-null attn_mask <b>."
+    doc["cases"][0]["sdpa_calls"] = [
+        {
+            "query": tensor,
+            "key": tensor,
+            "value": tensor,
+            "attn_mask": {"shape": [1, 1, 1, 1], "strides": None, "dtype": "bool"},
+            "eligible": ["efficient", "math"],
+            "refused": {"flash": [reason], "cudnn": ["cuDNN needs a head dimension divisible by 8"]},
+        }
+    ]
+    plain = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    html, bare = _run_pages(site, own, "sdpa-why", {"7" * 40: doc, "8" * 40: plain})
+    part = html.split('<div class="sdpa-calls">', 1)[1].split("</div>", 1)[0]
+    assert "attn_mask bool [1, 1, 1, 1]" in part and "would take efficient, math" in part
+    assert "<li>flash refused: Flash attention does not support non-null attn_mask &lt;b&gt;.</li>" in part
+    assert part.index("cudnn refused") < part.index("flash refused")
+    assert 'class="sdpa-calls"' not in bare

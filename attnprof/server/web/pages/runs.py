@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from attnprof.contract.links import PATHS
 from attnprof.core.attribution.reconcile import case_reconciliation
-from attnprof.core.documents import Achieved, Case, Kernel, Peaks, ResultDocument, RunInfo, SuiteInfo
+from attnprof.core.attribution.sdpa_calls import call_words
+from attnprof.core.documents import Achieved, Case, Kernel, Peaks, ResultDocument, RunInfo, SdpaCall, SuiteInfo
 from attnprof.core.report import WORK_FROM, peaks_origin
 from attnprof.core.rounds import round_levels
 from attnprof.server.baselines import service as baselines
@@ -135,6 +136,17 @@ def _case_view(case: Case, peaks: Peaks, *, mode: str) -> dict[str, Any]:
         "off_roofline": [k for k in kernels if not k["on_roofline"]],
         "reconciliation": case_reconciliation(case, mode),
         "levels": levels.describe() if (levels := round_levels(case.latency_us)) is not None else None,
+        "sdpa_calls": [_sdpa_view(call) for call in case.sdpa_calls or []],
+    }
+
+
+def _sdpa_view(call: SdpaCall) -> dict[str, Any]:
+    """One SDPA call of a case: what it passed, the backends PyTorch would take, and its reasons for the others."""
+    return {
+        "call": call_words(call),
+        "eligible": call.eligible,
+        "refused": sorted((call.refused or {}).items()),
+        "not_asked": call.not_asked,
     }
 
 
