@@ -676,4 +676,3 @@ def test_causal_with_more_queries_than_keys_is_refused_naming_seq_q() -> None:
     assert "seq_q (128) <= seq_kv (64)" in str(err) and "bottom-right" in str(err)
     # decode: one query against a long cache, causal or not, is fine
     assert parse_suite(one_case("seq_kv = 4096\ncausal = true\n").replace("seq_q = 128", "seq_q = 1")).cases
-
