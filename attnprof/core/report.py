@@ -101,6 +101,21 @@ def sdpa_line(case: Case) -> str | None:
     return backends_line(case.sdpa_calls or [], case.backend_used) if case.status == "ok" else None
 
 
+def advice_lines(case: Case, *, limit: int = 3) -> list[str]:
+    """The advice that helped, fastest first, each with both times as measured here; a rule's other tries are left
+    out. Empty where none helped or none was tried."""
+    helped = sorted((a for a in case.advice or [] if a.helps), key=lambda a: a.alternative_us / max(a.current_us, 1e-9))
+    out = []
+    for a in helped[:limit]:
+        gain = 1.0 - a.alternative_us / a.current_us if a.current_us else 0.0
+        line = (
+            f"ADVICE ({a.rule}): {a.suggestion}: would take {fmt_duration_us(a.alternative_us)} instead of "
+            f"{fmt_duration_us(a.current_us)} ({fmt_percent(gain, digits=0)} less, measured here)"
+        )
+        out.append(line + (f"; {a.note}" if a.note else ""))
+    return out
+
+
 def levels_line(case: Case) -> str | None:
     """The line under a case whose rounds landed on distinct levels (``attnprof.core.rounds``), else ``None``."""
     levels = round_levels(case.latency_us) if case.status == "ok" else None
@@ -180,7 +195,7 @@ def render_markdown(doc: ResultDocument) -> str:
     out = ["# attnprof report", "", *[f"- {h}" for h in header(doc)], ""]
     for case in doc.cases:
         out += [f"## {case.id}", "", case_headline(case), ""]
-        for line in (levels_line(case), sdpa_line(case)):
+        for line in (levels_line(case), sdpa_line(case), *advice_lines(case)):
             if line:
                 out += [line, ""]
         if case.kernels:
@@ -212,7 +227,7 @@ def render_table(doc: ResultDocument, *, width: int = 160) -> str:
     for case in doc.cases:
         console.print()
         console.print(f"[bold]{escape(case.id)}[/bold]  {escape(case_headline(case))}", highlight=False, soft_wrap=True)
-        for note in (levels_line(case), sdpa_line(case)):
+        for note in (levels_line(case), sdpa_line(case), *advice_lines(case)):
             if note:
                 console.print(escape(note), highlight=False, soft_wrap=True)
         if not case.kernels:

@@ -7,6 +7,8 @@ A suite file is TOML with a ``[suite]`` table and one or more ``[[cases]]``::
     thresholds = { latency = 0.02 }        # optional: minimum effects and the FDR level
     [suite.timing]                         # optional: see TimingConfig
     budget_s = 1.0
+    [suite.advice]                         # optional: rules not to try (attnprof.core.measure.advice)
+    off = ["head_dim"]                     # any of backend, mask, contiguous, head_dim; or "all"
 
     [[cases]]
     name = "prefill"                       # required
@@ -98,6 +100,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from attnprof.core.documents import Thresholds
+from attnprof.core.documents.result import ADVICE_RULES
 from attnprof.core.errors import SuiteError
 
 TARGETS: tuple[str, ...] = ("sdpa", "flex", "naive", "compiled_naive", "block")
@@ -130,7 +133,7 @@ _TARGET_KEYS: dict[str, tuple[str, ...]] = {
 }
 _KEY_OWNER = {"backends": "sdpa", "backend": "sdpa", "window": "flex", "ffn_hidden": "block"}
 _NOT_EXPANDABLE = ("name", "target", "args", "thresholds")
-_SUITE_KEYS = ("name", "thresholds", "timing")
+_SUITE_KEYS = ("name", "thresholds", "timing", "advice")
 _THRESHOLD_KEYS: tuple[str, ...] = tuple(Thresholds.model_fields)
 
 # The paired run's defaults per case (TimingConfig): a budget of device time in units of the case's unpaired rounds,
@@ -361,6 +364,8 @@ class Suite:
     cases: list[CaseSpec]
     source: str
     source_sha256: str
+    advice_off: tuple[str, ...] = ()
+    """The advice rules switched off (``[suite.advice] off``; ``attnprof.core.measure.advice``)."""
 
 
 def parse_suite(text: str, *, source: str = "<string>") -> Suite:
@@ -472,6 +477,7 @@ def _parse(text: str, source: str, sha256: str, size: int) -> Suite:
     name = _check_label(ctx, table["name"], "suite.name", forbidden="")
     suite_thresholds = _thresholds(ctx, table.get("thresholds", {}), "suite.thresholds")
     timing = _timing(ctx, table.get("timing", {}))
+    advice_off = _advice(ctx, table.get("advice", {}))
 
     raw_cases = doc.get("cases")
     if raw_cases is None:
@@ -500,6 +506,7 @@ def _parse(text: str, source: str, sha256: str, size: int) -> Suite:
         cases=cases,
         source=source,
         source_sha256=sha256,
+        advice_off=advice_off,
     )
 
 
@@ -643,6 +650,22 @@ def _thresholds(ctx: _Ctx, table: Any, path: str) -> dict[str, float]:
         loc = ".".join(str(p) for p in err["loc"])
         raise ctx.error(err["msg"], f"{path}.{loc}" if loc else path) from exc
     return out
+
+
+def _advice(ctx: _Ctx, table: Any) -> tuple[str, ...]:
+    """``[suite.advice] off = ["mask", ...]``: the rules not to try (``"all"`` for every one)."""
+    if not isinstance(table, dict):
+        raise ctx.error(f"advice must be a table ([suite.advice]), got {_show(table)}", "suite.advice")
+    for key in table:
+        if key != "off":
+            raise ctx.unknown(key, f"suite.advice.{key}", ("off",), "[suite.advice]")
+    off = table.get("off", [])
+    choices = (*ADVICE_RULES, "all")
+    if not isinstance(off, list) or not all(isinstance(r, str) and r in choices for r in off):
+        raise ctx.error(
+            f"off must be a list of rules, each one of {_one_of(choices)}, got {_show(off)}", "suite.advice.off"
+        )
+    return ADVICE_RULES if "all" in off else tuple(dict.fromkeys(off))
 
 
 def _timing(ctx: _Ctx, table: Any) -> TimingConfig:

@@ -436,6 +436,23 @@ class SdpaCall(_Model):
     not_asked: str | None = Field(None, max_length=500, description="why the backends were not asked, where not")
 
 
+AdviceRule = Literal["backend", "mask", "contiguous", "head_dim"]
+ADVICE_RULES: tuple[str, ...] = AdviceRule.__args__  # type: ignore[attr-defined]
+
+
+class Advice(_Model):
+    """A change to one SDPA call, timed here against the call as it is: both rebuilt on the case's device from the
+    call's recorded shapes, interleaved, the same number of times."""
+
+    rule: AdviceRule
+    call: Annotated[int, Field(ge=0)] = Field(description="index into the case's sdpa_calls")
+    suggestion: str = Field(max_length=500, description="what to change, in a sentence")
+    current_us: NonNegative = Field(description="median time of the call as it is, timed here")
+    alternative_us: NonNegative = Field(description="median time of the call changed as suggested, timed here")
+    helps: bool = Field(description="faster by more than ADVICE_MIN_GAIN; advice that does not help is kept only here")
+    note: str | None = Field(None, max_length=500, description="what the suggestion assumes of the user's data")
+
+
 class Case(_Model):
     id: str
     name: str
@@ -468,6 +485,12 @@ class Case(_Model):
         max_length=64,
         description="each distinct SDPA call of an iteration, and why PyTorch refused the fused backends it did not "
         "use; null where the case made none or the document is older",
+    )
+    advice: list[Advice] | None = Field(
+        None,
+        max_length=32,
+        description="changes to the case's SDPA calls, each timed here against the call as it is; null where none "
+        "was tried (a paired run, rules switched off, no SDPA call)",
     )
 
 

@@ -25,6 +25,7 @@ from attnprof.core.attribution.sdpa_calls import sdpa_calls
 from attnprof.core.documents import Case, CaseError, Environment, LatencyStats
 from attnprof.core.measure import environment as env
 from attnprof.core.measure.accuracy import check_accuracy
+from attnprof.core.measure.advice import advise
 from attnprof.core.measure.clock import StepClocks
 from attnprof.core.measure.kernel_rounds import pool_durations
 from attnprof.core.measure.kernels import case_achieved, kernel_records
@@ -263,6 +264,7 @@ def _first_record(
     trace_path: Path | None,
     started: float,
     clocks: StepClocks | None = None,
+    advice_off: tuple[str, ...] | None = None,
 ) -> Case | _Pending:
     """A case's record after its first round: kernels from its trace, its accuracy, its rates, and the SM clock
     each kernel ran at where the clock pass read it."""
@@ -286,8 +288,12 @@ def _first_record(
             return _failed(spec, type(exc).__name__, f"the accuracy check cannot compare the output: {exc}")
     work, achieved = case_achieved(spec, backend_used, median, kernels, environment)
     calls = sdpa_calls(parsed)
+    advice = None
     if calls:
         calls = ask_backends(calls, device=device, requires_grad=spec.pass_ == "fwd_bwd")
+        if advice_off is not None:  # None: a paired run's side, which times the two trees and nothing else
+            forced = spec.backend if spec.backend not in (None, "default") else None
+            advice = advise(calls, backend_used, device=device, off=advice_off, forced=forced) or None
     case = Case(
         id=spec.id,
         name=spec.name,
@@ -305,6 +311,7 @@ def _first_record(
         wall_s=round(time.perf_counter() - started, 3),
         sm_clock_mhz=clocks.step_mhz() if clocks is not None else None,
         sdpa_calls=calls or None,
+        advice=advice,
     )
     return _Pending(spec, case, timing, parsed, first.warmup, first.host_us)
 

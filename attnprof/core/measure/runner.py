@@ -186,6 +186,7 @@ class SuiteSession:
         self.environment.health_start = self.nvml.health() if self.nvml else None
         self.flusher = Flusher(self.device)
         start_profiler_once(self.device, self.flusher)
+        self.paired = round_config is not None
         self.round_config = round_config or suite.timing.round_config()
         self.records: dict[str, Case | _Pending] = {}
         self._prepared: dict[str, _Prepared] = {}
@@ -325,6 +326,7 @@ class SuiteSession:
                 trace_path=trace_path,
                 started=prepared.started,
                 clocks=clocks,
+                advice_off=self.suite.advice_off if not self.paired else None,
             )
             self.records[spec.id] = record
         elif isinstance(record, _Pending):

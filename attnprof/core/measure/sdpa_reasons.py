@@ -35,10 +35,16 @@ _HEADER = re.compile(r"not used because:?\s*$")
 NOT_ON_CPU = "PyTorch gives its reasons for refusing a backend only for CUDA devices"
 
 
-def _tensor(t: SdpaTensor, device: str, requires_grad: bool) -> torch.Tensor:
-    dtype = _DTYPES.get(t.dtype)
+def dtype_of(name: str) -> torch.dtype:
+    """The torch dtype a trace's type name stands for; ValueError for one this module cannot rebuild."""
+    dtype = _DTYPES.get(name)
     if dtype is None:
-        raise ValueError(f"dtype {t.dtype} is not one this check can rebuild")
+        raise ValueError(f"dtype {name} is not one this check can rebuild")
+    return dtype
+
+
+def _tensor(t: SdpaTensor, device: str, requires_grad: bool) -> torch.Tensor:
+    dtype = dtype_of(t.dtype)
     strides = t.strides if t.strides is not None else _contiguous(t.shape)
     out = torch.empty_strided(t.shape, strides, dtype=dtype, device=device)
     return out.requires_grad_(requires_grad and dtype.is_floating_point)

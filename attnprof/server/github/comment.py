@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from attnprof.contract.links import Links
 from attnprof.core.documents.comparison import ComparisonDocument, Finding
 from attnprof.core.documents.result import ResultDocument
+from attnprof.core.report import advice_lines
 from attnprof.server.github import paired as paired_words
 from attnprof.server.github import regressions as ranked
 from attnprof.server.github import tables
@@ -253,8 +254,20 @@ def _head(inp: CommentInput, doc: ComparisonDocument) -> tuple[list[str], int]:
     return out, max(0, len(doc.notes) - _NOTES_MAX)
 
 
+def _advice(inp: CommentInput, case_id: str) -> list[str]:
+    """The candidate case's best advice that helped, timed in the same job, as one line; none where none helped."""
+    case = inp.candidate.case(case_id) if inp.candidate else None
+    lines = advice_lines(case, limit=1) if case is not None else []
+    return ["", "💡 " + text(lines[0], _DETAIL_MAX)] if lines else []
+
+
 def _section(inp: CommentInput, f: Finding) -> list[str]:
-    """What one regressed finding says beyond its case's line: its kernels, its detail, the case's rates."""
+    """What one regressed finding says beyond its case's line: its kernels, its detail, the case's rates, and one line
+    of advice measured in the same job."""
+    return _findings_section(inp, f) + (_advice(inp, f.case) if f.metric in ("backend", *ranked.TIMING) else [])
+
+
+def _findings_section(inp: CommentInput, f: Finding) -> list[str]:
     detail = [text(f.detail, _DETAIL_MAX)] if f.detail else []
     case_name = name(f.case)
     if f.metric == "backend":

@@ -237,3 +237,26 @@ def test_a_cpu_case_s_flop_rate_reads_in_gflop_s() -> None:
     lines = achieved(baselines[0], slow, case.id)
     assert lines and "→ 12.3 GFLOP/s" in lines[0] and "→ 0.85 GB/s" in lines[0]
     assert "0.0123" not in lines[0]
+
+
+def test_a_regressed_case_gets_one_line_of_advice_measured_in_the_same_job() -> None:
+    from attnprof.core.documents import Advice
+
+    baselines, candidate = _docs()
+    helped = Advice(
+        rule="mask",
+        call=0,
+        suggestion="pass is_causal=True instead of the mask <script>",
+        current_us=91.7,
+        alternative_us=70.2,
+        helps=True,
+        note="where the mask is the causal pattern",
+    )
+    tried = Advice(rule="head_dim", call=0, suggestion="pad", current_us=91.7, alternative_us=95.0, helps=False)
+    for case in candidate.cases:
+        case.advice = [tried, helped] if case.id == "prefill[backend=flash]" else [tried]
+    text = render(_input(candidate=candidate, comparison=compare(baselines, candidate)))
+    section = text.split("#### `prefill[backend=flash]`: latency", 1)[1].split("####", 1)[0]
+    assert "💡 ADVICE (mask): pass is_causal=True instead of the mask \\<script>: would take 70.2 µs" in section
+    assert "instead of 91.7 µs (23% less, measured here); where the mask is the causal pattern" in section
+    assert text.count("💡") == 1  # advice that did not help is never shown

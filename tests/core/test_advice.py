@@ -1,0 +1,73 @@
+"""Advice with its counterfactual timed here: each rule's change to an SDPA call, timed against the call as it is on
+the CPU (real torch), kept as advice only where it is faster; rules switched off in the suite are not tried."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnprof.core.documents import Advice, SdpaCall, SdpaTensor
+from attnprof.core.errors import SuiteError
+from attnprof.core.measure.advice import ADVICE_MIN_GAIN, advise
+from attnprof.core.report import advice_lines
+from attnprof.core.suite import parse_suite
+from tests.core.result_documents import make_case
+
+
+def _t(shape: list[int], strides: list[int] | None = None, dtype: str = "float") -> SdpaTensor:
+    return SdpaTensor(shape=shape, strides=strides, dtype=dtype)
+
+
+def test_the_backend_rule_times_the_fused_path_against_a_forced_math_one() -> None:
+    # The suite forced math: on the CPU PyTorch's fused path takes the same call well over 5% faster
+    call = SdpaCall(query=_t([1, 8, 512, 64]), key=_t([1, 8, 512, 64]), value=_t([1, 8, 512, 64]))
+    advice = advise([call], "math", device="cpu", forced="math")
+    flash = next(a for a in advice if a.rule == "backend" and "FLASH_ATTENTION" in a.suggestion)
+    assert flash.helps and flash.alternative_us < flash.current_us * (1 - ADVICE_MIN_GAIN), flash
+    assert flash.call == 0 and flash.current_us > 0
+
+
+def test_each_rule_tries_its_change_where_the_call_invites_it() -> None:
+    # a float mask, a strided value, a head dimension of 80: every rule has something to try
+    value = _t([1, 4, 64, 80], strides=[20480, 80, 320, 1])
+    call = SdpaCall(query=_t([1, 4, 64, 80]), key=_t([1, 4, 64, 80]), value=value, attn_mask=_t([1, 1, 64, 64]))
+    advice = advise([call], "cpu_flash", device="cpu")
+    tried = {a.rule for a in advice}
+    assert tried == {"backend", "mask", "contiguous", "head_dim"}, advice
+    suggestions = [a.suggestion for a in advice if a.rule == "mask"]
+    assert any("boolean" in s for s in suggestions) and "pass is_causal=True instead of the mask" in suggestions
+    pad = next(a for a in advice if a.rule == "head_dim")
+    assert "from 80 to 96" in pad.suggestion and pad.note is not None and "1/sqrt" in pad.note
+
+
+def test_rules_switched_off_are_not_tried_and_a_plain_call_gets_only_the_backend_rule() -> None:
+    call = SdpaCall(query=_t([1, 2, 32, 64]), key=_t([1, 2, 32, 64]), value=_t([1, 2, 32, 64]))
+    assert advise([call], "cpu_flash", device="cpu", off=("backend", "mask", "contiguous", "head_dim")) == []
+    assert {a.rule for a in advise([call], "cpu_flash", device="cpu")} == {"backend"}
+
+
+def test_the_report_shows_only_advice_that_helped_fastest_first() -> None:
+    kept = [
+        Advice(rule="mask", call=0, suggestion="drop the mask", current_us=100, alternative_us=80, helps=True),
+        Advice(rule="head_dim", call=0, suggestion="pad", current_us=100, alternative_us=130, helps=False),
+        Advice(rule="backend", call=0, suggestion="take flash", current_us=100, alternative_us=50, helps=True),
+    ]
+    case = make_case("decode").model_copy(update={"advice": kept})
+    lines = advice_lines(case)
+    assert len(lines) == 2 and lines[0].startswith("ADVICE (backend): take flash: would take 50")
+    assert "instead of 100" in lines[0] and "50% less, measured here" in lines[0]
+    assert advice_lines(make_case("decode")) == []
+
+
+SUITE = '[suite]\nname = "s"\n{advice}\n[[cases]]\nname = "a"\ntarget = "sdpa"\nq_heads = 2\nseq_q = 8\nhead_dim = 8\n'
+
+
+def test_the_suite_switches_rules_off_by_name() -> None:
+    assert parse_suite(SUITE.format(advice="")).advice_off == ()
+    assert parse_suite(SUITE.format(advice='[suite.advice]\noff = ["mask"]')).advice_off == ("mask",)
+    assert len(parse_suite(SUITE.format(advice='[suite.advice]\noff = ["all"]')).advice_off) == 4
+    with pytest.raises(SuiteError) as err:
+        parse_suite(SUITE.format(advice='[suite.advice]\noff = ["masks"]'))
+    assert err.value.key == "suite.advice.off" and "backend" in str(err.value)
+    with pytest.raises(SuiteError) as err:
+        parse_suite(SUITE.format(advice='[suite.advice]\nrules = ["mask"]'))
+    assert err.value.key == "suite.advice.rules"
