@@ -91,6 +91,12 @@ def host_time_us(step: Callable[[], Any], before_each: Callable[[], None] | None
     return statistics.median(times)
 
 
+# A CPU sweep reads twice the largest cache, up to this: a server part's last-level cache (260 MiB on one 2-core VM
+# here, over 1 GiB on some) is shared with cores the job does not have, and a sweep of twice it would cost every job
+# as much memory as the profiler itself (docs/findings.md, "The CPU sweep's size").
+CPU_FLUSH_MAX_BYTES = 256 * 1024 * 1024
+
+
 def _cpu_cache_bytes() -> int:
     best = 0
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
@@ -102,7 +108,7 @@ def _cpu_cache_bytes() -> int:
         digits = text.rstrip("KM")
         if digits.isdigit():
             best = max(best, int(digits) * mult)
-    return max(2 * best, 8 * 1024 * 1024) if best else 64 * 1024 * 1024
+    return min(max(2 * best, 8 * 1024 * 1024), CPU_FLUSH_MAX_BYTES) if best else 64 * 1024 * 1024
 
 
 # How the runner times, as a result document names it among its software (``environment.software``, under
