@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -50,7 +51,10 @@ def trial(index: int, suite: Path, scratch: Path) -> dict[str, Any]:
     started = time.perf_counter()
     argv = [sys.executable, "-m", "attnprof.core", "ab", str(suite), "--base", str(base), "--head", str(head)]
     argv += ["--out", str(out), "--device", "cpu", "--cache-dir", str(scratch / "peaks"), "--quiet"]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    # Both sides import this tree's attnprof, as the coordinator does (from its working directory): the two empty
+    # trees hold none, and an installed attnprof may be another tree's (a venv shared between worktrees).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - started
     row: dict[str, Any] = {"trial": index, "rc": done.returncode, "wall_s": round(wall, 1)}
     if not (out / "comparison.json").exists():
