@@ -1,10 +1,11 @@
 """A/A on a loaded CPU host: unchanged code, profiled three times in separate processes, must never fail.
 
     .venv/bin/python -m bench.aa_cpu --triples 20
+    .venv/bin/python -m bench.aa_cpu --quick        # one triple of three cases, in a temporary folder: a smoke run
     .venv/bin/python -m bench.aa_cpu --source /tmp/aa-src --source-commit f58fb1e   # another tree's profiler
 
-Each triple is two baseline runs and one candidate run of ``--suite`` (``examples/cpu.toml``), each a separate
-``python -m attnprof.core profile SUITE --device cpu --out ...`` process, then
+Each triple is two baseline runs and one candidate run of ``--suite`` (``examples/cpu.toml``; ``--case``, repeatable,
+only those cases), each a separate ``python -m attnprof.core profile SUITE --device cpu --out ...`` process, then
 ``python -m attnprof.core compare base1.json base2.json cand.json --json``; all run with ``--source`` as the working
 directory, so its ``attnprof.core`` is the one measured. Meanwhile one core is kept busy by a busy-loop process that
 this script starts and stops: on a 2-core host the profiler's two threads then share a core with it, the way a CI
@@ -34,9 +35,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from bench import quick
 
 ROOT = Path(__file__).resolve().parents[1]
 BUSY_LOOP = "while True:\n    pass\n"
@@ -45,6 +49,8 @@ BUSY_WORDS = {
     "candidate": "one core kept busy by a busy-loop process while each candidate was profiled, and only then",
     "none": "no busy loop (a quiet control)",
 }
+# The quick mode's cases: three of the CPU suite's, quick to time.
+QUICK_CASES = ("naive[pass=fwd]", "cross", "block")
 
 
 def _cpu_model() -> str:
@@ -67,9 +73,10 @@ def _versions(python: str, source: Path) -> dict[str, str]:
     return dict(zip(("python", "torch", "numpy", "scipy", "attnprof"), out, strict=True))
 
 
-def _profile(python: str, source: Path, suite: Path, out: Path) -> tuple[int, float]:
+def _profile(python: str, source: Path, suite: Path, out: Path, cases: Sequence[str] = ()) -> tuple[int, float]:
     started = time.perf_counter()
     cmd = [python, "-m", "attnprof.core", "profile", str(suite), "--device", "cpu", "--out", str(out), "--quiet"]
+    cmd += [arg for case in cases for arg in ("--case", case)]
     done = subprocess.run(cmd, cwd=source, capture_output=True, text=True)
     return done.returncode, time.perf_counter() - started
 
@@ -126,7 +133,14 @@ class BusyCore:
 
 
 def run_triple(
-    index: int, python: str, source: Path, suite: Path, scratch: Path, busy: BusyCore, mode: str
+    index: int,
+    python: str,
+    source: Path,
+    suite: Path,
+    scratch: Path,
+    busy: BusyCore,
+    mode: str,
+    cases: Sequence[str] = (),
 ) -> dict[str, Any]:
     names = ("base1", "base2", "cand")
     paths = [scratch / f"t{index:02d}-{n}.json" for n in names]
@@ -136,7 +150,7 @@ def run_triple(
         if mode == "candidate" and name == "cand":
             busy.start()
         try:
-            rc, wall_s = _profile(python, source, suite, path)
+            rc, wall_s = _profile(python, source, suite, path, cases)
         finally:
             if mode == "candidate":
                 busy.stop()
@@ -200,6 +214,8 @@ def write_report(summary: dict[str, Any], path: Path) -> None:
                     kinds.update(found)
                     combos[" + ".join(found)] += 1
     fails = rcs.get(1, 0)
+    cases = summary.get("cases") or []
+    only = " (cases " + ", ".join(f"`{c}`" for c in cases) + ")" if cases else ""
     lines = [
         "# A/A on a loaded CPU host",
         "",
@@ -214,7 +230,7 @@ def write_report(summary: dict[str, Any], path: Path) -> None:
         summary["command"],
         "```",
         "",
-        f"Each triple: two baseline runs and one candidate run of `{summary['suite']}` (unchanged code), each "
+        f"Each triple: two baseline runs and one candidate run of `{summary['suite']}`{only} (unchanged code), each "
         "`python -m attnprof.core profile ... --device cpu` in a process of its own, then "
         "`python -m attnprof.core compare base1.json base2.json cand.json`. The raw summaries (exit codes, "
         "verdicts, notes, non-passing findings, each case's sample count, median and suspect reasons) are in "
@@ -269,15 +285,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--triples", type=int, default=20)
     parser.add_argument("--suite", type=Path, default=Path("examples/cpu.toml"), help="relative to --source")
+    parser.add_argument("--case", action="append", default=[], help="only cases whose id matches (glob; repeatable)")
     parser.add_argument("--source", type=Path, default=ROOT, help="the tree whose attnprof.core runs")
     parser.add_argument("--source-commit", default=None, help="what --source is (default: its git HEAD)")
     parser.add_argument("--python", default=sys.executable)
-    date = datetime.now(UTC).strftime("%Y-%m-%d")
-    parser.add_argument("--data", type=Path, default=ROOT / "bench" / "reports" / "data" / f"aa-cpu-{date}")
-    parser.add_argument("--report", type=Path, default=ROOT / "bench" / "reports" / "aa-cpu.md")
+    parser.add_argument("--data", type=Path, help="default: bench/reports/data/aa-cpu-DATE")
+    parser.add_argument("--report", type=Path, help="default: bench/reports/aa-cpu.md")
     parser.add_argument("--busy", choices=sorted(BUSY_WORDS), default="all", help="when a core is kept busy")
     parser.add_argument("--report-only", action="store_true", help="write --report from what --data holds; run nothing")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"one triple of {', '.join(QUICK_CASES)} (unless --case); --data and --report default to a temporary "
+        "folder",
+    )
     args = parser.parse_args()
+    if args.quick:
+        quick.refuse_reports(parser, args.data, args.report)
+        args.triples, args.case = 1, args.case or list(QUICK_CASES)
+        if args.data is None or args.report is None:
+            folder = quick.scratch("aa-cpu")
+            args.data = args.data or folder / "data"
+            args.report = args.report or folder / "aa-cpu.md"
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
+    args.data = args.data or ROOT / "bench" / "reports" / "data" / f"aa-cpu-{date}"
+    args.report = args.report or ROOT / "bench" / "reports" / "aa-cpu.md"
     if args.report_only:
         kept = json.loads((args.data / "summary.json").read_text())
         log = args.data / "triples.jsonl"  # as a run writes it; the committed data keep it gzip'd
@@ -303,6 +335,7 @@ def main() -> None:
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": shlex.join([".venv/bin/python", *sys.argv]),
         "suite": str(args.suite),
+        "cases": args.case,
         "source_commit": commit,
         "data_dir": os.path.relpath(args.data, ROOT),
         "busy": args.busy,
@@ -317,7 +350,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="aa-cpu-") as scratch:
             for i in range(1, args.triples + 1):
-                t = run_triple(i, args.python, source, args.suite, Path(scratch), busy, args.busy)
+                t = run_triple(i, args.python, source, args.suite, Path(scratch), busy, args.busy, args.case)
                 summary["triples"].append(t)
                 with log.open("a") as fh:
                     fh.write(json.dumps(t) + "\n")

@@ -1,12 +1,14 @@
 """A/A of paired runs on a loaded CPU host: the same code as base and head must never fail.
 
     .venv/bin/python -m bench.aa_paired_cpu --trials 20 [--busy all|none]
+    .venv/bin/python -m bench.aa_paired_cpu --quick     # one trial of one case, in a temporary folder: a smoke run
 
 Each trial is one ``python -m attnprof.core ab SUITE --base A --head B --device cpu`` with two empty trees (the
 CPU suite's targets are built in, so both sides run the same code from two processes), as a paired job runs on a
-CPU worker. Meanwhile, with ``--busy all``, one core is kept busy by a busy-loop process (``bench/aa_cpu.py``'s),
-the way a CI runner shares its cores. Per trial it keeps the exit code, the verdict, each case's stopping reason,
-pairs and change, and the run's suspect marks; writes ``DATA/trials.jsonl`` as it goes and ``--report``.
+CPU worker; ``--case`` (repeatable) passes on to it, to run only those cases. Meanwhile, with ``--busy all``, one
+core is kept busy by a busy-loop process (``bench/aa_cpu.py``'s), the way a CI runner shares its cores. Per trial
+it keeps the exit code, the verdict, each case's stopping reason, pairs and change, and the run's suspect marks;
+writes ``DATA/trials.jsonl`` as it goes and ``--report``.
 Target: 0 fails out of ``--trials`` with the CPU's paired minimum effect (``thresholds.paired``, 10%).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,9 +26,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import quick
 from bench.aa_cpu import BUSY_WORDS, BusyCore, _cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
+# The quick mode's case: the CPU suite's quickest to settle (two sides and the busy loop share two cores: under that
+# load a case often spends its whole budget, 16 pairs or more).
+QUICK_CASES = ("naive[pass=fwd]",)
 
 
 def unmarked_verdict(out: Path) -> str:
@@ -43,14 +50,18 @@ def unmarked_verdict(out: Path) -> str:
     return compare_paired(docs[0], docs[1], paired).verdict
 
 
-def trial(index: int, suite: Path, scratch: Path) -> dict[str, Any]:
+def trial(index: int, suite: Path, scratch: Path, cases: list[str]) -> dict[str, Any]:
     base, head, out = scratch / "base", scratch / "head", scratch / f"out{index}"
     base.mkdir(exist_ok=True)
     head.mkdir(exist_ok=True)
     started = time.perf_counter()
     argv = [sys.executable, "-m", "attnprof.core", "ab", str(suite), "--base", str(base), "--head", str(head)]
     argv += ["--out", str(out), "--device", "cpu", "--cache-dir", str(scratch / "peaks"), "--quiet"]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    argv += [arg for case in cases for arg in ("--case", case)]
+    # Both sides import this tree's attnprof, as the coordinator does (from its working directory): the two empty
+    # trees hold none, and an installed attnprof may be another tree's (a venv shared between worktrees).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - started
     row: dict[str, Any] = {"trial": index, "rc": done.returncode, "wall_s": round(wall, 1)}
     if not (out / "comparison.json").exists():
@@ -79,15 +90,19 @@ def trial(index: int, suite: Path, scratch: Path) -> dict[str, Any]:
     return row
 
 
-def write_report(rows: list[dict[str, Any]], busy: str, suite: Path, path: Path, command: str) -> None:
+def write_report(
+    rows: list[dict[str, Any]], busy: str, suite: Path, path: Path, command: str, cases: list[str]
+) -> None:
     fails = sum(r.get("rc") == 1 for r in rows)
+    only = " (cases " + ", ".join(f"`{c}`" for c in cases) + ")" if cases else ""
     verdicts = Counter(r.get("verdict", "error") for r in rows)
     stops = Counter(c["stopped_by"] for r in rows for c in r.get("cases", []))
     lines = [
         "# A/A of paired runs on a loaded CPU host",
         "",
         f"`{command}` on {datetime.now(UTC):%Y-%m-%d}, {_cpu_model()}, 2 cores; {BUSY_WORDS[busy]}. Suite: "
-        f"`{suite.relative_to(ROOT)}`; base and head are two empty trees, so both sides run the same built-in targets.",
+        f"`{suite.relative_to(ROOT)}`{only}; base and head are two empty trees, so both sides run the same built-in "
+        "targets.",
         "",
         f"- **Fails: {fails} of {len(rows)}** (target 0). Verdicts: "
         + ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items()))
@@ -119,9 +134,25 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--suite", type=Path, default=ROOT / "examples" / "cpu.toml")
     parser.add_argument("--busy", choices=("all", "none"), default="all")
-    parser.add_argument("--data", type=Path, default=ROOT / "bench" / "reports" / "data" / "aa-paired-cpu")
-    parser.add_argument("--report", type=Path, default=ROOT / "bench" / "reports" / "aa-paired-cpu.md")
+    parser.add_argument("--case", action="append", default=[], help="only cases whose id matches (glob; repeatable)")
+    parser.add_argument("--data", type=Path, help="default: bench/reports/data/aa-paired-cpu")
+    parser.add_argument("--report", type=Path, help="default: bench/reports/aa-paired-cpu.md")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"one trial of {', '.join(QUICK_CASES)} (unless --case); --data and --report default to a temporary "
+        "folder",
+    )
     args = parser.parse_args()
+    if args.quick:
+        quick.refuse_reports(parser, args.data, args.report)
+        args.trials, args.case = 1, args.case or list(QUICK_CASES)
+        if args.data is None or args.report is None:
+            folder = quick.scratch("aa-paired-cpu")
+            args.data = args.data or folder / "data"
+            args.report = args.report or folder / "aa-paired-cpu.md"
+    args.data = args.data or ROOT / "bench" / "reports" / "data" / "aa-paired-cpu"
+    args.report = args.report or ROOT / "bench" / "reports" / "aa-paired-cpu.md"
     args.data.mkdir(parents=True, exist_ok=True)
     command = "python -m bench.aa_paired_cpu " + " ".join(sys.argv[1:])
     busy = BusyCore()
@@ -134,14 +165,14 @@ def main() -> None:
             (args.data / "trials.jsonl").open("w") as log,
         ):
             for i in range(1, args.trials + 1):
-                row = trial(i, args.suite.resolve(), Path(tmp))
+                row = trial(i, args.suite.resolve(), Path(tmp), args.case)
                 rows.append(row)
                 log.write(json.dumps(row) + "\n")
                 log.flush()
                 print(json.dumps({k: row.get(k) for k in ("trial", "rc", "verdict", "wall_s")}), flush=True)
     finally:
         busy.stop()
-    write_report(rows, args.busy, args.suite.resolve(), args.report, command)
+    write_report(rows, args.busy, args.suite.resolve(), args.report, command, args.case)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ keyed on the run that revealed it (the rule before alerts were keyed on steps), 
 case's minimum effect, one per step (``attnprof.server.comparisons.alerts``).
 
     .venv/bin/python -m bench.alert_noise
+    .venv/bin/python -m bench.alert_noise --quick      # the same history, 30 random histories a rate: a smoke run
 
 The history: the real H200 result document (15 cases, tests/data), 42 default-branch runs analysed one after the
 other, as uploads are: every case 0.9% slower from run 10 and 0.4% faster than the start from run 20 (under the 2%
@@ -11,10 +12,13 @@ Detection runs after each run over the last 40, as the service does.
 
 Then the rates: 300 random histories of 40 runs with run-to-run noise of 0.4% and 0.6% (a standard deviation; on
 the H200 unchanged code lands within 0.5-1.4% across six processes), with no step (how many histories get an
-alert) and with a 3% step at run 30 (how often it is found, at its run or one beside it).
+alert) and with a 3% step at run 30 (how often it is found, at its run or one beside it). It prints; it writes
+nothing.
 """
 
 from __future__ import annotations
+
+import argparse
 
 import numpy as np
 
@@ -39,6 +43,12 @@ def series(case: str, median_us: float) -> list[tuple[str, float]]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--histories", type=int, default=300, help="random histories per noise level and step")
+    parser.add_argument("--quick", action="store_true", help="30 random histories a rate (a smoke run)")
+    args = parser.parse_args()
+    if args.quick:
+        args.histories = 30
     medians = {c["id"]: c["latency_us"]["median"] for c in docs.h200()["cases"]}
     by_run: dict[tuple[str, str], float] = {}
     steps: dict[str, list[tuple[str, str]]] = {}
@@ -66,7 +76,7 @@ def main() -> None:
     print(f"  on {STEP_CASE}: {len(on_step)} ({', '.join(on_step)})")
     total = sum(len(v) for v in steps.values())
     print(f"steps of at least the minimum effect, one per step: {total} alert(s): {steps}")
-    rates()
+    rates(args.histories)
 
 
 def rates(trials: int = 300, runs: int = 40, at: int = 30) -> None:

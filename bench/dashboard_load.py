@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.dashboard_load                 # seed 10,000 runs (1,000,000 samples), measure, report
     .venv/bin/python -m bench.dashboard_load --reuse         # measure on the database a previous run left
     .venv/bin/python -m bench.dashboard_load --runs 1000 --report /tmp/dash.md   # a smaller seed, for development
+    .venv/bin/python -m bench.dashboard_load --quick         # a smoke run: 500 runs, 3 requests a page, then dropped
 
 Steps:
 1. seed ``attnprof_dashboard`` with ``bench/service_seed.py`` (10,000 runs of 10 cases with their kernels over a
@@ -41,7 +42,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench import service_load
+from bench import quick, service_load
 from bench import service_seed as seeding
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -316,7 +317,7 @@ def write_report(
         f"Load average (1, 5, 15 min): before {load_before[0]:.2f}, {load_before[1]:.2f}, {load_before[2]:.2f};"
         f" after {load_after[0]:.2f}, {load_after[1]:.2f}, {load_after[2]:.2f}"
         f" (waited {waited[0]:.0f} s for a 1-minute load under {waited[1]}"
-        f"{'' if load_before[0] < waited[1] else ', in vain: the machine stayed busy'}).",
+        f"{'' if load_before[0] < waited[1] or waited[0] < 1 else ', in vain: the machine stayed busy'}).",
         "",
         "## The database",
         "",
@@ -382,10 +383,23 @@ def main() -> None:
     ap.add_argument("--samples-per-case", type=int, default=10, help="10 x 10 cases x 10,000 runs = 1,000,000")
     ap.add_argument("--repeat", type=int, default=30, help="measured requests per page kind")
     ap.add_argument("--jobs", type=int, default=120, help="queued jobs to add for the jobs pages")
-    ap.add_argument("--report", type=Path, default=REPORT)
+    ap.add_argument("--report", type=Path, help="default: bench/reports/dashboard-load.md")
     ap.add_argument("--quiet-below", type=float, default=1.5, help="wait for a 1-minute load average under this")
     ap.add_argument("--quiet-wait-s", type=float, default=600, help="but measure anyway after this long")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 500 runs, 5 jobs, 3 requests a page, no wait for a quiet machine, the database dropped "
+        "after; --report defaults to a temporary folder",
+    )
     args = ap.parse_args()
+    if args.quick:
+        if args.reuse:
+            ap.error("--quick seeds a small database of its own and drops it: it does not go with --reuse")
+        quick.refuse_reports(ap, args.report)
+        args.runs, args.repeat, args.jobs, args.quiet_wait_s = 500, 3, 5, 0.0
+        args.report = args.report or quick.scratch("dashboard-load") / "dashboard-load.md"
+    args.report = args.report or REPORT
     started, t0 = datetime.now(UTC), time.perf_counter()
     info = Path(f"/tmp/{args.database}.json")
     if args.reuse:
@@ -399,23 +413,28 @@ def main() -> None:
         seeded = seeding.seed(
             admin=args.pg, database=args.database, runs=args.runs, samples_per_case=args.samples_per_case
         )
-        info.write_text(seeded.to_json())
+        if not args.quick:  # a quick run's database goes at its end: nothing to --reuse
+            info.write_text(seeded.to_json())
         print(f"seeded in {seeded.seconds['total']:.0f} s", flush=True)
-    server = Server.start(seeded.url)
     try:
-        print("adding a feature upload, a pin, an exclusion and jobs ...", flush=True)
-        objects = add_objects(server, seeded, args.jobs)
-        client = sign_in(server, seeded.admin_token)
-        waited_s = wait_quiet(args.quiet_below, args.quiet_wait_s)
-        load_before = loadavg()
-        print(f"load average before: {load_before}", flush=True)
+        server = Server.start(seeded.url)
         try:
-            results = measure(client, server, page_kinds(seeded, objects, args.repeat))
+            print("adding a feature upload, a pin, an exclusion and jobs ...", flush=True)
+            objects = add_objects(server, seeded, args.jobs)
+            client = sign_in(server, seeded.admin_token)
+            waited_s = wait_quiet(args.quiet_below, args.quiet_wait_s)
+            load_before = loadavg()
+            print(f"load average before: {load_before}", flush=True)
+            try:
+                results = measure(client, server, page_kinds(seeded, objects, args.repeat))
+            finally:
+                client.close()
+            load_after = loadavg()
         finally:
-            client.close()
-        load_after = loadavg()
+            server.stop()
     finally:
-        server.stop()
+        if args.quick:
+            seeding.drop_database(args.pg, args.database)
     command = "python -m bench.dashboard_load " + " ".join(sys.argv[1:])
     write_report(
         args.report,

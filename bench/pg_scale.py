@@ -2,6 +2,7 @@
 trend query costs, for sizing a deployment (docs/deploy.md).
 
     .venv/bin/python -m bench.pg_scale --runs 100000 --out bench/reports/data/pg-scale/100k.json   # 10x the seed
+    .venv/bin/python -m bench.pg_scale --quick     # 500 runs, 5 inserts, 20 trends, in a temporary folder: a smoke run
 
 The database is seeded by ``bench/service_seed.py`` (the service's migrations, then COPY into the service's own
 tables: a year of runs, 10 cases a run from the real H200 run, ``--samples-per-case`` samples a case as one array,
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from bench import quick
 from bench import service_seed as seeding
 
 TABLES = ("runs", "run_cases", "run_kernels", "case_samples")
@@ -174,8 +176,17 @@ def main() -> None:
     ap.add_argument("--inserts", type=int, default=50)
     ap.add_argument("--trends", type=int, default=400)
     ap.add_argument("--keep", action="store_true", help="leave the database there")
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--out", type=Path, help="the figures (JSON); printed as they come in any case")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="500 runs of 10 samples a case, 5 inserts, 20 trend queries; --out defaults to a temporary folder",
+    )
     args = ap.parse_args()
+    if args.quick:
+        quick.refuse_reports(ap, args.out)
+        args.runs, args.samples_per_case, args.inserts, args.trends = 500, 10, 5, 20
+        args.out = args.out or quick.scratch("pg-scale") / "pg-scale.json"
     started = time.perf_counter()
     seeded = seeding.seed(admin=args.pg, database=args.database, runs=args.runs, samples_per_case=args.samples_per_case)
     report: dict[str, Any] = {
@@ -207,6 +218,7 @@ def main() -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.out}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,24 @@
+"""What the benchmarks' ``--quick`` modes share: a smoke run writes into a folder of its own, never over a report or
+data that ``bench/reports`` commits."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+REPORTS = Path(__file__).resolve().parent / "reports"
+
+
+def scratch(name: str) -> Path:
+    """A new folder under the system's temporary folder for a quick run's outputs, printed so it can be found."""
+    folder = Path(tempfile.mkdtemp(prefix=f"attnprof-{name}-quick-"))
+    print(f"quick run: outputs in {folder}/", flush=True)
+    return folder
+
+
+def refuse_reports(parser: argparse.ArgumentParser, *paths: Path | None) -> None:
+    """Stop (as a usage error) where a quick run was pointed into ``bench/reports``."""
+    for path in paths:
+        if path is not None and path.resolve().is_relative_to(REPORTS):
+            parser.error(f"--quick writes nothing under bench/reports ({path}): name a path elsewhere or leave it out")
