@@ -23,7 +23,7 @@ RESULT_SCHEMA: Final = "attnprof.result/v1"
 MAX_PARAMS_DEPTH: Final = 32
 
 Mode = Literal["cuda", "cpu"]
-CountersMode = Literal["none", "ncu"]
+CountersMode = Literal["none", "ncu", "cached"]
 CaseStatus = Literal["ok", "failed", "skipped"]
 # ``balanced`` is written by no current rule (the busier unit names the bound); older documents hold it.
 Bound = Literal["compute", "memory", "latency", "balanced"]
@@ -108,6 +108,9 @@ class RunInfo(_Model):
     tool_version: str
     mode: Mode
     counters: CountersMode = "none"
+    counters_note: str | None = Field(
+        None, max_length=1000, description="why some kernels kept the model's class in a cached-counters run"
+    )
     suspect: list[str] | None = Field(None, description="null, or the reasons this run's numbers are doubtful")
     command: str | None = Field(None, description="the command line that produced the run")
     wall_s: NonNegative | None = Field(None, description="wall time of the whole run, seconds")
@@ -355,6 +358,12 @@ class Kernel(_Model):
     )
     counters: dict[str, float] | None = None
     counter_bound: Bound | None = Field(None, description="bound by NVIDIA's speed-of-light rule")
+    counters_from: Literal["ncu", "cache"] | None = Field(
+        None,
+        description="where counters came from: ncu (replayed in this run) or cache (replayed in an earlier run of "
+        "the same kernel on this testbed and software); null where there are none or the document is older",
+    )
+    counters_measured_at: datetime | None = Field(None, description="when ncu read the counters")
     sm_clock_mhz: NonNegative | None = Field(
         None,
         description="mean SM clock over the kernel's launches (weighted by time), read by a probe beside the step in "
