@@ -91,12 +91,17 @@ def _sdpa(
 def variants(
     call: SdpaCall, ran: str | None, device: str, off: Sequence[str], forced: str | None = None
 ) -> list[_Variant]:
-    """The call as it is first, then each change the rules not in ``off`` make to it. ``forced``: the backend the
-    suite asked for (``sdpa_kernel``), which the call as it is and every change but the backend rule's keep."""
+    """The call as it is first (on the backend that ran), then each change the rules not in ``off`` make to it, on
+    PyTorch's own choice of backend or, where the suite asked for one (``forced``), on that one."""
     q, k, v = (_filled(t, device) for t in (call.query, call.key, call.value))
     mask = _filled(call.attn_mask, device) if call.attn_mask is not None else None
-    out = [_Variant(None, "as it is", None, _sdpa(q, k, v, mask, call, forced))]
     current = _RAN_AS.get(ran or "", ran)
+    # math ran though PyTorch would have taken a fused backend: the user's code forced it (sdpa_kernel), which the
+    # trace cannot show; the changes keep it forced, as applying them by hand would
+    if forced is None and current == "math" and call.eligible and any(b != "math" for b in call.eligible):
+        forced = "math"
+    # as it is: on the backend that ran
+    out = [_Variant(None, "as it is", None, _sdpa(q, k, v, mask, call, current if current in _BACKENDS else forced))]
     if "backend" not in off and current in _BACKENDS:
         for name in _BACKENDS:
             if name != current and (call.eligible is None or name in call.eligible):
