@@ -445,7 +445,7 @@ class SdpaCall(_Model):
     not_asked: str | None = Field(None, max_length=500, description="why the backends were not asked, where not")
 
 
-AdviceRule = Literal["backend", "mask", "contiguous", "head_dim"]
+AdviceRule = Literal["backend", "mask", "contiguous", "head_dim", "sdpa"]
 ADVICE_RULES: tuple[str, ...] = AdviceRule.__args__  # type: ignore[attr-defined]
 
 
@@ -454,7 +454,9 @@ class Advice(_Model):
     call's recorded shapes, interleaved, the same number of times."""
 
     rule: AdviceRule
-    call: Annotated[int, Field(ge=0)] = Field(description="index into the case's sdpa_calls")
+    call: Annotated[int, Field(ge=0)] | None = Field(
+        description="index into the case's sdpa_calls; null for the case's whole step (the sdpa rule)"
+    )
     suggestion: str = Field(max_length=500, description="what to change, in a sentence")
     current_us: NonNegative = Field(description="median time of the call as it is, timed here")
     alternative_us: NonNegative = Field(description="median time of the call changed as suggested, timed here")

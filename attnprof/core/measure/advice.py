@@ -11,6 +11,8 @@ stay in the document with ``helps`` false, so that a reader sees what was tried.
 ``mask``        a float mask passed as a boolean one; ``is_causal`` in place of a mask; no mask where it keeps all
 ``contiguous``  query, key and value made contiguous once, where the call got a strided view
 ``head_dim``    the head dimension padded to the next size the fused kernels are built for (32, 64, 96, 128, 192, 256)
+``sdpa``        a case that computes attention without SDPA (the unfused ``naive`` path, a custom kernel) beside
+                PyTorch's SDPA on the case's shapes: how far the user's step is from PyTorch's best fused kernel
 
 Each suggestion says what it assumes of the data (a mask of only 0 and -inf, a causal pattern): the timing cannot see
 values, only shapes.
@@ -240,3 +242,52 @@ def advise(
                     )
                 )
     return out[:32]
+
+
+def beside_sdpa(
+    step: Callable[[], object],
+    *,
+    device: str,
+    dtype: torch.dtype,
+    shape: tuple[int, int, int, int, int, int],
+    causal: bool,
+    off: Sequence[str] = (),
+) -> list[Advice]:
+    """The case's whole step (a forward without SDPA: the unfused path or a custom kernel) timed beside PyTorch's SDPA,
+    on PyTorch's own choice of backend, on the case's shapes ``(batch, q_heads, kv_heads, seq_q, seq_kv, head_dim)``."""
+    if "sdpa" in off:
+        return []
+    b, hq, hkv, sq, skv, d = shape
+    with torch.no_grad():
+        try:
+            q = torch.randn(b, hq, sq, d, device=device, dtype=dtype)
+            k, v = (torch.randn(b, hkv, skv, d, device=device, dtype=dtype) for _ in range(2))
+        except (RuntimeError, ValueError):
+            return []
+        gqa = {"enable_gqa": True} if hq != hkv else {}
+
+        def sdpa() -> object:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)  # type: ignore[arg-type]
+
+        found = [_Variant(None, "as it is", None, step), _Variant("sdpa", "", None, sdpa)]
+        timed = _timed(found, device)
+    if len(timed) < 2 or timed[0][0].rule is not None:
+        return []
+    (_, mine), (_, theirs) = timed
+    words = (
+        "PyTorch's SDPA on these shapes (`F.scaled_dot_product_attention`"
+        + (", is_causal=True" if causal else "")
+        + (", enable_gqa=True" if gqa else "")
+        + ") in place of this step's attention"
+    )
+    return [
+        Advice(
+            rule="sdpa",
+            call=None,
+            suggestion=words,
+            current_us=round(mine * 1e6, 3),
+            alternative_us=round(theirs * 1e6, 3),
+            helps=theirs < mine * (1.0 - ADVICE_MIN_GAIN),
+            note="the step as a whole (its attention and anything else it does) against SDPA alone",
+        )
+    ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import platform
 import time
 import uuid
@@ -50,7 +51,7 @@ from attnprof.core.measure.case import (
 )
 from attnprof.core.measure.clock import clock_pass
 from attnprof.core.measure.peaks import cache_path, load_or_measure
-from attnprof.core.measure.targets import build_workload, capture_warnings
+from attnprof.core.measure.targets import Workload, build_workload, capture_warnings
 from attnprof.core.measure.timing import PAIRED_TIMING_METHOD, TIMING_KEY, TIMING_METHOD, Flusher, summarize
 from attnprof.core.measure.trace import start_profiler_once, trace_iterations, trace_round
 from attnprof.core.suite import CaseSpec, Suite, TimingConfig
@@ -152,6 +153,12 @@ def calibrate(device: str, cache_dir: Path, *, tries: int = 3, pause_s: float = 
     if not path.exists():
         raise DeviceError(f"the peaks could not be written to {path}")
     return path, None
+
+
+def _step_in_context(workload: Workload) -> object:
+    """One iteration of ``workload`` inside its own context (a backend it asked for), as its rounds run it."""
+    with workload.context():
+        return workload.step()
 
 
 class SuiteSession:
@@ -336,6 +343,7 @@ class SuiteSession:
                 started=prepared.started,
                 clocks=clocks,
                 advice_off=self.suite.advice_off if not self.paired else None,
+                step=functools.partial(_step_in_context, workload),
             )
             self.records[spec.id] = record
         elif isinstance(record, _Pending):
