@@ -96,3 +96,17 @@ def test_a_step_without_sdpa_is_timed_beside_sdpa_on_its_shapes() -> None:
         )
         == []
     )
+
+
+def test_the_gqa_rule_passes_the_unexpanded_heads_with_enable_gqa() -> None:
+    kv = _t([1, 16, 256, 64])
+    call = SdpaCall(query=_t([1, 16, 256, 64]), key=kv, value=kv, kv_heads_expanded_from=2)
+    advice = advise([call], "cpu_flash", device="cpu", off=("backend",))
+    (gqa,) = [a for a in advice if a.rule == "gqa"]
+    assert "their 2 heads and enable_gqa=True instead of expanding them to 16" in gqa.suggestion
+    assert gqa.alternative_us > 0 and gqa.note is not None
+    assert not [
+        a
+        for a in advise([call.model_copy(update={"kv_heads_expanded_from": None})], "cpu_flash", device="cpu")
+        if a.rule == "gqa"
+    ]

@@ -394,7 +394,8 @@ def test_the_projects_counter_cache_is_read_only_and_the_only_one_the_job_sees(
                 continue
             for name in files:
                 try:
-                    if "{(theirs / "h200.json").read_text()}" in open(os.path.join(root, name), errors="ignore").read(200):
+                    head = open(os.path.join(root, name), errors="ignore").read(200)
+                    if "{(theirs / "h200.json").read_text()}" in head:
                         found.append(os.path.join(root, name))
                 except OSError:
                     pass

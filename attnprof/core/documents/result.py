@@ -433,6 +433,11 @@ class SdpaCall(_Model):
     enable_gqa: bool = False
     scale: float | None = None
     calls: Annotated[int, Field(ge=1)] = Field(1, description="how many times per traced iteration")
+    kv_heads_expanded_from: Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        description="the key and value heads before the iteration expanded them to the query's (repeat_interleave, "
+        "expand and reshape) where the trace shows it: grouped-query attention passed to SDPA without enable_gqa",
+    )
     requires_grad: bool = Field(False, description="checked as a training call (the case has a backward pass)")
     eligible: list[SdpaBackend] | None = Field(
         None, max_length=4, description="the backends PyTorch would take for this call; null where not asked"
@@ -445,7 +450,7 @@ class SdpaCall(_Model):
     not_asked: str | None = Field(None, max_length=500, description="why the backends were not asked, where not")
 
 
-AdviceRule = Literal["backend", "mask", "contiguous", "head_dim", "sdpa"]
+AdviceRule = Literal["backend", "mask", "contiguous", "head_dim", "sdpa", "gqa"]
 ADVICE_RULES: tuple[str, ...] = AdviceRule.__args__  # type: ignore[attr-defined]
 
 

@@ -11,6 +11,8 @@ stay in the document with ``helps`` false, so that a reader sees what was tried.
 ``mask``        a float mask passed as a boolean one; ``is_causal`` in place of a mask; no mask where it keeps all
 ``contiguous``  query, key and value made contiguous once, where the call got a strided view
 ``head_dim``    the head dimension padded to the next size the fused kernels are built for (32, 64, 96, 128, 192, 256)
+``gqa``         key and value heads the iteration expanded to the query's (``repeat_interleave``, ``expand``) passed
+                unexpanded with ``enable_gqa=True``
 ``sdpa``        a case that computes attention without SDPA (the unfused ``naive`` path, a custom kernel) beside
                 PyTorch's SDPA on the case's shapes: how far the user's step is from PyTorch's best fused kernel
 
@@ -146,6 +148,19 @@ def variants(
                 "make query, key and value contiguous once where they are made, not as views on every call",
                 None,
                 _sdpa(qc, kc, vc, mask, call, forced),
+            )
+        )
+    groups = call.kv_heads_expanded_from
+    if "gqa" not in off and groups and len(call.key.shape) == 4:
+        kv_shape = [call.key.shape[0], groups, *call.key.shape[2:]]
+        kg, vg = (_filled(t, device, shape=kv_shape) for t in (call.key, call.value))
+        out.append(
+            _Variant(
+                "gqa",
+                f"pass key and value with their {groups} heads and enable_gqa=True instead of expanding them to "
+                f"{call.key.shape[1]}",
+                "the expand's own time, saved as well, is not in the figures",
+                _sdpa(q, kg, vg, mask, call.model_copy(update={"enable_gqa": True}), forced),
             )
         )
     d = call.query.shape[-1] if call.query.shape else 0
