@@ -23,6 +23,7 @@ PAIRS = (
     ("views", "views-fixed", "contiguous", "contiguous"),
     ("hd80", "hd80-fixed", "head_dim", "pad the head dimension"),
     ("math", "math-fixed", "backend", ""),
+    ("gqa", "gqa-fixed", "gqa", "enable_gqa"),
 )
 
 

@@ -6,6 +6,7 @@ by hand, as custom targets of ``suite.toml``. ``args.variant`` picks which; the 
 ``strided`` / ``contiguous``: q, k and v as views of a [B, S, H, D] projection, against contiguous copies made once.
 ``hd80`` / ``hd96``: head dimension 80, against 80 padded with zeros to 96 (scale kept at 1/sqrt(80)).
 ``math`` / ``default``: the math backend forced by ``sdpa_kernel``, against PyTorch's own choice.
+``gqa_repeat`` / ``gqa_enable``: key and value heads repeated to the query's before the call, against ``enable_gqa``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ def _variant(params: dict[str, Any], device: str) -> tuple[Fn, list[Any]]:
     if variant == "hd96":
         padded = [F.pad(t, (0, 96 - d)) for t in (q, k, v)]
         return (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=d**-0.5)), padded
+    if variant in ("gqa_repeat", "gqa_enable"):
+        group = params["q_heads"] // params["kv_heads"]
+        kv = [t[:, : params["kv_heads"]].contiguous() for t in (k, v)]
+        if variant == "gqa_enable":
+            return (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)), [q, *kv]
+
+        def repeated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            return F.scaled_dot_product_attention(q, k, v)
+
+        return repeated, [q, *kv]
     if variant == "hd80":
         return (lambda q, k, v: F.scaled_dot_product_attention(q, k, v)), [q, k, v]
     raise ValueError(f"args.variant: unknown variant {variant!r}")
