@@ -45,6 +45,9 @@ class ClaimAnswer(BaseModel):
     repo: str | None
     commit: str
     testbed: str
+    project: str | None = Field(
+        None, description="the job's project: its counter cache is the project's own (null from an older service)"
+    )
     token: str = Field(
         description="the job token (Bearer) of this attempt, shown once: it alone opens the job's bundle, heartbeat, "
         "result, failure and trace routes, until the attempt ends"

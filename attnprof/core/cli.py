@@ -51,6 +51,7 @@ class FirstBuildsChoice(StrEnum):
 class Counters(StrEnum):
     none = "none"
     ncu = "ncu"
+    cached = "cached"
 
 
 class SchemaName(StrEnum):
@@ -68,14 +69,23 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 def profile(
     suite: Annotated[Path, typer.Argument(help="suite file (TOML)")],
     device: Annotated[DeviceChoice, typer.Option(help="auto: the GPU if there is one")] = DeviceChoice.auto,
-    counters: Annotated[Counters, typer.Option(help="ncu: add a Nsight Compute counter pass")] = Counters.none,
+    counters: Annotated[
+        Counters,
+        typer.Option(
+            help="ncu: a Nsight Compute counter pass over every case; cached: counters kept from earlier runs of the "
+            "same kernels (testbed, software, shapes), ncu only for the kernels not kept (where ncu is installed)"
+        ),
+    ] = Counters.none,
     out: Annotated[Path, typer.Option(help="where to write the result document")] = Path("attnprof-result.json"),
     trace_dir: Annotated[Path | None, typer.Option(help="where to save traces (default: beside --out)")] = None,
     case: Annotated[list[str] | None, typer.Option(help="only cases whose id matches (glob; repeatable)")] = None,
     format: Annotated[Format, typer.Option(help="how to print the report")] = Format.table,
     quiet: Annotated[bool, typer.Option(help="print no report and no progress")] = False,
     seed: Annotated[int, typer.Option(help="seed of the random inputs")] = 0,
-    cache_dir: Annotated[Path, typer.Option(help="peaks cache")] = Path.home() / ".cache" / "attnprof",
+    cache_dir: Annotated[Path, typer.Option(help="peaks and counters cache")] = Path.home() / ".cache" / "attnprof",
+    counters_dir: Annotated[
+        Path | None, typer.Option(help="the counter cache's folder (default: counters/ in --cache-dir)")
+    ] = None,
     pid_namespace: Annotated[
         bool,
         typer.Option(
@@ -101,6 +111,7 @@ def profile(
         counters=counters.value,
         trace_dir=traces,
         cache_dir=cache_dir,
+        counters_dir=counters_dir,
         seed=seed,
         cases=selected,
         command=shlex.join(["attnprof", *sys.argv[1:]]),

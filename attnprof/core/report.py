@@ -95,6 +95,17 @@ def case_headline(case: Case) -> str:
     return "; ".join(parts)
 
 
+def counter_class(k: Kernel) -> str:
+    """The counters' class and where it came from: ``memory (ncu)``, ``compute (cached 2026-12-07)``; the model's
+    guess is in the bound column beside it."""
+    if k.counter_bound is None:
+        return MISSING
+    if k.counters_from == "cache":
+        when = f" {k.counters_measured_at.astimezone(UTC):%Y-%m-%d}" if k.counters_measured_at else ""
+        return f"{k.counter_bound} (cached{when})"
+    return f"{k.counter_bound} (ncu)" if k.counters_from == "ncu" else k.counter_bound
+
+
 def sdpa_line(case: Case) -> str | None:
     """The line under a case that made SDPA calls: the backend that ran and why PyTorch refused the fused ones it
     skipped, in its own words (``attnprof.core.attribution.sdpa_calls``)."""
@@ -143,7 +154,7 @@ def kernel_rows(case: Case) -> Iterator[list[str]]:
                 _num(c.get("dram__throughput.avg.pct_of_peak_sustained_elapsed"), 0),
                 _num(c.get("sm__throughput.avg.pct_of_peak_sustained_elapsed"), 0),
                 _num(c.get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"), 0),
-                k.counter_bound or MISSING,
+                counter_class(k),
             ]
         yield row
 
@@ -171,6 +182,23 @@ def no_kernels_line(case: Case) -> str | None:
     return f"no kernels traced: {fmt_duration_us(case.latency_us.median)} of case latency without a kernel table"
 
 
+def counters_line(doc: ResultDocument, min_share: float = 0.05) -> str | None:
+    """How many of the kernels that take >= 5% of a case carry Nsight Compute's class, and from where; None for a run
+    without counters."""
+    if doc.run.counters == "none":
+        return None
+    heavy = [k for c in doc.cases if c.status == "ok" for k in c.kernels if (k.share or 0.0) >= min_share]
+    if not heavy:
+        return None
+    cached = sum(1 for k in heavy if k.counter_bound and k.counters_from == "cache")
+    fresh = sum(1 for k in heavy if k.counter_bound and k.counters_from != "cache")
+    model = len(heavy) - cached - fresh
+    return (
+        f"counter class for {cached + fresh} of {len(heavy)} kernels >= {min_share:.0%} of a case "
+        f"({fresh} replayed under ncu now, {cached} from the cache); the model's guess for {model}"
+    )
+
+
 def header(doc: ResultDocument) -> list[str]:
     e = doc.environment
     lines = [
@@ -186,6 +214,9 @@ def header(doc: ResultDocument) -> list[str]:
         + f" · testbed {e.testbed_key}",
         peaks_line(e.peaks),
     ]
+    counted = counters_line(doc)
+    if counted:
+        lines.append(counted + (f" ({doc.run.counters_note})" if doc.run.counters_note else ""))
     if doc.run.suspect:
         lines.append("SUSPECT: " + "; ".join(doc.run.suspect))
     return lines

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attnprof.core.documents import Advice, SdpaCall, SdpaTensor
+from attnprof.core.documents.result import ADVICE_RULES
 from attnprof.core.errors import SuiteError
 from attnprof.core.measure.advice import ADVICE_MIN_GAIN, advise
 from attnprof.core.report import advice_lines
@@ -64,10 +65,48 @@ SUITE = '[suite]\nname = "s"\n{advice}\n[[cases]]\nname = "a"\ntarget = "sdpa"\n
 def test_the_suite_switches_rules_off_by_name() -> None:
     assert parse_suite(SUITE.format(advice="")).advice_off == ()
     assert parse_suite(SUITE.format(advice='[suite.advice]\noff = ["mask"]')).advice_off == ("mask",)
-    assert len(parse_suite(SUITE.format(advice='[suite.advice]\noff = ["all"]')).advice_off) == 4
+    assert parse_suite(SUITE.format(advice='[suite.advice]\noff = ["all"]')).advice_off == ADVICE_RULES
     with pytest.raises(SuiteError) as err:
         parse_suite(SUITE.format(advice='[suite.advice]\noff = ["masks"]'))
     assert err.value.key == "suite.advice.off" and "backend" in str(err.value)
     with pytest.raises(SuiteError) as err:
         parse_suite(SUITE.format(advice='[suite.advice]\nrules = ["mask"]'))
     assert err.value.key == "suite.advice.rules"
+
+
+def test_a_step_without_sdpa_is_timed_beside_sdpa_on_its_shapes() -> None:
+    # an unfused attention written out (matmul, softmax, matmul) against PyTorch's fused path on the same shapes
+    import torch
+
+    from attnprof.core.measure.advice import beside_sdpa
+
+    q, k, v = (torch.randn(1, 8, 512, 64) for _ in range(3))
+
+    def unfused() -> torch.Tensor:
+        scores = (q @ k.transpose(-1, -2)) * 64**-0.5
+        mask = torch.ones(512, 512, dtype=torch.bool).tril()
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+    (advice,) = beside_sdpa(unfused, device="cpu", dtype=torch.float32, shape=(1, 8, 8, 512, 512, 64), causal=True)
+    assert advice.rule == "sdpa" and advice.call is None and "is_causal=True" in advice.suggestion
+    assert advice.helps and advice.alternative_us < advice.current_us, advice
+    assert (
+        beside_sdpa(
+            unfused, device="cpu", dtype=torch.float32, shape=(1, 8, 8, 512, 512, 64), causal=True, off=("sdpa",)
+        )
+        == []
+    )
+
+
+def test_the_gqa_rule_passes_the_unexpanded_heads_with_enable_gqa() -> None:
+    kv = _t([1, 16, 256, 64])
+    call = SdpaCall(query=_t([1, 16, 256, 64]), key=kv, value=kv, kv_heads_expanded_from=2)
+    advice = advise([call], "cpu_flash", device="cpu", off=("backend",))
+    (gqa,) = [a for a in advice if a.rule == "gqa"]
+    assert "their 2 heads and enable_gqa=True instead of expanding them to 16" in gqa.suggestion
+    assert gqa.alternative_us > 0 and gqa.note is not None
+    assert not [
+        a
+        for a in advise([call.model_copy(update={"kv_heads_expanded_from": None})], "cpu_flash", device="cpu")
+        if a.rule == "gqa"
+    ]

@@ -3,6 +3,8 @@ and the report, and on the CPU a plain word that PyTorch was not asked."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from attnprof.core.analysis.checks import backend_finding
 from attnprof.core.attribution.kineto import CpuOp, ParsedTrace, load_trace
 from attnprof.core.attribution.sdpa_calls import (
@@ -162,3 +164,22 @@ def test_pytorchs_warnings_become_reasons_without_headers_or_source_locations() 
         FLASH_MASK,
     ]
     assert reasons_of(messages) == [FLASH_MASK]
+
+
+def test_key_and_value_heads_expanded_before_the_call_are_found_in_a_real_trace(tmp_path: Path) -> None:
+    # GQA written the two common ways: repeat_interleave, and expand + reshape; then passed without enable_gqa
+    import torch
+    from torch.profiler import profile
+
+    q, k = torch.randn(1, 8, 16, 8), torch.randn(1, 2, 16, 8)
+    with profile(record_shapes=True) as prof:
+        torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(4, dim=1), k.repeat_interleave(4, 1))
+        kk = k[:, :, None].expand(1, 2, 4, 16, 8).reshape(1, 8, 16, 8)
+        torch.nn.functional.scaled_dot_product_attention(q[:, :, :8], kk, kk)
+        torch.nn.functional.scaled_dot_product_attention(q[:, :, :4], k, k, enable_gqa=True)
+        torch.nn.functional.scaled_dot_product_attention(q[:, :, :2], q, q)  # no GQA at all
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    calls = sdpa_calls(load_trace(path))
+    assert [c.kv_heads_expanded_from for c in calls] == [2, 2, None, None]
+    assert "key and value expanded from 2 heads" in call_words(calls[0])

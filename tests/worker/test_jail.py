@@ -60,6 +60,7 @@ def _run(
     *,
     timeout_s: float = 60,
     env: dict[str, str] | None = None,
+    counters: Path | None = None,
 ):
     (scratch.job / "src" / "hostile.py").write_text(textwrap.dedent(code))
     jail.prepare(scratch.job, etc=scratch.etc)
@@ -68,7 +69,9 @@ def _run(
         os.environ, home=jails.JOB_ROOT / "home", tmp=jails.JOB_ROOT / "tmp", pythonpath=jails.JOB_ROOT / "src"
     )
     return sandbox.run(
-        jail.argv(command, scratch=scratch.job, etc=scratch.etc, peaks=None, cwd=jails.JOB_ROOT / "src"),
+        jail.argv(
+            command, scratch=scratch.job, etc=scratch.etc, peaks=None, cwd=jails.JOB_ROOT / "src", counters=counters
+        ),
         cwd=scratch.path,
         env={**base, **jail.env(), **(env or {})},
         limits=sandbox.ProcessLimits(timeout_s=timeout_s, memory_bytes=2**33, max_processes=jail.max_processes),
@@ -360,3 +363,47 @@ def test_a_worker_starts_with_the_jail_and_measures_the_peaks_first(
     assert chosen.worker.jail in ("privileged", "userns") and f"bubblewrap ({chosen.worker.jail})" in err
     cfg = ProfileConfig.from_settings(chosen)
     assert cfg.jail is not None and cfg.jail.strategy == chosen.worker.jail
+
+
+def test_the_projects_counter_cache_is_read_only_and_the_only_one_the_job_sees(
+    jail: jails.Jail, scratch_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The job reads its project's counter cache at /counters and cannot change it; the cache of another project on
+    the same host is nowhere in the jail."""
+    by_project = tmp_path_factory.mktemp("counters-by-project")
+    by_project.chmod(0o755)
+    mine, theirs = by_project / "mine", by_project / "theirs"
+    for folder, text in ((mine, "mine"), (theirs, "theirs-" + secrets.token_hex(8))):
+        folder.mkdir(mode=0o755)
+        (folder / "h200.json").write_text(text)
+        (folder / "h200.json").chmod(0o644)
+    scratch = make_scratch(scratch_root, "counters-job", 1)
+    code = f"""
+        import os
+        print("read:", open("/counters/h200.json").read())
+        try:
+            open("/counters/h200.json", "w").write("poisoned")
+            print("write: allowed")
+        except OSError as exc:
+            print("write: refused", exc.errno)
+        found = []
+        for root, dirs, files in os.walk("/", onerror=lambda e: None):
+            # the host's system folders are bound whole and read-only (the self-test covers them); the rest is walked
+            if root.startswith(("/proc", "/sys", "/dev", "/usr", "/lib", "/lib64", "/bin", "/sbin")):
+                dirs[:] = []
+                continue
+            for name in files:
+                try:
+                    head = open(os.path.join(root, name), errors="ignore").read(200)
+                    if "{(theirs / "h200.json").read_text()}" in head:
+                        found.append(os.path.join(root, name))
+                except OSError:
+                    pass
+        print("theirs:", found or "nowhere")
+        """
+    finished = _run(jail, scratch, code, counters=mine, timeout_s=120)
+    said = _verdicts(finished)
+    assert said["read"] == "mine", finished.tail
+    assert said["write"].startswith("refused"), finished.tail
+    assert said["theirs"] == "nowhere", finished.tail
+    assert (mine / "h200.json").read_text() == "mine"

@@ -74,13 +74,54 @@ def _signature(call: SdpaCall) -> str:
     return call.model_dump_json(include={"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale"})
 
 
+_EXPAND_OPS = ("aten::repeat_interleave", "aten::reshape", "aten::_unsafe_view", "aten::view")
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def expanded_from(ops: Iterable[CpuOp], key: SdpaTensor) -> int | None:
+    """The heads the key had before the iteration repeated them to its shape, where an op shows it: a
+    ``repeat_interleave`` of [B, h, S, D] by h' / h along dim 1, or a reshape of [B, h, g, S, D] (an ``expand`` of
+    [B, h, 1, S, D]) into [B, h * g, S, D]. None where no op does, or the key is not four-dimensional."""
+    if len(key.shape) != 4:
+        return None
+    b, heads, s, d = key.shape
+    for op in ops:
+        if op.name not in _EXPAND_OPS or not op.input_dims or len(op.input_dims[0]) not in (4, 5):
+            continue
+        dims = op.input_dims[0]
+        if op.name == "aten::repeat_interleave" and len(dims) == 4:
+            repeats = _int(_scalar(op, 1))
+            along_heads = _scalar(op, 2) in ("1", "-3")
+            if repeats and along_heads and (dims[0], dims[2], dims[3]) == (b, s, d) and dims[1] * repeats == heads:
+                return dims[1] if dims[1] < heads else None
+        elif (
+            len(dims) == 5
+            and (dims[0], dims[3], dims[4]) == (b, s, d)
+            and dims[1] * dims[2] == heads
+            and dims[2] > 1
+            and _scalar(op, 1).replace(" ", "") == f"[{b},{heads},{s},{d}]"
+        ):
+            return dims[1]
+    return None
+
+
 def sdpa_calls(parsed: ParsedTrace, *, limit: int = 64) -> list[SdpaCall]:
     """The distinct SDPA calls of one iteration (the trace's first), in the order first made, each with how many times
-    per iteration it was made. Empty where the trace holds none (or no shapes)."""
+    per iteration it was made and, where the iteration expanded the key and value heads to the query's before the
+    call, how many there were. Empty where the trace holds none (or no shapes)."""
     first = parsed.iterations[0] if parsed.iterations else 0
     ops = [op for op in parsed.ops if op.name == SDPA_OP and op.iteration in (first, None)]
+    others = [op for op in parsed.ops if op.name in _EXPAND_OPS and op.iteration in (first, None)]
     found: dict[str, SdpaCall] = {}
+    since = float("-inf")  # the previous call's end: an expand before it fed that call, not this one
     for op in sorted(ops, key=lambda o: o.ts_us):
+        window, since = since, op.end_us
         call = call_of(op)
         if call is None:
             continue
@@ -88,6 +129,9 @@ def sdpa_calls(parsed: ParsedTrace, *, limit: int = 64) -> list[SdpaCall]:
         if key in found:
             found[key].calls += 1
         elif len(found) < limit:
+            if call.query.shape[1:2] == call.key.shape[1:2] and not call.enable_gqa:
+                before = [o for o in others if window <= o.ts_us <= op.ts_us]
+                call.kv_heads_expanded_from = expanded_from(before, call.key)
             found[key] = call
     return list(found.values())
 
@@ -130,6 +174,8 @@ def call_words(call: SdpaCall) -> str:
         parts.append(f"scale {call.scale:g}")
     if call.calls > 1:
         parts.append(f"{call.calls} calls per iteration")
+    if call.kv_heads_expanded_from:
+        parts.append(f"key and value expanded from {call.kv_heads_expanded_from} heads")
     return ", ".join(parts)
 
 

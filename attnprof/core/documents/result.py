@@ -23,7 +23,7 @@ RESULT_SCHEMA: Final = "attnprof.result/v1"
 MAX_PARAMS_DEPTH: Final = 32
 
 Mode = Literal["cuda", "cpu"]
-CountersMode = Literal["none", "ncu"]
+CountersMode = Literal["none", "ncu", "cached"]
 CaseStatus = Literal["ok", "failed", "skipped"]
 # ``balanced`` is written by no current rule (the busier unit names the bound); older documents hold it.
 Bound = Literal["compute", "memory", "latency", "balanced"]
@@ -108,6 +108,9 @@ class RunInfo(_Model):
     tool_version: str
     mode: Mode
     counters: CountersMode = "none"
+    counters_note: str | None = Field(
+        None, max_length=1000, description="why some kernels kept the model's class in a cached-counters run"
+    )
     suspect: list[str] | None = Field(None, description="null, or the reasons this run's numbers are doubtful")
     command: str | None = Field(None, description="the command line that produced the run")
     wall_s: NonNegative | None = Field(None, description="wall time of the whole run, seconds")
@@ -355,6 +358,12 @@ class Kernel(_Model):
     )
     counters: dict[str, float] | None = None
     counter_bound: Bound | None = Field(None, description="bound by NVIDIA's speed-of-light rule")
+    counters_from: Literal["ncu", "cache"] | None = Field(
+        None,
+        description="where counters came from: ncu (replayed in this run) or cache (replayed in an earlier run of "
+        "the same kernel on this testbed and software); null where there are none or the document is older",
+    )
+    counters_measured_at: datetime | None = Field(None, description="when ncu read the counters")
     sm_clock_mhz: NonNegative | None = Field(
         None,
         description="mean SM clock over the kernel's launches (weighted by time), read by a probe beside the step in "
@@ -424,6 +433,11 @@ class SdpaCall(_Model):
     enable_gqa: bool = False
     scale: float | None = None
     calls: Annotated[int, Field(ge=1)] = Field(1, description="how many times per traced iteration")
+    kv_heads_expanded_from: Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        description="the key and value heads before the iteration expanded them to the query's (repeat_interleave, "
+        "expand and reshape) where the trace shows it: grouped-query attention passed to SDPA without enable_gqa",
+    )
     requires_grad: bool = Field(False, description="checked as a training call (the case has a backward pass)")
     eligible: list[SdpaBackend] | None = Field(
         None, max_length=4, description="the backends PyTorch would take for this call; null where not asked"
@@ -436,7 +450,7 @@ class SdpaCall(_Model):
     not_asked: str | None = Field(None, max_length=500, description="why the backends were not asked, where not")
 
 
-AdviceRule = Literal["backend", "mask", "contiguous", "head_dim"]
+AdviceRule = Literal["backend", "mask", "contiguous", "head_dim", "sdpa", "gqa"]
 ADVICE_RULES: tuple[str, ...] = AdviceRule.__args__  # type: ignore[attr-defined]
 
 
@@ -445,7 +459,9 @@ class Advice(_Model):
     call's recorded shapes, interleaved, the same number of times."""
 
     rule: AdviceRule
-    call: Annotated[int, Field(ge=0)] = Field(description="index into the case's sdpa_calls")
+    call: Annotated[int, Field(ge=0)] | None = Field(
+        description="index into the case's sdpa_calls; null for the case's whole step (the sdpa rule)"
+    )
     suggestion: str = Field(max_length=500, description="what to change, in a sentence")
     current_us: NonNegative = Field(description="median time of the call as it is, timed here")
     alternative_us: NonNegative = Field(description="median time of the call changed as suggested, timed here")

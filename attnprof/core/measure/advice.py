@@ -11,6 +11,10 @@ stay in the document with ``helps`` false, so that a reader sees what was tried.
 ``mask``        a float mask passed as a boolean one; ``is_causal`` in place of a mask; no mask where it keeps all
 ``contiguous``  query, key and value made contiguous once, where the call got a strided view
 ``head_dim``    the head dimension padded to the next size the fused kernels are built for (32, 64, 96, 128, 192, 256)
+``gqa``         key and value heads the iteration expanded to the query's (``repeat_interleave``, ``expand``) passed
+                unexpanded with ``enable_gqa=True``
+``sdpa``        a case that computes attention without SDPA (the unfused ``naive`` path, a custom kernel) beside
+                PyTorch's SDPA on the case's shapes: how far the user's step is from PyTorch's best fused kernel
 
 Each suggestion says what it assumes of the data (a mask of only 0 and -inf, a causal pattern): the timing cannot see
 values, only shapes.
@@ -91,12 +95,17 @@ def _sdpa(
 def variants(
     call: SdpaCall, ran: str | None, device: str, off: Sequence[str], forced: str | None = None
 ) -> list[_Variant]:
-    """The call as it is first, then each change the rules not in ``off`` make to it. ``forced``: the backend the
-    suite asked for (``sdpa_kernel``), which the call as it is and every change but the backend rule's keep."""
+    """The call as it is first (on the backend that ran), then each change the rules not in ``off`` make to it, on
+    PyTorch's own choice of backend or, where the suite asked for one (``forced``), on that one."""
     q, k, v = (_filled(t, device) for t in (call.query, call.key, call.value))
     mask = _filled(call.attn_mask, device) if call.attn_mask is not None else None
-    out = [_Variant(None, "as it is", None, _sdpa(q, k, v, mask, call, forced))]
     current = _RAN_AS.get(ran or "", ran)
+    # math ran though PyTorch would have taken a fused backend: the user's code forced it (sdpa_kernel), which the
+    # trace cannot show; the changes keep it forced, as applying them by hand would
+    if forced is None and current == "math" and call.eligible and any(b != "math" for b in call.eligible):
+        forced = "math"
+    # as it is: on the backend that ran
+    out = [_Variant(None, "as it is", None, _sdpa(q, k, v, mask, call, current if current in _BACKENDS else forced))]
     if "backend" not in off and current in _BACKENDS:
         for name in _BACKENDS:
             if name != current and (call.eligible is None or name in call.eligible):
@@ -139,6 +148,19 @@ def variants(
                 "make query, key and value contiguous once where they are made, not as views on every call",
                 None,
                 _sdpa(qc, kc, vc, mask, call, forced),
+            )
+        )
+    groups = call.kv_heads_expanded_from
+    if "gqa" not in off and groups and len(call.key.shape) == 4:
+        kv_shape = [call.key.shape[0], groups, *call.key.shape[2:]]
+        kg, vg = (_filled(t, device, shape=kv_shape) for t in (call.key, call.value))
+        out.append(
+            _Variant(
+                "gqa",
+                f"pass key and value with their {groups} heads and enable_gqa=True instead of expanding them to "
+                f"{call.key.shape[1]}",
+                "the expand's own time, saved as well, is not in the figures",
+                _sdpa(q, kg, vg, mask, call.model_copy(update={"enable_gqa": True}), forced),
             )
         )
     d = call.query.shape[-1] if call.query.shape else 0
@@ -235,3 +257,52 @@ def advise(
                     )
                 )
     return out[:32]
+
+
+def beside_sdpa(
+    step: Callable[[], object],
+    *,
+    device: str,
+    dtype: torch.dtype,
+    shape: tuple[int, int, int, int, int, int],
+    causal: bool,
+    off: Sequence[str] = (),
+) -> list[Advice]:
+    """The case's whole step (a forward without SDPA: the unfused path or a custom kernel) timed beside PyTorch's SDPA,
+    on PyTorch's own choice of backend, on the case's shapes ``(batch, q_heads, kv_heads, seq_q, seq_kv, head_dim)``."""
+    if "sdpa" in off:
+        return []
+    b, hq, hkv, sq, skv, d = shape
+    with torch.no_grad():
+        try:
+            q = torch.randn(b, hq, sq, d, device=device, dtype=dtype)
+            k, v = (torch.randn(b, hkv, skv, d, device=device, dtype=dtype) for _ in range(2))
+        except (RuntimeError, ValueError):
+            return []
+        gqa = {"enable_gqa": True} if hq != hkv else {}
+
+        def sdpa() -> object:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)  # type: ignore[arg-type]
+
+        found = [_Variant(None, "as it is", None, step), _Variant("sdpa", "", None, sdpa)]
+        timed = _timed(found, device)
+    if len(timed) < 2 or timed[0][0].rule is not None:
+        return []
+    (_, mine), (_, theirs) = timed
+    words = (
+        "PyTorch's SDPA on these shapes (`F.scaled_dot_product_attention`"
+        + (", is_causal=True" if causal else "")
+        + (", enable_gqa=True" if gqa else "")
+        + ") in place of this step's attention"
+    )
+    return [
+        Advice(
+            rule="sdpa",
+            call=None,
+            suggestion=words,
+            current_us=round(mine * 1e6, 3),
+            alternative_us=round(theirs * 1e6, 3),
+            helps=theirs < mine * (1.0 - ADVICE_MIN_GAIN),
+            note="the step as a whole (its attention and anything else it does) against SDPA alone",
+        )
+    ]

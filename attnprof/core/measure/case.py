@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,12 +26,12 @@ from attnprof.core.attribution.sdpa_calls import sdpa_calls
 from attnprof.core.documents import Case, CaseError, Environment, LatencyStats
 from attnprof.core.measure import environment as env
 from attnprof.core.measure.accuracy import check_accuracy
-from attnprof.core.measure.advice import advise
+from attnprof.core.measure.advice import advise, beside_sdpa
 from attnprof.core.measure.clock import StepClocks
 from attnprof.core.measure.kernel_rounds import pool_durations
 from attnprof.core.measure.kernels import case_achieved, kernel_records
 from attnprof.core.measure.sdpa_reasons import ask_backends
-from attnprof.core.measure.targets import SkipCase, Workload, WorkloadError
+from attnprof.core.measure.targets import TORCH_DTYPES, SkipCase, Workload, WorkloadError
 from attnprof.core.measure.timing import Flusher, TimingResult, summarize, time_iterations
 from attnprof.core.measure.trace import RoundTrace
 from attnprof.core.suite import CaseSpec, TimingConfig
@@ -265,6 +266,7 @@ def _first_record(
     started: float,
     clocks: StepClocks | None = None,
     advice_off: tuple[str, ...] | None = None,
+    step: Callable[[], object] | None = None,
 ) -> Case | _Pending:
     """A case's record after its first round: kernels from its trace, its accuracy, its rates, and the SM clock
     each kernel ran at where the clock pass read it."""
@@ -294,6 +296,11 @@ def _first_record(
         if advice_off is not None:  # None: a paired run's side, which times the two trees and nothing else
             forced = spec.backend if spec.backend not in (None, "default") else None
             advice = advise(calls, backend_used, device=device, off=advice_off, forced=forced) or None
+    elif advice_off is not None and step is not None and spec.has_shape and spec.pass_ == "fwd":
+        # attention without SDPA (the unfused path, a custom kernel): how far from PyTorch's fused kernel
+        shape = (spec.batch, spec.q_heads, spec.kv_heads, spec.seq_q, spec.seq_kv, spec.head_dim)
+        dtype = TORCH_DTYPES[spec.dtype]
+        advice = beside_sdpa(step, device=device, dtype=dtype, shape=shape, causal=spec.causal, off=advice_off) or None
     case = Case(
         id=spec.id,
         name=spec.name,

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from attnprof.core.documents import Case
@@ -155,6 +156,8 @@ def merge_counters(case: Case, rows: list[NcuKernel]) -> int:
             left[i] -= 1
             if first:
                 k.counters = values
+                k.counters_from = "ncu"
+                k.counters_measured_at = datetime.now(UTC)
                 memory = values.get("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")
                 sm = values.get("sm__throughput.avg.pct_of_peak_sustained_elapsed")
                 tensor = values.get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")

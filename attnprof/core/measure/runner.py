@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import platform
 import time
 import uuid
@@ -31,7 +32,7 @@ from attnprof.core.documents import (
     RunInfo,
     SuiteInfo,
 )
-from attnprof.core.errors import DeviceError
+from attnprof.core.errors import CountersUnavailable, DeviceError
 from attnprof.core.measure import environment as env
 from attnprof.core.measure.case import (
     STREAM_POOL,
@@ -50,7 +51,7 @@ from attnprof.core.measure.case import (
 )
 from attnprof.core.measure.clock import clock_pass
 from attnprof.core.measure.peaks import cache_path, load_or_measure
-from attnprof.core.measure.targets import build_workload, capture_warnings
+from attnprof.core.measure.targets import Workload, build_workload, capture_warnings
 from attnprof.core.measure.timing import PAIRED_TIMING_METHOD, TIMING_KEY, TIMING_METHOD, Flusher, summarize
 from attnprof.core.measure.trace import start_profiler_once, trace_iterations, trace_round
 from attnprof.core.suite import CaseSpec, Suite, TimingConfig
@@ -76,6 +77,7 @@ class ProfileOptions:
     counters: str = "none"
     trace_dir: Path | None = None
     cache_dir: Path | None = None
+    counters_dir: Path | None = None  # the counter cache's folder; None: <cache_dir>/counters
     seed: int = 0
     command: str | None = None
     cases: list[CaseSpec] | None = None  # a selection; default every case of the suite
@@ -153,6 +155,12 @@ def calibrate(device: str, cache_dir: Path, *, tries: int = 3, pause_s: float = 
     return path, None
 
 
+def _step_in_context(workload: Workload) -> object:
+    """One iteration of ``workload`` inside its own context (a backend it asked for), as its rounds run it."""
+    with workload.context():
+        return workload.step()
+
+
 class SuiteSession:
     """One process's profiling of a suite: the device, its health, the peaks and the flush buffer, opened once;
     cases profiled one round at a time (``first`` then ``again``); ``document`` pools them into the result.
@@ -164,13 +172,20 @@ class SuiteSession:
         self.suite = suite
         self.options = options
         self.device = resolve_device(options.device)
-        if options.counters not in ("none", "ncu"):
-            raise DeviceError(f"--counters must be none or ncu, not {options.counters!r}")
+        if options.counters not in ("none", "ncu", "cached"):
+            raise DeviceError(f"--counters must be none, ncu or cached, not {options.counters!r}")
         self.ncu = None
         if options.counters == "ncu":
             from attnprof.core.measure.counters import find_ncu
 
             self.ncu = find_ncu(self.device, options.ncu_path)
+        elif options.counters == "cached" and round_config is None:  # a paired run's sides take no counters
+            from attnprof.core.measure.counters import find_ncu
+
+            try:
+                self.ncu = find_ncu(self.device, options.ncu_path)
+            except CountersUnavailable:
+                self.ncu = None  # the cache alone: kernels it lacks keep the model's class
         self.started = time.perf_counter()
         self.created = datetime.now(UTC)
         torch.manual_seed(options.seed)
@@ -187,6 +202,7 @@ class SuiteSession:
         self.flusher = Flusher(self.device)
         start_profiler_once(self.device, self.flusher)
         self.paired = round_config is not None
+        self.counters_note: str | None = None
         self.round_config = round_config or suite.timing.round_config()
         self.records: dict[str, Case | _Pending] = {}
         self._prepared: dict[str, _Prepared] = {}
@@ -327,11 +343,38 @@ class SuiteSession:
                 started=prepared.started,
                 clocks=clocks,
                 advice_off=self.suite.advice_off if not self.paired else None,
+                step=functools.partial(_step_in_context, workload),
             )
             self.records[spec.id] = record
         elif isinstance(record, _Pending):
             record.case.wall_s = round((record.case.wall_s or 0.0) + time.perf_counter() - prepared.started, 3)
         return record
+
+    def _counters(self, cases: list[Case], progress: Progress | None) -> None:
+        """The counter pass: ncu over every case (``ncu``), or the cache first and ncu over the cases with kernels
+        it lacks (``cached``); what ncu read goes into the cache either way, where there is a cache folder."""
+        from attnprof.core.counter_cache import CounterCache, apply_cached, counters_path, store_measured
+        from attnprof.core.measure.counters import MIN_SHARE, run_counter_pass
+
+        folder = self.options.counters_dir or (self.options.cache_dir / "counters" if self.options.cache_dir else None)
+        cache = CounterCache.load(counters_path(folder, self.environment.testbed_key)) if folder else None
+        todo = cases
+        if self.options.counters == "cached" and cache is not None:
+            todo = apply_cached(cases, cache, self.environment, MIN_SHARE)
+        if self.ncu is not None and todo:
+            try:
+                run_counter_pass(self.ncu, self.suite, todo, progress=progress)
+            except CountersUnavailable as exc:
+                if self.options.counters == "ncu":
+                    raise
+                # cached: counters are an addition; the kernels ncu could not replay keep the model's class
+                self.counters_note = f"ncu did not replay the kernels the cache lacks: {exc}"[:1000]
+        if cache is not None:
+            store_measured(cases, cache, self.environment)
+            with contextlib.suppress(
+                OSError
+            ):  # a read-only cache folder: the counters are in the document all the same
+                cache.save()
 
     def time_unrecorded(self, spec: CaseSpec) -> Case | _Timing:
         """Time one round of a prepared case as :meth:`time_prepared` does and drop it, recording nothing (no samples,
@@ -381,10 +424,8 @@ class SuiteSession:
         # Counted before the clock check adds its own marks: this is the run's verdict on disturbances alone.
         timed = [c for c in cases if c.latency_us is not None and c.latency_us.samples]
         disturbed = sum(1 for c in timed if c.suspect)
-        if self.ncu is not None:
-            from attnprof.core.measure.counters import run_counter_pass
-
-            run_counter_pass(self.ncu, self.suite, cases, progress=progress)
+        if self.options.counters != "none" and not self.paired:
+            self._counters(cases, progress)
         if device == "cuda":
             top = environment.health_start.max_sm_clock_mhz if environment.health_start else None
             reasons = env.suspect_reasons(environment.health_start, environment.health_end)
@@ -401,6 +442,7 @@ class SuiteSession:
                 tool_version=__version__,
                 mode=device,
                 counters=self.options.counters,
+                counters_note=self.counters_note,
                 suspect=reasons or None,
                 command=self.options.command,
                 wall_s=round(time.perf_counter() - self.started, 3),

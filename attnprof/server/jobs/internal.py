@@ -116,6 +116,7 @@ def claim(job_id: JobIdPath, body: Claim, worker: WorkerDep, session: SessionDep
         repo=job.repo,
         commit=job.commit,
         testbed=service.testbed_name(session, job),
+        project=service.project_name(session, job),
         token=token,
         lease_s=lease_s,
     )

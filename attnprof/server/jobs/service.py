@@ -196,6 +196,11 @@ def create(
     return existing, False
 
 
+def project_name(session: Session, job: Job) -> str | None:
+    project = projects.get(session, job.project_id)
+    return project.name if project else None
+
+
 def testbed_name(session: Session, job: Job) -> str:
     tb = testbed_rows.get(session, job.testbed_id)
     return tb.name if tb else ""

@@ -39,6 +39,7 @@ from attnprof.worker.profile.sandbox import die_with_parent
 
 JOB_ROOT = Path("/job")
 PEAKS_DIR = Path("/peaks")
+COUNTERS_DIR = Path("/counters")  # the job's project's counter cache, read-only (attnprof.core.counter_cache)
 # Top-level system paths a merged-/usr Debian or Ubuntu keeps as links into /usr; older layouts have real folders.
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Of /etc, only what the loader and the C library read; never shadow, ssh keys, or the worker's configuration.
@@ -228,10 +229,18 @@ class Jail:
                     os.lchown(os.path.join(root, name), self.job_uid, self.job_gid)
 
     def argv(
-        self, command: Sequence[str], *, scratch: Path, etc: Path, peaks: Path | None, cwd: Path = JOB_ROOT
+        self,
+        command: Sequence[str],
+        *,
+        scratch: Path,
+        etc: Path,
+        peaks: Path | None,
+        cwd: Path = JOB_ROOT,
+        counters: Path | None = None,
     ) -> list[str]:
-        """``command`` (paths as the job sees them: under ``/job`` and ``/peaks``) wrapped in the jail: ``scratch`` is
-        bound at ``/job``, the files ``prepare`` wrote in ``etc`` at ``/etc``."""
+        """``command`` (paths as the job sees them: under ``/job``, ``/peaks`` and ``/counters``) wrapped in the jail:
+        ``scratch`` is bound at ``/job``, the files ``prepare`` wrote in ``etc`` at ``/etc``, ``counters`` (the job's
+        project's counter cache) read-only at ``/counters``."""
         args = [
             self.bwrap,
             "--unshare-pid",
@@ -272,6 +281,8 @@ class Jail:
         binds += [(s, s) for s in system if os.path.exists(s)]
         if peaks is not None and peaks.is_dir():
             binds.append((str(peaks), str(PEAKS_DIR)))
+        if counters is not None and counters.is_dir():
+            binds.append((str(counters), str(COUNTERS_DIR)))
         for source, dest in binds:
             # bubblewrap makes missing parents private (0700): a job user could not walk through them.
             for parent in _ancestors(dest):

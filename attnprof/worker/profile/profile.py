@@ -14,6 +14,7 @@ GPU host holds no database credentials.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import re
@@ -29,6 +30,7 @@ from typing import Literal
 from attnprof.contract import bundle as archive
 from attnprof.contract.ids import JobId
 from attnprof.contract.worker_api import ClaimAnswer
+from attnprof.core.counter_cache import CounterCache, counters_path, store_measured
 from attnprof.core.documents import ResultDocument
 from attnprof.worker.profile import cgroup as cgroups
 from attnprof.worker.profile import handback, outcome, owner, paired, sandbox
@@ -82,6 +84,7 @@ class ProfileConfig:
     output_limit_bytes: int = 64 * 1024 * 1024
     cgroups: cgroups.Cgroups | None = None
     worker: str = field(default_factory=worker_name)
+    counters: str = "none"
 
     @classmethod
     def from_settings(cls, settings: GpuWorkerSettings) -> ProfileConfig:
@@ -107,6 +110,7 @@ class ProfileConfig:
             disk_limit_bytes=w.disk_limit_mib * 1024 * 1024,
             output_limit_bytes=w.output_limit_mib * 1024 * 1024,
             cgroups=job_cgroups(w.limits, w.cgroup_parent, trusted=w.trusted_single_tenant or jail is None),
+            counters=w.counters,
         )
 
 
@@ -245,9 +249,13 @@ class Liveness(threading.Thread):
             self.join(timeout=self._interval_s + 5)
 
 
-def profiler_argv(cfg: ProfileConfig, root: Path, cache_dir: Path, *, is_paired: bool = False) -> list[str]:
+def profiler_argv(
+    cfg: ProfileConfig, root: Path, cache_dir: Path, *, is_paired: bool = False, counters_dir: Path | None = None
+) -> list[str]:
     """The profiling command, with the scratch folder at ``root`` and the peaks cache at ``cache_dir`` (as the job
-    sees them: inside the jail, ``/job`` and ``/peaks``); a paired job's profiles its two trees interleaved."""
+    sees them: inside the jail, ``/job`` and ``/peaks``); a paired job's profiles its two trees interleaved. With
+    ``counters_dir`` (the project's counter cache, ``/counters`` in the jail) and the worker's counters setting
+    ``cached``, an unpaired profile reads its kernels' counter classes there and replays the rest under ncu."""
     if is_paired:
         return paired.ab_argv(root, cache_dir, device=cfg.device, pid_namespace=cfg.jail is not None)
     argv = [
@@ -266,7 +274,33 @@ def profiler_argv(cfg: ProfileConfig, root: Path, cache_dir: Path, *, is_paired:
         str(cache_dir),
         "--quiet",
     ]
+    if cfg.counters == "cached" and counters_dir is not None:
+        argv += ["--counters", "cached", "--counters-dir", str(counters_dir)]
     return [*argv, "--pid-namespace"] if cfg.jail is not None else argv
+
+
+def project_counters(cfg: ProfileConfig, project: str | None) -> Path | None:
+    """The host folder of ``project``'s counter cache (made here), or None where the worker takes no counters. One
+    folder per project: a job's document is its own output, so what it says a kernel's counters are may only ever
+    be read back by the same project's jobs."""
+    if cfg.counters != "cached" or not project:
+        return None
+    folder = cfg.cache_dir / "counters-by-project" / hashlib.sha256(project.encode()).hexdigest()[:32]
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def keep_counters(folder: Path | None, document: ResultDocument) -> int:
+    """Put the counters ncu read in this job into the project's cache on this host; how many kernels."""
+    if folder is None:
+        return 0
+    cache = CounterCache.load(counters_path(folder, document.environment.testbed_key))
+    stored = store_measured(document.cases, cache, document.environment)
+    try:
+        cache.save()
+    except OSError as exc:
+        log.warning("the counter cache %s was not written: %s", cache.path, exc)
+    return stored
 
 
 def run_job(
@@ -368,7 +402,8 @@ def _attempt(
     (job / SPEC_NAME).write_text(claim.spec)
     if beat.stop.is_set():
         return "cancelled" if beat.cancelled else "lost"
-    finished, foreign = _run_jailed(job_id, attempt, cfg, scratch, beat, is_paired=is_paired)
+    counters = None if is_paired else project_counters(cfg, claim.project)
+    finished, foreign = _run_jailed(job_id, attempt, cfg, scratch, beat, is_paired=is_paired, counters=counters)
     if finished.stopped == "cancelled" or beat.stop.is_set():
         why = "cancelled" if beat.cancelled else f"lost ({beat.lost})"
         log.info("job %s attempt %s: %s: the subprocess was stopped", job_id, attempt, why)
@@ -400,6 +435,7 @@ def _attempt(
             log.info("job %s attempt %s: failed: %s", job_id, attempt, decided.reason.splitlines()[0])
             return "failed"
         answer = http.result(job_id, attempt, decided, base=base, paired=pairs)
+        keep_counters(counters, decided)
         _upload_traces(http, job_id, attempt, decided, folder)
     log.info("job %s attempt %s: result stored as run %s in %.1f s", job_id, attempt, answer.run_id, finished.wall_s)
     return "uploaded"
@@ -413,6 +449,7 @@ def _run_jailed(
     beat: HeartbeatThread,
     *,
     is_paired: bool,
+    counters: Path | None = None,
 ) -> tuple[sandbox.Finished, list[int]]:
     """Run the profiler over the job's folder, in the jail and the job's cgroup when the worker has them; how it
     ended, and the host PIDs seen on the GPU meanwhile that were not the job's."""
@@ -442,15 +479,18 @@ def _run_jailed(
         cfg.jail.prepare(job, etc=scratch.etc)
         argv, args_fd = jails.hidden_argv(
             cfg.jail.argv(
-                profiler_argv(cfg, root, jails.PEAKS_DIR, is_paired=is_paired),
+                profiler_argv(
+                    cfg, root, jails.PEAKS_DIR, is_paired=is_paired, counters_dir=counters and jails.COUNTERS_DIR
+                ),
                 scratch=job,
                 etc=scratch.etc,
                 peaks=cfg.cache_dir,
                 cwd=root / "src",
+                counters=counters,
             )
         )
     else:
-        argv = profiler_argv(cfg, root, cfg.cache_dir, is_paired=is_paired)
+        argv = profiler_argv(cfg, root, cfg.cache_dir, is_paired=is_paired, counters_dir=counters)
     log.info("job %s attempt %s: profiling in %s", job_id, attempt, scratch.path)
     watch = GpuWatch() if cfg.jail is not None and cfg.device != "cpu" else None
     cgroup = (

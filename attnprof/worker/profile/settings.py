@@ -61,6 +61,12 @@ class ProfileWorker(BaseModel):
         "made, else as watchdog",
     )
     tmpfs_mib: int = Field(1024, ge=16, description="size of the job's own /tmp and /dev/shm, each")
+    counters: Literal["none", "cached"] = Field(
+        "cached",
+        description="cached: each kernel >= 5% of a case gets Nsight Compute's class from the project's counter cache "
+        "on this host, and ncu replays the ones it lacks in the same job where ncu runs in the jail; none: the "
+        "model's class only",
+    )
     sandbox_ro_binds: list[str] = Field(
         default_factory=list, description="extra host paths the job sees read-only (a model cache, a toolkit)"
     )

@@ -461,3 +461,45 @@ def test_a_case_says_why_its_backend_ran_in_pytorchs_words(site: Site, own: Proj
     assert "<li>flash refused: Flash attention does not support non-null attn_mask &lt;b&gt;.</li>" in part
     assert part.index("cudnn refused") < part.index("flash refused")
     assert 'class="sdpa-calls"' not in bare
+
+
+def test_a_case_shows_the_advice_measured_in_its_run(site: Site, own: Project) -> None:
+    """Advice that helped, with both times, escaped; advice that did not help is counted, not shown."""
+    doc = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    doc["cases"][0]["advice"] = [
+        {
+            "rule": "mask",
+            "call": 0,
+            "suggestion": "drop the mask <i>",
+            "current_us": 209.3,
+            "alternative_us": 199.7,
+            "helps": True,
+            "note": "where it keeps every position (an all-true padding mask)",
+        },
+        {
+            "rule": "head_dim",
+            "call": 0,
+            "suggestion": "pad",
+            "current_us": 209.3,
+            "alternative_us": 230.0,
+            "helps": False,
+        },
+    ]
+    doc["cases"][1]["advice"] = [
+        {
+            "rule": "backend",
+            "call": 0,
+            "suggestion": "take math",
+            "current_us": 10.0,
+            "alternative_us": 50.0,
+            "helps": False,
+        }
+    ]
+    plain = docs.variant(json.loads((TRACES / "result-ncu.json").read_text()))
+    html, bare = _run_pages(site, own, "advice", {"5" * 40: doc, "6" * 40: plain})
+    first, second = html.split('<div class="advice">')[1:3]
+    assert "2 changes to this case" in first and "the ones at least 5% faster:" in first
+    assert "ADVICE (mask): drop the mask &lt;i&gt;: would take 199.7 µs instead of 209.3 µs" in first
+    assert first.split("</div>", 1)[0].count("<li>") == 1  # the head_dim try that did not help is not listed
+    assert "1 change to this case" in second and "none was at least 5% faster." in second
+    assert '<div class="advice">' not in bare

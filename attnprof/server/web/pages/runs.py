@@ -19,7 +19,7 @@ from attnprof.contract.links import PATHS
 from attnprof.core.attribution.reconcile import case_reconciliation
 from attnprof.core.attribution.sdpa_calls import call_words
 from attnprof.core.documents import Achieved, Case, Kernel, Peaks, ResultDocument, RunInfo, SdpaCall, SuiteInfo
-from attnprof.core.report import WORK_FROM, peaks_origin
+from attnprof.core.report import WORK_FROM, advice_lines, counter_class, peaks_origin
 from attnprof.core.rounds import round_levels
 from attnprof.server.baselines import service as baselines
 from attnprof.server.baselines.models import BaselineRule
@@ -91,7 +91,7 @@ def _kernel_view(k: Kernel) -> dict[str, Any]:
         "share": k.share,
         "launches": k.launches_per_iter,
         "bound": k.bound,
-        "counter_bound": k.counter_bound,
+        "counter_bound": counter_class(k) if k.counter_bound else None,
         "bandwidth_util": k.bandwidth_util,
         "compute_util": k.compute_util,
         "work_from": WORK_FROM.get(k.work_source or ""),
@@ -137,6 +137,8 @@ def _case_view(case: Case, peaks: Peaks, *, mode: str) -> dict[str, Any]:
         "reconciliation": case_reconciliation(case, mode),
         "levels": levels.describe() if (levels := round_levels(case.latency_us)) is not None else None,
         "sdpa_calls": [_sdpa_view(call) for call in case.sdpa_calls or []],
+        "advice": advice_lines(case, limit=5),
+        "advice_tried": len(case.advice or []),
     }
 
 
