@@ -86,7 +86,36 @@ def targets_section(machines: list[Machine]) -> list[str]:
         out.append(
             f"| paired ≤ 1.5× one unpaired profile | {cell(m.name)} | {judge_cost(r['ab'])} | {judge_cost(r['job'])} |"
         )
+    for m in machines:
+        out += cost_note(m)
     return [*out, ""]
+
+
+def cost_note(m: Machine) -> list[str]:
+    """Why a paired job's cost reads above `ab`'s: the worker's own part of a job, from the runs of each change that
+    ran both ways, and which yardstick the ratio had."""
+    extra = []
+    for c in CHANGES:
+        abs_ = [r.process_s for r in m.ab(c.name) if r.outcome is not None]
+        held = [j.held_s for j in m.jobs(c.name) if j.held_s is not None]
+        if abs_ and held:
+            extra.append(statistics.median(held) - statistics.median(abs_))
+    if not extra:
+        return []
+    alone = [c.name for c in CHANGES if scoring.unpaired_held(m, c.name) is not None]
+    yardstick = (
+        f"an unpaired job of the head ({len(alone)} change(s)), which carries the same part"
+        if alone
+        else "the `profile` process, which has none of it: no unpaired job of the head ran in this folder (the run's "
+        "`job` step runs one for the first `--profiles` changes where its budget allows)"
+    )
+    return [
+        "",
+        f"Why a job reads above `ab` on {m.name}: a paired job held the GPU a median {statistics.median(extra):.1f} s "
+        f"(range {min(extra):.1f} to {max(extra):.1f} s, {len(extra)} changes) longer than the `ab` process on the "
+        "same change: the worker's part of a job (claiming it, both trees' bundles fetched and unpacked, the jail "
+        f"started, the documents read back and stored). The job's ratio had {yardstick}.",
+    ]
 
 
 def changes_section() -> list[str]:
