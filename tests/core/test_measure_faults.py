@@ -295,7 +295,7 @@ def test_counters_on_cpu_are_refused_before_anything_runs(peaks_cache: Path) -> 
     suite = parse_suite(suite_text("s", ONE_CASE))
     with pytest.raises(CountersUnavailable, match="needs a CUDA device"):
         profile_suite(suite, ProfileOptions(device="cpu", counters="ncu", cache_dir=peaks_cache))
-    with pytest.raises(DeviceError, match="none or ncu"):
+    with pytest.raises(DeviceError, match="none, ncu or cached"):
         profile_suite(suite, ProfileOptions(device="cpu", counters="nsys", cache_dir=peaks_cache))
 
 
