@@ -51,6 +51,7 @@ from attnprof.core.analysis.stats import benjamini_hochberg
 from attnprof.core.measure.paired import case_rule
 from attnprof.core.measure.paired_case import CaseRounds, run_case
 from attnprof.core.suite import TimingConfig
+from bench import quick
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -506,6 +507,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer sequences and jobs (about a minute)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "reports" / "paired-budget.md")
     args = parser.parse_args()
+    if args.quick:
+        committed = ROOT / "bench" / "reports" / "paired-budget.md"
+        quick.refuse_reports(parser, None if args.out == committed else args.out)
+        if args.out == committed:
+            args.out = quick.scratch("paired-budget") / "paired-budget.md"
     args.sequences = 300 if args.quick else 2000
     args.jobs = 150 if args.quick else 1000
     started = time.perf_counter()

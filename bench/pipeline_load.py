@@ -60,6 +60,8 @@ from typing import Any
 
 import httpx
 
+from bench import quick
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PG_ADMIN = os.environ.get("ATTNPROF_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -1596,6 +1598,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.direct = 1
+        quick.refuse_reports(ap, None if args.out == REPORT else args.out, args.data[-1] if args.data else None)
+        if args.out == REPORT:
+            args.out = quick.scratch("pipeline-load") / "pipeline-cpu.md"
     if args.mode == "load":
         run_load(args)
     elif args.mode == "load-report":

@@ -52,6 +52,7 @@ from attnprof.core.documents import (
     Thresholds,
     load_result,
 )
+from bench import quick
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -342,6 +343,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.trials, args.grid_trials = 100, 20
+        quick.refuse_reports(ap, None if args.out == REPORT else args.out)
+        if args.out == REPORT:
+            args.out = quick.scratch("regression-detector") / "regression-detector.md"
     real, how = None, "parametric model"
     model = NoiseModel(name="H200 separate processes")
     if args.data:

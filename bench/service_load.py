@@ -51,6 +51,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench import quick
 from bench import service_seed as seeding
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1137,6 +1138,10 @@ def main() -> None:
     ap.add_argument("--report", type=Path, default=REPORT)
     ap.add_argument("--rewrite", action="store_true", help="only write the report again from the last run's figures")
     args = ap.parse_args()
+    if args.quick:
+        quick.refuse_reports(ap, None if args.report == REPORT else args.report)
+        if args.report == REPORT:
+            args.report = quick.scratch("service-load") / "service-load.md"
     kept = Path(f"/tmp/{args.database}-results.json")
     if args.rewrite:
         results = json.loads(kept.read_text())

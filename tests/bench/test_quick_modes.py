@@ -123,3 +123,21 @@ def test_the_alert_noise_benchmark_finds_the_one_real_step() -> None:
     assert "15 cases, 42 runs" in out, out
     assert "one per step: 1 alert(s): {'sdpa[backend=cudnn,pass=fwd]': [('run29', 'run30')]}" in out, out
     assert out.count("(30 histories)") == 4, out
+
+
+@pytest.mark.parametrize(
+    ("module", "flag"),
+    [
+        ("bench.regression_detector", "--out"),
+        ("bench.paired_budget", "--out"),
+        ("bench.service_load", "--report"),
+        ("bench.pipeline_load", "--out"),
+    ],
+)
+def test_a_quick_run_pointed_into_bench_reports_is_refused(module: str, flag: str) -> None:
+    target = ROOT / "bench" / "reports" / "quick-must-not-write-here.md"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", module, "--quick", flag, str(target)]
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--quick writes nothing under bench/reports" in done.stderr, done.stderr[-2000:]
+    assert not target.exists()
