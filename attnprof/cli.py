@@ -20,6 +20,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "attnprof.core.cli",
         "Profile two source trees interleaved on one device and compare them pair by pair (alias: ab).",
     ),
+    "bisect": (
+        "attnprof.core.cli",
+        "Find the commit between two refs of a checkout that made a step (A/B probes on one device); confirm it.",
+    ),
     "changepoints": ("attnprof.core.cli", "Find change points in a chronological series of results."),
     "schema": ("attnprof.core.cli", "Print the JSON Schema of a document."),
     "calibrate": ("attnprof.core.cli", "Measure this host's peak bandwidth and matmul rates into the peaks cache."),
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     module = VERBS[verb][0]
     try:
         app = importlib.import_module(module).app
-        if verb in ("profile", "paired") and argv is None:
+        if verb in ("profile", "paired", "bisect") and argv is None:
             # The console script's profiling process ends as soon as its result is written (``exit_with``); called
             # in process with ``argv``, the caller's process is left alone.
             from attnprof.core.process_exit import exit_with

@@ -262,6 +262,53 @@ def paired(
 app.command(PAIRED_ALIAS, hidden=True)(paired)
 
 
+@app.command()
+def bisect(
+    suite: Annotated[Path, typer.Argument(help="suite file, relative to the checkout's root (read from --bad's tree)")],
+    good: Annotated[str, typer.Option(help="the last good commit (any ref git knows)")],
+    bad: Annotated[str, typer.Option(help="the first bad commit (any ref git knows; a descendant of --good)")],
+    repo: Annotated[Path, typer.Option(help="the git checkout")] = Path("."),
+    case: Annotated[list[str] | None, typer.Option(help="only cases whose id matches (glob; repeatable)")] = None,
+    effect: Annotated[
+        float | None,
+        typer.Option(
+            help="the step's size, as a fraction (0.05: 5% slower), from an alert; without it the first probe "
+            "measures --bad against --good"
+        ),
+    ] = None,
+    low: Annotated[float | None, typer.Option(help="the low end of the step's interval (with --effect)")] = None,
+    high: Annotated[float | None, typer.Option(help="the high end of the step's interval (with --effect)")] = None,
+    out: Annotated[Path, typer.Option(help="folder for bisect.json")] = Path("attnprof-bisect"),
+    device: Annotated[DeviceChoice, typer.Option(help="auto: the GPU if there is one")] = DeviceChoice.auto,
+    cache_dir: Annotated[Path, typer.Option(help="peaks cache")] = Path.home() / ".cache" / "attnprof",
+) -> None:
+    """Find which commit between --good and --bad made a step on SUITE's cases: midpoints against the last good
+    commit, interleaved on this device (A/B), then the culprit against its parent. Exit 0 when a culprit is confirmed, 1
+    when the step is spread over several commits, was not reproduced or sits among commits that could not be
+    measured, 2 on bad input."""
+    from attnprof.core.bisect import Step
+    from attnprof.core.measure.bisect_local import LocalBisect
+
+    step = None
+    if effect is not None:
+        try:
+            step = Step(("*",), effect, low if low is not None else effect, high if high is not None else effect)
+        except ValueError as exc:
+            raise fail(f"--effect/--low/--high: {exc}") from None
+    elif low is not None or high is not None:
+        raise fail("--low and --high come with --effect")
+    job = LocalBisect(
+        repo=repo, good=good, bad=bad, suite=suite, out=out, device=device.value, cases=case, cache_dir=cache_dir
+    )
+    try:
+        job.step = step  # its cases: the suite's (or --case's), once the suite is read
+        found = job.run(say=lambda line: typer.echo(line, err=True))
+    except AttnprofError as exc:
+        raise fail(str(exc)) from None
+    typer.echo(found.summary())
+    raise typer.Exit(0 if found.status() == "confirmed" else 1)
+
+
 def _paired_with_progress(
     parsed: Suite, suite_path: Path, base: Path, head: Path, options: PairedOptions, quiet: bool
 ) -> PairedOutcome:
