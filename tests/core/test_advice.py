@@ -110,3 +110,13 @@ def test_the_gqa_rule_passes_the_unexpanded_heads_with_enable_gqa() -> None:
         for a in advise([call.model_copy(update={"kv_heads_expanded_from": None})], "cpu_flash", device="cpu")
         if a.rule == "gqa"
     ]
+
+
+def test_a_rule_that_does_not_help_is_kept_but_not_advised() -> None:
+    # PyTorch's fused CPU path ran; the backend rule's try of math is well over 5% slower: tried, kept, not advice
+    call = SdpaCall(query=_t([1, 8, 512, 64]), key=_t([1, 8, 512, 64]), value=_t([1, 8, 512, 64]))
+    advice = advise([call], "cpu_flash", device="cpu")
+    math_try = next(a for a in advice if a.rule == "backend" and "MATH" in a.suggestion)
+    assert not math_try.helps and math_try.alternative_us > math_try.current_us, math_try
+    case = make_case("decode").model_copy(update={"advice": advice})
+    assert not any("MATH" in line for line in advice_lines(case))
