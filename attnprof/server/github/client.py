@@ -140,6 +140,54 @@ class GitHubClient:
                 self._sleep(min(wait, self.max_wait_s))
         raise GitHubError(f"{last} (after {self.attempts} attempts)", status)
 
+    def download(self, url: str, *, max_bytes: int) -> bytes:
+        """The body of ``url`` after GitHub's redirect to its download host (a tarball answers ``302 Found``), at most
+        ``max_bytes`` (more raises ``GitHubError``, not retried), retried as ``request`` retries. The token goes to
+        GitHub alone: a redirect to another host is followed without it."""
+        last, status = "", None
+        for attempt in range(self.attempts):
+            try:
+                first = self._http.request("GET", url)
+                target = first
+                if first.status_code in (301, 302, 303, 307, 308) and first.headers.get("location"):
+                    location = first.headers["location"]
+                    same = httpx.URL(location).host in ("", self._http.base_url.host)
+                    opened = (
+                        self._http.stream("GET", location)
+                        if same
+                        else httpx.stream("GET", location, timeout=self._http.timeout)  # not the token's host
+                    )
+                    with opened as streamed:
+                        chunks, size = [], 0
+                        if streamed.is_success:
+                            for chunk in streamed.iter_bytes():
+                                size += len(chunk)
+                                if size > max_bytes:
+                                    raise GitHubError(
+                                        f"GET {url}: more than {max_bytes} bytes", streamed.status_code, retryable=False
+                                    )
+                                chunks.append(chunk)
+                            return b"".join(chunks)
+                        streamed.read()
+                        target = streamed
+                elif first.is_success:
+                    if len(first.content) > max_bytes:
+                        raise GitHubError(f"GET {url}: more than {max_bytes} bytes", first.status_code, retryable=False)
+                    return first.content
+            except httpx.TransportError as exc:
+                last, status, wait = f"GET {url}: {exc}", None, self.backoff_s * 2**attempt
+            else:
+                status = target.status_code
+                last = f"GET {url}: HTTP {status}"
+                found = _wait_s(target, attempt, self.backoff_s, time.time())
+                if found is None:
+                    raise GitHubError(last, status, retryable=False)
+                wait = found
+            if attempt + 1 < self.attempts:
+                self.retries += 1
+                self._sleep(min(wait, self.max_wait_s))
+        raise GitHubError(f"{last} (after {self.attempts} attempts)", status)
+
     def paginate(self, url: str, *, per_page: int = 100) -> Iterator[Any]:
         """Every item of a list endpoint, following the ``Link: rel="next"`` header."""
         response = self.request("GET", url, params={"per_page": per_page})

@@ -112,6 +112,9 @@ class State:
     tokens: dict[str, dict[str, Any]] = field(default_factory=dict)  # user tokens: login, scope, client id
     # tokens of accounts that are not signed in through OAuth (the service's bot): token -> login
     accounts: dict[str, str] = field(default_factory=lambda: {SERVICE_TOKEN: SERVICE_LOGIN})
+    # "owner/repo" -> its commits, oldest first: (sha, parent shas, message, the tarball GitHub would serve)
+    histories: dict[str, list[tuple[str, tuple[str, ...], str, bytes]]] = field(default_factory=dict)
+    gone: set[str] = field(default_factory=set)  # shas force-pushed away: 404 wherever named
 
 
 class FakeGitHub:
@@ -152,6 +155,11 @@ class FakeGitHub:
     def fail_next(self, *kinds: str) -> None:
         with self.lock:
             self.state.failures.extend(kinds)
+
+    def add_commit(self, repo: str, sha: str, parents: tuple[str, ...], message: str, tarball: bytes) -> None:
+        """A commit of ``repo``'s history (after the ones added before), with the tarball its tree downloads as."""
+        with self.lock:
+            self.state.histories.setdefault(repo, []).append((sha, parents, message, tarball))
 
     def add_comment(self, repo: str, pr: int, body: str, user: str = "someone") -> int:
         with self.lock:
@@ -253,6 +261,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(422, {"message": "Validation Failed", "errors": [], "status": "422"})
         if failure == "too_long":  # as GitHub answers a body over its limit, whatever this one's length
             return self._send(422, _too_long("create-an-issue-comment"))
+        if split.path.startswith("/_codeload/") and method == "GET":  # the download host: a signed URL, no token
+            return self._codeload(split.path)
         if split.path.startswith("/login/oauth/"):
             return self._oauth_web(method, split.path, query, body)
         if (split.path == "/user" or re.fullmatch(r"/repos/[^/]+/[^/]+", split.path)) and method == "GET":
@@ -261,8 +271,56 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(401, {"message": "Requires authentication"})
         self._route(method, split.path, query, body)
 
+    def _commits(self, repo: str) -> list[tuple[str, tuple[str, ...], str, bytes]]:
+        return [c for c in self.fake.state.histories.get(repo, []) if c[0] not in self.fake.state.gone]
+
+    def _compare(self, repo: str, base: str, head: str, query: dict[str, str]) -> None:
+        """``GET /repos/{repo}/compare/{base}...{head}``: a linear history's commits after base up to head, oldest
+        first, ``per_page`` (at most 100) a page with a ``Link`` header; 404 for a commit it does not have."""
+        commits = self._commits(repo)
+        shas = [c[0] for c in commits]
+        if base not in shas or head not in shas:
+            return self._send(404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"})
+        b, h = shas.index(base), shas.index(head)
+        status = "identical" if b == h else "ahead" if h > b else "behind"
+        between = commits[b + 1 : h + 1] if h > b else []
+        per_page = min(int(query.get("per_page", "250")), 100)
+        page = int(query.get("page", "1"))
+        chunk = between[(page - 1) * per_page : page * per_page]
+        body = {
+            "status": status,
+            "ahead_by": len(between),
+            "behind_by": max(0, b - h),
+            "total_commits": len(between),
+            "merge_base_commit": {"sha": shas[min(b, h)]},
+            "commits": [
+                {"sha": sha, "parents": [{"sha": p} for p in parents], "commit": {"message": message}}
+                for sha, parents, message, _ in chunk
+            ],
+        }
+        last = max(1, -(-len(between) // per_page))
+        links = []
+        if page < last:
+            base_url = f"http://{self.headers['Host']}/repos/{repo}/compare/{base}...{head}?per_page={per_page}"
+            links = [f'<{base_url}&page={page + 1}>; rel="next"', f'<{base_url}&page={last}>; rel="last"']
+        return self._send(200, body, {"Link": ", ".join(links)} if links else None)
+
+    def _codeload(self, path: str) -> None:
+        m = re.fullmatch(r"/_codeload/([^/]+/[^/]+)/legacy\.tar\.gz/([0-9a-f]+)", path)
+        found = next((c for c in self._commits(m[1]) if c[0] == m[2]), None) if m else None
+        if found is None:
+            return self._send_raw(404, b"Not Found", "text/plain")
+        return self._send_raw(200, found[3], "application/x-gzip")
+
     def _route(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
         st, lock = self.fake.state, self.fake.lock
+        if (m := re.fullmatch(r"/repos/([^/]+/[^/]+)/compare/([0-9a-f]+)\.\.\.([0-9a-f]+)", path)) and method == "GET":
+            return self._compare(m[1], m[2], m[3], query)
+        if (m := re.fullmatch(r"/repos/([^/]+/[^/]+)/tarball/([0-9a-f]+)", path)) and method == "GET":
+            if not any(c[0] == m[2] for c in self._commits(m[1])):
+                return self._send(404, {"message": "Not Found"})
+            where = f"http://{self.headers['Host']}/_codeload/{m[1]}/legacy.tar.gz/{m[2]}"
+            return self._send_raw(302, b"", "text/html", {"Location": where})
         if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/statuses/([0-9A-Za-z._-]+)", path):
             if method != "POST":
                 return self._send(404, {"message": "Not Found"})
