@@ -386,8 +386,20 @@ def compare(
         float | None, typer.Option(help="run-to-run noise of this testbed, relative (default: per mode)")
     ] = None,
     seed: Annotated[int, typer.Option(help="seed of the resampling")] = 0,
+    verdict: Annotated[
+        bool,
+        typer.Option(
+            "--verdict",
+            help="insist on a verdict: where every baseline ran on another GPU model, exit 2 instead of printing "
+            "the portability report",
+        ),
+    ] = False,
 ) -> None:
-    """Compare pooled baseline results with a candidate: exit 0 on pass or warn, 1 on fail, 2 on bad input."""
+    """Compare pooled baseline results with a candidate: exit 0 on pass or warn, 1 on fail, 2 on bad input.
+
+    Where every baseline ran on another GPU model there is no verdict: it prints a portability report of the
+    latest baseline against the candidate (the time on each, each as a share of that GPU's own peaks) and exits 0,
+    or 2 with --verdict."""
     from attnprof.core.analysis import compare as run_compare
     from attnprof.core.analysis import load_config, render_table
 
@@ -395,6 +407,19 @@ def compare(
         raise fail("compare needs at least one baseline and a candidate: BASELINE [BASELINE ...] CANDIDATE")
     try:
         docs = [load_result(p) for p in results]
+        models = {d.environment.device.name for d in docs[:-1]}
+        gpus = all(d.run.mode == "cuda" for d in docs)  # a CPU run beside a GPU one is bad input (compare says so)
+        if gpus and docs[-1].environment.device.name not in models:
+            if verdict:
+                raise fail(
+                    f"no verdict across GPU models: the baseline ran on {', '.join(sorted(models))}, the candidate "
+                    f"on {docs[-1].environment.device.name}; compare runs of one model (without --verdict: the "
+                    "portability report)"
+                )
+            from attnprof.core.analysis.portability import portability, render_portability
+
+            typer.echo(render_portability(portability(docs[-2], docs[-1])))
+            return
         thresholds = load_config(config) if config else None
         comparison = run_compare(docs[:-1], docs[-1], config=thresholds, noise_floor=noise_floor, seed=seed)
     except AttnprofError as exc:
