@@ -184,3 +184,28 @@ def test_the_gpu_worker_container_can_build_the_jail(compose: dict[str, Any], do
     assert gpu["env"]["ATTNPROF_WORKER__JOB_USER"] == "attnprof-job"
     assert any("bubblewrap" in r and "useradd --system" in r and "attnprof-job" in r for r in gpu["run"])
     assert GpuWorkerSettings(worker={"jail": "userns", "job_user": "attnprof-job"}).worker.jail == "userns"
+
+
+def test_the_kubernetes_manifests_use_real_settings_verbs_and_one_gpu_per_profile_worker() -> None:
+    docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "k8s" / "attnprof.yaml").read_text()) if d]
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "Job")}
+    assert {"attnprof-migrate", "attnprof-server", "attnprof-analysis-worker"} <= set(pods)
+    names = set()
+    for spec in pods.values():
+        for container in spec["containers"]:
+            names |= {e["name"] for e in container.get("env", []) if e["name"].startswith("ATTNPROF_")}
+            if "command" in container:
+                _check_command(container["command"])
+            # nothing secret written in the manifests: every secret setting comes from a Secret
+            for e in container.get("env", []):
+                if e["name"].endswith(("_URL", "_SECRET", "_TOKEN")) and e["name"] != "ATTNPROF_SERVICE_URL":
+                    assert "secretKeyRef" in e.get("valueFrom", {}), e
+    assert names and {n for n in names if not _setting_exists(n)} == set()
+    workers = {n: s for n, s in pods.items() if n.startswith("attnprof-profile-worker-")}
+    assert set(workers) == {"attnprof-profile-worker-h100", "attnprof-profile-worker-h200"}
+    for name, spec in workers.items():
+        (container,) = spec["containers"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+        assert container["args"] == ["--testbed", name.rsplit("-", 1)[1]]
+    server = pods["attnprof-server"]["containers"][0]
+    assert server["readinessProbe"]["httpGet"]["path"] == "/readyz"
