@@ -139,3 +139,36 @@ def test_a_run_without_counters_says_nothing_and_a_fresh_class_says_ncu() -> Non
     assert counter_class(k) == f"{k.counter_bound} (ncu)"
     k.counters_from = None  # an older document: the class alone
     assert counter_class(k) == k.counter_bound
+
+
+def test_a_failing_ncu_in_cached_mode_leaves_the_models_class_and_says_why(tmp_path: Path) -> None:
+    """``--counters cached``: an ncu that fails (here a stand-in that exits 1) costs the run nothing but the counters
+    it could not read; ``--counters ncu`` fails the run instead."""
+    import pytest
+
+    from attnprof.core.errors import CountersUnavailable
+    from attnprof.core.measure.runner import ProfileOptions, SuiteSession
+    from attnprof.core.suite import parse_suite
+
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\necho 'ERR_NVGPUCTRPERM: no permission to read the counters' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    suite = parse_suite(
+        '[suite]\nname = "s"\n[[cases]]\nname = "a"\ntarget = "sdpa"\nq_heads = 2\nseq_q = 8\nhead_dim = 8\n'
+        'dtype = "fp32"\n',
+        source=str(tmp_path / "s.toml"),
+    )
+    later = bare(measured_run())
+    for mode in ("cached", "ncu"):
+        options = ProfileOptions(device="cpu", cache_dir=tmp_path / "cache", counters="none")
+        session = SuiteSession(suite, options)
+        session.options = ProfileOptions(device="cpu", cache_dir=tmp_path / "cache", counters=mode)
+        session.ncu = str(fake)
+        cases = copy.deepcopy(later.cases)
+        if mode == "ncu":
+            with pytest.raises(CountersUnavailable, match="ERR_NVGPUCTRPERM"):
+                session._counters(cases, None)
+            continue
+        session._counters(cases, None)
+        assert session.counters_note is not None and "ERR_NVGPUCTRPERM" in session.counters_note
+        assert all(k.counters is None for c in cases for k in c.kernels)

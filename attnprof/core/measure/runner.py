@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import platform
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -364,7 +365,7 @@ class SuiteSession:
         if self.ncu is not None and todo:
             try:
                 run_counter_pass(self.ncu, self.suite, todo, progress=progress)
-            except CountersUnavailable as exc:
+            except (CountersUnavailable, subprocess.TimeoutExpired, OSError) as exc:
                 if self.options.counters == "ncu":
                     raise
                 # cached: counters are an addition; the kernels ncu could not replay keep the model's class
