@@ -301,12 +301,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        quick.refuse_reports(parser, args.data, args.report)
         args.triples, args.case = 1, args.case or list(QUICK_CASES)
-        if args.data is None or args.report is None:
-            folder = quick.scratch("aa-cpu")
-            args.data = args.data or folder / "data"
-            args.report = args.report or folder / "aa-cpu.md"
+        args.data, args.report = quick.place(parser, "aa-cpu", (args.data, "data"), (args.report, "aa-cpu.md"))
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     args.data = args.data or ROOT / "bench" / "reports" / "data" / f"aa-cpu-{date}"
     args.report = args.report or ROOT / "bench" / "reports" / "aa-cpu.md"

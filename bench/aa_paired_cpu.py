@@ -145,12 +145,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        quick.refuse_reports(parser, args.data, args.report)
         args.trials, args.case = 1, args.case or list(QUICK_CASES)
-        if args.data is None or args.report is None:
-            folder = quick.scratch("aa-paired-cpu")
-            args.data = args.data or folder / "data"
-            args.report = args.report or folder / "aa-paired-cpu.md"
+        args.data, args.report = quick.place(
+            parser, "aa-paired-cpu", (args.data, "data"), (args.report, "aa-paired-cpu.md")
+        )
     args.data = args.data or ROOT / "bench" / "reports" / "data" / "aa-paired-cpu"
     args.report = args.report or ROOT / "bench" / "reports" / "aa-paired-cpu.md"
     args.data.mkdir(parents=True, exist_ok=True)

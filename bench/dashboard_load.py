@@ -396,9 +396,8 @@ def main() -> None:
     if args.quick:
         if args.reuse:
             ap.error("--quick seeds a small database of its own and drops it: it does not go with --reuse")
-        quick.refuse_reports(ap, args.report)
         args.runs, args.repeat, args.jobs, args.quiet_wait_s = 500, 3, 5, 0.0
-        args.report = args.report or quick.scratch("dashboard-load") / "dashboard-load.md"
+        (args.report,) = quick.place(ap, "dashboard-load", (args.report, "dashboard-load.md"))
     args.report = args.report or REPORT
     started, t0 = datetime.now(UTC), time.perf_counter()
     info = Path(f"/tmp/{args.database}.json")

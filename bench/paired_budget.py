@@ -508,10 +508,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "reports" / "paired-budget.md")
     args = parser.parse_args()
     if args.quick:
-        committed = ROOT / "bench" / "reports" / "paired-budget.md"
-        quick.refuse_reports(parser, None if args.out == committed else args.out)
-        if args.out == committed:
-            args.out = quick.scratch("paired-budget") / "paired-budget.md"
+        named = None if args.out == ROOT / "bench" / "reports" / "paired-budget.md" else args.out
+        (args.out,) = quick.place(parser, "paired-budget", (named, "paired-budget.md"))
     args.sequences = 300 if args.quick else 2000
     args.jobs = 150 if args.quick else 1000
     started = time.perf_counter()

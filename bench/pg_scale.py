@@ -184,9 +184,8 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.quick:
-        quick.refuse_reports(ap, args.out)
         args.runs, args.samples_per_case, args.inserts, args.trends = 500, 10, 5, 20
-        args.out = args.out or quick.scratch("pg-scale") / "pg-scale.json"
+        (args.out,) = quick.place(ap, "pg-scale", (args.out, "pg-scale.json"))
     started = time.perf_counter()
     seeded = seeding.seed(admin=args.pg, database=args.database, runs=args.runs, samples_per_case=args.samples_per_case)
     report: dict[str, Any] = {

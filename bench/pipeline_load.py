@@ -1598,9 +1598,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.direct = 1
-        quick.refuse_reports(ap, None if args.out == REPORT else args.out, args.data[-1] if args.data else None)
-        if args.out == REPORT:
-            args.out = quick.scratch("pipeline-load") / "pipeline-cpu.md"
+        quick.refuse_reports(ap, args.data[-1] if args.data else None)
+        named = None if args.out == REPORT else args.out
+        (args.out,) = quick.place(ap, "pipeline-load", (named, "pipeline-cpu.md"))
     if args.mode == "load":
         run_load(args)
     elif args.mode == "load-report":

@@ -17,6 +17,21 @@ def scratch(name: str) -> Path:
     return folder
 
 
+def place(parser: argparse.ArgumentParser, name: str, *outputs: tuple[Path | None, str]) -> list[Path]:
+    """Where a quick run writes each of its ``outputs``, given as (the path the user named or None, a file name): a
+    named path as named (refused, as a usage error, under ``bench/reports``), the others in one new scratch folder
+    of ``name``'s."""
+    refuse_reports(parser, *(given for given, _ in outputs))
+    folder: Path | None = None
+    placed = []
+    for given, file in outputs:
+        if given is None:
+            folder = folder or scratch(name)
+            given = folder / file
+        placed.append(given)
+    return placed
+
+
 def refuse_reports(parser: argparse.ArgumentParser, *paths: Path | None) -> None:
     """Stop (as a usage error) where a quick run was pointed into ``bench/reports``."""
     for path in paths:

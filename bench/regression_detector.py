@@ -343,9 +343,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.trials, args.grid_trials = 100, 20
-        quick.refuse_reports(ap, None if args.out == REPORT else args.out)
-        if args.out == REPORT:
-            args.out = quick.scratch("regression-detector") / "regression-detector.md"
+        named = None if args.out == REPORT else args.out
+        (args.out,) = quick.place(ap, "regression-detector", (named, "regression-detector.md"))
     real, how = None, "parametric model"
     model = NoiseModel(name="H200 separate processes")
     if args.data:

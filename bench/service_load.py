@@ -1139,9 +1139,8 @@ def main() -> None:
     ap.add_argument("--rewrite", action="store_true", help="only write the report again from the last run's figures")
     args = ap.parse_args()
     if args.quick:
-        quick.refuse_reports(ap, None if args.report == REPORT else args.report)
-        if args.report == REPORT:
-            args.report = quick.scratch("service-load") / "service-load.md"
+        named = None if args.report == REPORT else args.report
+        (args.report,) = quick.place(ap, "service-load", (named, "service-load.md"))
     kept = Path(f"/tmp/{args.database}-results.json")
     if args.rewrite:
         results = json.loads(kept.read_text())
