@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnprof.core.counter_cache import coverage
+from attnprof.core.counter_cache import heavy as heavy_kernels
 from attnprof.core.documents import Case, ResultDocument, load_result
 from attnprof.core.measure.counters import MIN_SHARE
 
@@ -101,7 +102,7 @@ def counters_section(folder: Folder) -> list[str]:
         out.append(f"| `{name}` | {walls[name]:.1f} | {walls[name] / base:.2f}× | {share} |")
     first = docs.get("cached-first")
     if first is not None:
-        kernels = [k for c in first.cases if c.status == "ok" for k in c.kernels if (k.share or 0) >= MIN_SHARE]
+        kernels = [k for c in first.cases for k in heavy_kernels(c, MIN_SHARE)]
         judged = [k for k in kernels if k.counter_bound and k.bound]
         match = sum(1 for k in judged if k.bound == k.counter_bound)
         out += [

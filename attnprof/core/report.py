@@ -8,6 +8,7 @@ from datetime import UTC
 
 from attnprof.core.attribution.reconcile import case_reconciliation
 from attnprof.core.attribution.sdpa_calls import backends_line
+from attnprof.core.counter_cache import heavy as kernels_to_count
 from attnprof.core.documents import Case, Kernel, Peaks, ResultDocument
 from attnprof.core.rounds import round_levels
 from attnprof.core.units import MISSING, fmt_duration_range_us, fmt_duration_us, fmt_gbps, fmt_percent, fmt_tflops
@@ -187,7 +188,7 @@ def counters_line(doc: ResultDocument, min_share: float = 0.05) -> str | None:
     without counters."""
     if doc.run.counters == "none":
         return None
-    heavy = [k for c in doc.cases if c.status == "ok" for k in c.kernels if (k.share or 0.0) >= min_share]
+    heavy = [k for c in doc.cases for k in kernels_to_count(c, min_share)]
     if not heavy:
         return None
     cached = sum(1 for k in heavy if k.counter_bound and k.counters_from == "cache")

@@ -30,7 +30,7 @@ from attnprof.core.measure.advice import advise, beside_sdpa
 from attnprof.core.measure.clock import StepClocks
 from attnprof.core.measure.kernel_rounds import pool_durations
 from attnprof.core.measure.kernels import case_achieved, kernel_records
-from attnprof.core.measure.sdpa_reasons import ask_backends
+from attnprof.core.measure.sdpa_reasons import TRIGGERED_AT, ask_backends
 from attnprof.core.measure.targets import TORCH_DTYPES, SkipCase, Workload, WorkloadError
 from attnprof.core.measure.timing import Flusher, TimingResult, summarize, time_iterations
 from attnprof.core.measure.trace import RoundTrace
@@ -54,10 +54,6 @@ def _failed(spec: CaseSpec, type_: str, message: str, status: Literal["failed", 
     )
 
 
-# The source location PyTorch appends to warnings raised from C++.
-_TRIGGERED_AT = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
-
-
 def _with_reasons(exc: BaseException, warnings: list[str]) -> str:
     """The exception's text, followed by the warnings that say why a backend was not eligible.
 
@@ -70,7 +66,7 @@ def _with_reasons(exc: BaseException, warnings: list[str]) -> str:
     reasons = []
     for w in warnings:
         if "sdp_utils" in w or "not used because" in w or "Expected" in w or "requires" in w:
-            text = _TRIGGERED_AT.sub("", w).strip()
+            text = TRIGGERED_AT.sub("", w).strip()
             if text:
                 reasons.append(text)
     text = str(exc).strip()

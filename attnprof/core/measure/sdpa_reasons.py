@@ -29,7 +29,8 @@ _DTYPES = {
     "bool": torch.bool,
     "c10::Float8_e4m3fn": torch.float8_e4m3fn,
 }
-_TRIGGERED_AT = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
+TRIGGERED_AT = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
+"""The source location PyTorch appends to warnings raised from C++."""
 # PyTorch's header before the checks that failed; the checks themselves are the reasons.
 _HEADER = re.compile(r"not used because:?\s*$")
 NOT_ON_CPU = "PyTorch gives its reasons for refusing a backend only for CUDA devices"
@@ -74,7 +75,7 @@ def reasons_of(messages: list[str]) -> list[str]:
     out: dict[str, None] = {}
     for message in messages:
         for line in message.splitlines():
-            text = _TRIGGERED_AT.sub("", line).strip()
+            text = TRIGGERED_AT.sub("", line).strip()
             if text and not _HEADER.search(text):
                 out[text[:1000]] = None
     return list(out)
