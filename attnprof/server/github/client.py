@@ -17,9 +17,11 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+
+_T = TypeVar("_T")
 
 RETRY_STATUS = frozenset({403, 429, 500, 502, 503, 504})
 
@@ -119,69 +121,64 @@ class GitHubClient:
     def request(
         self, method: str, url: str, *, json: Any = None, params: dict[str, Any] | None = None
     ) -> httpx.Response:
-        last = ""
-        status: int | None = None
-        for attempt in range(self.attempts):
-            try:
-                response = self._http.request(method, url, json=json, params=params)
-            except httpx.TransportError as exc:
-                last, status, wait = f"{method} {url}: {exc}", None, self.backoff_s * 2**attempt
-            else:
-                if response.is_success:
-                    return response
-                status = response.status_code
-                last = f"{method} {url}: HTTP {status} {response.text[:200]}"
-                found = _wait_s(response, attempt, self.backoff_s, time.time())
-                if found is None:
-                    raise GitHubError(last, status, retryable=False, errors=_errors(response))
-                wait = found
-            if attempt + 1 < self.attempts:
-                self.retries += 1
-                self._sleep(min(wait, self.max_wait_s))
-        raise GitHubError(f"{last} (after {self.attempts} attempts)", status)
+        def once() -> tuple[httpx.Response, httpx.Response | None]:
+            response = self._http.request(method, url, json=json, params=params)
+            return response, response if response.is_success else None
+
+        return self._retried(f"{method} {url}", once)
 
     def download(self, url: str, *, max_bytes: int) -> bytes:
         """The body of ``url`` after GitHub's redirect to its download host (a tarball answers ``302 Found``), at most
         ``max_bytes`` (more raises ``GitHubError``, not retried), retried as ``request`` retries. The token goes to
         GitHub alone: a redirect to another host is followed without it."""
-        last, status = "", None
+
+        def once() -> tuple[httpx.Response, bytes | None]:
+            first = self._http.request("GET", url)
+            location = first.headers.get("location")
+            if first.status_code not in (301, 302, 303, 307, 308) or not location:
+                if first.is_success and len(first.content) > max_bytes:
+                    raise GitHubError(f"GET {url}: more than {max_bytes} bytes", first.status_code, retryable=False)
+                return first, first.content if first.is_success else None
+            same = httpx.URL(location).host in ("", self._http.base_url.host)
+            opened = (
+                self._http.stream("GET", location)
+                if same
+                else httpx.stream("GET", location, timeout=self._http.timeout)  # not the token's host
+            )
+            with opened as streamed:
+                if not streamed.is_success:
+                    streamed.read()
+                    return streamed, None
+                chunks, size = [], 0
+                for chunk in streamed.iter_bytes():
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise GitHubError(
+                            f"GET {url}: more than {max_bytes} bytes", streamed.status_code, retryable=False
+                        )
+                    chunks.append(chunk)
+                return streamed, b"".join(chunks)
+
+        return self._retried(f"GET {url}", once)
+
+    def _retried(self, what: str, once: Callable[[], tuple[httpx.Response, _T | None]]) -> _T:
+        """``once()``'s value, tried again after a transport error, a rate limit or a server error (waiting as GitHub
+        asks, ``attempts`` times at most); a failure that would answer the same again raises at once."""
+        last = ""
+        status: int | None = None
         for attempt in range(self.attempts):
             try:
-                first = self._http.request("GET", url)
-                target = first
-                if first.status_code in (301, 302, 303, 307, 308) and first.headers.get("location"):
-                    location = first.headers["location"]
-                    same = httpx.URL(location).host in ("", self._http.base_url.host)
-                    opened = (
-                        self._http.stream("GET", location)
-                        if same
-                        else httpx.stream("GET", location, timeout=self._http.timeout)  # not the token's host
-                    )
-                    with opened as streamed:
-                        chunks, size = [], 0
-                        if streamed.is_success:
-                            for chunk in streamed.iter_bytes():
-                                size += len(chunk)
-                                if size > max_bytes:
-                                    raise GitHubError(
-                                        f"GET {url}: more than {max_bytes} bytes", streamed.status_code, retryable=False
-                                    )
-                                chunks.append(chunk)
-                            return b"".join(chunks)
-                        streamed.read()
-                        target = streamed
-                elif first.is_success:
-                    if len(first.content) > max_bytes:
-                        raise GitHubError(f"GET {url}: more than {max_bytes} bytes", first.status_code, retryable=False)
-                    return first.content
+                response, value = once()
             except httpx.TransportError as exc:
-                last, status, wait = f"GET {url}: {exc}", None, self.backoff_s * 2**attempt
+                last, status, wait = f"{what}: {exc}", None, self.backoff_s * 2**attempt
             else:
-                status = target.status_code
-                last = f"GET {url}: HTTP {status}"
-                found = _wait_s(target, attempt, self.backoff_s, time.time())
+                if value is not None:
+                    return value
+                status = response.status_code
+                last = f"{what}: HTTP {status} {response.text[:200]}"
+                found = _wait_s(response, attempt, self.backoff_s, time.time())
                 if found is None:
-                    raise GitHubError(last, status, retryable=False)
+                    raise GitHubError(last, status, retryable=False, errors=_errors(response))
                 wait = found
             if attempt + 1 < self.attempts:
                 self.retries += 1
