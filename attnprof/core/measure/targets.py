@@ -288,6 +288,20 @@ def build_workload(case: CaseSpec, device: str, *, seed: int = 0) -> Workload:
     return _wrap(fwd, ref, leaves, ["q", "k", "v"], case, device, gen, context)
 
 
+def block_heads(qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim: int) -> list[torch.Tensor]:
+    """The ``block`` target's query, key and value: (batch, heads, seq, head_dim) views of the fused QKV projection's
+    (batch, seq, (q_heads + 2 * kv_heads) * head_dim) output, not copies."""
+    b, s = qkv.shape[:2]
+    parts = qkv.split([q_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)  # type: ignore[no-untyped-call]
+    return [t.view(b, s, -1, head_dim).transpose(1, 2) for t in parts]
+
+
+def block_merged(o: torch.Tensor) -> torch.Tensor:
+    """Attention's (batch, heads, seq, head_dim) output as the output projection's (batch, seq, heads * head_dim)
+    input: a view where SDPA wrote it (batch, seq, heads, head_dim), a copy otherwise."""
+    return o.transpose(1, 2).reshape(o.shape[0], o.shape[2], -1)
+
+
 def _block(case: CaseSpec, device: str, gen: torch.Generator) -> Workload:
     """QKV projection, attention (SDPA, default backend), output projection and a GELU FFN."""
     if case.seq_kv != case.seq_q:
@@ -310,12 +324,8 @@ def _block(case: CaseSpec, device: str, gen: torch.Generator) -> Workload:
         # ``params`` is read at call time: the accuracy reference swaps float64 copies into ``leaves``.
         x, w_qkv, w_o, w1, w2 = params
         with phase("qkv_proj"):
-            qkv = x @ w_qkv
-            q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)  # type: ignore[no-untyped-call]
-            q = q.view(b, s, hq, d).transpose(1, 2)
-            k = k.view(b, s, hkv, d).transpose(1, 2)
-            v = v.view(b, s, hkv, d).transpose(1, 2)
-        o = attention(q, k, v).transpose(1, 2).reshape(b, s, width)
+            q, k, v = block_heads(x @ w_qkv, hq, hkv, d)
+        o = block_merged(attention(q, k, v))
         with phase("out_proj"):
             h = x + o @ w_o
         with phase("ffn"):
