@@ -8,7 +8,7 @@ A suite file is TOML with a ``[suite]`` table and one or more ``[[cases]]``::
     [suite.timing]                         # optional: see TimingConfig
     budget_s = 1.0
     [suite.advice]                         # optional: rules not to try (attnprof.core.measure.advice)
-    off = ["head_dim"]                     # any of backend, mask, contiguous, head_dim, gqa, sdpa; or "all"
+    off = ["head_dim"]                     # any of backend, mask, contiguous, head_dim, gqa, sdpa, output; or "all"
 
     [[cases]]
     name = "prefill"                       # required

@@ -3,6 +3,8 @@ the CPU (real torch), kept as advice only where it is faster; rules switched off
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from attnprof.core.documents import Advice, SdpaCall, SdpaTensor
@@ -65,6 +67,7 @@ SUITE = '[suite]\nname = "s"\n{advice}\n[[cases]]\nname = "a"\ntarget = "sdpa"\n
 def test_the_suite_switches_rules_off_by_name() -> None:
     assert parse_suite(SUITE.format(advice="")).advice_off == ()
     assert parse_suite(SUITE.format(advice='[suite.advice]\noff = ["mask"]')).advice_off == ("mask",)
+    assert parse_suite(SUITE.format(advice='[suite.advice]\noff = ["output"]')).advice_off == ("output",)
     assert parse_suite(SUITE.format(advice='[suite.advice]\noff = ["all"]')).advice_off == ADVICE_RULES
     with pytest.raises(SuiteError) as err:
         parse_suite(SUITE.format(advice='[suite.advice]\noff = ["masks"]'))
@@ -120,3 +123,44 @@ def test_a_rule_that_does_not_help_is_kept_but_not_advised() -> None:
     assert not math_try.helps and math_try.alternative_us > math_try.current_us, math_try
     case = make_case("decode").model_copy(update={"advice": advice})
     assert not any("MATH" in line for line in advice_lines(case))
+
+
+BLOCK = (1, 2, 2, 32, 32, 16)  # (batch, q_heads, kv_heads, seq_q, seq_kv, head_dim)
+
+
+def test_the_output_rule_times_a_blocks_path_into_its_output_projection_with_the_heads_copied() -> None:
+    # Both paths timed for real. Which is faster is not asserted: on the CPU the three copies are 10% to 60% of this
+    # path from run to run, too close to the 5% line on a shared CPU; the decision is the next test's.
+    import torch
+
+    from attnprof.core.measure.advice import block_output
+
+    (advice,) = block_output(device="cpu", dtype=torch.float32, shape=BLOCK, causal=True)
+    assert advice.rule == "output" and advice.call is None and ".contiguous()" in advice.suggestion
+    assert advice.current_us > 0 and advice.alternative_us > 0, advice
+    assert advice.helps == (advice.alternative_us < advice.current_us * (1 - ADVICE_MIN_GAIN)), advice
+    assert advice.note is not None and "fused projection" in advice.note
+    assert block_output(device="cpu", dtype=torch.float32, shape=BLOCK, causal=True, off=("output",)) == []
+
+
+@pytest.mark.parametrize(("off_the_line_us", "helps"), [(-1.0, True), (1.0, False), (30.0, False)])
+def test_the_output_rule_advises_only_a_path_faster_by_the_minimum_gain(
+    monkeypatch: pytest.MonkeyPatch, off_the_line_us: float, helps: bool
+) -> None:
+    # both paths run once for real; their medians are set about the 5% line, so the decision is what is under test
+    import torch
+
+    from attnprof.core.measure import advice as advice_module
+
+    candidate_us = 100.0 * (1 - ADVICE_MIN_GAIN) + off_the_line_us
+
+    def medians(found: list[Any], device: str) -> list[tuple[Any, float]]:
+        for variant in found:
+            variant.run()
+        return [(found[0], 100e-6), (found[1], candidate_us * 1e-6)]
+
+    monkeypatch.setattr(advice_module, "_timed", medians)
+    (advice,) = advice_module.block_output(device="cpu", dtype=torch.float32, shape=BLOCK, causal=False)
+    assert (advice.current_us, advice.alternative_us, advice.helps) == (100.0, round(candidate_us, 3), helps)
+    lines = advice_lines(make_case("decode").model_copy(update={"advice": [advice]}))
+    assert len(lines) == int(helps) and all(line.startswith("ADVICE (output): copy query, key") for line in lines)

@@ -353,3 +353,12 @@ def test_each_sdpa_case_records_its_call_and_that_pytorch_was_not_asked_on_the_c
     assert causal.sdpa_calls[0].is_causal or causal.sdpa_calls[0].attn_mask is not None
     # the naive target makes no SDPA call
     assert run.case("naive[pass=fwd]").sdpa_calls is None
+
+
+def test_only_the_block_case_times_its_path_into_the_output_projection(run: Run) -> None:
+    # the output rule is for the block target alone, tried beside its SDPA call's rules and kept whether or not it
+    # helped; the other cases got advice from the other rules, none from this one
+    (output,) = [a for a in run.case("block").advice or [] if a.rule == "output"]
+    assert output.call is None and output.current_us > 0 and output.alternative_us > 0
+    others = [c for c in run.doc.cases if c.id != "block" and c.advice]
+    assert others and not [c.id for c in others if any(a.rule == "output" for a in c.advice or [])]

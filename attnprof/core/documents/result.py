@@ -450,7 +450,7 @@ class SdpaCall(_Model):
     not_asked: str | None = Field(None, max_length=500, description="why the backends were not asked, where not")
 
 
-AdviceRule = Literal["backend", "mask", "contiguous", "head_dim", "sdpa", "gqa"]
+AdviceRule = Literal["backend", "mask", "contiguous", "head_dim", "sdpa", "gqa", "output"]
 ADVICE_RULES: tuple[str, ...] = AdviceRule.__args__  # type: ignore[attr-defined]
 
 
@@ -460,7 +460,8 @@ class Advice(_Model):
 
     rule: AdviceRule
     call: Annotated[int, Field(ge=0)] | None = Field(
-        description="index into the case's sdpa_calls; null for the case's whole step (the sdpa rule)"
+        description="index into the case's sdpa_calls; null for the case's whole step (the sdpa rule) or a block's "
+        "path from its QKV projection into its output projection (the output rule)"
     )
     suggestion: str = Field(max_length=500, description="what to change, in a sentence")
     current_us: NonNegative = Field(description="median time of the call as it is, timed here")

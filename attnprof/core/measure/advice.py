@@ -15,6 +15,9 @@ stay in the document with ``helps`` false, so that a reader sees what was tried.
                 unexpanded with ``enable_gqa=True``
 ``sdpa``        a case that computes attention without SDPA (the unfused ``naive`` path, a custom kernel) beside
                 PyTorch's SDPA on the case's shapes: how far the user's step is from PyTorch's best fused kernel
+``output``      a ``block`` case's path from the QKV projection into the output projection with query, key and value
+                made contiguous: the copies that costs and, where SDPA then writes its output in the query's layout,
+                the copy of attention's output into the projection's input, measured where the next layer reads it
 
 Each suggestion says what it assumes of the data (a mask of only 0 and -inf, a causal pattern): the timing cannot see
 values, only shapes.
@@ -34,6 +37,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from attnprof.core.attribution.sdpa_calls import is_contiguous
 from attnprof.core.documents.result import Advice, AdviceRule, SdpaCall, SdpaTensor
 from attnprof.core.measure.sdpa_reasons import dtype_of
+from attnprof.core.measure.targets import block_heads, block_merged
 
 ADVICE_MIN_GAIN = 0.05
 """A change is advice when its median is at least this much below the call's own."""
@@ -304,5 +308,63 @@ def beside_sdpa(
             alternative_us=round(theirs * 1e6, 3),
             helps=theirs < mine * (1.0 - ADVICE_MIN_GAIN),
             note="the step as a whole (its attention and anything else it does) against SDPA alone",
+        )
+    ]
+
+
+def block_output(
+    *,
+    device: str,
+    dtype: torch.dtype,
+    shape: tuple[int, int, int, int, int, int],
+    causal: bool,
+    off: Sequence[str] = (),
+) -> list[Advice]:
+    """The ``block`` target's path from its fused QKV projection's output to its output projection's, as the block
+    takes it (head views of the projection, SDPA on PyTorch's own choice of backend, its output merged into
+    (batch, seq, heads * head_dim), ``x + o @ w_o``), timed against the same with query, key and value made
+    contiguous first, on the case's shapes ``(batch, q_heads, kv_heads, seq_q, seq_kv, head_dim)``.
+
+    The merge is a view where SDPA writes its output (batch, seq, heads, head_dim), a copy where it writes it as
+    (batch, heads, seq, head_dim); which one it writes can follow the query's layout, so a change to the heads is
+    timed up to the projection that reads attention's output, not at the SDPA call alone (the ``contiguous`` rule)."""
+    if "output" in off:
+        return []
+    b, hq, hkv, s, _, d = shape
+    with torch.no_grad():
+        try:
+            qkv = torch.randn(b, s, (hq + 2 * hkv) * d, device=device, dtype=dtype)
+            x = torch.randn(b, s, hq * d, device=device, dtype=dtype)
+            w_o = torch.randn(hq * d, hq * d, device=device, dtype=dtype)
+        except (RuntimeError, ValueError):
+            return []
+        gqa = {"enable_gqa": True} if hq != hkv else {}
+
+        def path(contiguous: bool) -> Callable[[], object]:
+            def run() -> object:
+                heads = block_heads(qkv, hq, hkv, d)
+                q, k, v = [t.contiguous() for t in heads] if contiguous else heads
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)  # type: ignore[arg-type]
+                return x + block_merged(o) @ w_o
+
+            return run
+
+        found = [_Variant(None, "as it is", None, path(False)), _Variant("output", "", None, path(True))]
+        timed = _timed(found, device)
+    if len(timed) < 2 or timed[0][0].rule is not None:
+        return []
+    (_, views), (_, copies) = timed
+    return [
+        Advice(
+            rule="output",
+            call=None,
+            suggestion="copy query, key and value into contiguous (batch, heads, seq, head_dim) tensors after the "
+            "QKV projection (`.contiguous()`) instead of passing SDPA the projection's head views",
+            current_us=round(views * 1e6, 3),
+            alternative_us=round(copies * 1e6, 3),
+            helps=copies < views * (1.0 - ADVICE_MIN_GAIN),
+            note="from the QKV projection's output to the output projection's, each layout's copies included (the "
+            "head copies; attention's output copied into (batch, seq, heads * head_dim) where SDPA writes it head "
+            "by head); assumes query, key and value are views of one fused projection, as in the block",
         )
     ]

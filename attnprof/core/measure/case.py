@@ -26,7 +26,7 @@ from attnprof.core.attribution.sdpa_calls import sdpa_calls
 from attnprof.core.documents import Case, CaseError, Environment, LatencyStats
 from attnprof.core.measure import environment as env
 from attnprof.core.measure.accuracy import check_accuracy
-from attnprof.core.measure.advice import advise, beside_sdpa
+from attnprof.core.measure.advice import advise, beside_sdpa, block_output
 from attnprof.core.measure.clock import StepClocks
 from attnprof.core.measure.kernel_rounds import pool_durations
 from attnprof.core.measure.kernels import case_achieved, kernel_records
@@ -297,6 +297,13 @@ def _first_record(
         shape = (spec.batch, spec.q_heads, spec.kv_heads, spec.seq_q, spec.seq_kv, spec.head_dim)
         dtype = TORCH_DTYPES[spec.dtype]
         advice = beside_sdpa(step, device=device, dtype=dtype, shape=shape, causal=spec.causal, off=advice_off) or None
+    if advice_off is not None and spec.target == "block":
+        # the block's attention output goes on into its output projection: a layout is timed up to there
+        shape = (spec.batch, spec.q_heads, spec.kv_heads, spec.seq_q, spec.seq_kv, spec.head_dim)
+        path = block_output(
+            device=device, dtype=TORCH_DTYPES[spec.dtype], shape=shape, causal=spec.causal, off=advice_off
+        )
+        advice = [*(advice or []), *path][:32] or None
     case = Case(
         id=spec.id,
         name=spec.name,
