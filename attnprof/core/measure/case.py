@@ -291,7 +291,10 @@ def _first_record(
         calls = ask_backends(calls, device=device, requires_grad=spec.pass_ == "fwd_bwd")
         if advice_off is not None:  # None: a paired run's side, which times the two trees and nothing else
             forced = spec.backend if spec.backend not in (None, "default") else None
-            advice = advise(calls, backend_used, device=device, off=advice_off, forced=forced) or None
+            # A block's query, key and value are views of its QKV projection's output, made anew every call: no copy
+            # made "once" exists there, and the output rule times the copies with what they change downstream.
+            off = (*advice_off, "contiguous") if spec.target == "block" else advice_off
+            advice = advise(calls, backend_used, device=device, off=off, forced=forced) or None
     elif advice_off is not None and step is not None and spec.has_shape and spec.pass_ == "fwd":
         # attention without SDPA (the unfused path, a custom kernel): how far from PyTorch's fused kernel
         shape = (spec.batch, spec.q_heads, spec.kv_heads, spec.seq_q, spec.seq_kv, spec.head_dim)
