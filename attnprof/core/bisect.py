@@ -16,15 +16,20 @@ Torch-free: probes are run by the caller.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from attnprof.core.documents.comparison import ComparisonDocument
+import numpy as np
+
+from attnprof.core.documents.comparison import ComparisonDocument, Finding
 
 Outcome = Literal["bad", "good", "skip"]
 Status = Literal["confirmed", "spread", "not_reproduced", "skipped", "running"]
 TIMING = ("latency", "bandwidth", "throughput")
+PART = 0.1
+"""A probe's slowdown of at least this share of the step, with its interval above zero, is a part of the step."""
 
 
 @dataclass(frozen=True)
@@ -58,23 +63,41 @@ class Probe:
     detail: str = ""
 
 
+def slowdown(f: Finding) -> tuple[float, float | None, float | None] | None:
+    """A timing finding as a change of latency, with its interval: a latency finding as it is; a rate (bandwidth,
+    throughput: higher is better) as ``baseline / candidate - 1``, so that a case whose primary metric is a rate is
+    judged on the same scale as the step. None for other findings."""
+    if f.metric not in TIMING or f.change is None:
+        return None
+    low, high = (f.ci.low, f.ci.high) if f.ci is not None else (None, None)
+    rate = f.higher_is_better if f.higher_is_better is not None else f.metric != "latency"
+    if not rate:
+        return f.change, low, high
+
+    def inverse(c: float | None) -> float | None:
+        return None if c is None or c <= -1 else 1 / (1 + c) - 1
+
+    change = inverse(f.change)
+    return (change, inverse(high), inverse(low)) if change is not None else None
+
+
 def classify(comparison: ComparisonDocument, step: Step, failed: set[str] | frozenset[str] = frozenset()) -> Probe:
     """What a paired comparison says about the step: ``skip`` where a stepped case failed or did not run on either
     side (``failed``: ids of such cases), else ``bad`` where a stepped case's latency rose by at least the step's
-    share of its size, else ``good``. Its effect is the largest latency change over the stepped cases."""
+    share of its size (a rate's fall, as ``slowdown`` reads it), else ``good``. Its effect is the largest latency
+    change over the stepped cases."""
     missing = [c for c in step.cases if c in failed]
     if missing:
         return Probe("", "", "skip", detail="did not run: " + ", ".join(missing))
     best: tuple[float, float | None, float | None] | None = None
     for f in comparison.findings:
-        if f.case in step.cases and f.metric == "latency" and f.change is not None:
-            low, high = (f.ci.low, f.ci.high) if f.ci is not None else (None, None)
-            if best is None or f.change > best[0]:
-                best = (f.change, low, high)
+        moved = slowdown(f) if f.case in step.cases else None
+        if moved is not None and (best is None or moved[0] > best[0]):
+            best = moved
         if f.case in step.cases and f.metric == "status":
             return Probe("", "", "skip", detail=f"{f.case}: {f.detail or 'did not run'}")
     if best is None:
-        return Probe("", "", "skip", detail="no latency finding for the step's cases")
+        return Probe("", "", "skip", detail="no timing finding for the step's cases")
     effect, low, high = best
     bad = effect >= step.share * step.effect and (low is None or low > 0)
     return Probe("", "", "bad" if bad else "good", effect, low, high)
@@ -154,11 +177,13 @@ class Bisection:
         if self.ambiguous():
             return "skipped"
         c = self.confirmation
-        if c is None or c.outcome == "skip" or c.effect is None:
-            return "not_reproduced"
-        if self.within(c):
+        if c is not None and c.outcome != "skip" and c.effect is not None and self.within(c):
             return "confirmed"
-        return "spread" if c.outcome == "bad" or (c.low is not None and c.low > 0) else "not_reproduced"
+        # No one commit holds it: spread where some probe saw a real part of it (a slowdown of at least
+        # ``PART`` of the step with its interval above zero: each probe against the last good commit sees only the
+        # part after it, so a step of many small parts can stay under the share on every probe), else not reproduced.
+        seen = [p for p in self.probes if p.outcome != "skip" and p.effect is not None and p.low is not None]
+        return "spread" if any(p.low > 0 and p.effect >= PART * self.step.effect for p in seen) else "not_reproduced"  # type: ignore[operator]
 
     def within(self, probe: Probe) -> bool:
         """Whether a probe's effect agrees with the step's: its interval overlaps the step's (its estimate inside,
@@ -174,12 +199,36 @@ class Bisection:
         return self.commits[self.bad]
 
     def shares(self) -> list[tuple[str, float]]:
-        """For a step spread over commits: each bad probe's effect as a share of the step, newest first."""
-        return [
-            (p.candidate, p.effect / self.step.effect)
+        """For a step spread over commits: the stretches of the range that hold a part of it, each with its share of
+        the step, newest first. Effects add up along a history: each probe says that the commits after its good one
+        up to its candidate hold its effect (and the whole range holds the step). The probes' ends cut the range
+        into stretches, and the shares are the least-squares solution of those sums (the smallest, where probes
+        leave a part open). Stretches under 5% of the step are left out. A stretch of one commit is named by it; a
+        longer one as ``first..last (n commits)``."""
+        index = {c: i for i, c in enumerate(self.commits)}
+        spans = [
+            (index[p.good], index[p.candidate], p.effect)
             for p in self.probes
-            if p.effect is not None and p.outcome == "bad"
-        ][::-1]
+            if p.effect is not None and p.outcome != "skip" and p.good in index and p.candidate in index
+        ]
+        if not any(lo == 0 and hi == len(self.commits) - 1 for lo, hi, _ in spans):
+            spans.append((0, len(self.commits) - 1, self.step.effect))  # the step spans the whole range
+        cuts = sorted({i for lo, hi, _ in spans for i in (lo, hi)})
+        atoms = list(itertools.pairwise(cuts))
+        a = np.array([[1.0 if lo <= x and y <= hi else 0.0 for x, y in atoms] for lo, hi, _ in spans])
+        b = np.array([effect for _, _, effect in spans])
+        solved = np.linalg.lstsq(a, b, rcond=None)[0]
+        out = []
+        for (lo, hi), part in sorted(zip(atoms, solved, strict=True), key=lambda s: -s[0][1]):
+            share = float(part) / self.step.effect
+            if abs(share) >= 0.05:
+                name = (
+                    self.commits[hi]
+                    if hi - lo == 1
+                    else f"{self.commits[lo + 1]}..{self.commits[hi]} ({hi - lo} commits)"
+                )
+                out.append((name, share))
+        return out
 
     def summary(self) -> str:
         status = self.status()
