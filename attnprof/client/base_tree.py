@@ -3,8 +3,8 @@
 ``git archive <merge base> -- <folder>`` gives the files committed there, so the working copy plays no part (the
 head's bundle, ``source.build_bundle``, also takes its new untracked files). As ``git archive`` does, it honours
 ``.gitattributes``: ``export-ignore`` paths are left out and ``export-subst`` placeholders expanded at that
-commit. The archive is read as a stream and packed again by ``source.pack`` in the head bundle's form (sorted,
-files only, zero times and owners), with the head's limits and its rule for links (left out, named), so the
+commit. The archive is read as a stream and packed again by ``attnprof.contract.bundle.pack`` in the head bundle's form
+(sorted, files only, zero times and owners), with the head's limits and its rule for links (left out, named), so the
 service checks both bundles alike, and a folder that did not change between the two commits gives the head's
 bytes exactly.
 
@@ -17,7 +17,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from attnprof.client.source import MIB, Bundle, Member, SourceError, is_git_checkout, pack
+from attnprof.client.source import MIB, Bundle, SourceError, is_git_checkout
+from attnprof.contract.bundle import Member, pack
 
 DEPTH_HINT = (
     "fetch the history: in GitHub Actions, actions/checkout with fetch-depth: 0; elsewhere git fetch --unshallow"

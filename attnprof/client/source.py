@@ -6,21 +6,19 @@ outside a git checkout, every file minus the usual build and cache folders and t
 ``.gitignore``. Links are left out; sizes are bounded before anything is sent. The archive is made
 deterministic (sorted, zero times and owners, a gzip header without a time), so the same source gives the same
 bundle and the service stores it once. ``attnprof.client.base_tree`` builds the paired mode's base bundle in the
-same form with :func:`pack`.
+same form with :func:`pack` (``attnprof.contract.bundle``, which the service's bisection packs with too).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import gzip
-import io
 import os
 import re
 import subprocess
-import tarfile
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+
+from attnprof.contract.bundle import pack
 
 MIB = 1024 * 1024
 ANCESTORS_MAX = 50
@@ -144,30 +142,6 @@ def build_bundle(
     if len(data) > max_bytes:
         raise SourceError(f"the bundle of {root} is {len(data) / MIB:.1f} MiB; the limit is {max_bytes / MIB:.0f} MiB")
     return Bundle(data=data, files=len(regular), unpacked_bytes=total, skipped_links=links)
-
-
-# A file of a bundle: its path in the bundle, its size in bytes, whether it is executable, and its content (a
-# file read when it is packed, or the bytes).
-Member = tuple[str, int, bool, Path | bytes]
-
-
-def pack(members: Iterable[Member]) -> bytes:
-    """The tar.gz of ``members`` (given sorted by path): files only, modes 0644 or 0755, no owners, time 0, and
-    a gzip header without a time or a name (``tarfile``'s ``w:gz`` would write the current time there, so the
-    same files a second later would make other bytes)."""
-    buf = io.BytesIO()
-    with (
-        gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=6, mtime=0) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-    ):
-        for name, size_bytes, executable, content in members:
-            info = tarfile.TarInfo(name)
-            info.size = size_bytes
-            info.mode = 0o755 if executable else 0o644
-            info.mtime = 0
-            with content.open("rb") if isinstance(content, Path) else io.BytesIO(content) as f:
-                tar.addfile(info, f)
-    return buf.getvalue()
 
 
 @dataclass(frozen=True)

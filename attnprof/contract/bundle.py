@@ -16,11 +16,12 @@ stops at the limit instead of filling memory or disk.
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -275,3 +276,27 @@ def unpack(data: bytes, dest: Path, *, max_bytes: int, max_unpacked_bytes: int, 
                 out.write(chunk)
         written += 1
     return written
+
+
+# A file of a bundle: its path in the bundle, its size in bytes, whether it is executable, and its content (a
+# file read when it is packed, or the bytes).
+Member = tuple[str, int, bool, Path | bytes]
+
+
+def pack(members: Iterable[Member]) -> bytes:
+    """The tar.gz of ``members`` (given sorted by path): files only, modes 0644 or 0755, no owners, time 0, and
+    a gzip header without a time or a name (``tarfile``'s ``w:gz`` would write the current time there, so the
+    same files a second later would make other bytes)."""
+    buf = io.BytesIO()
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=6, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for name, size_bytes, executable, content in members:
+            info = tarfile.TarInfo(name)
+            info.size = size_bytes
+            info.mode = 0o755 if executable else 0o644
+            info.mtime = 0
+            with content.open("rb") if isinstance(content, Path) else io.BytesIO(content) as f:
+                tar.addfile(info, f)
+    return buf.getvalue()
