@@ -215,6 +215,17 @@ class Retention(BaseModel):
     )
 
 
+class Bisect(BaseModel):
+    """Bisections (``ATTNPROF_BISECT__*``, docs/bisection.md): the sweep starts one for each step that regression
+    alerts find, reads commits and trees through GitHub with ``ATTNPROF_GITHUB_TOKEN`` (none set: alerts are not
+    bisected; a request still is, from public repositories), and advances the open ones."""
+
+    alerts: bool = Field(True, description="start a bisection for each new regression step (with a GitHub token)")
+    alert_max_age_days: float = Field(7.0, gt=0, description="older alerts are not bisected when first seen")
+    per_sweep: int = Field(20, ge=1, description="open bisections advanced per sweep")
+    workdir: str = Field("./attnprof-bisect", description="where commits' trees are unpacked while they are packed")
+
+
 class Settings(BaseSettings):
     """Everything the service (and the analysis worker beside it) reads from its environment (docs/architecture.md,
     "Settings"). A profile worker reads its own (``attnprof.worker.profile.settings``)."""
@@ -249,6 +260,7 @@ class Settings(BaseSettings):
     dashboard: Dashboard = Field(default_factory=Dashboard)
     alert_webhooks: AlertWebhooks = Field(default_factory=AlertWebhooks)
     retention: Retention = Field(default_factory=Retention)
+    bisect: Bisect = Field(default_factory=Bisect)
 
     @model_validator(mode="after")
     def _oauth_app_whole(self) -> Settings:

@@ -4,6 +4,7 @@ from attnprof.server.artifacts.models import Artifact
 from attnprof.server.audit.models import AuditEvent
 from attnprof.server.auth.models import Token
 from attnprof.server.baselines.models import BaselineRule
+from attnprof.server.bisections.models import Bisection, BisectionProbe
 from attnprof.server.comparisons.models import Alert, AlertWebhook, Comparison
 from attnprof.server.db import Base
 from attnprof.server.jobs.models import Job, PairedResult
@@ -19,6 +20,8 @@ __all__ = [
     "AuditEvent",
     "Base",
     "BaselineRule",
+    "Bisection",
+    "BisectionProbe",
     "CaseSamples",
     "Comparison",
     "Job",

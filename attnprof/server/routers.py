@@ -6,6 +6,7 @@ from attnprof.server.auth.audit_router import router as audit
 from attnprof.server.auth.router import router as tokens
 from attnprof.server.auth.router import whoami_router as whoami
 from attnprof.server.baselines.router import router as baselines
+from attnprof.server.bisections.router import router as bisections
 from attnprof.server.comparisons.router import router as alerts
 from attnprof.server.github.router import router as github
 from attnprof.server.health.router import router as health
@@ -23,6 +24,7 @@ ROUTERS: list[APIRouter] = [
     trends,
     baselines,
     alerts,
+    bisections,
     retention,
     tokens,
     audit,

@@ -106,6 +106,11 @@ def interval(alert: Alert) -> str:
 
 def headline(alert: Alert, ctx: AlertContext) -> str:
     what = "Regression" if alert.regression else "Improvement"
+    if alert.culprit:
+        return (
+            f"{what}: {alert.metric} of {alert.case_id} on {ctx.branch} ({ctx.testbed}) {size(alert)}, "
+            f"made by {alert.culprit[:10]} (bisected and confirmed)"
+        )
     return (
         f"{what}: {alert.metric} of {alert.case_id} on {ctx.branch} ({ctx.testbed}) {size(alert)}, "
         f"between {ctx.last_good_commit[:10]} and {ctx.first_bad_commit[:10]}"
@@ -143,6 +148,18 @@ def body(alert: Alert, ctx: AlertContext) -> dict[str, Any]:
             ],
         },
     ]
+    if alert.culprit:
+        blocks.insert(
+            1,
+            {
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": f"*Culprit* `{alert.culprit[:12]}`: bisected with paired jobs and confirmed against its "
+                    "parent",
+                },
+            },
+        )
     return {
         "text": headline(alert, ctx),
         "blocks": blocks,
@@ -165,6 +182,8 @@ def body(alert: Alert, ctx: AlertContext) -> dict[str, Any]:
             "p": alert.p,
             "last_good": {"run_id": alert.before_run_id, "commit": ctx.last_good_commit},
             "first_bad": {"run_id": alert.run_id, "commit": ctx.first_bad_commit},
+            "culprit": alert.culprit,
+            "bisection_id": alert.bisection_id,
             "url": ctx.url,
         },
     }

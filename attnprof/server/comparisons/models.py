@@ -81,6 +81,14 @@ class Alert(Base):
     notify_attempts: Mapped[int] = mapped_column(Integer, default=0)
     notified_at: Mapped[datetime | None]
     notify_error: Mapped[str | None] = mapped_column(String(500))
+    bisection_id: Mapped[int | None] = mapped_column(
+        ForeignKey("bisections.id", ondelete="SET NULL"),
+        index=True,
+        comment="the bisection that searches its step's commits (docs/bisection.md)",
+    )
+    culprit: Mapped[str | None] = mapped_column(
+        String(64), comment="the commit its bisection confirmed made the step (the webhook is owed it again)"
+    )
 
 
 class AlertWebhook(Base):

@@ -63,6 +63,10 @@ class AlertOut(BaseModel):
     updated_at: datetime | None = Field(description="last time detection found the step again")
     acknowledged: Acknowledgement | None
     notified_at: datetime | None = Field(description="when the project's webhook took it")
+    bisection_id: int | None = Field(
+        None, description="the bisection searching the step's commits (GET /api/v1/projects/{project}/bisections/{id})"
+    )
+    culprit: str | None = Field(None, description="the commit the bisection confirmed made the step")
 
 
 class Alerts(BaseModel):
@@ -152,6 +156,8 @@ def alert_out(alert: Alert, commits: dict[str, tuple[str, datetime]]) -> AlertOu
         updated_at=alert.updated_at,
         acknowledged=ack,
         notified_at=alert.notified_at,
+        bisection_id=alert.bisection_id,
+        culprit=alert.culprit,
     )
 
 

@@ -7,7 +7,8 @@ is offered at most as many jobs as it has live workers free (live: said so in th
 ``ATTNPROF_FAIRNESS__WORKER_LIVE_S``; free: not running a job), and always one, so that a worker that starts, or
 one that does not say it is alive, finds a message waiting: ``max(1, live - running) - offered`` more.
 
-Each offer takes the job of the project with the fewest jobs running or offered on the testbed, the project whose
+Each offer takes the job of the project with the fewest jobs running or offered on the testbed (a project whose
+waiting jobs are all background ones, a bisection's probes, only after every other), the project whose
 latest offer there is the oldest among equals (round-robin across projects), the oldest job within a project; a
 project with ``ATTNPROF_FAIRNESS__MAX_RUNNING`` jobs running or offered there is skipped. A flood of one project's
 jobs then holds another project's job back by at most one job per worker.
@@ -69,13 +70,17 @@ def offer(session: Session, *, testbed_id: int, cfg: Fairness, now: datetime) ->
         eligible = [p for p in oldest if flying.get(p, 0) < cfg.max_running]
         if not eligible:
             break
-        project = min(eligible, key=lambda p: (flying.get(p, 0), last[p], oldest[p], p))
+        project = min(eligible, key=lambda p: (oldest[p][0], flying.get(p, 0), last[p], oldest[p][1], p))
         if not fetched.get(project):
             fetched[project] = repository.next_waiting(session, testbed_id=testbed_id, project_id=project, limit=slots)
         if not fetched[project]:  # taken meanwhile (a cancel holds it): not this round's
             del oldest[project]
             continue
-        job = fetched[project].pop(0)
+        job = fetched[project][0]
+        if job.background and not oldest[project][0]:  # its other waiting jobs are offered: background from now
+            oldest[project] = (True, oldest[project][1])
+            continue
+        fetched[project].pop(0)
         messages.append(attempts.offer_next_attempt(job, name, now=now))
         flying[project] = flying.get(project, 0) + 1
         last[project] = now

@@ -119,6 +119,11 @@ class Job(Base):
         server_default=text("false"),
         comment='profiled with its merge base, interleaved (docs/architecture.md, "The paired job")',
     )
+    background: Mapped[bool] = mapped_column(
+        default=False,
+        server_default=text("false"),
+        comment="a bisection's probe: offered only while no other job waits on its testbed (docs/bisection.md)",
+    )
 
 
 class PairedResult(Base):

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import BindParameter, Select, bindparam, exists, func, select, text, update
+from sqlalchemy import BindParameter, Select, bindparam, case, exists, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, make_transient_to_detached
 
@@ -164,14 +164,15 @@ def in_flight_by_project(session: Session, *, testbed_id: int) -> dict[int, int]
     return counts
 
 
-def waiting_projects(session: Session, *, testbed_id: int) -> dict[int, datetime]:
-    """The projects with jobs waiting for the dispatcher on a testbed, each with its oldest waiting job's time."""
+def waiting_projects(session: Session, *, testbed_id: int) -> dict[int, tuple[bool, datetime]]:
+    """The projects with jobs waiting for the dispatcher on a testbed, each with whether all its waiting jobs are
+    background ones (a bisection's probes) and its oldest waiting job's time."""
     q = (
-        select(Job.project_id, func.min(Job.created_at))
+        select(Job.project_id, func.min(case((Job.background, 1), else_=0)), func.min(Job.created_at))
         .where(Job.testbed_id == testbed_id, text(WAITING_SQL))
         .group_by(Job.project_id)
     )
-    return {int(p): oldest for p, oldest in session.execute(q)}
+    return {int(p): (bool(background), oldest) for p, background, oldest in session.execute(q)}
 
 
 _LAST_OFFER = (
@@ -188,12 +189,12 @@ def last_offer(session: Session, *, testbed_id: int, project_id: int) -> datetim
 
 
 def next_waiting(session: Session, *, testbed_id: int, project_id: int, limit: int) -> list[Job]:
-    """The project's oldest jobs waiting for the dispatcher on the testbed, locked (a row another transaction holds,
-    a cancel's, is skipped: it is not waiting for long)."""
+    """The project's oldest jobs waiting for the dispatcher on the testbed, its background ones last, locked (a row
+    another transaction holds, a cancel's, is skipped: it is not waiting for long)."""
     q = (
         select(Job)
         .where(Job.testbed_id == testbed_id, Job.project_id == project_id, text(WAITING_SQL))
-        .order_by(Job.created_at, Job.id)
+        .order_by(Job.background, Job.created_at, Job.id)
         .limit(limit)
         .with_for_update(skip_locked=True)
         .execution_options(populate_existing=True)

@@ -60,6 +60,8 @@ class NewJob:
     """The suite file's path relative to the repository's root (checked by the contract's rule), None: not sent."""
     base_bundle: bytes | None = None
     """A paired job's second tree, its merge base's source (tar.gz); ``bundle`` and ``base_commit`` come with it."""
+    background: bool = False
+    """A bisection's probe: offered only while no other job waits on its testbed."""
 
     @property
     def paired(self) -> bool:
@@ -173,6 +175,7 @@ def create(
             "bundle_sha256": bundle_sha,
             "base_bundle_sha256": base_bundle_sha,
             "paired": new.paired,
+            "background": new.background,
             "repo": prov.repo,
             "branch": prov.branch,
             "commit": prov.commit,
