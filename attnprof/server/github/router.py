@@ -51,7 +51,8 @@ def receive(
     event: Annotated[str | None, Header(alias="X-GitHub-Event")] = None,
 ) -> WebhookAnswer:
     """GitHub's webhook: a ``/attnprof rerun`` comment on a pull request, by a user with write access,
-    queues a copy of the pull request's newest job of each project. Signed with the shared secret."""
+    queues a copy of the pull request's newest job of each project; a ``/attnprof bisect`` comment starts a
+    bisection of the pull request's commits on the testbed of each such job. Signed with the shared secret."""
     if len(body) > settings.limits.json_body_bytes:
         raise PayloadTooLarge("webhook body over the JSON limit")
     webhook.verify(settings, body, signature)
@@ -59,10 +60,12 @@ def receive(
         payload = json.loads(body)
     except ValueError as exc:
         raise InvalidPayload("webhook body: not JSON") from exc
-    found = webhook.rerun_request(event, payload if isinstance(payload, dict) else {})
-    if found is None:
-        return WebhookAnswer(action="ignored", detail="not a /attnprof rerun comment on a pull request")
-    repo, pr, user = found
+    data = payload if isinstance(payload, dict) else {}
+    found = webhook.rerun_request(event, data)
+    bisect = webhook.rerun_request(event, data, webhook.BISECT)
+    if found is None and bisect is None:
+        return WebhookAnswer(action="ignored", detail="not a /attnprof rerun or bisect comment on a pull request")
+    repo, pr, user = found or bisect  # type: ignore[misc]
     # Asked before the session is first used: no transaction is open while GitHub answers.
     client = github.make_client(settings)
     try:
@@ -74,6 +77,11 @@ def receive(
         client.close()
     if not allowed:
         return WebhookAnswer(action="ignored", detail=f"{user} has no write access to {repo}")
+    if bisect is not None:
+        started, notes = webhook.bisect_pr(session, repo=repo, pr=pr, user=user)
+        session.commit()
+        detail = f"{len(started)} bisection(s) started" + "".join(f"; {n}" for n in notes)
+        return WebhookAnswer(action="bisect", detail=detail, bisections=[b.id for b in started])
     copies = webhook.requeue(session, repo=repo, pr=pr)
     session.commit()
     # The copies wait in the database like any new job, and are offered when their testbed has a worker free.

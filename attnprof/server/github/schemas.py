@@ -6,9 +6,10 @@ from pydantic import BaseModel, Field
 
 
 class WebhookAnswer(BaseModel):
-    action: str = Field(description="rerun, or ignored")
+    action: str = Field(description="rerun, bisect, or ignored")
     detail: str
     jobs: list[str] = Field(default_factory=list, description="ids of the jobs queued by a rerun")
+    bisections: list[int] = Field(default_factory=list, description="ids of the bisections a bisect comment started")
 
 
 class ResendAnswer(BaseModel):

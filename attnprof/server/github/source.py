@@ -8,11 +8,15 @@ and each commit's tree (the tarball endpoint), unpacked with the checks a submit
   one top folder (``owner-repo-sha/``) and a pax header naming the commit. A commit GitHub no longer has (force-pushed
   away and collected) is ``404``.
 
+- ``GET /repos/{owner}/{repo}/commits/{sha}/pulls`` lists the pull requests a commit belongs to (the merged one
+  is the one it came from).
+
 Rate limits and server errors are retried as every GitHub call of the service's is (``GitHubClient.request``).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from attnprof.contract import bundle
+from attnprof.server.bisections import service as bisecting
 from attnprof.server.github.client import GitHubClient, GitHubError
 
 MAX_COMMITS = 1000
@@ -110,3 +115,68 @@ def fetch_tree(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return dest
+
+
+def bundle_of(tree: Path, *, max_bytes: int = bundle.DEFAULT_BUNDLE_BYTES) -> bytes:
+    """A commit's tree packed as a submitted bundle is (``attnprof.contract.bundle.pack``): its files, sorted, links
+    left out (a bundle holds none)."""
+    members: list[bundle.Member] = []
+    for path in sorted(tree.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            members.append((path.relative_to(tree).as_posix(), path.stat().st_size, os.access(path, os.X_OK), path))
+    if not members:
+        raise SourceError(f"{tree.name}: the commit's tree holds no files")
+    data = bundle.pack(members)
+    if len(data) > max_bytes:
+        raise SourceError(f"the tree is {len(data)} bytes packed; a bundle takes at most {max_bytes}")
+    return data
+
+
+def pull_of(client: GitHubClient, repo: str, sha: str) -> int | None:
+    """The pull request a commit came from: ``GET /repos/{owner}/{repo}/commits/{sha}/pulls`` ("List pull requests
+    associated with a commit"), the merged one first; None when GitHub names none."""
+    try:
+        pulls = client.request("GET", f"/repos/{repo}/commits/{sha}/pulls", params={"per_page": 100}).json()
+    except GitHubError as exc:
+        if exc.status in (404, 422):
+            return None
+        raise
+    if not isinstance(pulls, list):
+        return None
+    merged = [p for p in pulls if isinstance(p, dict) and p.get("merged_at")]
+    for p in merged or pulls:
+        if isinstance(p, dict) and isinstance(p.get("number"), int):
+            return int(p["number"])
+    return None
+
+
+class GitHubSource:
+    """The bisection's ``Source`` (``attnprof.server.bisections.service``) through GitHub: each tree fetched once into
+    ``cache`` (a folder per repository and commit, kept while the service runs) and packed as a bundle."""
+
+    def __init__(self, client: GitHubClient, cache: Path, *, max_bytes: int = bundle.DEFAULT_BUNDLE_BYTES) -> None:
+        self.client, self.cache, self.max_bytes = client, cache, max_bytes
+
+    def commits(self, repo: str, good: str, bad: str) -> list[bisecting.Commit]:
+        try:
+            found = commits_between(self.client, repo, good, bad)
+        except (SourceError, GitHubError) as exc:
+            raise bisecting.SourceError(str(exc)) from exc
+        return [bisecting.Commit(c.sha, c.parents) for c in found]
+
+    def tree(self, repo: str, sha: str) -> bytes:
+        dest = self.cache / repo.replace("/", "--") / sha
+        try:
+            return bundle_of(
+                fetch_tree(self.client, repo, sha, dest, max_bytes=self.max_bytes), max_bytes=self.max_bytes
+            )
+        except (SourceError, GitHubError) as exc:
+            raise bisecting.SourceError(str(exc)) from exc
+        finally:
+            shutil.rmtree(dest, ignore_errors=True)  # the bundle is kept by the bisection (its ``trees``)
+
+    def pull_of(self, repo: str, sha: str) -> int | None:
+        try:
+            return pull_of(self.client, repo, sha)
+        except GitHubError:
+            return None

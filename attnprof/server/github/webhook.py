@@ -1,4 +1,4 @@
-"""The GitHub webhook's logic: the signature check and the ``/attnprof rerun`` command."""
+"""The GitHub webhook's logic: the signature check and the ``/attnprof rerun`` and ``/attnprof bisect`` commands."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from attnprof.core.documents.comparison import ComparisonDocument
+from attnprof.server.bisections import service as bisections
+from attnprof.server.bisections.models import Bisection
 from attnprof.server.config import Settings
-from attnprof.server.errors import NotFound, Unauthorized
+from attnprof.server.errors import NotFound, ServiceError, Unauthorized
 from attnprof.server.github import repository
 from attnprof.server.github.client import GitHubClient
 from attnprof.server.jobs import repository as jobs
@@ -19,6 +22,7 @@ from attnprof.server.jobs.models import Job
 from attnprof.server.projects import service as project_service
 
 RERUN = "/attnprof rerun"
+BISECT = "/attnprof bisect"
 WRITERS = frozenset({"admin", "maintain", "write"})
 
 
@@ -32,12 +36,14 @@ def verify(settings: Settings, body: bytes, signature: str | None) -> None:
         raise Unauthorized("bad or missing X-Hub-Signature-256")
 
 
-def rerun_request(event: str | None, payload: dict[str, Any]) -> tuple[str, int, str] | None:
-    """(repo, PR number, user) when the event is a new ``/attnprof rerun`` comment on a pull request."""
+def rerun_request(event: str | None, payload: dict[str, Any], command: str = RERUN) -> tuple[str, int, str] | None:
+    """(repo, PR number, user) when the event is a new ``command`` comment (``/attnprof rerun``) on a pull
+    request."""
     if event != "issue_comment" or payload.get("action") != "created":
         return None
     issue, comment = payload.get("issue") or {}, payload.get("comment") or {}
-    if not issue.get("pull_request") or not str(comment.get("body") or "").strip().startswith(RERUN):
+    words = str(comment.get("body") or "").strip().split()
+    if not issue.get("pull_request") or " ".join(words[:2]) != command:
         return None
     repo = (payload.get("repository") or {}).get("full_name")
     user = (comment.get("user") or {}).get("login")
@@ -83,3 +89,48 @@ def requeue(session: Session, *, repo: str, pr: int) -> list[Job]:
         job_service.owe_feedback(copy)
         copies.append(jobs.add(session, copy))
     return copies
+
+
+def bisect_pr(session: Session, *, repo: str, pr: int, user: str) -> tuple[list[Bisection], list[str]]:
+    """A bisection of the pull request's commits (its merge base to its head) for the newest job of each project
+    allowed to report to ``repo``, on that job's testbed, for the cases its comparison found slower (every case
+    where it has none); and, for each project that got none, why. Not committed."""
+    allowed = project_service.projects_of_repository(session, repo)
+    started: list[Bisection] = []
+    notes: list[str] = []
+    for last in repository.last_jobs_of_pr(session, repo=repo, pr=pr):
+        if last.project_id not in allowed:
+            continue
+        if not last.base_commit:
+            notes.append(f"job {last.id}: no merge base was sent with it")
+            continue
+        try:
+            b = bisections.from_job(
+                session,
+                last,
+                good=last.base_commit,
+                bad=last.commit,
+                cases=_slower_cases(session, last),
+                by=f"{user} (GitHub, {BISECT} on #{pr})",
+                via="comment",
+                pr=pr,
+            )
+        except ServiceError as exc:
+            notes.append(f"job {last.id}: {exc.detail}")
+            continue
+        started.append(b)
+    return started, notes
+
+
+def _slower_cases(session: Session, job: Job) -> list[str]:
+    try:
+        doc = ComparisonDocument.model_validate(job_service.comparison(session, job).document)
+    except ServiceError:
+        return []
+    return sorted(
+        {
+            f.case
+            for f in doc.findings
+            if f.metric == "latency" and f.change is not None and f.change > 0 and f.verdict == "fail"
+        }
+    )

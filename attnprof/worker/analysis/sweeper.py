@@ -2,7 +2,9 @@
 dispatch every testbed with jobs waiting (the catch-all behind the dispatch that follows each change of a slot),
 then deliver the GitHub feedback that is owed and due (``attnprof.server.github.outbox``: each job claimed, sent with no
 transaction open, and recorded, in short transactions of its own), and the new alerts owed to projects' webhooks
-(``attnprof.server.comparisons.alert_outbox``, the same way). Each sweep also deletes the traces and bundles past their
+(``attnprof.server.comparisons.alert_outbox``, the same way). Between the two it starts, advances and reports the
+bisections (``attnprof.server.github.bisect``): an alert's webhook owed again for a culprit goes out in the same
+sweep. Each sweep also deletes the traces and bundles past their
 project's retention (``attnprof.server.retention``, a bounded batch per project, in a transaction of its own), at most
 every ``ATTNPROF_RETENTION__INTERVAL_S``."""
 
@@ -14,7 +16,7 @@ from attnprof.server import queue
 from attnprof.server.comparisons import alert_outbox
 from attnprof.server.config import Settings
 from attnprof.server.db import utcnow
-from attnprof.server.github import outbox
+from attnprof.server.github import bisect, outbox
 from attnprof.server.jobs import dispatch, sweep
 from attnprof.server.retention import service as retention
 from attnprof.worker.analysis.database import sessions
@@ -51,6 +53,7 @@ def run(settings: Settings) -> dict[str, int]:
         run_ids=report.run_feedback,
         budget_s=FEEDBACK_BUDGET_S,
     )
+    bisected = bisect.sweep(sessions(settings.database_url), settings)
     alerts = alert_outbox.deliver_owed(
         sessions(settings.database_url), settings.alert_webhooks, settings.public_url, budget_s=FEEDBACK_BUDGET_S
     )
@@ -62,4 +65,5 @@ def run(settings: Settings) -> dict[str, int]:
         "bundles_swept": swept.bundles if swept else 0,
         **counts,
         **alerts,
+        **bisected,
     }

@@ -106,6 +106,8 @@ class State:
     oauth_apps: dict[str, OAuthApp] = field(default_factory=dict)  # by client id
     users: dict[str, OAuthUser] = field(default_factory=dict)  # by login
     public_repos: set[str] = field(default_factory=set)
+    # commit sha -> the pull requests it belongs to ("List pull requests associated with a commit")
+    pulls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     browser_user: str | None = None  # who the browser is signed in to GitHub as
     grants: set[tuple[str, str, str]] = field(default_factory=set)  # (login, client id, scope) authorised
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -316,6 +318,10 @@ class _Handler(BaseHTTPRequestHandler):
         st, lock = self.fake.state, self.fake.lock
         if (m := re.fullmatch(r"/repos/([^/]+/[^/]+)/compare/([0-9a-f]+)\.\.\.([0-9a-f]+)", path)) and method == "GET":
             return self._compare(m[1], m[2], m[3], query)
+        if (m := re.fullmatch(r"/repos/([^/]+/[^/]+)/commits/([0-9a-f]+)/pulls", path)) and method == "GET":
+            if not any(c[0] == m[2] for c in self._commits(m[1])):
+                return self._send(422, {"message": "No commit found for SHA: " + m[2], "status": "422"})
+            return self._send(200, st.pulls.get(m[2], []))
         if (m := re.fullmatch(r"/repos/([^/]+/[^/]+)/tarball/([0-9a-f]+)", path)) and method == "GET":
             if not any(c[0] == m[2] for c in self._commits(m[1])):
                 return self._send(404, {"message": "Not Found"})
