@@ -57,6 +57,7 @@ PAGE_ROUTES = {
     "comparison_rule_remove": "/ui/p/{project}/comparisons/{comparison_id}/baselines/{kind}/remove",
     "trends": "/ui/p/{project}/trends",
     "alert_ack": "/ui/p/{project}/alerts/{alert_id}/acknowledgement",
+    "bisection": "/ui/p/{project}/bisections/{bisection_id}",
 }
 Query = str | int | None
 
@@ -187,6 +188,10 @@ class Links:
     def ui_trends(self, project: str, **query: Query) -> str:
         """The trends page; ``case``, ``metric`` and the page's other parameters as the query."""
         return self._url(PAGE_ROUTES["trends"], query, project=project)
+
+    def ui_bisection(self, project: str, bisection_id: int) -> str:
+        """A bisection's page: its probes, what is left to search, what it found."""
+        return self._url(PAGE_ROUTES["bisection"], project=project, bisection_id=str(bisection_id))
 
     def ui_alert_ack(self, project: str, alert_id: int) -> str:
         """Where an admin's form acknowledges alert ``alert_id`` (from the trends page)."""

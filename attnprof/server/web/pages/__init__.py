@@ -2,6 +2,7 @@
 
 from fastapi import APIRouter
 
+from attnprof.server.web.pages.bisections import router as bisection_page
 from attnprof.server.web.pages.comparisons import router as comparisons_page
 from attnprof.server.web.pages.jobs import router as jobs_pages
 from attnprof.server.web.pages.overview import router as overview
@@ -19,4 +20,5 @@ PAGE_ROUTERS: list[APIRouter] = [
     runs_page,
     pulls_page,
     comparisons_page,
+    bisection_page,
 ]

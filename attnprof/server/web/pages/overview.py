@@ -69,6 +69,8 @@ def _alert_row(project: str, found: dict[str, Any]) -> dict[str, Any]:
         "acknowledged_by": alert.acknowledged_by,
         "acknowledged_note": alert.acknowledged_note,
         "href": f"{trend}#alert-{alert.id}",
+        "bisection_id": alert.bisection_id,
+        "culprit": alert.culprit,
     }
 
 
