@@ -456,3 +456,41 @@ def test_a_probe_is_offered_only_when_no_other_job_waits_on_its_testbed(db: Sess
     pr.status = "done"
     offered = [m.job_id for m in dispatch.offer(db, testbed_id=tb.id, cfg=Fairness(), now=now + timedelta(seconds=1))]
     assert offered == [probe.id]
+
+
+def test_the_webhook_body_of_an_alert_with_a_confirmed_culprit_names_it() -> None:
+    from attnprof.server.comparisons.alert_webhook import AlertContext, body
+
+    alert = Alert(
+        id=3,
+        case_id=CASE,
+        metric="latency",
+        unit="us",
+        before_run_id="r1",
+        run_id="r2",
+        before=100.0,
+        after=300.0,
+        change=2.0,
+        ci_low=1.9,
+        ci_high=2.1,
+        p=0.001,
+        regression=True,
+        min_effect=0.02,
+    )
+    ctx = AlertContext(
+        project="p",
+        testbed="h100",
+        branch="main",
+        last_good_commit=sha(0),
+        last_good_at=None,
+        first_bad_commit=sha(9),
+        first_bad_at=None,
+        url="http://x/ui",
+    )
+    plain = body(alert, ctx)
+    assert plain["alert"]["culprit"] is None and "between" in plain["text"]
+    alert.culprit, alert.bisection_id = sha(5), 12
+    named = body(alert, ctx)
+    assert named["alert"]["culprit"] == sha(5) and named["alert"]["bisection_id"] == 12
+    assert f"made by {sha(5)[:10]}" in named["text"]
+    assert any(sha(5)[:12] in str(b) for b in named["blocks"])

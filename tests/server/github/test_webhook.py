@@ -133,3 +133,39 @@ def test_webhook_without_a_configured_secret_is_404(db, pg_url, tenant) -> None:
     client = TestClient(bind(create_app(make_settings(pg_url)), db))
     body = _payload()
     assert _post(client, body, _sign(body)).status_code == 404
+
+
+def test_bisect_by_a_writer_starts_a_bisection_of_the_pull_requests_commits(
+    db, pg_url, github, tenant, worker_token
+) -> None:
+    from attnprof.server.bisections.models import Bisection
+
+    client, testbed, _ = _setup(db, pg_url, github, tenant, worker_token)
+    base = "a" * 40
+    r = client.post(
+        f"/api/v1/projects/{tenant.name}/jobs",
+        files={"spec": ("attnprof.toml", SPEC.encode())},
+        data={"testbed": testbed, "branch": "feature", "commit": "c3", "repo": REPO, "pr": "7", "base_commit": base},
+        headers=tenant.h("submit"),
+    )
+    assert r.status_code == 202, r.text
+    for body, event in [
+        (_payload(body="/attnprof bisect", user="reader"), "issue_comment"),
+        (_payload(body="/attnprof bisection please"), "issue_comment"),  # not the command
+        (_payload(body="/attnprof bisect"), "push"),
+    ]:
+        r = _post(client, body, _sign(body), event)
+        assert r.status_code == 200 and r.json()["action"] == "ignored", r.text
+    assert db.scalars(select(Bisection).where(Bisection.repo == REPO)).all() == []
+    body = _payload(body="/attnprof bisect")
+    r = _post(client, body, _sign(body))
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["action"] == "bisect" and len(answer["bisections"]) == 1, answer
+    made = db.get(Bisection, answer["bisections"][0])
+    assert made is not None
+    assert (made.good, made.bad, made.pr, made.requested_via, made.status) == (base, "c3", 7, "comment", "pending")
+    assert made.requested_by.startswith("maintainer (GitHub")
+    # The same comment again: that range is searched already, and the answer says so.
+    r = _post(client, body, _sign(body))
+    assert r.json()["bisections"] == [] and "already searches" in r.json()["detail"]
