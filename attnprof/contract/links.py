@@ -58,6 +58,7 @@ PAGE_ROUTES = {
     "trends": "/ui/p/{project}/trends",
     "alert_ack": "/ui/p/{project}/alerts/{alert_id}/acknowledgement",
     "bisection": "/ui/p/{project}/bisections/{bisection_id}",
+    "alert_bisect": "/ui/p/{project}/alerts/{alert_id}/bisect",
 }
 Query = str | int | None
 
@@ -192,6 +193,10 @@ class Links:
     def ui_bisection(self, project: str, bisection_id: int) -> str:
         """A bisection's page: its probes, what is left to search, what it found."""
         return self._url(PAGE_ROUTES["bisection"], project=project, bisection_id=str(bisection_id))
+
+    def ui_alert_bisect(self, project: str, alert_id: int) -> str:
+        """Where a submit or admin token's form starts a bisection of alert ``alert_id``'s step."""
+        return self._url(PAGE_ROUTES["alert_bisect"], project=project, alert_id=str(alert_id))
 
     def ui_alert_ack(self, project: str, alert_id: int) -> str:
         """Where an admin's form acknowledges alert ``alert_id`` (from the trends page)."""

@@ -122,55 +122,93 @@ def start_for_alerts(
     for alert in session.scalars(q):
         steps.setdefault((alert.project_id, alert.testbed_id, alert.before_run_id, alert.run_id), []).append(alert)
     started: list[Bisection] = []
-    for (project_id, testbed_id, before_id, after_id), alerts in list(steps.items())[:limit]:
-        before, after = session.get(Run, before_id), session.get(Run, after_id)
-        if before is None or after is None:
-            continue
-        top = max(alerts, key=lambda a: a.change or 0.0)
-        b = Bisection(
-            project_id=project_id,
-            testbed_id=testbed_id,
-            before_run_id=before_id,
-            run_id=after_id,
-            repo=after.repo or "",
-            good=before.commit,
-            bad=after.commit,
-            cases=sorted({a.case_id for a in alerts}),
-            effect=top.change,
-            low=top.ci_low if top.ci_low is not None else top.change,
-            high=top.ci_high if top.ci_high is not None else top.change,
-            commits=[],
-            merges=[],
-            trees={},
-            status="pending",
-            requested_by="alert",
-            requested_via="alert",
-            comment_attempts=0,
-            created_at=now,
-            updated_at=now,
-        )
-        change = environment_change(before, after)
-        b.environment = change or None
-        try:
-            job = _spec_of(session, after)
-            b.spec, b.suite_name, b.suite_path = job.spec, job.suite_name, job.suite_path
-        except InvalidPayload as exc:
-            b.spec, b.suite_name = "", suites_name(after)
-            _end(b, "failed", str(exc.detail), now)
-        if not after.repo and b.status == "pending":
-            _end(b, "failed", "the step's runs name no repository: there is nowhere to read the commits from", now)
-        if before.commit == after.commit and b.status == "pending":
-            _end(b, "failed", "the step's two runs are of one commit: the code did not change across it", now)
-        if after.ancestors and after.ancestors[0] == before.commit and b.status == "pending":
-            b.commits, b.culprit = [before.commit, after.commit], after.commit
-            _end(b, "single", f"one commit: {after.commit} is the only change between the step's runs", now)
-        session.add(b)
-        session.flush()
-        for alert in alerts:
-            alert.bisection_id = b.id
-        started.append(b)
-    session.flush()
+    for alerts in list(steps.values())[:limit]:
+        b = for_step(session, alerts, by="alert", via="alert", now=now)
+        if b is not None:
+            started.append(b)
     return started
+
+
+def for_step(
+    session: Session, alerts: Sequence[Alert], *, by: str, via: str, now: datetime | None = None
+) -> Bisection | None:
+    """A bisection of the step ``alerts`` (of one project, testbed and pair of runs) found, its size the largest
+    alert's; each alert points at it. None when a run of the step is gone."""
+    now = now or utcnow()
+    first = alerts[0]
+    before, after = session.get(Run, first.before_run_id), session.get(Run, first.run_id)
+    if before is None or after is None:
+        return None
+    top = max(alerts, key=lambda a: a.change or 0.0)
+    b = Bisection(
+        project_id=first.project_id,
+        testbed_id=first.testbed_id,
+        before_run_id=before.id,
+        run_id=after.id,
+        repo=after.repo or "",
+        good=before.commit,
+        bad=after.commit,
+        cases=sorted({a.case_id for a in alerts}),
+        effect=top.change,
+        low=top.ci_low if top.ci_low is not None else top.change,
+        high=top.ci_high if top.ci_high is not None else top.change,
+        commits=[],
+        merges=[],
+        trees={},
+        status="pending",
+        requested_by=by[:300],
+        requested_via=via,
+        comment_attempts=0,
+        created_at=now,
+        updated_at=now,
+    )
+    change = environment_change(before, after)
+    b.environment = change or None
+    try:
+        job = _spec_of(session, after)
+        b.spec, b.suite_name, b.suite_path = job.spec, job.suite_name, job.suite_path
+    except InvalidPayload as exc:
+        b.spec, b.suite_name = "", suites_name(after)
+        _end(b, "failed", str(exc.detail), now)
+    if not after.repo and b.status == "pending":
+        _end(b, "failed", "the step's runs name no repository: there is nowhere to read the commits from", now)
+    if before.commit == after.commit and b.status == "pending":
+        _end(b, "failed", "the step's two runs are of one commit: the code did not change across it", now)
+    if after.ancestors and after.ancestors[0] == before.commit and b.status == "pending":
+        b.commits, b.culprit = [before.commit, after.commit], after.commit
+        _end(b, "single", f"one commit: {after.commit} is the only change between the step's runs", now)
+    session.add(b)
+    session.flush()
+    for alert in alerts:
+        alert.bisection_id = b.id
+    session.flush()
+    return b
+
+
+def for_alert(session: Session, alert: Alert, *, by: str, via: str) -> Bisection:
+    """A person's bisection of ``alert``'s step, whatever its age or acknowledgement (the alerts of the same step
+    share it); ``Conflict`` while one searches it already, ``InvalidPayload`` for an improvement."""
+    if not alert.regression:
+        raise InvalidPayload(f"alert {alert.id} is an improvement: there is no slowdown to bisect")
+    if alert.bisection_id is not None:
+        known = session.get(Bisection, alert.bisection_id)
+        if known is not None and known.status in OPEN:
+            raise Conflict(f"bisection {known.id} already searches the step of alert {alert.id}")
+    same = list(
+        session.scalars(
+            select(Alert).where(
+                Alert.project_id == alert.project_id,
+                Alert.testbed_id == alert.testbed_id,
+                Alert.before_run_id == alert.before_run_id,
+                Alert.run_id == alert.run_id,
+                Alert.regression.is_(True),
+            )
+        )
+    )
+    b = for_step(session, same or [alert], by=by, via=via)
+    if b is None:
+        raise NotFound(f"alert {alert.id}: a run of its step is gone")
+    return b
 
 
 def suites_name(run: Run) -> str:

@@ -15,7 +15,7 @@ from attnprof.server.db import make_engine, utcnow
 from attnprof.server.projects import repository as projects
 from attnprof.server.runs.models import Run
 from tests.server.web.pages import Project, fresh_project, http, seed_pair, watch_errors
-from tests.server.web.stack import Site, sign_in
+from tests.server.web.stack import Site, docs, sign_in
 
 COMMITS = [f"{0xABC000 + i:040x}" for i in range(9)]
 
@@ -148,3 +148,59 @@ def test_a_running_bisection_lists_what_is_left_and_others_get_404(site: Site, p
     with http(site, other.tokens.read) as client:
         assert client.get(f"/ui/p/{other.name}/bisections/{running}").status_code == 404
         assert client.get(f"/ui/p/{project.name}/bisections/{running}").status_code in (403, 404)
+
+
+def test_a_submit_token_bisects_an_alerts_step_from_the_trends_page_and_a_reader_cannot(site: Site) -> None:
+    from tests.server.web.pages import csrf_of
+
+    made = fresh_project(site, "bisect-form")
+    seed_pair(site, made)
+    case = docs.h200()["cases"][0]["id"]
+    engine = make_engine(site.db_url)
+    try:
+        with Session(engine) as session:
+            found = projects.get_by_name(session, made.name)
+            run = session.get(Run, made.runs[2])
+            assert found is not None and run is not None
+            alert = Alert(
+                project_id=found.id,
+                testbed_id=run.testbed_id,
+                case_id=case,
+                metric="latency",
+                unit="us",
+                before_run_id=made.runs[1],
+                run_id=made.runs[2],
+                before=100.0,
+                after=120.0,
+                change=0.2,
+                ci_low=0.18,
+                ci_high=0.22,
+                p=0.001,
+                regression=True,
+                created_at=utcnow(),
+                notify_attempts=0,
+            )
+            session.add(alert)
+            session.commit()
+            alert_id = alert.id
+    finally:
+        engine.dispose()
+    trend = f"/ui/p/{made.name}/trends?case={case}&metric=latency"
+    action = f"/ui/p/{made.name}/alerts/{alert_id}/bisect"
+    with http(site, made.tokens.read) as client:
+        html = client.get(trend).text
+        assert f'id="alert-{alert_id}"' in html and action not in html  # a reader gets no form
+        r = client.post(action, data={"csrf": csrf_of(html)})
+        assert r.status_code == 403 and "needs submit or admin" in r.text
+    with http(site, made.tokens.submit) as client:
+        html = client.get(trend).text
+        assert action in html
+        assert client.post(action, data={"csrf": "stale"}).status_code == 403
+        r = client.post(action, data={"csrf": csrf_of(html)})
+        assert r.status_code == 303 and "/bisections/" in r.headers["location"]
+        page_html = client.get(r.headers["location"]).text
+        # These runs were uploaded, not profiled by the service: the bisection says it has no suite to run.
+        assert "failed" in page_html and "uploaded, not profiled" in page_html
+        assert "dashboard" in page_html
+        html = client.get(trend).text
+        assert "Searched by" in html and action in html  # it ended without a culprit: it may be asked again

@@ -18,13 +18,16 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
+from sqlalchemy import select
 
 from attnprof.contract.links import PATHS
+from attnprof.server.bisections import service as bisections
+from attnprof.server.bisections.models import Bisection
 from attnprof.server.comparisons import alert_webhook, alerts
 from attnprof.server.comparisons import repository as comparison_rows
 from attnprof.server.config import Settings
 from attnprof.server.db import INT_MAX, SessionDep
-from attnprof.server.errors import Conflict
+from attnprof.server.errors import Conflict, InvalidPayload
 from attnprof.server.testbeds import repository as testbeds_repo
 from attnprof.server.trends import repository as trends
 from attnprof.server.web import repository, trend_repository
@@ -193,6 +196,8 @@ def _alert_rows(session: SessionDep, found: Sequence[Any]) -> list[dict[str, Any
     """The case's alerts for the list under the chart, newest first, each with its size and interval in units
     and the commits around it."""
     commits = comparison_rows.commits_of(session, [r for a in found for r in (a.before_run_id, a.run_id)])
+    ids = [a.bisection_id for a in found if a.bisection_id is not None]
+    states = dict(session.execute(select(Bisection.id, Bisection.status).where(Bisection.id.in_(ids))).tuples().all())
     out = []
     for a in reversed(found):
         out.append(
@@ -202,6 +207,8 @@ def _alert_rows(session: SessionDep, found: Sequence[Any]) -> list[dict[str, Any
                 "interval": alert_webhook.interval(a),
                 "last_good": commits.get(a.before_run_id, ("", None))[0],
                 "first_bad": commits.get(a.run_id, ("", None))[0],
+                # a person may bisect the step again once its bisection ended without a culprit
+                "bisection_ended": states.get(a.bisection_id) in ("failed", "cancelled", "not_reproduced"),
             }
         )
     return out
@@ -432,3 +439,34 @@ def acknowledge_alert(
         viewer.project.name, case=found.case_id, metric=found.metric, testbed=testbed.name if testbed else None
     )
     return RedirectResponse(f"{back}#alert-{alert_id}", status_code=303)
+
+
+@router.post("/alerts/{alert_id}/bisect")
+def bisect_alert(
+    request: Request,
+    viewer: ViewerDep,
+    session: SessionDep,
+    alert_id: Annotated[int, Path(ge=1, le=INT_MAX)],
+    csrf: Annotated[str, Form(max_length=200)] = "",
+) -> RedirectResponse:
+    """A submit or admin token's person starts a bisection of the alert's step from the trends page (whatever its
+    age, acknowledged or not); on to the bisection's page."""
+    if not signer(request).check_csrf(viewer.session, csrf):
+        raise PageError(403, "Form expired", "the form's security token is missing or stale: reload the page and retry")
+    if viewer.github is not None or viewer.role not in ("submit", "admin"):
+        raise PageError(
+            403,
+            "Not allowed",
+            f"this sign-in's role ({viewer.role}) cannot start a bisection; it needs submit or admin",
+        )
+    found = comparison_rows.get_alert(session, viewer.project.id, alert_id)
+    if found is None:
+        raise not_found(f"no alert {alert_id} in project {viewer.project.name}")
+    try:
+        b = bisections.for_alert(session, found, by=_who(session, viewer), via="dashboard")
+    except Conflict as exc:
+        raise PageError(409, "Already searched", exc.detail) from exc
+    except InvalidPayload as exc:
+        raise PageError(422, "Invalid input", exc.detail) from exc
+    session.commit()
+    return RedirectResponse(PATHS.ui_bisection(viewer.project.name, b.id), status_code=303)
