@@ -18,28 +18,13 @@ from typing import Any
 import pytest
 
 from tests.core.test_bisect_local import SUITE, make_history
+from tests.server.github.bisectstack import TESTBED, bisect_stack
 from tests.server.github.fakegithub import FakeGitHub
-from tests.worker.stack import (
-    ATTNPROF,
-    NO_DATABASE,
-    Stack,
-    allow_repo,
-    base_env,
-    flush_redis,
-    free_port,
-    seed_project,
-    start,
-    stop,
-    tar_gz,
-    wait_for,
-    wait_ready,
-)
+from tests.worker.stack import Stack, tar_gz, wait_for
 
 pytestmark = pytest.mark.slow
 
-REDIS_URL = "redis://127.0.0.1:6379/11"
 REPO = "acme/history"
-TESTBED = "tb-bisect"
 CULPRIT = 11
 PR = 77
 
@@ -77,65 +62,8 @@ def github(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeGitHu
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, github: tuple[FakeGitHub, list[str], Path]) -> Iterator[Stack]:
-    from tests.pgtest import create_database, drop_database
-
-    fake = github[0]
-    tmp = tmp_path_factory.mktemp("bisectstack")
-    (tmp / "logs").mkdir()
-    flush_redis(REDIS_URL)
-    name, url = create_database()
-    procs = []
-    try:
-        project, submit, tokens = seed_project(url, "bisect", (TESTBED,))
-        allow_repo(url, project, REPO)
-        port = free_port()
-        env = {
-            **base_env(tmp),
-            "ATTNPROF_BROKER_URL": REDIS_URL,
-            "ATTNPROF_DATABASE_URL": url,
-            "ATTNPROF_SERVICE_URL": f"http://127.0.0.1:{port}",
-            "ATTNPROF_PUBLIC_URL": f"http://127.0.0.1:{port}",
-            "ATTNPROF_GITHUB_API_URL": fake.url,
-            "ATTNPROF_GITHUB_TOKEN": "test-token-1",
-            "ATTNPROF_SWEEP__INTERVAL_S": "2",
-            "ATTNPROF_SWEEP__HEARTBEAT_STALE_S": "60",
-            "ATTNPROF_SWEEP__ANALYZING_STALE_S": "120",
-            "ATTNPROF_BISECT__WORKDIR": str(tmp / "bisect"),
-        }
-        s = Stack(
-            url=f"http://127.0.0.1:{port}",
-            database_url=url,
-            env=env,
-            submit_token=submit,
-            project=project,
-            worker_tokens=tokens,
-            tmp=tmp,
-        )
-        s.procs["service"] = start("service", [*ATTNPROF, "serve", "--port", str(port)], env, tmp / "logs", tmp)
-        s.procs["analysis"] = start(
-            "analysis",
-            [*ATTNPROF, "worker", "--analysis", "--beat-schedule", str(tmp / "beat")],
-            env,
-            tmp / "logs",
-            tmp,
-        )
-        wenv = {
-            **{k: v for k, v in env.items() if k != "ATTNPROF_GITHUB_TOKEN"},
-            "ATTNPROF_DATABASE_URL": NO_DATABASE,
-            "ATTNPROF_WORKER_TOKEN": tokens[TESTBED],
-            "ATTNPROF_WORKER__TIMEOUT_S": "400",
-            "ATTNPROF_WORKER__SCRATCH_DIR": str(tmp / "scratch"),
-        }
-        s.procs["profile"] = start(
-            "profile", [*ATTNPROF, "worker", "--testbed", TESTBED, "--device", "cpu"], wenv, tmp / "logs", tmp
-        )
-        procs = list(s.procs.values())
-        wait_ready(procs)
+    with bisect_stack(tmp_path_factory.mktemp("bisectstack"), github[0], REPO) as s:
         yield s
-    finally:
-        stop(procs)
-        drop_database(name)
-        flush_redis(REDIS_URL)
 
 
 def test_a_threefold_slowdown_in_sixteen_commits_is_found_and_confirmed_in_five_paired_jobs(
