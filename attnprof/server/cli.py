@@ -320,6 +320,37 @@ def list_repos(project: str, as_json: JsonOpt = False) -> None:
     _emit(as_json, {"project": project, "repositories": allowed, "named_not_allowed": not_allowed}, "\n".join(lines))
 
 
+@admin_app.command("gpu-quota")
+def gpu_quota(
+    project: str,
+    seconds: Annotated[
+        str, typer.Argument(help="device seconds its jobs may hold per UTC day (a number over 0), or 'none'")
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Set a project's daily GPU quota: past it, its jobs wait (never dropped) until the next UTC day, and a waiting
+    job's notice says why. Only the service's admin sets it: the pool is shared, so a project's own tokens cannot."""
+    from attnprof.server.projects import repository as projects
+
+    if seconds.strip().lower() == "none":
+        value = None
+    else:
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = -1.0
+        if not value > 0 or value != value or value == float("inf"):
+            _die(f"seconds: a number of seconds over 0, or 'none' (no quota); got {seconds!r}")
+    with _session() as session:
+        project_id = _project_id(session, project)
+        found = projects.get(session, project_id)
+        assert found is not None
+        found.gpu_seconds_per_day = value
+        session.commit()
+    shown = "no GPU quota" if value is None else f"a GPU quota of {value:g} s per UTC day"
+    _emit(as_json, {"project": project, "gpu_seconds_per_day": value}, f"project {project}: {shown}")
+
+
 @admin_app.command("create-token")
 def create_token(
     project: str,

@@ -97,6 +97,7 @@ class BisectionOut(BaseModel):
     )
     alerts: list[int] = Field(description="the alerts it explains")
     probes: list[ProbeOut]
+    gpu_seconds: float = Field(description="the device seconds its probes' jobs held, summed: what it cost")
     budget: int = Field(
         description="paired probes it takes when one commit holds the whole step: ⌈log₂ N⌉ + 1, and one more where "
         "its first probe measured the step"
@@ -126,6 +127,10 @@ def out(session: Session, b: Bisection) -> BisectionOut:
         measured = b.effect is None or (any((p.good, p.candidate) == ends for p in probes) and len(b.commits) > 2)
         budget = search.budget + (1 if measured else 0)  # a first probe that measured the step
         remaining = b.commits[search.good + 1 : search.bad + 1] if b.status in OPEN else []
+    held = {
+        j.id: j.gpu_seconds or 0.0
+        for j in session.scalars(select(Job).where(Job.id.in_([p.job_id for p in probes if p.job_id])))
+    }
     states = {
         j.id: j.status for j in session.scalars(select(Job).where(Job.id.in_([p.job_id for p in probes if p.job_id])))
     }
@@ -165,6 +170,7 @@ def out(session: Session, b: Bisection) -> BisectionOut:
             for p in probes
         ],
         budget=budget,
+        gpu_seconds=round(sum(held.values()), 3),
         requested_by=b.requested_by,
         requested_via=b.requested_via,
         created_at=b.created_at,

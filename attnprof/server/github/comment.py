@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 
 from attnprof.contract.links import Links
+from attnprof.core import units
 from attnprof.core.documents.comparison import ComparisonDocument, Finding
 from attnprof.core.documents.result import ResultDocument
 from attnprof.core.report import advice_lines
@@ -79,6 +80,8 @@ class CommentInput:
     history: ComparisonDocument | None = None
     history_id: str | None = None
     base_commit: str | None = None
+    gpu_seconds: float | None = None
+    """What the check cost: the device seconds the job's attempts held (None: an upload, which no worker ran)."""
 
 
 def _paired(inp: CommentInput) -> bool:
@@ -337,8 +340,10 @@ def render(inp: CommentInput, *, budget_chars: int = COMMENT_BUDGET_CHARS, kerne
     regressed.
     """
     out = [marker(inp.project), _headline(inp), ""]
+    cost = f" The check held the GPU for {units.fmt_duration_us(inp.gpu_seconds * 1e6)}." if inp.gpu_seconds else ""
     out.append(
         f"Suite {code(inp.suite_name, _NAME_MAX)}, commit {code(inp.commit[:12])} on {code(inp.branch, _NAME_MAX)}."
+        + cost
     )
     doc = inp.comparison
     if doc is None:

@@ -110,6 +110,7 @@ def comment_input(session: Session, job: Job, settings: Settings) -> CommentInpu
         history=comparison_documents.comparison_of(history) if history is not None else None,
         history_id=history.id if history is not None else None,
         base_commit=job.base_commit if job.paired else None,
+        gpu_seconds=job.gpu_seconds,
     )
 
 

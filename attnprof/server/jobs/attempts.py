@@ -91,6 +91,12 @@ def offer_next_attempt(job: Job, testbed: str, *, now: datetime | None = None) -
     )
 
 
+def charge(job: Job, until: datetime) -> None:
+    """Add the attempt that holds ``job`` to its GPU time: from its claim (``started_at``) to ``until``."""
+    if job.started_at is not None:
+        job.gpu_seconds = (job.gpu_seconds or 0.0) + max(0.0, (until - job.started_at).total_seconds())
+
+
 def end_attempt(job: Job) -> None:
     """The attempt that held ``job`` is over: its token opens nothing more, and nobody holds a lease. The worker
     that ran it stays in ``claimed_by`` (the next claim replaces it): a failed job's page names the host whose log
@@ -239,6 +245,7 @@ def accept_result(
     if sides is not None:
         paired_documents.store(session, job_id=job.id, attempt=attempt, run_id=run.id, sides=sides)
     now = utcnow()
+    charge(job, now)
     job.run_id = run.id
     job.status = "analyzing"
     job.lease_expires_at = now + timedelta(seconds=wait_s)
@@ -272,6 +279,7 @@ def fail(
     waits for the dispatcher, which the caller runs after the commit), else final."""
     job = _attempt_job(session, job_id, token_sha256, lock=True)
     _running(job, attempt)
+    charge(job, utcnow())
     end_attempt(job)
     if retry and job.attempts < job.max_attempts:
         wait_again(job)

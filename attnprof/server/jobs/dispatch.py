@@ -10,7 +10,8 @@ one that does not say it is alive, finds a message waiting: ``max(1, live - runn
 Each offer takes the job of the project with the fewest jobs running or offered on the testbed (a project whose
 waiting jobs are all background ones, a bisection's probes, only after every other), the project whose
 latest offer there is the oldest among equals (round-robin across projects), the oldest job within a project; a
-project with ``ATTNPROF_FAIRNESS__MAX_RUNNING`` jobs running or offered there is skipped. A flood of one project's
+project with ``ATTNPROF_FAIRNESS__MAX_RUNNING`` jobs running or offered there is skipped, and so is one that used its
+daily GPU quota (``attnprof.server.jobs.gpu_time``) until the next UTC day. A flood of one project's
 jobs then holds another project's job back by at most one job per worker.
 
 It runs after the commit of whatever frees or fills a slot (a job claimed or ended, a worker appearing; the sweep
@@ -34,7 +35,7 @@ from attnprof.contract import tasks
 from attnprof.server import queue
 from attnprof.server.config import Fairness, Settings
 from attnprof.server.db import utcnow
-from attnprof.server.jobs import attempts, repository
+from attnprof.server.jobs import attempts, gpu_time, repository
 from attnprof.server.jobs.models import Job
 from attnprof.server.testbeds import repository as testbed_rows
 
@@ -62,6 +63,8 @@ def offer(session: Session, *, testbed_id: int, cfg: Fairness, now: datetime) ->
     if slots <= 0 or not waiting:
         return []
     oldest = repository.waiting_projects(session, testbed_id=testbed_id)
+    for project in gpu_time.over_quota(session, oldest, now=now):  # they wait for the next day: nothing is dropped
+        del oldest[project]
     flying = repository.in_flight_by_project(session, testbed_id=testbed_id)
     last = {p: repository.last_offer(session, testbed_id=testbed_id, project_id=p) or _NEVER for p in oldest}
     fetched: dict[int, list[Job]] = {}

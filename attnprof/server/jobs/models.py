@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from attnprof.contract.provenance import BRANCH_CHARS, COMMIT_CHARS, REPO_CHARS
@@ -118,6 +118,12 @@ class Job(Base):
         default=False,
         server_default=text("false"),
         comment='profiled with its merge base, interleaved (docs/architecture.md, "The paired job")',
+    )
+    gpu_seconds: Mapped[float] = mapped_column(
+        Float,
+        default=0.0,
+        server_default=text("0"),
+        comment="the time profile workers held their device for it, every attempt's claim to its end, summed",
     )
     background: Mapped[bool] = mapped_column(
         default=False,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Header, Query, Request, Response
@@ -12,12 +13,22 @@ from starlette.datastructures import FormData, UploadFile
 from attnprof.server import paging
 from attnprof.server.auth.dependencies import Authorization, PrincipalDep, ProjectName, ReadProject, project_access
 from attnprof.server.config import Limits, Settings
-from attnprof.server.db import INT_MAX, SessionDep, request_session, session_slot
+from attnprof.server.db import INT_MAX, SessionDep, request_session, session_slot, utcnow
 from attnprof.server.dependencies import FeedbackDep, SettingsDep, feedback_sender_of
 from attnprof.server.errors import InvalidPayload, PayloadTooLarge
-from attnprof.server.jobs import dispatch, service
+from attnprof.server.jobs import dispatch, gpu_time, service
 from attnprof.server.jobs.models import STATES
-from attnprof.server.jobs.schemas import JobComparison, JobCreated, JobFields, JobOut, JobPage, submission_schema
+from attnprof.server.jobs.schemas import (
+    DayUsageOut,
+    JobComparison,
+    JobCreated,
+    JobFields,
+    JobOut,
+    JobPage,
+    UsageOut,
+    submission_schema,
+)
+from attnprof.server.projects import repository as projects
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 # Checked after the token, like every other field (documented as the header's maxLength).
@@ -251,3 +262,26 @@ def cancel_job(
     if job.repo:
         background.add_task(send_feedback, [job.id])
     return service.to_out(session, job)
+
+
+@router.get("/projects/{project}/usage", response_model=UsageOut)
+def usage(
+    access: ReadProject,
+    session: SessionDep,
+    days: Annotated[int, Query(ge=1, le=366, description="how many UTC days back, today included")] = 30,
+) -> UsageOut:
+    """The project's GPU time: device seconds its jobs held per UTC day and testbed (paired jobs' and bisections'
+    shares apart), with its daily quota and what it used today."""
+    now = utcnow()
+    rows = gpu_time.usage(
+        session, project_id=access.project_id, since=gpu_time.day_start(now) - timedelta(days=days - 1)
+    )
+    project = projects.get(session, access.project_id)
+    return UsageOut(
+        days=[DayUsageOut(**vars(r)) for r in rows],
+        total_gpu_seconds=round(sum(r.gpu_seconds for r in rows), 3),
+        quota_gpu_seconds_per_day=project.gpu_seconds_per_day if project else None,
+        used_today_seconds=round(
+            gpu_time.used_since(session, project_id=access.project_id, since=gpu_time.day_start(now), now=now), 3
+        ),
+    )

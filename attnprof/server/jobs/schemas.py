@@ -100,10 +100,15 @@ class JobOut(BaseModel):
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    gpu_seconds: float = Field(
+        0.0,
+        description="the time profile workers held their device for it: every attempt from its claim to its end "
+        "(a result, a failure, a lost worker's last heartbeat, a cancel), summed; a paired job's covers both trees",
+    )
     notice: str | None = Field(
         None,
-        description="why a queued job does not start, when no live worker serves its testbed (for how long, or "
-        "never); null otherwise",
+        description="why a queued job does not start: no live worker serves its testbed (for how long, or never), or "
+        "its project used its GPU quota for the day; null otherwise",
     )
 
 
@@ -125,3 +130,19 @@ class JobComparison(BaseModel):
     noise_floor: float | None
     created_at: datetime
     document: dict[str, Any] = Field(description="the attnprof.comparison/v1 document")
+
+
+class DayUsageOut(BaseModel):
+    day: str = Field(description="the UTC day its jobs' last attempts started, YYYY-MM-DD")
+    testbed: str
+    jobs: int
+    gpu_seconds: float = Field(description="device seconds its jobs held")
+    paired_seconds: float = Field(description="of which paired jobs (both trees, interleaved)")
+    bisection_seconds: float = Field(description="of which a bisection's probes (background jobs)")
+
+
+class UsageOut(BaseModel):
+    days: list[DayUsageOut] = Field(description="per UTC day and testbed, newest day first")
+    total_gpu_seconds: float
+    quota_gpu_seconds_per_day: float | None = Field(description="the project's daily quota (null: none)")
+    used_today_seconds: float = Field(description="device seconds held since 00:00 UTC, running attempts included")

@@ -35,7 +35,7 @@ from attnprof.server.comparisons.models import Comparison
 from attnprof.server.config import Analysis, Fairness, Limits, Retention
 from attnprof.server.db import utcnow
 from attnprof.server.errors import Conflict, InvalidPayload, NotFound, ServiceError
-from attnprof.server.jobs import dispatch, repository
+from attnprof.server.jobs import attempts, dispatch, gpu_time, repository
 from attnprof.server.jobs import paired as paired_documents
 from attnprof.server.jobs.bundle import check_bundle
 from attnprof.server.jobs.models import FINAL, Job
@@ -176,6 +176,7 @@ def create(
             "base_bundle_sha256": base_bundle_sha,
             "paired": new.paired,
             "background": new.background,
+            "gpu_seconds": 0.0,
             "repo": prov.repo,
             "branch": prov.branch,
             "commit": prov.commit,
@@ -216,9 +217,10 @@ def to_out(session: Session, job: Job, fairness: Fairness | None = None, now: da
     testbed = testbed_name(session, job)
     notice = None
     if fairness is not None and job.status == "queued":
+        now = now or utcnow()
         notice = testbeds.no_live_worker(
-            session, testbed_id=job.testbed_id, name=testbed, live_s=fairness.worker_live_s, now=now or utcnow()
-        )
+            session, testbed_id=job.testbed_id, name=testbed, live_s=fairness.worker_live_s, now=now
+        ) or gpu_time.quota_notice(session, job, now=now)
     return JobOut(
         id=job.id,
         project=project.name if project else "",
@@ -243,6 +245,7 @@ def to_out(session: Session, job: Job, fairness: Fairness | None = None, now: da
         updated_at=job.updated_at,
         started_at=job.started_at,
         finished_at=job.finished_at,
+        gpu_seconds=round(job.gpu_seconds or 0.0, 3),
         notice=notice,
     )
 
@@ -261,9 +264,12 @@ def cancel(session: Session, job: Job, reason: str = "cancelled by a user") -> J
     queued message, if any, claims nothing."""
     if job.status in FINAL:
         raise Conflict(f"job {job.id} is {job.status}: it cannot be cancelled")
+    now = utcnow()
+    if job.status == "running":  # its worker held the device until now
+        attempts.charge(job, now)
     job.status = "cancelled"
     job.reason = reason
-    job.finished_at = now = utcnow()
+    job.finished_at = now
     job.lease_expires_at = None
     if job.job_token_sha256 is not None:
         job.job_token_expires_at = now

@@ -163,6 +163,7 @@ def _worker_lost(job: Job, now: datetime, report: SweepReport) -> None:
     silent_s = (now - last).total_seconds()
     who = f" ({job.claimed_by})" if job.claimed_by else ""
     lost = f"attempt {job.attempts} lost its worker{who}: no heartbeat for {silent_s:.0f} s"
+    attempts.charge(job, last)  # held until its last sign of life
     attempts.end_attempt(job)
     if job.attempts < job.max_attempts:
         attempts.wait_again(job)

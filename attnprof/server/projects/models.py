@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Integer, String
+from sqlalchemy import Float, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from attnprof.contract.provenance import REPO_CHARS
@@ -16,6 +16,10 @@ class Project(Base):
     name: Mapped[str] = mapped_column(String(100), unique=True)
     default_branch: Mapped[str] = mapped_column(String(255), default="main", server_default="main")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    gpu_seconds_per_day: Mapped[float | None] = mapped_column(
+        Float,
+        comment="device seconds its jobs may hold per UTC day; past it they wait for the next day (null: no quota)",
+    )
 
 
 class ProjectRepository(Base):

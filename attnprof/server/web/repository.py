@@ -201,6 +201,7 @@ def job_in_project(session: Session, project_id: int, job_id: str) -> Row[*tuple
             Job.started_at,
             Job.finished_at,
             Job.updated_at,
+            Job.gpu_seconds,
             Testbed.name.label("testbed"),
             _verdicts_comparison().label("comparison_id"),
         )

@@ -166,6 +166,7 @@ def job_page(viewer: ViewerDep, session: SessionDep, job_id: Annotated[str, Path
         ending=ENDINGS.get(job.status),
         waited=duration(_seconds(job.created_at, job.started_at)),
         ran=duration(_seconds(job.started_at, job.finished_at)),
+        gpu=duration(job.gpu_seconds or 0.0),
         reproduce=reproduce(job.commit, job.suite_path),
     )
 

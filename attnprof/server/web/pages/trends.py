@@ -197,7 +197,7 @@ def _alert_rows(session: SessionDep, found: Sequence[Any]) -> list[dict[str, Any
     and the commits around it."""
     commits = comparison_rows.commits_of(session, [r for a in found for r in (a.before_run_id, a.run_id)])
     ids = [a.bisection_id for a in found if a.bisection_id is not None]
-    states = dict(session.execute(select(Bisection.id, Bisection.status).where(Bisection.id.in_(ids))).tuples().all())
+    states = dict(session.execute(select(Bisection.id, Bisection.status).where(Bisection.id.in_(ids))).all())
     out = []
     for a in reversed(found):
         out.append(
