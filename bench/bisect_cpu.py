@@ -37,10 +37,11 @@ def _seconds(start: str | None, end: str | None) -> float | None:
 
 def run(out: Path, culprits: list[int]) -> None:
     from tests.core.test_bisect_local import SUITE, make_history
+    from tests.profiling_support import tar_gz
     from tests.server.github.bisectstack import TESTBED, bisect_stack
     from tests.server.github.fakegithub import FakeGitHub
     from tests.server.github.test_bisection_e2e import _archive, _files
-    from tests.worker.stack import tar_gz, wait_for
+    from tests.worker.stack import wait_for
 
     out.mkdir(parents=True, exist_ok=True)
     runs: list[dict[str, Any]] = []

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from tests.core.test_bisect_local import SUITE, make_history
+from tests.profiling_support import tar_gz
 from tests.server.github.bisectstack import TESTBED, bisect_stack
 from tests.server.github.fakegithub import FakeGitHub
-from tests.worker.stack import Stack, tar_gz, wait_for
+from tests.worker.stack import Stack, wait_for
 
 pytestmark = pytest.mark.slow
 
