@@ -43,6 +43,7 @@ PAGE_ROUTES = {
     "static": "/ui/static/{name}",
     "project": "/ui/p/{project}",
     "jobs": "/ui/p/{project}/jobs",
+    "fleet": "/ui/p/{project}/fleet",
     "job": "/ui/p/{project}/jobs/{job_id}",
     "job_states": "/ui/p/{project}/jobs/state",
     "runs": "/ui/p/{project}/runs",
@@ -143,6 +144,10 @@ class Links:
     def ui_project(self, project: str) -> str:
         """The project's overview: testbeds, the default branch's latest runs, alerts, jobs."""
         return self._url(PAGE_ROUTES["project"], project=project)
+
+    def ui_fleet(self, project: str) -> str:
+        """The fleet: each testbed's hosts, queue, waits, utilisation and GPU time."""
+        return self._url(PAGE_ROUTES["fleet"], project=project)
 
     def ui_jobs(self, project: str, **query: Query) -> str:
         return self._url(PAGE_ROUTES["jobs"], query, project=project)

@@ -4,6 +4,7 @@ from fastapi import APIRouter
 
 from attnprof.server.web.pages.bisections import router as bisection_page
 from attnprof.server.web.pages.comparisons import router as comparisons_page
+from attnprof.server.web.pages.fleet import router as fleet_page
 from attnprof.server.web.pages.jobs import router as jobs_pages
 from attnprof.server.web.pages.overview import router as overview
 from attnprof.server.web.pages.pulls import router as pulls_page
@@ -21,4 +22,5 @@ PAGE_ROUTERS: list[APIRouter] = [
     pulls_page,
     comparisons_page,
     bisection_page,
+    fleet_page,
 ]

@@ -1,0 +1,123 @@
+"""The fleet page: a testbed's hosts (live and silent, what each runs: this project's job linked, another project's
+counted but never named), its queue, waits, utilisation and GPU time, this project's beside all others'; the chart
+draws in a real browser; a bad window is a 422 page."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from attnprof.server.db import make_engine, utcnow
+from attnprof.server.jobs.models import Job
+from attnprof.server.projects import repository as projects
+from attnprof.server.testbeds import service as testbeds
+from attnprof.server.testbeds.models import Worker
+from tests.server.web.pages import fresh_project, http, watch_errors
+from tests.server.web.stack import Site, sign_in
+
+
+def _job(project_id: int, testbed_id: int, status: str, **kw: Any) -> Job:
+    now = utcnow()
+    kw.setdefault("created_at", now)
+    return Job(
+        id=str(uuid.uuid4()),
+        project_id=project_id,
+        testbed_id=testbed_id,
+        spec="",
+        suite_name="s",
+        branch="main",
+        commit="c",
+        status=status,
+        attempts=1 if status != "queued" else 0,
+        max_attempts=3,
+        updated_at=now,
+        **kw,
+    )
+
+
+def test_the_fleet_shows_hosts_queue_waits_and_gpu_time_without_naming_other_projects(site: Site, page: Any) -> None:
+    mine, theirs = fresh_project(site, "fleet"), fresh_project(site, "fleet-other")
+    tb = f"tb-fleet-{uuid.uuid4().hex[:6]}"
+    now = utcnow()
+    engine = make_engine(site.db_url)
+    try:
+        with Session(engine) as session:
+            own = projects.get_by_name(session, mine.name)
+            other = projects.get_by_name(session, theirs.name)
+            assert own is not None and other is not None
+            testbed = testbeds.ensure(session, tb)
+            for name, ago in (("gpu0", 2), ("gpu1", 3), ("gpu2", 3600)):
+                session.add(
+                    Worker(
+                        testbed_id=testbed.id,
+                        name=name,
+                        first_seen_at=now - timedelta(hours=5),
+                        last_seen_at=now - timedelta(seconds=ago),
+                    )
+                )
+            running = _job(
+                own.id,
+                testbed.id,
+                "running",
+                claimed_by="gpu0",
+                started_at=now - timedelta(minutes=1),
+                created_at=now - timedelta(seconds=90),
+            )
+            session.add(running)
+            session.add(
+                _job(
+                    other.id,
+                    testbed.id,
+                    "running",
+                    claimed_by="gpu1",
+                    started_at=now - timedelta(minutes=2),
+                    created_at=now - timedelta(seconds=150),
+                )
+            )
+            for owner in (own.id, other.id, other.id):
+                session.add(_job(owner, testbed.id, "queued"))
+            done_at = now - timedelta(hours=1)
+            session.add(
+                _job(
+                    own.id,
+                    testbed.id,
+                    "done",
+                    started_at=done_at,
+                    gpu_seconds=1800.0,
+                    created_at=done_at - timedelta(seconds=40),
+                )
+            )
+            session.add(
+                _job(
+                    other.id,
+                    testbed.id,
+                    "done",
+                    started_at=done_at,
+                    gpu_seconds=3600.0,
+                    created_at=done_at - timedelta(seconds=20),
+                )
+            )
+            session.commit()
+            own_job = running.id
+    finally:
+        engine.dispose()
+    with http(site, mine.tokens.read) as client:
+        html = client.get(f"/ui/p/{mine.name}/fleet").text
+        section = html[html.index(f">{tb}</h2>") :]
+        section = section[: section.index("</section>")]
+        assert "2 live of 3 seen" in section and "silent" in section
+        assert "3 waiting (1 of this project's), 2 running" in section
+        assert f"/ui/p/{mine.name}/jobs/{own_job}" in section and "another project's job" in section
+        assert theirs.name not in html  # another project is counted, never named
+        assert "median 30 s" in section and "over 4 jobs started" in section
+        assert "30.0 min this project's, 60.0 min other projects'" in section
+        bad = client.get(f"/ui/p/{mine.name}/fleet?window=forever")
+        assert bad.status_code == 422 and "window: one of 24h, 7d, 30d" in bad.text
+    errors = watch_errors(page)
+    sign_in(page, site, mine.tokens.read, next_path=f"/ui/p/{mine.name}/fleet")
+    page.wait_for_selector("#fleet-gpu .main-svg")
+    assert page.locator("nav a[aria-current=page]").inner_text() == "Fleet"
+    assert errors == []
