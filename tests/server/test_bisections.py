@@ -494,3 +494,48 @@ def test_the_webhook_body_of_an_alert_with_a_confirmed_culprit_names_it() -> Non
     assert named["alert"]["culprit"] == sha(5) and named["alert"]["bisection_id"] == 12
     assert f"made by {sha(5)[:10]}" in named["text"]
     assert any(sha(5)[:12] in str(b) for b in named["blocks"])
+
+
+def test_with_the_services_token_only_an_allowed_repository_is_read_and_only_hashes_are_looked_up(
+    tenant: Tenant, db: Session, settings: Settings
+) -> None:
+    from pydantic import SecretStr
+
+    from tests.server.stack import allow_repo
+
+    tb = f"tb-{uuid.uuid4().hex[:8]}"
+    pid = project_id(tenant, db)
+    seed_job(db, pid, tb)
+    history = History(4, {3: 2.0})
+    with_token = settings.model_copy(update={"github_token": SecretStr("service-token")})
+    b = requested(db, pid, tb, history)
+    # The project's job named a repository as a label (no token then); the service's token never reads it for them.
+    assert bisections.advance(db, b, source=history, settings=with_token) is None
+    assert b.status == "failed" and "not among the project's repositories" in (b.summary or "")
+    assert history.ranges == [] and history.trees == []  # nothing was asked of GitHub
+    allow_repo(db, tenant.name, REPO)
+    allowed = requested(db, pid, tb, history)
+    assert bisections.advance(db, allowed, source=history, settings=with_token) is not None
+    # A run's commit may be any label: only hashes are looked up.
+    labelled = bisections.request(
+        db, project_id=pid, testbed=tb, good="v1.0", bad=history.shas[-1], by="the tests", via="api"
+    )
+    assert bisections.advance(db, labelled, source=history, settings=settings) is None
+    assert labelled.status == "failed" and "'v1.0' is not a commit hash" in (labelled.summary or "")
+
+
+def test_the_culprits_comment_keeps_hostile_case_and_kernel_names_inside_their_code_spans(
+    tenant: Tenant, db: Session, settings: Settings
+) -> None:
+    from attnprof.server.github.bisect import comment_body
+
+    tb = f"tb-{uuid.uuid4().hex[:8]}"
+    pid = project_id(tenant, db)
+    seed_job(db, pid, tb)
+    history = History(4, {2: 2.0})
+    b = requested(db, pid, tb, history)
+    drive(db, b, history, settings)
+    assert b.status == "confirmed"
+    b.cases = ["x` @acme/everyone [click](https://evil.example) `y"]
+    body = comment_body(db, b)
+    assert "``x` @acme/everyone [click](https://evil.example) `y``" in body  # one code span: no mention, no link

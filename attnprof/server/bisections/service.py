@@ -16,6 +16,7 @@ the commits it merged. Plain code: nothing here commits or calls GitHub itself.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -37,6 +38,7 @@ from attnprof.server.db import utcnow
 from attnprof.server.errors import Conflict, InvalidPayload, NotFound
 from attnprof.server.jobs import service as jobs
 from attnprof.server.jobs.models import FINAL, Job
+from attnprof.server.projects import service as projects
 from attnprof.server.runs.models import Run
 from attnprof.server.testbeds import repository as testbed_rows
 
@@ -48,6 +50,8 @@ MEASURE_EFFECT = 0.01
 this much on a stepped case, with an interval above zero; that probe's effect and interval become the step."""
 SOFTWARE = ("driver", "cuda", "cudnn", "torch", "triton")
 """What a testbed's software fingerprint holds: a step across which one of these changed may be the environment's."""
+COMMIT = re.compile(r"[0-9a-f]{7,64}")
+"""A commit as a bisection names it: a hash (a run's commit may be any label; only hashes are looked up)."""
 BRANCH_PREFIX = "attnprof/bisect-"
 """A probe's run is stored on this branch and the bisection's id: never the default branch's history."""
 
@@ -395,6 +399,13 @@ def advance(
         cancel(session, b, reason=f"its alert was acknowledged as expected by {who}", now=now)
         return None
     try:
+        if settings.github_token is not None and not projects.may_report(session, project_id=b.project_id, repo=b.repo):
+            # The service's token reads private repositories: only a repository the service's admin allowed for the
+            # project is read for it, checked before every step (an allowance can be taken away while it runs).
+            raise SourceError(
+                f"{b.repo} is not among the project's repositories (attnprof admin allow-repo): its commits are not "
+                "read with the service's GitHub token"
+            )
         if b.status == "pending":
             _read_range(b, source, now)
             if b.status != "running":
@@ -424,6 +435,9 @@ def advance(
 
 
 def _read_range(b: Bisection, source: Source, now: datetime) -> None:
+    for end in (b.good, b.bad):
+        if not COMMIT.fullmatch(end):
+            raise SourceError(f"{end!r} is not a commit hash: only hashes are looked up on GitHub")
     commits = source.commits(b.repo, b.good, b.bad)
     if not commits or commits[-1].sha != b.bad:
         raise SourceError(f"{b.repo}: {b.bad} is not after {b.good}")

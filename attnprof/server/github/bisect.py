@@ -25,6 +25,7 @@ from attnprof.server.bisections.models import Bisection, BisectionProbe
 from attnprof.server.config import Settings
 from attnprof.server.db import utcnow
 from attnprof.server.github.client import GitHubClient, GitHubError
+from attnprof.server.github.markdown import code
 from attnprof.server.github.service import delivery_client
 from attnprof.server.github.source import GitHubSource
 from attnprof.server.jobs import dispatch
@@ -95,7 +96,7 @@ def comment_body(session: Session, b: Bisection) -> str:
             else ""
         )
         lines.append(
-            f"A bisection found this commit, from this pull request, made {', '.join(f'`{c}`' for c in b.cases)} "
+            f"A bisection found this commit, from this pull request, made {', '.join(code(c, 120) for c in b.cases)} "
             f"**{units.fmt_change(probe.effect)}** slower{interval}, measured paired against its parent "
             f"`{probe.good[:12]}` on one GPU of the same testbed."
         )
@@ -113,9 +114,9 @@ def comment_body(session: Session, b: Bisection) -> str:
                 if k.delta_us is None:
                     continue
                 change = units.fmt_change(k.change) if k.change is not None else "new" if k.appeared else ""
-                name = (k.name or k.key).replace("|", "\\|")[:90]
                 before, after = units.fmt_duration_us(k.baseline_us), units.fmt_duration_us(k.candidate_us)
-                moves.append((abs(k.delta_us), f"| `{f.case}` | `{name}` | {before} | {after} | {change} |"))
+                cells = f"| {code(f.case, 80, table=True)} | {code(k.name or k.key, 90, table=True)}"
+                moves.append((abs(k.delta_us), f"{cells} | {before} | {after} | {change} |"))
     if moves:
         lines += ["", "| case | kernel | parent | this commit | change |", "|---|---|---:|---:|---:|"]
         lines += [row for _, row in sorted(moves, key=lambda m: -m[0])[:KERNEL_LINES]]
