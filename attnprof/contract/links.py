@@ -44,6 +44,7 @@ PAGE_ROUTES = {
     "project": "/ui/p/{project}",
     "jobs": "/ui/p/{project}/jobs",
     "fleet": "/ui/p/{project}/fleet",
+    "portability": "/ui/p/{project}/portability",
     "job": "/ui/p/{project}/jobs/{job_id}",
     "job_states": "/ui/p/{project}/jobs/state",
     "runs": "/ui/p/{project}/runs",
@@ -148,6 +149,10 @@ class Links:
     def ui_fleet(self, project: str) -> str:
         """The fleet: each testbed's hosts, queue, waits, utilisation and GPU time."""
         return self._url(PAGE_ROUTES["fleet"], project=project)
+
+    def ui_portability(self, project: str, **query: Query) -> str:
+        """Two runs (``a``, ``b``) on two GPU models: what the hardware explains, what the code does worse."""
+        return self._url(PAGE_ROUTES["portability"], query, project=project)
 
     def ui_jobs(self, project: str, **query: Query) -> str:
         return self._url(PAGE_ROUTES["jobs"], query, project=project)

@@ -310,3 +310,21 @@ def run_without_document(session: Session, project_id: int, run_id: str) -> Run 
     not the megabyte of JSON)."""
     q = select(Run).options(defer(Run.document)).where(Run.id == run_id, Run.project_id == project_id)
     return session.scalars(q).one_or_none()
+
+
+def latest_run_per_testbed(session: Session, project_id: int) -> list[Row[tuple[Any, ...]]]:
+    """The newest run of the project on each testbed: its id, testbed name, device, branch, commit and time."""
+    newest = (
+        select(Run.testbed_id, func.max(Run.created_at).label("at"))
+        .where(Run.project_id == project_id)
+        .group_by(Run.testbed_id)
+        .subquery()
+    )
+    q = (
+        select(Run.id, Testbed.name.label("testbed"), Run.branch, Run.commit, Run.created_at, Testbed.meaning)
+        .join(newest, (newest.c.testbed_id == Run.testbed_id) & (newest.c.at == Run.created_at))
+        .join(Testbed, Testbed.id == Run.testbed_id)
+        .where(Run.project_id == project_id)
+        .order_by(Testbed.name)
+    )
+    return list(session.execute(q))

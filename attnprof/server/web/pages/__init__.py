@@ -7,6 +7,7 @@ from attnprof.server.web.pages.comparisons import router as comparisons_page
 from attnprof.server.web.pages.fleet import router as fleet_page
 from attnprof.server.web.pages.jobs import router as jobs_pages
 from attnprof.server.web.pages.overview import router as overview
+from attnprof.server.web.pages.portability import router as portability_page
 from attnprof.server.web.pages.pulls import router as pulls_page
 from attnprof.server.web.pages.runs import router as runs_page
 from attnprof.server.web.pages.runs_list import router as runs_list_page
@@ -23,4 +24,5 @@ PAGE_ROUTERS: list[APIRouter] = [
     comparisons_page,
     bisection_page,
     fleet_page,
+    portability_page,
 ]
