@@ -2,7 +2,7 @@
 # Issue "from an alert to the culprit commit", measured on a GPU host in one command (the device tool's ten minutes),
 # from the repository root with .whl carried (the packages the host lacks: bench/pipeline_h200.sh wheels):
 #   bash bench/bisect_gpu.sh
-# A history of 16 commits of a custom attention kernel (bench/bisect_history.py), one of which adds a pass that
+# A history of COMMITS (16) commits of a custom attention kernel (bench/bisect_history.py), one of which adds a pass that
 # costs about 3%; `attnprof bisect` finds it with paired probes, the first measuring the step. Everything lands in
 # $OUT/bisect-<gpu>: bisect.json (each probe), the log, the wall time, the host.
 set -u
@@ -19,7 +19,7 @@ DEST=${OUT:-out}/bisect-${SLUG:-gpu}; mkdir -p "$DEST"
 { echo "gpu: $GPU"; date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } > "$DEST/host.txt" 2>&1
 HIST=$(mktemp -d)/history
-read -r GOOD BAD CULPRIT < <(python3 -m bench.bisect_history --out "$HIST" --commits 16 --culprit "${CULPRIT:-9}" \
+read -r GOOD BAD CULPRIT < <(python3 -m bench.bisect_history --out "$HIST" --commits "${COMMITS:-16}" --culprit "${CULPRIT:-9}" \
   --slowdown "${SLOWDOWN:-0.03}")
 echo "good $GOOD bad $BAD planted $CULPRIT" | tee -a "$DEST/host.txt"
 t0=$(date +%s.%N)
