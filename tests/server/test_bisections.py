@@ -515,7 +515,14 @@ def test_with_the_services_token_only_an_allowed_repository_is_read_and_only_has
     assert history.ranges == [] and history.trees == []  # nothing was asked of GitHub
     allow_repo(db, tenant.name, REPO)
     allowed = requested(db, pid, tb, history)
-    assert bisections.advance(db, allowed, source=history, settings=with_token) is not None
+    probe = bisections.advance(db, allowed, source=history, settings=with_token)
+    assert probe is not None and probe.status == "queued"
+    # The admin takes the allowance away while it runs: it stops at its next step, its probe with it.
+    from attnprof.server.projects import service as project_service
+
+    project_service.disallow_repository(db, project_id=pid, repo=REPO)
+    assert bisections.advance(db, allowed, source=history, settings=with_token) is None
+    assert allowed.status == "failed" and probe.status == "cancelled"
     # A run's commit may be any label: only hashes are looked up.
     labelled = bisections.request(
         db, project_id=pid, testbed=tb, good="v1.0", bad=history.shas[-1], by="the tests", via="api"

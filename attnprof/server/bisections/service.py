@@ -329,12 +329,17 @@ def cancel(session: Session, b: Bisection, *, reason: str, now: datetime | None 
     if b.status not in OPEN:
         raise Conflict(f"bisection {b.id} is {b.status}: it cannot be cancelled")
     now = now or utcnow()
+    _stop_probes(session, b, f"its bisection was cancelled: {reason}")
+    _end(b, "cancelled", reason, now)
+    return b
+
+
+def _stop_probes(session: Session, b: Bisection, reason: str) -> None:
+    """Cancel the job of the probe that runs, if any."""
     for probe in _probes(session, b):
         job = session.get(Job, probe.job_id) if probe.job_id and probe.outcome is None else None
         if job is not None and job.status not in FINAL:
-            jobs.cancel(session, job, reason=f"its bisection was cancelled: {reason}")
-    _end(b, "cancelled", reason, now)
-    return b
+            jobs.cancel(session, job, reason=reason)
 
 
 # --- advancing ------------------------------------------------------------------------------------------
@@ -430,6 +435,7 @@ def advance(
             return None
         return _probe(session, b, pair, source, settings, now)
     except SourceError as exc:
+        _stop_probes(session, b, f"its bisection failed: {exc}")
         _end(b, "failed", str(exc), now)
         return None
 
