@@ -7,6 +7,8 @@
 # $OUT/bisect-<gpu>: bisect.json (each probe), the log, the wall time, the host.
 set -u
 export PYTHONUNBUFFERED=1
+# attnprof bisect reads the history with git (rev-list, archive): a host without it cannot run this.
+command -v git >/dev/null || { echo "no git on this host: attnprof bisect needs it"; exit 3; }
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
