@@ -23,6 +23,7 @@ class Host:
     live: bool
     job_id: str | None = None  # the viewer's project's job it runs
     busy_elsewhere: bool = False  # it runs another project's job
+    gpu_s: float = 0.0  # what the jobs it ran last held, over the window (every project's)
 
 
 @dataclass
@@ -80,13 +81,16 @@ def fleet(session: Session, *, project_id: int, now: datetime, live_s: float, wi
         if owner == project_id:
             r.queued_own += int(n)
     started = session.execute(
-        select(Job.testbed_id, Job.project_id, Job.created_at, Job.started_at, Job.gpu_seconds).where(
+        select(Job.testbed_id, Job.project_id, Job.created_at, Job.started_at, Job.gpu_seconds, Job.claimed_by).where(
             Job.started_at >= since
         )
     ).all()
     waits: dict[int, list[float]] = {}
-    for testbed_id, owner, created, begun, gpu in started:
+    for testbed_id, owner, created, begun, gpu, host in started:
         r = row(testbed_id)
+        for h in r.hosts:
+            if h.name == host:
+                h.gpu_s += gpu or 0.0
         r.started += 1
         if begun is not None:
             waits.setdefault(testbed_id, []).append(max(0.0, (begun - created).total_seconds()))

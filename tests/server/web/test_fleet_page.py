@@ -87,6 +87,7 @@ def test_the_fleet_shows_hosts_queue_waits_and_gpu_time_without_naming_other_pro
                     "done",
                     started_at=done_at,
                     gpu_seconds=1800.0,
+                    claimed_by="gpu2",
                     created_at=done_at - timedelta(seconds=40),
                 )
             )
@@ -109,6 +110,8 @@ def test_the_fleet_shows_hosts_queue_waits_and_gpu_time_without_naming_other_pro
         section = html[html.index(f">{tb}</h2>") :]
         section = section[: section.index("</section>")]
         assert "2 live of 3 seen" in section and "silent" in section
+        gpu2 = section[section.index("<code>gpu2</code>") :]
+        assert "<td>30.0 min</td>" in gpu2[: gpu2.index("</tr>")]  # the GPU time of the jobs the host ran
         assert "3 waiting (1 of this project's), 2 running" in section
         assert f"/ui/p/{mine.name}/jobs/{own_job}" in section and "another project's job" in section
         assert theirs.name not in html  # another project is counted, never named
