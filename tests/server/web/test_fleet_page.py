@@ -124,3 +124,27 @@ def test_the_fleet_shows_hosts_queue_waits_and_gpu_time_without_naming_other_pro
     page.wait_for_selector("#fleet-gpu .main-svg")
     assert page.locator("nav a[aria-current=page]").inner_text() == "Fleet"
     assert errors == []
+
+
+def test_a_waiting_jobs_page_says_it_waits_for_the_next_day_past_the_projects_gpu_quota(site: Site) -> None:
+    made = fresh_project(site, "quota")
+    tb = f"tb-quota-{uuid.uuid4().hex[:6]}"
+    now = utcnow()
+    engine = make_engine(site.db_url)
+    try:
+        with Session(engine) as session:
+            project = projects.get_by_name(session, made.name)
+            assert project is not None
+            project.gpu_seconds_per_day = 60.0
+            testbed = testbeds.ensure(session, tb)
+            session.add(Worker(testbed_id=testbed.id, name="gpu0", last_seen_at=now, first_seen_at=now))
+            session.add(_job(project.id, testbed.id, "done", started_at=now - timedelta(minutes=5), gpu_seconds=90.0))
+            waiting = _job(project.id, testbed.id, "queued")
+            session.add(waiting)
+            session.commit()
+            waiting_id = waiting.id
+    finally:
+        engine.dispose()
+    with http(site, made.tokens.read) as client:
+        html = client.get(f"/ui/p/{made.name}/jobs/{waiting_id}").text
+        assert "Why it waits: the project used its GPU quota for the day (90 s of 60 s since 00:00 UTC)" in html

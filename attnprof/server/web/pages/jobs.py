@@ -7,14 +7,16 @@ import shlex
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
 from attnprof.contract.links import PATHS
 from attnprof.server import paging
+from attnprof.server.config import Settings
 from attnprof.server.db import SessionDep
 from attnprof.server.errors import BadRequest
-from attnprof.server.jobs.models import FINAL, STATES
+from attnprof.server.jobs import service as job_service
+from attnprof.server.jobs.models import FINAL, STATES, Job
 from attnprof.server.web import pull_repository, repository
 from attnprof.server.web.dependencies import PageError, ViewerDep, not_found
 from attnprof.server.web.render import page
@@ -154,10 +156,17 @@ def jobs_page(
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(viewer: ViewerDep, session: SessionDep, job_id: Annotated[str, Path(max_length=36)]) -> HTMLResponse:
+def job_page(
+    request: Request, viewer: ViewerDep, session: SessionDep, job_id: Annotated[str, Path(max_length=36)]
+) -> HTMLResponse:
     job = repository.job_in_project(session, viewer.project.id, job_id)
     if job is None:
         raise not_found(f"no job {job_id}")
+    waiting = None
+    if job.status == "queued":  # why it waits, as the API's notice says it
+        row = session.get(Job, job.id)
+        settings: Settings = request.app.state.settings
+        waiting = job_service.to_out(session, row, settings.fairness).notice if row is not None else None
     return page(
         "job.html",
         viewer=viewer,
@@ -167,6 +176,7 @@ def job_page(viewer: ViewerDep, session: SessionDep, job_id: Annotated[str, Path
         waited=duration(_seconds(job.created_at, job.started_at)),
         ran=duration(_seconds(job.started_at, job.finished_at)),
         gpu=duration(job.gpu_seconds or 0.0),
+        waiting=waiting,
         reproduce=reproduce(job.commit, job.suite_path),
     )
 
