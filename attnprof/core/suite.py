@@ -7,6 +7,7 @@ A suite file is TOML with a ``[suite]`` table and one or more ``[[cases]]``::
     thresholds = { latency = 0.02 }        # optional: minimum effects and the FDR level
     [suite.timing]                         # optional: see TimingConfig
     budget_s = 1.0
+    testbeds = ["h100", "h200"]            # optional: the testbeds a submission to the service runs on, one job each
     [suite.advice]                         # optional: rules not to try (attnprof.core.measure.advice)
     off = ["head_dim"]                     # any of backend, mask, contiguous, head_dim, gqa, sdpa, output; or "all"
 
@@ -133,7 +134,11 @@ _TARGET_KEYS: dict[str, tuple[str, ...]] = {
 }
 _KEY_OWNER = {"backends": "sdpa", "backend": "sdpa", "window": "flex", "ffn_hidden": "block"}
 _NOT_EXPANDABLE = ("name", "target", "args", "thresholds")
-_SUITE_KEYS = ("name", "thresholds", "timing", "advice")
+_SUITE_KEYS = ("name", "thresholds", "timing", "advice", "testbeds")
+# A testbed's name becomes a queue name on the service (``profile.<testbed>``): the service's own rule, restated here
+# since the profiler core imports nothing of the service, so that a suite naming a bad one is refused before upload.
+TESTBED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+MAX_TESTBEDS = 8
 _THRESHOLD_KEYS: tuple[str, ...] = tuple(Thresholds.model_fields)
 
 # The paired run's defaults per case (TimingConfig): a budget of device time in units of the case's unpaired rounds,
@@ -366,6 +371,9 @@ class Suite:
     source_sha256: str
     advice_off: tuple[str, ...] = ()
     """The advice rules switched off (``[suite.advice] off``; ``attnprof.core.measure.advice``)."""
+    testbeds: tuple[str, ...] = ()
+    """The testbeds a submission of this suite runs on when it names none, one job each (``[suite] testbeds``;
+    empty: the submission names its testbed). The profiler itself never reads it."""
 
 
 def parse_suite(text: str, *, source: str = "<string>") -> Suite:
@@ -478,6 +486,7 @@ def _parse(text: str, source: str, sha256: str, size: int) -> Suite:
     suite_thresholds = _thresholds(ctx, table.get("thresholds", {}), "suite.thresholds")
     timing = _timing(ctx, table.get("timing", {}))
     advice_off = _advice(ctx, table.get("advice", {}))
+    testbeds = _testbeds(ctx, table.get("testbeds", []))
 
     raw_cases = doc.get("cases")
     if raw_cases is None:
@@ -507,6 +516,7 @@ def _parse(text: str, source: str, sha256: str, size: int) -> Suite:
         source=source,
         source_sha256=sha256,
         advice_off=advice_off,
+        testbeds=testbeds,
     )
 
 
@@ -666,6 +676,26 @@ def _advice(ctx: _Ctx, table: Any) -> tuple[str, ...]:
             f"off must be a list of rules, each one of {_one_of(choices)}, got {_show(off)}", "suite.advice.off"
         )
     return ADVICE_RULES if "all" in off else tuple(dict.fromkeys(off))
+
+
+def _testbeds(ctx: _Ctx, value: Any) -> tuple[str, ...]:
+    """``[suite] testbeds = ["h100", "h200"]``: distinct testbed names, at most ``MAX_TESTBEDS``."""
+    path = "suite.testbeds"
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise ctx.error(f"testbeds must be a list of testbed names, got {_show(value)}", path)
+    if len(value) > MAX_TESTBEDS:
+        raise ctx.error(f"testbeds names at most {MAX_TESTBEDS} testbeds, got {len(value)}", path)
+    for name in value:
+        if not TESTBED_NAME.fullmatch(name):
+            raise ctx.error(
+                f"testbed {name!r}: letters, digits, '.', '_' and '-', starting with a letter or digit, "
+                "at most 100 characters",
+                path,
+            )
+    repeated = sorted({t for t in value if value.count(t) > 1})
+    if repeated:
+        raise ctx.error(f"testbeds names {', '.join(map(repr, repeated))} more than once", path)
+    return tuple(value)
 
 
 def _timing(ctx: _Ctx, table: Any) -> TimingConfig:

@@ -130,6 +130,11 @@ class Job(Base):
         server_default=text("false"),
         comment="a bisection's probe: offered only while no other job waits on its testbed (docs/bisection.md)",
     )
+    matrix_id: Mapped[str | None] = mapped_column(
+        String(36),
+        index=True,
+        comment="the submission it came from when that named several testbeds, one job each (null: a job alone)",
+    )
 
 
 class PairedResult(Base):

@@ -66,6 +66,13 @@ def get_by_idempotency_key(session: Session, project_id: int, key: str) -> Job |
     return session.scalars(q).one_or_none()
 
 
+def of_matrix(session: Session, matrix_id: str) -> list[Job]:
+    """The jobs of one submission's matrix of testbeds (``ix_jobs_matrix_id``; a matrix holds a handful). Its jobs
+    share one ``created_at``, so that none is the newer of a pull request's jobs."""
+    q = select(Job).where(Job.matrix_id == matrix_id).order_by(Job.testbed_id)
+    return list(session.scalars(q))
+
+
 def listing(
     q: _Q,
     *,

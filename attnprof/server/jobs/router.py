@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -10,14 +12,15 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
 
+from attnprof.core.suite import MAX_TESTBEDS, TESTBED_NAME
 from attnprof.server import paging
 from attnprof.server.auth.dependencies import Authorization, PrincipalDep, ProjectName, ReadProject, project_access
 from attnprof.server.config import Limits, Settings
 from attnprof.server.db import INT_MAX, SessionDep, request_session, session_slot, utcnow
 from attnprof.server.dependencies import FeedbackDep, SettingsDep, feedback_sender_of
 from attnprof.server.errors import InvalidPayload, PayloadTooLarge
-from attnprof.server.jobs import dispatch, gpu_time, service
-from attnprof.server.jobs.models import STATES
+from attnprof.server.jobs import dispatch, gpu_time, matrix, service
+from attnprof.server.jobs.models import STATES, Job
 from attnprof.server.jobs.schemas import (
     DayUsageOut,
     JobComparison,
@@ -25,6 +28,9 @@ from attnprof.server.jobs.schemas import (
     JobFields,
     JobOut,
     JobPage,
+    MatrixOut,
+    NotPortableOut,
+    SideOut,
     UsageOut,
     submission_schema,
 )
@@ -52,9 +58,44 @@ def _in_body(exc: ValidationError) -> list[dict[str, Any]]:
     return [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
 
 
+def _testbeds(raw: str) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+    """The ``testbeds`` field (a JSON list or CSV of names) read, or the errors that name it: each a testbed's name
+    (the rule of ``[suite] testbeds``), distinct, at most ``MAX_TESTBEDS``."""
+    loc = ("body", "testbeds")
+    text = raw.strip()
+    names: Any
+    try:
+        names = json.loads(text) if text.startswith("[") else [n for n in re.split(r"[\s,]+", text) if n]
+    except json.JSONDecodeError:
+        names = None
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        msg = 'a list of testbed names, as JSON (["h100", "h200"]) or comma-separated (h100,h200)'
+        return (), [{"type": "value_error", "loc": loc, "msg": msg, "input": raw}]
+    if len(names) > MAX_TESTBEDS:
+        msg = f"at most {MAX_TESTBEDS} testbeds, got {len(names)}"
+        return (), [{"type": "too_long", "loc": loc, "msg": msg, "input": raw}]
+    errors = [
+        {
+            "type": "value_error",
+            "loc": loc,
+            "msg": f"testbed {name!r}: letters, digits, '.', '_' and '-', starting with a letter or digit, "
+            "at most 100 characters",
+            "input": raw,
+        }
+        for name in names
+        if not TESTBED_NAME.fullmatch(name)
+    ]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        msg = f"each testbed once: {', '.join(map(repr, repeated))} named more than once"
+        errors.append({"type": "value_error", "loc": loc, "msg": msg, "input": raw})
+    return tuple(names), errors
+
+
 def read_submission(form: FormData, limits: Limits, idempotency_key: str | None) -> service.NewJob:
     """The job a submission's form asks for: every field checked (422 naming it, as FastAPI words it), the files
-    read within their limits (413)."""
+    read within their limits (413). ``testbeds`` names several testbeds (one job each); neither it nor ``testbed``
+    leaves the choice to the suite's ``[suite] testbeds`` (``service.create_matrix``)."""
     errors: list[dict[str, Any]] = []
     values: dict[str, str] = {}
     for name in JobFields.model_fields:
@@ -68,6 +109,14 @@ def read_submission(form: FormData, limits: Limits, idempotency_key: str | None)
         fields = JobFields.model_validate(values)
     except ValidationError as exc:
         errors += _in_body(exc)
+    testbeds: tuple[str, ...] = ()
+    if "testbeds" in values:
+        if "testbed" in values:
+            msg = "give testbed (one) or testbeds (several), not both"
+            errors.append({"type": "value_error", "loc": ("body", "testbeds"), "msg": msg, "input": values["testbeds"]})
+        elif fields is not None:
+            testbeds, bad = _testbeds(values["testbeds"])
+            errors += bad
     spec, bundle, base_bundle = form.get("spec"), form.get("bundle") or None, form.get("base_bundle") or None
     if spec is None or spec == "":
         errors.insert(0, _missing("spec"))
@@ -93,7 +142,8 @@ def read_submission(form: FormData, limits: Limits, idempotency_key: str | None)
         raise RequestValidationError(_in_body(exc)) from None
     return service.NewJob(
         spec=spec_text,
-        testbed=fields.testbed,
+        testbed=fields.testbed or "",
+        testbeds=testbeds,
         provenance=provenance,
         bundle=_read(bundle, limits.bundle_bytes, "bundle") if isinstance(bundle, UploadFile) else None,
         base_bundle=_read(base_bundle, limits.bundle_bytes, "base_bundle")
@@ -126,7 +176,7 @@ def _submit(
                 ]
             )
         new = read_submission(form, settings.limits, idempotency_key)
-        job, created = service.create(
+        made, created = service.create_matrix(
             session,
             project_id=access.project_id,
             new=new,
@@ -136,16 +186,20 @@ def _submit(
             retention=settings.retention,
             github_feedback=settings.github_token is not None,
         )
-        answer = JobCreated(id=job.id, status=job.status)
+        answer = service.created(session, made)
         if not created:
             session.rollback()  # a retry leaves nothing: not its bundle, not a testbed it named
             return answer, False, []
-        admitted = service.admit(session, job, project=project, cfg=settings.fairness, now=job.created_at)
+        superseded: list[Job] = []
+        testbeds: set[int] = set()
+        for job in made:  # the first cancels the pull request's older jobs; each is held to the queue limit
+            admitted = service.admit(session, job, project=project, cfg=settings.fairness, now=job.created_at)
+            superseded += admitted.superseded
+            # No room on its testbed: the dispatch that follows the next slot freed there offers it.
+            testbeds |= {old.testbed_id for old in admitted.superseded} | ({job.testbed_id} if admitted.room else set())
         session.commit()
-        # No room on its testbed: the dispatch that follows the next slot freed there offers it.
-        testbeds = {old.testbed_id for old in admitted.superseded} | ({job.testbed_id} if admitted.room else set())
         dispatch.after_commit(session, settings, testbeds)
-    return answer, True, [j.id for j in (job, *admitted.superseded) if j.repo]
+    return answer, True, [j.id for j in (*made, *superseded) if j.repo]
 
 
 @router.post(
@@ -240,6 +294,30 @@ def get_comparison(
         noise_floor=found.noise_floor,
         created_at=found.created_at,
         document=found.document,
+    )
+
+
+@router.get("/jobs/{job_id}/matrix", response_model=MatrixOut)
+def get_matrix(job_id: str, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> MatrixOut:
+    """Every job of the submission this job came from, one per testbed, the worst verdict once all have one, and
+    the findings that are not portable: a change that went one way on one testbed and the other way on another, or
+    by sizes whose intervals are apart (404 for a job alone)."""
+    found = matrix.of_job(session, service.get_for(session, principal, job_id))
+    return MatrixOut(
+        matrix_id=found.matrix_id,
+        complete=found.complete,
+        verdict=found.verdict,
+        jobs=[service.to_out(session, m.job, settings.fairness) for m in found.members],
+        not_portable=[
+            NotPortableOut(
+                case=n.case,
+                metric=n.metric,
+                kind=n.kind,
+                testbeds=list(n.testbeds),
+                sides=[SideOut(**{**vars(s), "kernels": list(s.kernels)}) for s in n.sides],
+            )
+            for n in found.not_portable
+        ],
     )
 
 

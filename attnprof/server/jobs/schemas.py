@@ -11,10 +11,22 @@ from attnprof.contract.suite_path import SuitePath
 
 class JobFields(BaseModel):
     """The text fields of a job submission (``multipart/form-data``, beside the ``spec`` and ``bundle`` files): the
-    testbed and the job's provenance, whose rules are the contract's (``ancestors`` is one field here: its commits
-    are checked once the list is read)."""
+    testbed or testbeds and the job's provenance, whose rules are the contract's (``ancestors`` and ``testbeds`` are
+    one field each here: their items are checked once the list is read)."""
 
-    testbed: str = Field(min_length=1, max_length=100)
+    testbed: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="the testbed to run on; or testbeds; with neither, the suite's [suite] testbeds",
+    )
+    testbeds: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=2000,
+        description="several testbeds, one job each (a matrix: its jobs share matrix_id), as a JSON list or CSV, "
+        "e.g. h100,h200; not with testbed",
+    )
     branch: Branch
     commit: Commit
     repo: Repo | None = None
@@ -66,9 +78,19 @@ def submission_schema() -> dict[str, Any]:
     }
 
 
-class JobCreated(BaseModel):
+class MatrixJob(BaseModel):
     id: str
+    testbed: str
     status: str
+
+
+class JobCreated(BaseModel):
+    id: str = Field(description="the job; of a matrix, its first testbed's (by name)")
+    status: str
+    matrix_id: str | None = Field(
+        None, description="the matrix its jobs share when the submission named several testbeds (null: one job)"
+    )
+    jobs: list[MatrixJob] = Field(default_factory=list, description="every job the submission made, one per testbed")
 
 
 class JobOut(BaseModel):
@@ -110,6 +132,11 @@ class JobOut(BaseModel):
         description="why a queued job does not start: no live worker serves its testbed (for how long, or never), or "
         "its project used its GPU quota for the day; null otherwise",
     )
+    matrix_id: str | None = Field(
+        None,
+        description="the matrix of testbeds it belongs to: one submission, one job per testbed "
+        "(GET /jobs/{job_id}/matrix); null: a job alone",
+    )
 
 
 class JobPage(BaseModel):
@@ -146,3 +173,38 @@ class UsageOut(BaseModel):
     total_gpu_seconds: float
     quota_gpu_seconds_per_day: float | None = Field(description="the project's daily quota (null: none)")
     used_today_seconds: float = Field(description="device seconds held since 00:00 UTC, running attempts included")
+
+
+class SideOut(BaseModel):
+    testbed: str
+    change: float = Field(description="relative change of the metric on this testbed (0.05: 5% more)")
+    low: float = Field(description="its interval's low end, relative")
+    high: float = Field(description="its interval's high end, relative")
+    status: str = Field(description="regressed, improved, unchanged or inconclusive on this testbed")
+    kernels: list[str] = Field(description="the kernels whose time moved most in the case there, by microseconds")
+
+
+class NotPortableOut(BaseModel):
+    case: str
+    metric: str
+    kind: str = Field(
+        description="direction: faster on one testbed and slower on another, beyond their intervals; size: the "
+        "intervals of the change are apart, one way"
+    )
+    testbeds: list[str] = Field(description="the testbeds that disagree")
+    sides: list[SideOut] = Field(description="what each testbed that compared the case found")
+
+
+class MatrixOut(BaseModel):
+    """One submission's jobs, one per testbed (``GET /jobs/{job_id}/matrix``)."""
+
+    matrix_id: str
+    complete: bool = Field(description="every job has ended")
+    verdict: str | None = Field(
+        description="the worst of the jobs' verdicts once all have one (fail, warn, pass); null before, or when one "
+        "ended without a verdict"
+    )
+    jobs: list[JobOut] = Field(description="by testbed name")
+    not_portable: list[NotPortableOut] = Field(
+        description="findings that differ across the testbeds beyond their intervals (empty until complete)"
+    )

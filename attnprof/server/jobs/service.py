@@ -13,6 +13,7 @@ Nothing here calls GitHub: ``attnprof.server.github.outbox`` sends it from the s
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -39,7 +40,7 @@ from attnprof.server.jobs import attempts, dispatch, gpu_time, repository
 from attnprof.server.jobs import paired as paired_documents
 from attnprof.server.jobs.bundle import check_bundle
 from attnprof.server.jobs.models import FINAL, Job
-from attnprof.server.jobs.schemas import JobOut
+from attnprof.server.jobs.schemas import JobCreated, JobOut, MatrixJob
 from attnprof.server.projects import repository as projects
 from attnprof.server.projects import retention as quota
 from attnprof.server.projects import service as project_service
@@ -53,6 +54,7 @@ class NewJob:
 
     spec: str
     testbed: str
+    """The one testbed to run on ("": the suite's ``[suite] testbeds``, or ``testbeds``)."""
     provenance: Provenance
     bundle: bytes | None = None
     idempotency_key: str | None = None
@@ -62,6 +64,8 @@ class NewJob:
     """A paired job's second tree, its merge base's source (tar.gz); ``bundle`` and ``base_commit`` come with it."""
     background: bool = False
     """A bisection's probe: offered only while no other job waits on its testbed."""
+    testbeds: tuple[str, ...] = ()
+    """Several testbeds, one job each (``create_matrix``); empty: ``testbed``, else the suite's."""
 
     @property
     def paired(self) -> bool:
@@ -95,18 +99,26 @@ _REMEMBERED_SPEC_CHARS = 64 * 1024
 
 def suite_name(spec: str) -> str:
     """The name of the suite ``spec`` (TOML) after validating it, or ``InvalidPayload`` with the profiler core's
-    message. CI sends the same suite file again and again: valid ones are remembered (errors are not)."""
-    return _remembered_suite_name(spec) if len(spec) <= _REMEMBERED_SPEC_CHARS else _suite_name(spec)
+    message."""
+    return suite_head(spec)[0]
 
 
-def _suite_name(spec: str) -> str:
+def suite_head(spec: str) -> tuple[str, tuple[str, ...]]:
+    """The name and the testbeds (``[suite] testbeds``) of the suite ``spec`` after validating it, or
+    ``InvalidPayload`` with the profiler core's message. CI sends the same suite file again and again: valid ones are
+    remembered (errors are not)."""
+    return _remembered_suite_head(spec) if len(spec) <= _REMEMBERED_SPEC_CHARS else _suite_head(spec)
+
+
+def _suite_head(spec: str) -> tuple[str, tuple[str, ...]]:
     try:
-        return parse_suite(spec, source="spec").name
+        suite = parse_suite(spec, source="spec")
     except SuiteError as exc:
         raise InvalidPayload(str(exc)) from exc
+    return suite.name, suite.testbeds
 
 
-_remembered_suite_name = functools.lru_cache(maxsize=256)(_suite_name)
+_remembered_suite_head = functools.lru_cache(maxsize=256)(_suite_head)
 
 
 def create(
@@ -130,9 +142,95 @@ def create(
     (``RepoNotAllowed``, 403 naming ``repo``). ``github_feedback`` False (a service with no GitHub token, which posts
     nowhere) lets the repository stand as the job's label: every delivery checks it again before it posts, so a
     token set later reaches no repository the project was not allowed."""
+    stored = _prepare(
+        session, project_id=project_id, new=new, limits=limits, retention=retention, github_feedback=github_feedback
+    )
+    return _insert(
+        session,
+        project_id=project_id,
+        new=new,
+        stored=stored,
+        testbed=new.testbed,
+        max_attempts=max_attempts,
+        testbed_ids=testbed_ids,
+        matrix_id=None,
+        now=utcnow(),
+    )
+
+
+def create_matrix(
+    session: Session,
+    *,
+    project_id: int,
+    new: NewJob,
+    limits: Limits,
+    max_attempts: int,
+    testbed_ids: dict[str, int] | None = None,
+    retention: Retention | None = None,
+    github_feedback: bool = True,
+) -> tuple[list[Job], bool]:
+    """The jobs for ``new``, one per testbed, and whether they were created (False: the idempotency key named an
+    earlier submission, whose jobs are the answer).
+
+    The testbeds are ``new.testbeds``, else ``new.testbed``, else the suite's ``[suite] testbeds``; none of them is
+    bad input naming ``testbed``. One testbed makes a job alone, exactly as ``create`` does. Several make a matrix:
+    the suite and bundles are checked and stored once, the jobs share a ``matrix_id`` and one ``created_at`` (none
+    is the newer of its pull request's jobs), and the first carries the idempotency key, so a retry finds them all.
+    Each job has its own testbed's queue, workers and baseline."""
+    stored = _prepare(
+        session, project_id=project_id, new=new, limits=limits, retention=retention, github_feedback=github_feedback
+    )
+    names = new.testbeds or ((new.testbed,) if new.testbed else stored.suite_testbeds)
+    if not names:
+        raise InvalidPayload(
+            "testbed: Field required: name the testbed to run on (testbed), several (testbeds), or list them in the "
+            'suite as [suite] testbeds = ["h100", "h200"]'
+        )
+    matrix_id = str(uuid.uuid4()) if len(names) > 1 else None
+    now = utcnow()
+    made: list[Job] = []
+    for index, name in enumerate(names):
+        job, created = _insert(
+            session,
+            project_id=project_id,
+            new=new if index == 0 else dataclasses.replace(new, idempotency_key=None),
+            stored=stored,
+            testbed=name,
+            max_attempts=max_attempts,
+            testbed_ids=testbed_ids,
+            matrix_id=matrix_id,
+            now=now,
+        )
+        if not created:  # only the first carries the key: the earlier submission's jobs are the answer
+            return (repository.of_matrix(session, job.matrix_id) if job.matrix_id else [job]), False
+        made.append(job)
+    return made, True
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """What a submission's checks gave, before its job rows: the suite's name and testbeds, the bundles' hashes."""
+
+    suite_name: str
+    suite_testbeds: tuple[str, ...]
+    bundle_sha256: str | None
+    base_bundle_sha256: str | None
+
+
+def _prepare(
+    session: Session,
+    *,
+    project_id: int,
+    new: NewJob,
+    limits: Limits,
+    retention: Retention | None,
+    github_feedback: bool,
+) -> _Stored:
+    """Check ``new``'s repository, suite and bundles, and store the bundles (content-addressed: a retry's are
+    there already)."""
     if github_feedback:
         project_service.check_may_report(session, project_id=project_id, repo=new.provenance.repo)
-    name = suite_name(new.spec)
+    name, suite_testbeds = suite_head(new.spec)
     bundle_sha = base_bundle_sha = None
     # Each tree on its own limits; both checked before either is stored, and the quota counts them together.
     trees = [(field, data) for field, data in (("bundle", new.bundle), ("base_bundle", new.base_bundle)) if data]
@@ -153,14 +251,33 @@ def create(
             defaults=retention or Retention(),
         )
     if new.bundle is not None:
-        bundle_sha = store.put(session, kind="bundle", data=new.bundle)  # content-addressed: a retry's is there
+        bundle_sha = store.put(session, kind="bundle", data=new.bundle)
     if new.base_bundle is not None:
         base_bundle_sha = store.put(session, kind="bundle", data=new.base_bundle)
-    testbed_id = testbed_ids.get(new.testbed) if testbed_ids is not None else None
+    return _Stored(
+        suite_name=name, suite_testbeds=suite_testbeds, bundle_sha256=bundle_sha, base_bundle_sha256=base_bundle_sha
+    )
+
+
+def _insert(
+    session: Session,
+    *,
+    project_id: int,
+    new: NewJob,
+    stored: _Stored,
+    testbed: str,
+    max_attempts: int,
+    testbed_ids: dict[str, int] | None,
+    matrix_id: str | None,
+    now: datetime,
+) -> tuple[Job, bool]:
+    """The job row on ``testbed``, inserted unless ``new``'s idempotency key is taken (then the job that took it,
+    and False)."""
+    testbed_id = testbed_ids.get(testbed) if testbed_ids is not None else None
     if testbed_id is None:
-        testbed_id, existed = testbeds.ensure_id(session, new.testbed)
+        testbed_id, existed = testbeds.ensure_id(session, testbed)
         if existed and testbed_ids is not None:
-            testbed_ids[new.testbed] = testbed_id
+            testbed_ids[testbed] = testbed_id
     prov = new.provenance
     job = repository.insert_unless_key_taken(
         session,
@@ -170,10 +287,10 @@ def create(
             "testbed_id": testbed_id,
             "idempotency_key": new.idempotency_key,
             "spec": new.spec,
-            "suite_name": name,
+            "suite_name": stored.suite_name,
             "suite_path": new.suite_path,
-            "bundle_sha256": bundle_sha,
-            "base_bundle_sha256": base_bundle_sha,
+            "bundle_sha256": stored.bundle_sha256,
+            "base_bundle_sha256": stored.base_bundle_sha256,
             "paired": new.paired,
             "background": new.background,
             "gpu_seconds": 0.0,
@@ -186,10 +303,11 @@ def create(
             "status": "queued",
             "attempts": 0,
             "max_attempts": max_attempts,
-            "created_at": (now := utcnow()),
+            "created_at": now,
             "updated_at": now,
             "feedback_due_at": now if prov.repo else None,  # its pending status (``owe_feedback``)
             "feedback_attempts": 0,
+            "matrix_id": matrix_id,
         },
     )
     if job is not None:
@@ -198,6 +316,19 @@ def create(
     existing = repository.get_by_idempotency_key(session, project_id, new.idempotency_key)
     assert existing is not None
     return existing, False
+
+
+def created(session: Session, made: list[Job]) -> JobCreated:
+    """The answer to a submission that made (or, retried, found) ``made``: its jobs by testbed name, the first's id
+    as the answer's, as a job alone is answered."""
+    named = sorted(((testbed_name(session, j), j) for j in made), key=lambda pair: pair[0])
+    first = named[0][1]
+    return JobCreated(
+        id=first.id,
+        status=first.status,
+        matrix_id=first.matrix_id,
+        jobs=[MatrixJob(id=j.id, testbed=name, status=j.status) for name, j in named],
+    )
 
 
 def project_name(session: Session, job: Job) -> str | None:
@@ -247,6 +378,7 @@ def to_out(session: Session, job: Job, fairness: Fairness | None = None, now: da
         finished_at=job.finished_at,
         gpu_seconds=round(job.gpu_seconds or 0.0, 3),
         notice=notice,
+        matrix_id=job.matrix_id,
     )
 
 
