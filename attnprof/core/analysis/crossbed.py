@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 from attnprof.core.documents.comparison import ComparisonDocument, Finding
 
-METRICS = ("latency",)
-"""The metrics compared across testbeds: the case's time, which every testbed measures the same way. Bandwidth and
-throughput follow from it on one testbed; they would flag the same case twice."""
+METRICS = ("latency", "throughput", "bandwidth")
+"""The metrics compared across testbeds: a case's time, which its comparison tests as a time (``latency``) or, where
+the case's work is known, as a rate of that work (``throughput``, ``bandwidth``: higher is better). A case has one
+of them, the same on every testbed, since the work is the suite's."""
 KERNELS_NAMED = 2
 """Kernels named per testbed: those whose time moved most in the case, by microseconds."""
 _MOVED = ("regressed", "improved")
@@ -44,6 +45,14 @@ class Side:
     high: float
     status: str
     kernels: tuple[str, ...]
+    higher_is_better: bool = False
+
+    @property
+    def way(self) -> str:
+        """``faster`` or ``slower`` where the interval lies wholly on one side of 0, else ``unchanged``."""
+        if self.low <= 0 <= self.high:
+            return "unchanged"
+        return "faster" if (self.low > 0) == self.higher_is_better else "slower"
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,7 @@ def _side(testbed: str, finding: Finding) -> Side | None:
         high=finding.ci.high,
         status=finding.status,
         kernels=_top_kernels(finding),
+        higher_is_better=bool(finding.higher_is_better),
     )
 
 

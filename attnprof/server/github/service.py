@@ -32,6 +32,8 @@ from attnprof.server.github import repository as feedback_rows
 from attnprof.server.github.budget import COMPACT_BUDGET_CHARS
 from attnprof.server.github.client import GitHubClient, GitHubError
 from attnprof.server.github.comment import CommentInput, marker, render
+from attnprof.server.github.matrix import MatrixInput, render_matrix
+from attnprof.server.jobs import matrix
 from attnprof.server.jobs import paired as paired_sides
 from attnprof.server.jobs.models import FINAL, Job
 from attnprof.server.projects import repository as projects
@@ -115,7 +117,27 @@ def comment_input(session: Session, job: Job, settings: Settings) -> CommentInpu
 
 
 def comment_markdown(session: Session, job: Job, settings: Settings) -> str:
+    """The markdown of ``job``'s pull-request comment: a matrix's gathers all its testbeds (as they stand now)."""
+    if job.matrix_id is not None:
+        return render_matrix(matrix_input(session, job.matrix_id, settings))
     return render(comment_input(session, job, settings))
+
+
+def matrix_input(session: Session, matrix_id: str, settings: Settings) -> MatrixInput:
+    """Everything the comment of the matrix ``matrix_id`` shows, read from the database: each testbed's job, and
+    the findings that are not portable once every job has ended."""
+    found = matrix.of(session, matrix_id)
+    members = [comment_input(session, m.job, settings) for m in found.members]
+    return MatrixInput(
+        project=members[0].project, members=members, complete=found.complete, not_portable=found.not_portable
+    )
+
+
+def context_of(project: str, testbed: str, job: Job) -> str:
+    """The commit status's context: ``attnprof/<project>`` for a job alone; ``attnprof/<project>/<testbed>`` for a
+    job of a matrix, one status per testbed, so that branch protection can require each GPU type's check by name and
+    a failure on one names its GPU in the checks list (docs/github.md, "A matrix of testbeds")."""
+    return f"attnprof/{project}/{testbed}" if job.matrix_id is not None else f"attnprof/{project}"
 
 
 def _first_line(text: str | None) -> str:
@@ -202,14 +224,23 @@ def feedback_of(session: Session, settings: Settings, job: Job) -> Feedback:
     state, description = status_of(job)
     comment = compact = None
     if job.pr is not None and state != "pending" and not _superseded(session, job.project_id, job.pr, job.repo, job):
-        inp = comment_input(session, job, settings)
-        comment = render(inp)
-        compact = render(inp, budget_chars=COMPACT_BUDGET_CHARS, kernel_tables=False)
+        if job.matrix_id is not None:
+            # The one comment gathers every testbed: sent by the delivery that finds them all ended (the end of the
+            # last to end owes one that reads after it), so no comment missing a testbed is ever posted over it.
+            gathered = matrix_input(session, job.matrix_id, settings)
+            if gathered.complete:
+                comment = render_matrix(gathered)
+                compact = render_matrix(gathered, budget_chars=COMPACT_BUDGET_CHARS, kernel_tables=False)
+        else:
+            inp = comment_input(session, job, settings)
+            comment = render(inp)
+            compact = render(inp, budget_chars=COMPACT_BUDGET_CHARS, kernel_tables=False)
+    testbed = testbeds.get(session, job.testbed_id)
     return Feedback(
         job_status=job.status,
         repo=job.repo,
         commit=job.commit,
-        context=f"attnprof/{project}",
+        context=context_of(project, testbed.name if testbed else str(job.testbed_id), job),
         state=state,
         description=description,
         target_url=_target_url(settings, project, job),

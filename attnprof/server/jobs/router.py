@@ -314,7 +314,7 @@ def get_matrix(job_id: str, principal: PrincipalDep, session: SessionDep, settin
                 metric=n.metric,
                 kind=n.kind,
                 testbeds=list(n.testbeds),
-                sides=[SideOut(**{**vars(s), "kernels": list(s.kernels)}) for s in n.sides],
+                sides=[SideOut(**{**vars(s), "kernels": list(s.kernels), "way": s.way}) for s in n.sides],
             )
             for n in found.not_portable
         ],

@@ -182,6 +182,8 @@ class SideOut(BaseModel):
     high: float = Field(description="its interval's high end, relative")
     status: str = Field(description="regressed, improved, unchanged or inconclusive on this testbed")
     kernels: list[str] = Field(description="the kernels whose time moved most in the case there, by microseconds")
+    higher_is_better: bool = Field(description="the metric is a rate (throughput, bandwidth), not a time")
+    way: str = Field(description="faster, slower, or unchanged (the interval holds 0) on this testbed")
 
 
 class NotPortableOut(BaseModel):
