@@ -22,6 +22,7 @@ OPENAPI = "/internal/openapi.json"
 TESTBED = "/internal/testbed"
 TESTBED_KEY = "/internal/testbed/key"
 ALIVE = "/internal/alive"
+CANARY = "/internal/canary"
 # A job's routes, under ``JOB``; all but the claim are opened by the attempt's job token.
 JOBS = "/internal/jobs"
 JOB = "/internal/jobs/{job_id}"
@@ -37,6 +38,7 @@ ROUTES: dict[str, str] = {
     "testbed": TESTBED,
     "testbed_key": TESTBED_KEY,
     "alive": ALIVE,
+    "canary": CANARY,
     "claim": CLAIM,
     "heartbeat": HEARTBEAT,
     "bundle": BUNDLE,
@@ -64,6 +66,10 @@ def testbed_key() -> str:
 
 def alive() -> str:
     return ALIVE
+
+
+def canary() -> str:
+    return CANARY
 
 
 def claim(job_id: JobId) -> str:

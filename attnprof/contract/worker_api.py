@@ -9,9 +9,10 @@ parses them with the same models on receipt.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from attnprof.contract.ids import JobId, RunId
 
@@ -135,6 +136,15 @@ class WorkerDeviceAnswer(WorkerTestbed):
 WORKER_ALIVE_S = 5.0
 
 
+_PROCESS = re.compile(r"/pid\d+(?=/|$)")
+
+
+def host_of(worker: str) -> str:
+    """A worker's host: its name (host, process and GPU: ``node-3/pid812/gpu0``) without the process
+    (``node-3/gpu0``), so that a worker that restarts is the same host."""
+    return _PROCESS.sub("", worker)
+
+
 class Alive(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -146,3 +156,72 @@ class AliveAnswer(BaseModel):
     testbed: str
     live_workers: int = Field(description="workers of the testbed live now, this one included")
     live_s: float = Field(description="a worker counts as live this long after it last said so, in seconds")
+
+
+# A canary's figures by name (``attnprof.core.measure.canary``): what a worker may send, and which way is better.
+CANARY_FIGURES: dict[str, bool] = {
+    "copy_gbps": True,
+    "matmul_tflops_fp32": True,
+    "matmul_tflops_fp16": True,
+    "matmul_tflops_bf16": True,
+    "launch_us": False,
+    "attention_us": False,
+}
+"""Each figure a canary reports and whether higher is better."""
+
+_Figure = Annotated[float, Field(gt=0, lt=1e9)]
+_Short = Annotated[str, StringConstraints(max_length=300)]
+
+
+class CanaryClocks(BaseModel):
+    """NVML's readings while the canary ran (all null on a CPU)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sm_mhz_median: float | None = Field(None, ge=0, lt=1e5, description="SM clock while the matmuls ran, median")
+    sm_mhz_min: float | None = Field(None, ge=0, lt=1e5, description="SM clock while the matmuls ran, lowest")
+    mem_mhz: float | None = Field(None, ge=0, lt=1e5)
+    temperature_c_max: float | None = Field(None, ge=-50, lt=200)
+    power_w_max: float | None = Field(None, ge=0, lt=1e5)
+    throttle_reasons: list[Annotated[str, StringConstraints(max_length=50)]] = Field(
+        default_factory=list, max_length=16
+    )
+    samples: int = Field(0, ge=0, le=10**6)
+
+
+class Canary(BaseModel):
+    """A canary a profile worker ran on its host (outside the jail, no user code): its figures, its clocks and what
+    it cost. The service judges it against its testbed's band and answers whether the host may take jobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    worker: str = Field(min_length=1, max_length=200, description="host, process and GPU of the worker")
+    testbed: str = Field(min_length=1, max_length=100, description="the testbed it serves (its token's)")
+    device: str = Field(min_length=1, max_length=200, description="the device's name")
+    mode: Literal["cuda", "cpu"]
+    figures: dict[str, _Figure] = Field(description="each of CANARY_FIGURES the canary measured")
+    clocks: CanaryClocks = Field(default_factory=CanaryClocks)
+    method: dict[Annotated[str, StringConstraints(max_length=50)], _Short] = Field(default_factory=dict, max_length=16)
+    seconds: float = Field(ge=0, lt=3600, description="the canary's wall time: what it cost the device")
+
+    @field_validator("figures")
+    @classmethod
+    def _known(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(CANARY_FIGURES))
+        if unknown:
+            raise ValueError(f"unknown figure(s) {unknown}: allowed are {sorted(CANARY_FIGURES)}")
+        if not value:
+            raise ValueError(f"no figure: send at least one of {sorted(CANARY_FIGURES)}")
+        return value
+
+
+class CanaryAnswer(BaseModel):
+    """The service's judgement of a canary."""
+
+    host: str = Field(description="the host the canary judged (the worker's name without its process)")
+    state: Literal["healthy", "learning", "quarantined"] = Field(
+        description="healthy: inside its testbed's band; learning: too little history for a band yet, taken as "
+        "healthy; quarantined: outside the band, the host claims no jobs until a canary passes"
+    )
+    reasons: list[str] = Field(description="why it is quarantined: each figure outside its band, each throttle")
+    retry_s: float = Field(description="a quarantined host runs its canary again after this many seconds")

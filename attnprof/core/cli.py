@@ -152,6 +152,23 @@ def calibrate(
     typer.echo(str(path))
 
 
+@app.command()
+def canary(
+    device: Annotated[DeviceChoice, typer.Option(help="auto: the GPU if there is one")] = DeviceChoice.auto,
+) -> None:
+    """Run this host's canary (a copy, a matmul per dtype, an empty kernel's launch, one fixed attention case, the
+    clocks while they run) and print its figures as JSON: what a profile worker sends the service to show its host
+    is healthy."""
+    from attnprof.core.measure.canary import run
+    from attnprof.core.measure.runner import resolve_device
+
+    try:
+        found = run(resolve_device(device.value))
+    except AttnprofError as exc:
+        raise fail(str(exc)) from None
+    typer.echo(json.dumps(found))
+
+
 PAIRED_ALIAS = "ab"
 """The paired verb's first name, still typed (and run by workers): the same command, its default folder its own."""
 

@@ -226,6 +226,32 @@ class Bisect(BaseModel):
     workdir: str = Field("./attnprof-bisect", description="where commits' trees are unpacked while they are packed")
 
 
+class Health(BaseModel):
+    """Host health (``ATTNPROF_HEALTH__*``, docs/service.md, "Host health"): how a host's canary is judged against
+    the band its testbed's own history sets."""
+
+    window_days: float = Field(7.0, gt=0, description="passing canaries this recent make the band")
+    min_canaries: int = Field(3, ge=1, description="a testbed's band needs this many passing canaries (else: learning)")
+    tolerance: float = Field(
+        0.10,
+        gt=0,
+        lt=1,
+        description="a GPU host may lose this share of the band's reference rate (the best host's) in any figure",
+    )
+    cpu_tolerance: float = Field(
+        0.5, gt=0, lt=1, description="the same on a CPU testbed, whose figures wander with the host's load"
+    )
+    launch_tolerance: float = Field(
+        1.0, gt=0, description="an empty kernel's launch may take this much longer than the reference (jitter)"
+    )
+    retry_s: float = Field(300.0, gt=0, description="a quarantined host runs its canary again after this")
+    notify_days: float = Field(
+        30.0,
+        gt=0,
+        description="a host's quarantine is sent to the webhooks of projects with a job on its testbed this recent",
+    )
+
+
 class Settings(BaseSettings):
     """Everything the service (and the analysis worker beside it) reads from its environment (docs/architecture.md,
     "Settings"). A profile worker reads its own (``attnprof.worker.profile.settings``)."""
@@ -261,6 +287,7 @@ class Settings(BaseSettings):
     alert_webhooks: AlertWebhooks = Field(default_factory=AlertWebhooks)
     retention: Retention = Field(default_factory=Retention)
     bisect: Bisect = Field(default_factory=Bisect)
+    health: Health = Field(default_factory=Health)
 
     @model_validator(mode="after")
     def _oauth_app_whole(self) -> Settings:

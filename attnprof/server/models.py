@@ -7,6 +7,7 @@ from attnprof.server.baselines.models import BaselineRule
 from attnprof.server.bisections.models import Bisection, BisectionProbe
 from attnprof.server.comparisons.models import Alert, AlertWebhook, Comparison
 from attnprof.server.db import Base
+from attnprof.server.hosts.models import Canary, Host, HostNotice
 from attnprof.server.jobs.models import Job, PairedResult
 from attnprof.server.projects.models import Project
 from attnprof.server.projects.retention import ProjectRetention
@@ -22,8 +23,11 @@ __all__ = [
     "BaselineRule",
     "Bisection",
     "BisectionProbe",
+    "Canary",
     "CaseSamples",
     "Comparison",
+    "Host",
+    "HostNotice",
     "Job",
     "PairedResult",
     "Project",

@@ -29,6 +29,7 @@ import typer
 
 if TYPE_CHECKING:
     from attnprof.worker.profile.device import LocalDevice
+    from attnprof.worker.profile.health import Health
     from attnprof.worker.profile.settings import GpuWorkerSettings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="attnprof worker verbs.")
@@ -123,10 +124,13 @@ def _profile(
     if check_only:
         return
     _register(settings, testbed, here)
+    from attnprof.worker.profile import health as hosts
     from attnprof.worker.profile.app import make_app
 
-    celery = make_app(settings)
-    _say_alive_while_consuming(settings, testbed)
+    health = _health(settings, testbed, mode)
+    health.until_healthy(say=lambda line: typer.echo(line, err=True))
+    celery = make_app(settings, health)
+    _say_alive_while_consuming(settings, testbed, health)
     device_tag = os.environ.get("CUDA_VISIBLE_DEVICES", "cpu" if mode == "cpu" else "0").replace(",", "_")
     celery.worker_main(
         [
@@ -144,6 +148,31 @@ def _profile(
             "-l",
             loglevel,
         ]
+    )
+    if health.quarantined:  # it stopped consuming: back once its canary passes, as it was started
+        typer.echo("this host is quarantined: the worker consumes nothing until its canary passes", err=True)
+        health.until_healthy(say=lambda line: typer.echo(line, err=True))
+        hosts.restart()
+
+
+def _health(settings: GpuWorkerSettings, testbed: str, mode: str) -> Health:
+    """The host's canary schedule, with the service that judges it."""
+    from attnprof.worker.profile.api import WorkerAPI
+    from attnprof.worker.profile.health import Health
+    from attnprof.worker.profile.profile import worker_name
+
+    assert settings.worker_token is not None
+    token = settings.worker_token.get_secret_value()
+    w = settings.worker
+    return Health(
+        lambda: WorkerAPI(settings.service_url, token),
+        worker=worker_name(w.host),
+        testbed=testbed,
+        device=mode,
+        env=_plain_env(),
+        every_jobs=w.canary_every_jobs,
+        every_s=w.canary_every_s,
+        scale_file=w.canary_scale_file,
     )
 
 
@@ -163,10 +192,11 @@ def _register(settings: GpuWorkerSettings, testbed: str, here: LocalDevice) -> N
     typer.echo(f"testbed {testbed}: {what} (key {answer.key})", err=True)
 
 
-def _say_alive_while_consuming(settings: GpuWorkerSettings, testbed: str) -> None:
+def _say_alive_while_consuming(settings: GpuWorkerSettings, testbed: str, health: Health) -> None:
     """From when Celery consumes until it shuts down, a thread tells the service every
     ``ATTNPROF_FAIRNESS__WORKER_ALIVE_S`` that this worker is alive (busy or idle): the dispatcher offers the
-    testbed as many jobs as it has live workers free."""
+    testbed as many jobs as it has live workers free. Another runs the host's canary when it falls due while
+    idle."""
     from celery.signals import worker_ready, worker_shutting_down  # type: ignore[import-untyped]
 
     from attnprof.worker.profile.api import WorkerAPI
@@ -176,12 +206,21 @@ def _say_alive_while_consuming(settings: GpuWorkerSettings, testbed: str) -> Non
     token = settings.worker_token.get_secret_value()
     liveness = Liveness(
         lambda: WorkerAPI(settings.service_url, token, retries=0),
-        worker=worker_name(),
+        worker=worker_name(settings.worker.host),
         testbed=testbed,
         interval_s=settings.fairness.worker_alive_s,
     )
-    worker_ready.connect(lambda **_: liveness.start(), weak=False)
-    worker_shutting_down.connect(lambda **_: liveness.finish(), weak=False)
+
+    def consuming(**_: object) -> None:
+        liveness.start()
+        health.watch()
+
+    def stopping(**_: object) -> None:
+        liveness.finish()
+        health.finish()
+
+    worker_ready.connect(consuming, weak=False)
+    worker_shutting_down.connect(stopping, weak=False)
 
 
 def _jail_and_peaks(settings: GpuWorkerSettings) -> GpuWorkerSettings:

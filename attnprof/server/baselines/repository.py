@@ -58,8 +58,9 @@ def shares_a_case(run_id: str) -> ColumnElement[bool]:
 
 @dataclass(frozen=True)
 class Window:
-    """Which runs may serve: this project and testbed key, older than ``before``, not ``exclude``d, not older
-    than ``since`` (an accepted change), sharing a case with run ``cases_of`` (the candidate) when given."""
+    """Which runs may serve: this project and testbed key, older than ``before``, not ``exclude``d, not marked by
+    their host's failed canary (``host_note``), not older than ``since`` (an accepted change), sharing a case with
+    run ``cases_of`` (the candidate) when given."""
 
     project_id: int
     testbed_key: str
@@ -69,7 +70,13 @@ class Window:
     cases_of: str | None = None
 
     def where(self) -> list[ColumnElement[bool]]:
-        where = [Run.project_id == self.project_id, Run.testbed_key == self.testbed_key, Run.created_at < self.before]
+        # A run whose host failed a canary after it, before passing another, serves no baseline.
+        where = [
+            Run.project_id == self.project_id,
+            Run.testbed_key == self.testbed_key,
+            Run.created_at < self.before,
+            Run.host_note.is_(None),
+        ]
         if self.exclude:
             where.append(Run.id.not_in(self.exclude))
         if self.since is not None:

@@ -86,7 +86,7 @@ def deliver(
         _record(sessions, alert_id, claim, due_at=None, attempts=attempts, notified_at=None, error="no webhook")
         return None
     url, secret, data = request
-    error = _post(client, url, secret, data)
+    error = post_signed(client, url, secret, data)
     attempts += 1
     if error is None:
         _record(sessions, alert_id, claim, due_at=None, attempts=attempts, notified_at=utcnow(), error=None)
@@ -99,7 +99,7 @@ def deliver(
     return False
 
 
-def _post(client: httpx.Client, url: str, secret: str, data: bytes) -> str | None:
+def post_signed(client: httpx.Client, url: str, secret: str, data: bytes) -> str | None:
     """POST ``data`` signed; None when the receiver answered 2xx, else what went wrong."""
     stamp = int(time.time())
     headers = {

@@ -39,11 +39,13 @@ from sqlalchemy.orm import Session
 
 from attnprof.contract import ids, tasks
 from attnprof.contract.provenance import Provenance
+from attnprof.contract.worker_api import host_of
 from attnprof.server.artifacts.store import store
 from attnprof.server.auth.service import Principal, hash_secret
 from attnprof.server.config import Retention
 from attnprof.server.db import utcnow
 from attnprof.server.errors import Conflict, NotFound, Unauthorized
+from attnprof.server.hosts import service as hosts
 from attnprof.server.jobs import paired as paired_documents
 from attnprof.server.jobs import repository
 from attnprof.server.jobs.models import Job
@@ -150,6 +152,18 @@ def claim(
     return job, token
 
 
+def unoffer(session: Session, worker: Principal, job_id: str, *, attempt: int, secret: str) -> Job | None:
+    """Put back in the queue a job whose message a worker that may not run it took (its host is quarantined): the
+    job, or None when the message was not the job's latest (nothing to put back)."""
+    job = repository.get_for_update(session, job_id)
+    if job is None or job.testbed_id != worker.testbed_id or not _matches(job.claim_secret_sha256, hash_secret(secret)):
+        return None
+    if job.status != "queued" or attempt != job.attempts + 1:
+        return None
+    wait_again(job)
+    return job
+
+
 def _attempt_job(session: Session, job_id: str, token_sha256: str, *, lock: bool, cancelled_ok: bool = False) -> Job:
     """The job whose attempt the job token hashed to ``token_sha256`` belongs to. ``Unauthorized`` for a job that
     does not exist, another job's or another attempt's token, and a revoked one (answered alike)."""
@@ -242,6 +256,11 @@ def accept_result(
         job_id=job.id,
         attempt=attempt,
     )
+    if job.claimed_by:
+        run.host = host_of(job.claimed_by)
+        held = hosts.is_quarantined(session, testbed_id=job.testbed_id, worker=job.claimed_by)
+        if held is not None:  # quarantined while it ran: its figures are in doubt from the start
+            run.host_note = f"host {held.name} was quarantined while this run was measured: {held.reason}"
     if sides is not None:
         paired_documents.store(session, job_id=job.id, attempt=attempt, run_id=run.id, sides=sides)
     now = utcnow()

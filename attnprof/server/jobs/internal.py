@@ -23,6 +23,8 @@ from attnprof.contract import ids, routes
 from attnprof.contract.worker_api import (
     Alive,
     AliveAnswer,
+    Canary,
+    CanaryAnswer,
     Claim,
     ClaimAnswer,
     Failure,
@@ -40,6 +42,8 @@ from attnprof.server.config import Settings
 from attnprof.server.db import SessionDep, utcnow
 from attnprof.server.dependencies import FeedbackDep, FeedbackSender, SettingsDep
 from attnprof.server.errors import Conflict, error_response
+from attnprof.server.hosts import notices
+from attnprof.server.hosts import service as hosts
 from attnprof.server.jobs import attempts, dispatch, service
 from attnprof.server.jobs.models import FINAL
 from attnprof.server.jobs.schemas import JobOut
@@ -94,12 +98,44 @@ def alive(body: Alive, worker: WorkerDep, session: SessionDep, settings: Setting
     return AliveAnswer(testbed=tb.name, live_workers=live, live_s=live_s)
 
 
+@router.post(routes.CANARY, response_model=CanaryAnswer, responses={**_WORKER_ERRORS, **errors(409, 422)})
+def canary(body: Canary, worker: WorkerDep, session: SessionDep, settings: SettingsDep) -> CanaryAnswer:
+    """The canary this worker ran on its host (outside the jail, with no user code), judged against its testbed's
+    band (docs/service.md, "Host health"). A host outside the band is quarantined: its workers claim no jobs, its
+    runs since its last passing canary are marked and left out of baselines, and the projects using the testbed are
+    told through their alert webhooks; a canary that passes again releases it. 409 when the body names another
+    testbed than the token's."""
+    tb = attempts.worker_testbed(session, worker)
+    if body.testbed != tb.name:
+        raise Conflict(f"testbed: this worker token serves testbed {tb.name!r}, not {body.testbed!r}")
+    judged = hosts.record(session, testbed_id=tb.id, body=body, cfg=settings.health, now=utcnow())
+    notices.after_commit(session, [n.id for n in judged.notices])
+    session.commit()
+    if judged.changed:  # a host joins or leaves the live workers: the testbed's window moves
+        dispatch.after_commit(session, settings, [tb.id])
+    reasons = list(judged.canary.reasons)
+    state = "quarantined" if reasons else judged.canary.state
+    return CanaryAnswer(host=judged.host.name, state=state, reasons=reasons, retry_s=settings.health.retry_s)
+
+
 @router.post(routes.CLAIM, response_model=ClaimAnswer, responses={**_WORKER_ERRORS, **errors(404, 409)})
 def claim(job_id: JobIdPath, body: Claim, worker: WorkerDep, session: SessionDep, settings: SettingsDep) -> ClaimAnswer:
     """Start an attempt with the secret of the job's profile.run message, and get its job token. 404 for a job that
     is not this testbed's or whose latest message did not carry this secret; 409 when the delivery is stale (another
-    attempt, or the job is no longer queued): drop the message."""
+    attempt, or the job is no longer queued), and when the worker's host is quarantined (the job goes back to the
+    queue for a healthy host): drop the message."""
     lease_s = settings.sweep.heartbeat_stale_s
+    if worker.testbed_id is not None:
+        held = hosts.is_quarantined(session, testbed_id=worker.testbed_id, worker=body.worker)
+        if held is not None:
+            again = attempts.unoffer(session, worker, job_id, attempt=body.attempt, secret=body.secret)
+            session.commit()
+            if again is not None:
+                dispatch.after_commit(session, settings, [again.testbed_id])
+            raise Conflict(
+                f"host {held.name} is quarantined ({held.reason}): it claims no job until it passes its canary; "
+                f"job {job_id} is back in the queue"
+            )
     job, token = attempts.claim(
         session, worker, job_id, attempt=body.attempt, worker_name=body.worker, secret=body.secret, lease_s=lease_s
     )

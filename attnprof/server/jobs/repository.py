@@ -7,6 +7,7 @@ from sqlalchemy import BindParameter, Select, bindparam, case, exists, func, sel
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, make_transient_to_detached
 
+from attnprof.server.hosts.models import Host
 from attnprof.server.jobs.models import (
     OFFERED_SQL,
     OPEN_PR_SQL,
@@ -145,10 +146,12 @@ def offered_unchanged_since(session: Session, *, before: datetime, limit: int) -
 # --- the dispatcher -----------------------------------------------------------------------------------------
 
 _TESTBED: BindParameter[int] = bindparam("testbed_id")
+# A worker on a quarantined host (docs/service.md, "Host health") is not live: it claims no jobs.
+_HELD = exists().where(Host.testbed_id == Worker.testbed_id, Host.name == Worker.host, Host.state == "quarantined")
 _LIVE = (
     select(func.count())
     .select_from(Worker)
-    .where(Worker.testbed_id == _TESTBED, Worker.last_seen_at >= bindparam("since"))
+    .where(Worker.testbed_id == _TESTBED, Worker.last_seen_at >= bindparam("since"), ~_HELD)
     .scalar_subquery()
 )
 _RUNNING = select(func.count()).select_from(Job).where(Job.testbed_id == _TESTBED, text(RUNNING_SQL)).scalar_subquery()

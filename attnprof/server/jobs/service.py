@@ -36,6 +36,7 @@ from attnprof.server.comparisons.models import Comparison
 from attnprof.server.config import Analysis, Fairness, Limits, Retention
 from attnprof.server.db import utcnow
 from attnprof.server.errors import Conflict, InvalidPayload, NotFound, ServiceError
+from attnprof.server.hosts import service as hosts
 from attnprof.server.jobs import attempts, dispatch, gpu_time, repository
 from attnprof.server.jobs import paired as paired_documents
 from attnprof.server.jobs.bundle import check_bundle
@@ -349,9 +350,14 @@ def to_out(session: Session, job: Job, fairness: Fairness | None = None, now: da
     notice = None
     if fairness is not None and job.status == "queued":
         now = now or utcnow()
-        notice = testbeds.no_live_worker(
-            session, testbed_id=job.testbed_id, name=testbed, live_s=fairness.worker_live_s, now=now
-        ) or gpu_time.quota_notice(session, job, now=now)
+        live_since = now - timedelta(seconds=fairness.worker_live_s)
+        notice = (
+            testbeds.no_live_worker(
+                session, testbed_id=job.testbed_id, name=testbed, live_s=fairness.worker_live_s, now=now
+            )
+            or hosts.waiting_reason(session, testbed_id=job.testbed_id, name=testbed, since=live_since)
+            or gpu_time.quota_notice(session, job, now=now)
+        )
     return JobOut(
         id=job.id,
         project=project.name if project else "",

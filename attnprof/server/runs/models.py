@@ -64,6 +64,14 @@ class Run(Base):
         Integer, default=0, server_default="0", comment="failed deliveries of the feedback now owed"
     )
     feedback_note: Mapped[str | None] = mapped_column(Text, comment="why the last delivery of its feedback failed")
+    host: Mapped[str | None] = mapped_column(
+        String(200), comment="the host whose worker measured it (a job's; null: an upload)"
+    )
+    host_note: Mapped[str | None] = mapped_column(
+        Text,
+        comment="why its host is in doubt: it failed a canary after this run and before passing another; such a run "
+        'serves no baseline (docs/service.md, "Host health")',
+    )
 
 
 class RunCase(Base):

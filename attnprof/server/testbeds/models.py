@@ -39,3 +39,6 @@ class Worker(Base):
     name: Mapped[str] = mapped_column(String(200), comment="host, process and GPU, as it claims jobs")
     first_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    host: Mapped[str | None] = mapped_column(
+        String(200), comment="its host (the name without the process): a quarantined host's workers are not live"
+    )

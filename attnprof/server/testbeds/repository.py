@@ -6,7 +6,9 @@ from typing import Any
 from sqlalchemy import bindparam, delete, exists, func, select, update
 from sqlalchemy.orm import Session, aliased
 
+from attnprof.contract.worker_api import host_of
 from attnprof.server.db import insert_for
+from attnprof.server.hosts.models import Host
 from attnprof.server.testbeds.models import Testbed, Worker
 
 
@@ -67,9 +69,11 @@ def lock_for_dispatch(session: Session, testbed_id: int, now: datetime) -> str |
 
 
 def worker_seen(session: Session, *, testbed_id: int, name: str, now: datetime) -> None:
-    """Record that the worker ``name`` of the testbed is alive at ``now`` (one upsert)."""
-    stmt = insert_for(session)(Worker).values(testbed_id=testbed_id, name=name, first_seen_at=now, last_seen_at=now)
-    stmt = stmt.on_conflict_do_update(index_elements=["testbed_id", "name"], set_={"last_seen_at": now})
+    """Record that the worker ``name`` of the testbed is alive at ``now`` (one upsert), with its host."""
+    host = host_of(name)
+    values = {"testbed_id": testbed_id, "name": name, "host": host, "first_seen_at": now, "last_seen_at": now}
+    stmt = insert_for(session)(Worker).values(**values)
+    stmt = stmt.on_conflict_do_update(index_elements=["testbed_id", "name"], set_={"last_seen_at": now, "host": host})
     session.execute(stmt)
 
 
@@ -80,7 +84,10 @@ def worker_last_seen(session: Session, *, testbed_id: int, name: str) -> datetim
 
 
 def live_workers(session: Session, *, testbed_id: int, since: datetime) -> int:
-    q = select(func.count()).select_from(Worker).where(Worker.testbed_id == testbed_id, Worker.last_seen_at >= since)
+    """Workers of the testbed seen since ``since``, less those on a quarantined host (they claim no jobs)."""
+    held = exists().where(Host.testbed_id == Worker.testbed_id, Host.name == Worker.host, Host.state == "quarantined")
+    q = select(func.count()).select_from(Worker)
+    q = q.where(Worker.testbed_id == testbed_id, Worker.last_seen_at >= since, ~held)
     return int(session.scalar(q) or 0)
 
 

@@ -17,6 +17,7 @@ from attnprof.server.comparisons import alert_outbox
 from attnprof.server.config import Settings
 from attnprof.server.db import utcnow
 from attnprof.server.github import bisect, outbox
+from attnprof.server.hosts import notices
 from attnprof.server.jobs import dispatch, sweep
 from attnprof.server.retention import service as retention
 from attnprof.worker.analysis.database import sessions
@@ -57,6 +58,7 @@ def run(settings: Settings) -> dict[str, int]:
     alerts = alert_outbox.deliver_owed(
         sessions(settings.database_url), settings.alert_webhooks, settings.public_url, budget_s=FEEDBACK_BUDGET_S
     )
+    hosts = notices.deliver_owed(sessions(settings.database_url), settings.alert_webhooks, settings.public_url)
     return {
         "resent": len(report.sends),
         "failed": len(report.failed),
@@ -65,5 +67,6 @@ def run(settings: Settings) -> dict[str, int]:
         "bundles_swept": swept.bundles if swept else 0,
         **counts,
         **alerts,
+        **hosts,
         **bisected,
     }

@@ -30,6 +30,7 @@ from attnprof.contract.ids import JobId
 from attnprof.contract.public_api import ErrorAnswer
 from attnprof.contract.worker_api import (
     AliveAnswer,
+    CanaryAnswer,
     ClaimAnswer,
     HeartbeatAnswer,
     WorkerDeviceAnswer,
@@ -157,6 +158,15 @@ class WorkerAPI:
         the next report is the retry."""
         r = self._call("POST", routes.alive(), json={"worker": worker, "testbed": testbed}, retries=0)
         return _answer(r, AliveAnswer)
+
+    def canary(self, body: dict[str, Any]) -> CanaryAnswer:
+        """Send the canary this worker ran on its host: the service's judgement (``state``: healthy, learning or
+        quarantined, and why)."""
+        try:
+            r = self._call("POST", routes.canary(), json=body)
+        except Stale as exc:  # no attempt to be stale: the testbed's answer to this worker
+            raise Refused(str(exc)) from None
+        return _answer(r, CanaryAnswer)
 
     def claim(self, job_id: JobId, attempt: int, worker: str, secret: str) -> ClaimAnswer:
         """Start ``attempt`` with the claim secret of its message: the spec, the bundle's hash, the testbed and the

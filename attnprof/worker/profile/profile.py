@@ -55,10 +55,11 @@ def default_memory_limit_bytes() -> int:
     return int(total * 0.75)
 
 
-def worker_name() -> str:
-    """Host, process and GPU of this worker, as recorded on the jobs it claims."""
+def worker_name(host: str = "") -> str:
+    """Host (``host``, else the machine's name), process and GPU of this worker, as recorded on the jobs it claims
+    and its canaries (the service's host is this without the process: ``attnprof.contract.worker_api.host_of``)."""
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    return f"{socket.gethostname()}/pid{os.getpid()}" + (f"/gpu{gpu}" if gpu else "")
+    return f"{host or socket.gethostname()}/pid{os.getpid()}" + (f"/gpu{gpu}" if gpu else "")
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class ProfileConfig:
             output_limit_bytes=w.output_limit_mib * 1024 * 1024,
             cgroups=job_cgroups(w.limits, w.cgroup_parent, trusted=w.trusted_single_tenant or jail is None),
             counters=w.counters,
+            worker=worker_name(w.host),
         )
 
 

@@ -70,6 +70,25 @@ class ProfileWorker(BaseModel):
     sandbox_ro_binds: list[str] = Field(
         default_factory=list, description="extra host paths the job sees read-only (a model cache, a toolkit)"
     )
+    host: str = Field(
+        "",
+        max_length=100,
+        pattern=r"^[A-Za-z0-9._-]*$",
+        description="this host's name as jobs and canaries record it; empty: the machine's hostname (in Kubernetes, "
+        "set it to the node's name: a pod's hostname changes with every pod)",
+    )
+    canary_every_jobs: int = Field(
+        20, ge=0, description="run the host's canary again after this many jobs (0: not by count)"
+    )
+    canary_every_s: float = Field(
+        3600.0, ge=0, description="run the host's canary again after this many seconds (0: not by time)"
+    )
+    canary_scale_file: str = Field(
+        "",
+        description='for tests only: a JSON file of canary figure to factor (e.g. {"copy_gbps": 0.8}), read at each '
+        "canary and applied to its figures before they are sent, to make a host look degraded; the worker's own "
+        "file, which no job can reach",
+    )
 
 
 class AliveReports(BaseModel):

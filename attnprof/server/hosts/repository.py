@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import exists, func, select, update
+from sqlalchemy.orm import Session
+
+from attnprof.server.comparisons.models import AlertWebhook
+from attnprof.server.db import insert_for
+from attnprof.server.hosts.models import Canary, Host, HostNotice
+from attnprof.server.jobs.models import Job
+from attnprof.server.runs.models import Run
+from attnprof.server.testbeds.models import Worker
+
+PASSING = ("learning", "healthy")
+
+
+def host_for_update(session: Session, *, testbed_id: int, name: str, now: datetime) -> Host:
+    """The host's row, made if new, locked until the transaction ends (two canaries of one host judge in turn)."""
+    stmt = insert_for(session)(Host).values(testbed_id=testbed_id, name=name, state="learning", first_seen_at=now)
+    session.execute(stmt.on_conflict_do_nothing(index_elements=["testbed_id", "name"]))
+    q = select(Host).where(Host.testbed_id == testbed_id, Host.name == name).with_for_update()
+    return session.scalars(q.execution_options(populate_existing=True)).one()
+
+
+def passing_history(session: Session, *, testbed_id: int, since: datetime, mode: str) -> list[tuple[str, Any, Any]]:
+    """(host, figures, clocks) of the testbed's passing canaries of ``mode`` since ``since``."""
+    q = select(Canary.host, Canary.figures, Canary.clocks).where(
+        Canary.testbed_id == testbed_id,
+        Canary.created_at >= since,
+        Canary.mode == mode,
+        Canary.state.in_(PASSING),
+    )
+    return [(h, f, c) for h, f, c in session.execute(q)]
+
+
+def hosts(session: Session, testbed_ids: Sequence[int] | None = None) -> list[Host]:
+    q = select(Host).order_by(Host.testbed_id, Host.name)
+    if testbed_ids is not None:
+        q = q.where(Host.testbed_id.in_(testbed_ids))
+    return list(session.scalars(q))
+
+
+def host(session: Session, *, testbed_id: int, name: str) -> Host | None:
+    return session.scalars(select(Host).where(Host.testbed_id == testbed_id, Host.name == name)).one_or_none()
+
+
+def latest_canaries(session: Session, host_ids: Sequence[tuple[int, str]]) -> dict[tuple[int, str], Canary]:
+    """Each (testbed, host)'s latest canary."""
+    found: dict[tuple[int, str], Canary] = {}
+    for testbed_id, name in host_ids:
+        q = (
+            select(Canary)
+            .where(Canary.testbed_id == testbed_id, Canary.host == name)
+            .order_by(Canary.created_at.desc(), Canary.id.desc())
+            .limit(1)
+        )
+        row = session.scalars(q).one_or_none()
+        if row is not None:
+            found[(testbed_id, name)] = row
+    return found
+
+
+def canaries(session: Session, *, testbed_id: int, host: str | None = None, limit: int = 100) -> list[Canary]:
+    q = select(Canary).where(Canary.testbed_id == testbed_id)
+    if host is not None:
+        q = q.where(Canary.host == host)
+    return list(session.scalars(q.order_by(Canary.created_at.desc(), Canary.id.desc()).limit(limit)))
+
+
+def canary_seconds(session: Session, *, since: datetime) -> dict[int, float]:
+    """The device seconds canaries took per testbed since ``since``."""
+    q = (
+        select(Canary.testbed_id, func.sum(Canary.seconds))
+        .where(Canary.created_at >= since)
+        .group_by(Canary.testbed_id)
+    )
+    return {int(t): float(s or 0.0) for t, s in session.execute(q)}
+
+
+def mark_runs(session: Session, *, testbed_id: int, host: str, since: datetime | None, note: str) -> dict[int, int]:
+    """Mark the host's runs of the testbed made since ``since`` (all of them: None) with ``note``, each once; how
+    many per project."""
+    where = [Run.testbed_id == testbed_id, Run.host == host, Run.host_note.is_(None)]
+    if since is not None:
+        where.append(Run.created_at >= since)
+    counts: dict[int, int] = {}
+    for project_id, n in session.execute(select(Run.project_id, func.count()).where(*where).group_by(Run.project_id)):
+        counts[int(project_id)] = int(n)
+    if counts:
+        session.execute(update(Run).where(*where).values(host_note=note).execution_options(synchronize_session=False))
+    return counts
+
+
+def projects_to_notify(session: Session, *, testbed_id: int, since: datetime) -> list[int]:
+    """Projects with an alert webhook and a job on the testbed since ``since``."""
+    used = exists().where(
+        Job.project_id == AlertWebhook.project_id, Job.testbed_id == testbed_id, Job.created_at >= since
+    )
+    return [
+        int(p) for p in session.scalars(select(AlertWebhook.project_id).where(used).order_by(AlertWebhook.project_id))
+    ]
+
+
+def add_notices(session: Session, notices: Sequence[HostNotice]) -> None:
+    session.add_all(notices)
+
+
+def live_hosts(session: Session, *, testbed_id: int, since: datetime) -> list[tuple[str | None, str | None]]:
+    """(host, its state or None when it never ran a canary) of each live worker of the testbed."""
+    q = (
+        select(Worker.host, Host.state)
+        .outerjoin(Host, (Host.testbed_id == Worker.testbed_id) & (Host.name == Worker.host))
+        .where(Worker.testbed_id == testbed_id, Worker.last_seen_at >= since)
+    )
+    return [(h, s) for h, s in session.execute(q)]
+
+
+def due_notices(session: Session, *, now: datetime, limit: int) -> list[int]:
+    q = select(HostNotice.id).where(HostNotice.notify_due_at <= now).order_by(HostNotice.notify_due_at).limit(limit)
+    return [int(i) for i in session.scalars(q)]
+
+
+def claim_notice(session: Session, *, notice_id: int, now: datetime, until: datetime) -> bool:
+    q = (
+        update(HostNotice)
+        .where(HostNotice.id == notice_id, HostNotice.notify_due_at <= now)
+        .values(notify_due_at=until)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(session.execute(q).rowcount)  # type: ignore[attr-defined]
+
+
+def settle_notice(
+    session: Session,
+    *,
+    notice_id: int,
+    claim: datetime,
+    due_at: datetime | None,
+    attempts: int,
+    notified_at: datetime | None,
+    error: str | None,
+) -> bool:
+    q = (
+        update(HostNotice)
+        .where(HostNotice.id == notice_id, HostNotice.notify_due_at == claim)
+        .values(notify_due_at=due_at, notify_attempts=attempts, notified_at=notified_at, notify_error=error)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(session.execute(q).rowcount)  # type: ignore[attr-defined]
