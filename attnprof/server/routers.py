@@ -10,6 +10,7 @@ from attnprof.server.bisections.router import router as bisections
 from attnprof.server.comparisons.router import router as alerts
 from attnprof.server.github.router import router as github
 from attnprof.server.health.router import router as health
+from attnprof.server.hosts.router import router as hosts
 from attnprof.server.jobs.internal import router as internal
 from attnprof.server.jobs.router import router as jobs
 from attnprof.server.results.router import router as results
@@ -25,6 +26,7 @@ ROUTERS: list[APIRouter] = [
     baselines,
     alerts,
     bisections,
+    hosts,
     retention,
     tokens,
     audit,

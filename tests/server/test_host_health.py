@@ -294,3 +294,26 @@ def test_projects_using_the_testbed_are_told_through_their_webhook(
     released = db.scalars(select(HostNotice).where(HostNotice.kind == "released", HostNotice.host == "kd/gpu0")).one()
     assert notices.deliver_owed(sessions, cfg, "http://attnprof.test", [released.id])["host_notices_delivered"] == 1
     assert got[-1]["text"] == f"Host kd/gpu0 of testbed {testbed} is back: it {released.reason}"
+
+
+def test_the_hosts_and_their_band_are_read_through_the_api(
+    client: TestClient, tenant: Tenant, worker_token: tuple[str, str]
+) -> None:
+    testbed, wtok = worker_token
+    for h in "abc":
+        _canary(client, wtok, testbed, f"r{h}/pid1/gpu0")
+    _canary(client, wtok, testbed, "rd/pid1/gpu0", scale={"copy_gbps": 0.8})
+    r = client.get(f"/api/v1/testbeds/{testbed}/hosts", headers=tenant.h("read"))
+    assert r.status_code == 200, r.text
+    got = r.json()
+    states = {h["name"]: h["state"] for h in got["hosts"]}
+    assert states == {"ra/gpu0": "learning", "rb/gpu0": "learning", "rc/gpu0": "learning", "rd/gpu0": "quarantined"}
+    held = next(h for h in got["hosts"] if h["name"] == "rd/gpu0")
+    assert held["last_canary"]["figures"]["copy_gbps"] == 4300.0 * 0.8 and held["reason"].startswith("copy_gbps")
+    copy = got["band"]["cuda"]["copy_gbps"]
+    assert copy["reference"] == 4300.0 and copy["bound"] == pytest.approx(3870.0) and copy["hosts"] == 3
+    assert copy["rule"].startswith("copy_gbps >= 3,870 GB/s (0.90 x 4,300, the median of host ra/gpu0")
+    assert got["band"]["cuda"]["attention_us"]["rule"].startswith("attention_us <= 678 us (610 / 0.90")
+    assert got["canary_seconds_30d"] == pytest.approx(4 * 6.5)
+    assert client.get("/api/v1/testbeds/nowhere/hosts", headers=tenant.h("read")).status_code == 404
+    assert client.get(f"/api/v1/testbeds/{testbed}/hosts").status_code == 401

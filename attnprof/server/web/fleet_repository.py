@@ -5,12 +5,16 @@ project's together (other projects are never named)."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from attnprof.server.config import Health
+from attnprof.server.hosts import repository as host_rows
+from attnprof.server.hosts import service as host_service
 from attnprof.server.jobs.models import Job
 from attnprof.server.testbeds.models import Testbed, Worker
 
@@ -27,6 +31,19 @@ class Host:
 
 
 @dataclass
+class HostHealth:
+    """A host's standing with the service (docs/service.md, "Host health") and its latest canary."""
+
+    name: str
+    state: str
+    reason: str | None
+    last_canary_at: datetime | None
+    last_good_at: datetime | None
+    figures: dict[str, float] = field(default_factory=dict)
+    canary_s: float | None = None
+
+
+@dataclass
 class TestbedRow:
     name: str
     hosts: list[Host] = field(default_factory=list)
@@ -39,13 +56,22 @@ class TestbedRow:
     utilisation: float | None = None
     own_gpu_s: float = 0.0
     others_gpu_s: float = 0.0
+    health: list[HostHealth] = field(default_factory=list)
+    band: list[str] = field(default_factory=list)  # each figure's rule, in words
+    canary_s: float = 0.0  # what its canaries took of its devices over the window
+
+    @property
+    def quarantined(self) -> list[HostHealth]:
+        return [h for h in self.health if h.state == "quarantined"]
 
     @property
     def live_hosts(self) -> int:
         return sum(1 for h in self.hosts if h.live)
 
 
-def fleet(session: Session, *, project_id: int, now: datetime, live_s: float, window: timedelta) -> list[TestbedRow]:
+def fleet(
+    session: Session, *, project_id: int, now: datetime, live_s: float, window: timedelta, cfg: Health
+) -> list[TestbedRow]:
     """Every testbed with a host seen or a job started within ``window`` before ``now``, by name."""
     since = now - window
     rows: dict[int, TestbedRow] = {}
@@ -105,4 +131,44 @@ def fleet(session: Session, *, project_id: int, now: datetime, live_s: float, wi
             r.wait_p90_s = found[min(len(found) - 1, int(0.9 * len(found)))]
         if r.hosts:
             r.utilisation = min(1.0, (r.own_gpu_s + r.others_gpu_s) / (len(r.hosts) * window.total_seconds()))
+    _health(session, rows, row, cfg=cfg, now=now, since=since)
     return sorted(rows.values(), key=lambda r: r.name)
+
+
+def _health(
+    session: Session,
+    rows: dict[int, TestbedRow],
+    row: Callable[[int], TestbedRow],
+    *,
+    cfg: Health,
+    now: datetime,
+    since: datetime,
+) -> None:
+    """Each testbed's hosts' health, its band's rules and its canaries' device time over the window."""
+    found = host_rows.hosts(session)
+    latest = host_rows.latest_canaries(session, [(h.testbed_id, h.name) for h in found])
+    modes: dict[int, set[str]] = {}
+    for h in found:
+        last = latest.get((h.testbed_id, h.name))
+        if last is None and h.testbed_id not in rows:
+            continue
+        row(h.testbed_id).health.append(
+            HostHealth(
+                h.name,
+                h.state,
+                h.reason,
+                h.last_canary_at,
+                h.last_good_at,
+                dict(last.figures) if last else {},
+                last.seconds if last else None,
+            )
+        )
+        if last is not None:
+            modes.setdefault(h.testbed_id, set()).add(last.mode)
+    for testbed_id, seconds in host_rows.canary_seconds(session, since=since).items():
+        if testbed_id in rows:
+            rows[testbed_id].canary_s = seconds
+    for testbed_id, found_modes in modes.items():
+        for mode in sorted(found_modes):
+            bounds = host_service.current_band(session, testbed_id=testbed_id, mode=mode, cfg=cfg, now=now)
+            rows[testbed_id].band += [b.rule() for _, b in sorted(bounds.items())]

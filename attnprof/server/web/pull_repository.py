@@ -44,6 +44,7 @@ def _run_columns() -> tuple[Any, ...]:
         Run.pr,
         Run.created_at,
         Run.suspect,
+        Run.host_note,
         Run.job_id,
         Testbed.name.label("testbed"),
         comparison_id,

@@ -228,6 +228,8 @@ def run_page_row(session: Session, project_id: int, run_id: str) -> Row[*tuple[A
             Run.job_id,
             Run.created_at,
             Run.testbed_key,
+            Run.host,
+            Run.host_note,
             Testbed.name.label("testbed"),
             Testbed.meaning.label("testbed_meaning"),
         )

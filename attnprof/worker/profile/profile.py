@@ -59,6 +59,9 @@ def worker_name(host: str = "") -> str:
     """Host (``host``, else the machine's name), process and GPU of this worker, as recorded on the jobs it claims
     and its canaries (the service's host is this without the process: ``attnprof.contract.worker_api.host_of``)."""
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not gpu:  # a container given its GPU by NVIDIA's runtime (Kubernetes' device plugin): its UUID
+        given = os.environ.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+        gpu = "" if given.lower() in ("", "all", "none", "void") else given
     return f"{host or socket.gethostname()}/pid{os.getpid()}" + (f"/gpu{gpu}" if gpu else "")
 
 

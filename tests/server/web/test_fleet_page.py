@@ -10,13 +10,17 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from attnprof.contract.worker_api import Canary as CanaryBody
+from attnprof.server.config import Health
 from attnprof.server.db import make_engine, utcnow
+from attnprof.server.hosts import service as hosts
 from attnprof.server.jobs.models import Job
 from attnprof.server.projects import repository as projects
+from attnprof.server.runs.models import Run
 from attnprof.server.testbeds import service as testbeds
 from attnprof.server.testbeds.models import Worker
-from tests.server.web.pages import fresh_project, http, watch_errors
-from tests.server.web.stack import Site, sign_in
+from tests.server.web.pages import fresh_project, http, upload, watch_errors
+from tests.server.web.stack import Site, docs, sign_in
 
 
 def _job(project_id: int, testbed_id: int, status: str, **kw: Any) -> Job:
@@ -148,3 +152,63 @@ def test_a_waiting_jobs_page_says_it_waits_for_the_next_day_past_the_projects_gp
     with http(site, made.tokens.read) as client:
         html = client.get(f"/ui/p/{made.name}/jobs/{waiting_id}").text
         assert "Why it waits: the project used its GPU quota for the day (90 s of 60 s since 00:00 UTC)" in html
+
+
+def _canary(worker: str, testbed: str, copy_gbps: float) -> CanaryBody:
+    return CanaryBody(
+        worker=worker,
+        testbed=testbed,
+        device="NVIDIA H100 80GB HBM3",
+        mode="cuda",
+        figures={"copy_gbps": copy_gbps, "matmul_tflops_bf16": 760.0, "attention_us": 640.0},
+        seconds=7.5,
+    )
+
+
+def test_the_fleet_shows_each_hosts_health_the_band_and_a_quarantine(site: Site, page: Any) -> None:
+    mine = fresh_project(site, "health")
+    tb = f"tb-health-{uuid.uuid4().hex[:6]}"
+    run_id = upload(site, mine, docs.h200(), testbed=tb)["run_id"]
+    engine = make_engine(site.db_url)
+    try:
+        with Session(engine) as session:
+            testbed = testbeds.ensure(session, tb)
+            run = session.get(Run, run_id)
+            assert run is not None
+            run.host = "node-d/gpu0"  # measured by the host that degrades
+            session.commit()
+            for i, (host, copy) in enumerate(
+                (("node-a", 3300.0), ("node-b", 3280.0), ("node-c", 3290.0), ("node-a", 3306.0))
+            ):
+                hosts.record(
+                    session,
+                    testbed_id=testbed.id,
+                    body=_canary(f"{host}/pid{i}/gpu0", tb, copy),
+                    cfg=Health(),
+                    now=utcnow(),
+                )
+            hosts.record(
+                session, testbed_id=testbed.id, body=_canary("node-d/pid9/gpu0", tb, 2805.0), cfg=Health(), now=utcnow()
+            )
+            session.commit()
+    finally:
+        engine.dispose()
+    with http(site, mine.tokens.read) as client:
+        html = client.get(f"/ui/p/{mine.name}/fleet").text
+        section = html[html.index(f">{tb}</h2>") :]
+        section = section[: section.index("</section>")]
+        assert "1 host of " in section and "<code>node-d/gpu0</code> claims no jobs until its canary passes" in section
+        held = section[section.index('<tr class="quarantined"><td><code>node-d/gpu0</code>') :]
+        held = held[: held.index("</tr>")]
+        assert "<td>quarantined</td>" in held and "2805 GB/s" in held and "<td>never</td>" in held
+        assert "copy_gbps 2,805 GB/s is 15% under the best host&#39;s 3,303" in held
+        assert "copy_gbps &gt;= 2,973 GB/s (0.90 x 3,303, the median of host node-a/gpu0" in section
+        assert "Canaries took 38 s of its devices" in section  # five of 7.5 s
+        run_page = client.get(f"/ui/p/{mine.name}/runs/{run_id}").text
+        assert "Its host is in doubt: this run serves no baseline." in run_page
+        assert "host node-d/gpu0 failed its canary" in run_page and "(host <code>node-d/gpu0</code>)" in run_page
+        assert "host in doubt" in client.get(f"/ui/p/{mine.name}/runs").text
+    errors = watch_errors(page)
+    sign_in(page, site, mine.tokens.read, next_path=f"/ui/p/{mine.name}/fleet")
+    page.wait_for_selector("tr.quarantined")
+    assert errors == []

@@ -65,6 +65,7 @@ def fleet_page(
         now=utcnow(),
         live_s=settings.fairness.worker_live_s,
         window=WINDOWS[window],
+        cfg=settings.health,
     )
     return page(
         "fleet.html",
