@@ -22,7 +22,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 
 from attnprof.contract.ids import JobId
-from attnprof.contract.public_api import ComparisonFinding, JobAnswer, JobComparisonAnswer
+from attnprof.contract.public_api import ComparisonFinding, JobAnswer, JobComparisonAnswer, JobCreatedAnswer
 
 if TYPE_CHECKING:
     from attnprof.contract.provenance import Provenance
@@ -42,6 +42,16 @@ class SubmitOutput(BaseModel):
     exit: int = EXIT_BAD_INPUT
     reason: str = ""
     dashboard_url: str = ""
+    matrix: list[MatrixOutcome] = []
+
+
+class MatrixOutcome(BaseModel):
+    """One testbed's job of a submission that named several: its exit and why (``SubmitOutput.matrix``)."""
+
+    testbed: str
+    job: str
+    exit: int
+    reason: str
 
 
 @app.callback()
@@ -108,7 +118,14 @@ def submit(
     server: Annotated[str | None, typer.Option(envvar="ATTNPROF_SERVER", help="service URL")] = None,
     token: Annotated[str | None, typer.Option(envvar="ATTNPROF_TOKEN", help="submit token", show_envvar=True)] = None,
     source: Annotated[Path | None, typer.Option(help="directory to bundle (the code custom targets import)")] = None,
-    testbed: Annotated[str | None, typer.Option(envvar="ATTNPROF_TESTBED", help="testbed to run on")] = None,
+    testbed: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ATTNPROF_TESTBED",
+            help="testbed to run on; several, comma-separated (h100,h200), make one job per testbed (default: the "
+            "suite's [suite] testbeds)",
+        ),
+    ] = None,
     project: Annotated[
         str | None, typer.Option(envvar="ATTNPROF_PROJECT", help="project (default: the token's)")
     ] = None,
@@ -158,12 +175,16 @@ def submit(
     deadline = time.monotonic() + timeout  # from the start: the bundle and git count too
     if not server or not token:
         raise _die("--server and --token (or ATTNPROF_SERVER and ATTNPROF_TOKEN) are needed")
-    if not testbed:
-        raise _die("--testbed (or ATTNPROF_TESTBED) is needed: the GPU pool the job runs on")
     try:
         spec = suite.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise _die(f"{suite}: cannot read the suite file: {exc}") from None
+    beds = [t.strip() for t in testbed.split(",") if t.strip()] if testbed else _suite_testbeds(spec)
+    if not beds:
+        raise _die(
+            "--testbed (or ATTNPROF_TESTBED, or the suite's [suite] testbeds) is needed: the GPU pool the job runs on"
+        )
+    testbed = ", ".join(beds)
     if paired and source is None:
         # Without --source no code is sent for the head either: both sides would run the same code.
         raise _die("--paired needs --source: the folder sent as it is (the head) and as it was at the merge base")
@@ -216,7 +237,8 @@ def submit(
                 http,
                 project=project,
                 spec=spec,
-                testbed=testbed,
+                testbed=beds[0] if len(beds) == 1 else None,
+                testbeds=beds if len(beds) > 1 else (),
                 provenance=provenance,
                 bundle=bundle,
                 base_bundle=base_bundle,
@@ -227,9 +249,14 @@ def submit(
             job_id = created.id
             page = Links(server).ui_job(project, job_id)  # for people: the dashboard's page of the job
             if not wait:
-                text = f"job {job_id} {created.status} on testbed {testbed}\n  dashboard: {page}"
+                lines = [f"job {j.id} {j.status} on testbed {j.testbed}" for j in created.jobs] or [
+                    f"job {job_id} {created.status} on testbed {testbed}"
+                ]
+                text = "\n".join(lines) + f"\n  dashboard: {page}"
                 _done(as_json, {"job": _passed_on(created), "dashboard_url": page}, text)
                 raise typer.Exit(EXIT_PASS)
+            if len(created.jobs) > 1:  # a matrix: each testbed's job waited for in turn, the exit by the worst
+                raise typer.Exit(_wait_matrix(console, http, created, deadline, quiet=as_json, page=page))
             job, final = _wait(console, http, job_id, deadline, quiet=as_json)
             comparison = None
             if job is not None and job.status == "done":
@@ -255,6 +282,42 @@ def submit(
         typer.echo(f"job {job_id}: {line}\n  dashboard: {page}")
     sys.stdout.flush()
     raise typer.Exit(code)
+
+
+def _suite_testbeds(spec: str) -> list[str]:
+    """The suite's ``[suite] testbeds`` (none when it names none or does not parse: the service says what is
+    wrong)."""
+    import tomllib
+
+    try:
+        found = tomllib.loads(spec).get("suite", {}).get("testbeds")
+    except (tomllib.TOMLDecodeError, AttributeError):
+        return []
+    return [str(t) for t in found] if isinstance(found, list) else []
+
+
+_WORST_EXIT = (EXIT_FAIL, EXIT_NO_VERDICT, EXIT_PASS)
+
+
+def _wait_matrix(console: Any, http: Any, created: JobCreatedAnswer, deadline: float, *, quiet: bool, page: str) -> int:
+    """Wait for each job of a matrix; print each testbed's line; the worst exit (a fail, then no verdict)."""
+    outcomes: list[MatrixOutcome] = []
+    last: dict[int, JobAnswer | None] = {}
+    for member in created.jobs:
+        job, final = _wait(console, http, member.id, deadline, quiet=quiet)
+        code, line = exit_code(job, final)
+        outcomes.append(MatrixOutcome(testbed=member.testbed, job=member.id, exit=code, reason=line))
+        last.setdefault(code, job)
+    worst = next(c for c in _WORST_EXIT if c in last)
+    reason = "; ".join(f"{o.testbed}: {o.reason}" for o in outcomes)
+    if quiet:  # the worst testbed's job stands for the matrix (its comment gathers them all)
+        output = SubmitOutput(job=last[worst], exit=worst, reason=reason, dashboard_url=page, matrix=outcomes)
+        typer.echo(json.dumps(_passed_on(output), indent=2, default=str))
+    else:
+        for o in outcomes:
+            typer.echo(f"job {o.job} on {o.testbed}: {o.reason}")
+        typer.echo(f"  dashboard: {page}")
+    return worst
 
 
 def _suite_path(console: Any, suite: Path, source: Path | None, given: str | None, *, quiet: bool) -> str | None:

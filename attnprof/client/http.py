@@ -22,7 +22,7 @@ import gzip
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -242,13 +242,14 @@ def submit_job(
     *,
     project: str,
     spec: str,
-    testbed: str,
+    testbed: str | None,
     provenance: Provenance,
     bundle: bytes | None = None,
     base_bundle: bytes | None = None,
     idempotency_key: str,
     deadline: float | None = None,
     suite_path: str | None = None,
+    testbeds: Sequence[str] = (),
 ) -> JobCreatedAnswer:
     """POST a job (multipart: the suite, the bundle, where the code came from, the suite's path in the repository
     when known); returns its ``id`` and ``status``. With ``base_bundle`` (the merge base's tree, in the bundle's
@@ -256,11 +257,17 @@ def submit_job(
     commit that tree is of) is required.
 
     Sent again while the service is unreachable (until ``deadline``, then ``Unreachable``) with the same
-    ``idempotency_key``, so a retry never makes a second job; a refusal (4xx) is a ``SubmitError``.
+    ``idempotency_key``, so a retry never makes a second job; a refusal (4xx) is a ``SubmitError``. ``testbeds``
+    (several): one job per testbed, linked (the answer's ``jobs``); ``testbed`` None and no ``testbeds``: the suite's
+    ``[suite] testbeds``.
     """
     if base_bundle is not None and (bundle is None or provenance.base_commit is None):
         raise SubmitError("a paired job (base_bundle) needs the head's bundle and the base_commit its tree is of")
-    data: dict[str, str] = {"testbed": testbed, "branch": provenance.branch, "commit": provenance.commit}
+    data: dict[str, str] = {"branch": provenance.branch, "commit": provenance.commit}
+    if testbeds:
+        data["testbeds"] = ",".join(testbeds)
+    elif testbed is not None:
+        data["testbed"] = testbed
     for name, value in (("repo", provenance.repo), ("base_commit", provenance.base_commit), ("pr", provenance.pr)):
         if value is not None:
             data[name] = str(value)

@@ -34,11 +34,22 @@ class TokenAnswer(_Answer):
     project: str | None = Field(None, description="the project of a project's token (null: a worker token)")
 
 
+class MatrixJobAnswer(_Answer):
+    """One job of a submission that named several testbeds."""
+
+    id: JobId
+    testbed: str
+    status: str
+
+
 class JobCreatedAnswer(_Answer):
-    """``POST /api/v1/projects/{project}/jobs`` (the service's ``JobCreated``)."""
+    """``POST /api/v1/projects/{project}/jobs`` (the service's ``JobCreated``): with several testbeds, ``id`` is the
+    first's and ``jobs`` lists them all."""
 
     id: JobId
     status: str
+    matrix_id: str | None = None
+    jobs: list[MatrixJobAnswer] = []
 
 
 class JobAnswer(_Answer):

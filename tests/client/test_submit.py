@@ -220,6 +220,7 @@ class Scripted:
 
     answers: list[tuple[int, dict[str, str], dict[str, Any]]]
     seen: list[tuple[float, str, str, dict[str, str]]] = field(default_factory=list)  # (time, method, path, headers)
+    bodies: list[bytes] = field(default_factory=list)
     url: str = ""
 
 
@@ -230,7 +231,7 @@ def scripted(*answers: tuple[int, dict[str, str], dict[str, Any]]) -> Iterator[S
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            self.rfile.read(length)
+            script.bodies.append(self.rfile.read(length))
             script.seen.append((time.monotonic(), self.command, self.path, dict(self.headers)))
             status, headers, body = script.answers[0] if len(script.answers) == 1 else script.answers.pop(0)
             data = json.dumps(body).encode()
@@ -353,6 +354,59 @@ def test_wait_polls_through_an_outage_and_exits_by_the_verdict(tmp_path: Path) -
     assert json.loads(ran.stdout)["reason"] == "verdict: fail"
     posts = [h.get("Idempotency-Key") for _, method, _, h in server.seen if method == "POST"]
     assert len(posts) == 2 and posts[0] == posts[1]
+
+
+def test_several_testbeds_make_a_matrix_waited_for_whole_and_the_worst_verdict_decides(tmp_path: Path) -> None:
+    spec = tmp_path / "attnprof.toml"
+    spec.write_text('[suite]\nname = "s"\ntestbeds = ["h100", "h200"]\n')
+    matrix = {
+        "id": "j1",
+        "status": "queued",
+        "matrix_id": "m1",
+        "jobs": [
+            {"id": "j1", "testbed": "h100", "status": "queued"},
+            {"id": "j2", "testbed": "h200", "status": "queued"},
+        ],
+    }
+    passed = {**JOB, "status": "done", "verdict": "pass", "attempts": 1, "reason": None}
+    failed = {**JOB, "id": "j2", "status": "done", "verdict": "fail", "attempts": 1, "reason": None}
+    with scripted((200, {}, {"project": "p"}), (202, {}, matrix), (200, {}, passed), (200, {}, failed)) as server:
+        # No --testbed: the suite's two are sent, and the service makes a job on each.
+        argv = ["submit", str(spec), "--server", server.url, "--token", "t", "--branch", "b", "--commit", "c"]
+        ran = subprocess.run(
+            [*ATTNPROF, *argv, "--wait", "--timeout", "60", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env=_client_env(),
+        )
+    assert ran.returncode == 1, ran.stderr  # the H200's fail decides
+    out = json.loads(ran.stdout)
+    assert out["exit"] == 1 and out["job"]["id"] == "j2"  # the worst testbed's job stands for the matrix
+    assert out["reason"] == "h100: verdict: pass; h200: verdict: fail"
+    assert [(j["testbed"], j["exit"], j["reason"]) for j in out["matrix"]] == [
+        ("h100", 0, "verdict: pass"),
+        ("h200", 1, "verdict: fail"),
+    ]
+    post = next(b for (_, method, _, _), b in zip(server.seen, server.bodies, strict=True) if method == "POST")
+    assert b'name="testbeds"\r\n\r\nh100,h200\r\n' in post and b'name="testbed"\r\n' not in post
+    with scripted((200, {}, {"project": "p"}), (202, {}, matrix)) as server:
+        argv = ["submit", str(spec), "--server", server.url, "--token", "t", "--branch", "b", "--commit", "c"]
+        ran = subprocess.run(
+            [*ATTNPROF, *argv, "--testbed", "h100, h200"], capture_output=True, text=True, timeout=90, env=_client_env()
+        )
+    assert ran.returncode == 0, ran.stderr
+    assert "job j1 queued on testbed h100\njob j2 queued on testbed h200\n" in ran.stdout
+    no_testbed = tmp_path / "plain.toml"
+    no_testbed.write_text('[suite]\nname = "s"\n')
+    ran = subprocess.run(
+        [*ATTNPROF, "submit", str(no_testbed), "--server", "http://127.0.0.1:9", "--token", "t"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=_client_env(),
+    )
+    assert ran.returncode == 2 and "the suite's [suite] testbeds) is needed" in ran.stderr
 
 
 def test_upload_retries_and_exits_3_when_the_service_never_comes_back(tmp_path: Path) -> None:

@@ -202,6 +202,7 @@ def job_in_project(session: Session, project_id: int, job_id: str) -> Row[*tuple
             Job.finished_at,
             Job.updated_at,
             Job.gpu_seconds,
+            Job.matrix_id,
             Testbed.name.label("testbed"),
             _verdicts_comparison().label("comparison_id"),
         )

@@ -22,6 +22,7 @@ from tests.server import documents as docs
 from tests.server.documents import SPEC
 from tests.server.github.feedstack import CASE, REPO, _drain
 from tests.server.stack import REDIS_URL, allow_repo, bind, bound_sessions, make_settings
+from tests.server.web.pages import login
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -116,3 +117,16 @@ def test_a_change_that_helps_one_gpu_and_hurts_the_other_gets_a_status_each_and_
     assert sides[f"h200-{tag}"]["high"] < 0 < sides[f"h100-{tag}"]["low"]  # a rate: higher is faster
     assert [sides[f"h100-{tag}"]["way"], sides[f"h200-{tag}"]["way"]] == ["faster", "slower"]
     assert all(s["kernels"] for s in flag["sides"])
+
+    # The job's page shows its matrix: each testbed's job, and the case that is not portable with its kernels.
+    with TestClient(bind(create_app(settings), db), follow_redirects=False) as browser:
+        login(browser, tenant.read)  # type: ignore[arg-type]
+        page = browser.get(f"/ui/p/{tenant.name}/jobs/{first}").text
+    section = page[page.index('<section aria-labelledby="matrix"') :]
+    section = section[: section.index("</section>")]
+    assert "The same change on 2 testbeds" in section and "the worst verdict: <strong>fail</strong>" in section
+    for name, job_id in ids.items():
+        assert f'<td>{name}</td><td><a href="/ui/p/{tenant.name}/jobs/{job_id}">' in section
+    assert "Not portable: 1 case changed differently across testbeds" in section
+    flagged = section[section.index(f"<code>{CASE}</code> (throughput, opposite ways)") :]
+    assert f"h100-{tag} faster +" in flagged and f"h200-{tag} slower -" in flagged

@@ -15,6 +15,7 @@ from attnprof.server import paging
 from attnprof.server.config import Settings
 from attnprof.server.db import SessionDep
 from attnprof.server.errors import BadRequest
+from attnprof.server.jobs import matrix as matrices
 from attnprof.server.jobs import service as job_service
 from attnprof.server.jobs.models import FINAL, STATES, Job
 from attnprof.server.web import pull_repository, repository
@@ -178,6 +179,7 @@ def job_page(
         gpu=duration(job.gpu_seconds or 0.0),
         waiting=waiting,
         reproduce=reproduce(job.commit, job.suite_path),
+        matrix=matrices.of(session, job.matrix_id) if job.matrix_id else None,
     )
 
 
