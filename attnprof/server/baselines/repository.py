@@ -58,7 +58,8 @@ def shares_a_case(run_id: str) -> ColumnElement[bool]:
 
 @dataclass(frozen=True)
 class Window:
-    """Which runs may serve: this project and testbed key, older than ``before``, not ``exclude``d, not marked by
+    """Which runs may serve: this project and testbed key (and testbed, when given: two testbeds of one key, two
+    pools of one GPU model in a matrix, keep a history each), older than ``before``, not ``exclude``d, not marked by
     their host's failed canary (``host_note``), not older than ``since`` (an accepted change), sharing a case with
     run ``cases_of`` (the candidate) when given."""
 
@@ -68,6 +69,7 @@ class Window:
     exclude: Collection[str] = ()
     since: datetime | None = None
     cases_of: str | None = None
+    testbed_id: int | None = None
 
     def where(self) -> list[ColumnElement[bool]]:
         # A run whose host failed a canary after it, before passing another, serves no baseline.
@@ -77,6 +79,8 @@ class Window:
             Run.created_at < self.before,
             Run.host_note.is_(None),
         ]
+        if self.testbed_id is not None:
+            where.append(Run.testbed_id == self.testbed_id)
         if self.exclude:
             where.append(Run.id.not_in(self.exclude))
         if self.since is not None:

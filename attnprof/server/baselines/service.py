@@ -92,7 +92,13 @@ def select(
     if accept_run:
         notes.append(f"an accepted change (run {accept_run.id}) cut the history")
     window = repository.Window(
-        candidate.project_id, candidate.testbed_key, candidate.created_at, excluded, since, cases_of=candidate.id
+        candidate.project_id,
+        candidate.testbed_key,
+        candidate.created_at,
+        excluded,
+        since,
+        cases_of=candidate.id,
+        testbed_id=candidate.testbed_id,
     )
     chain = [c for c in dict.fromkeys([candidate.base_commit, *ancestors]) if c][: cfg.ancestor_commits_pooled]
     found = suites.first_of_suite(
@@ -124,7 +130,9 @@ def select(
         )
         notes.append(f"{why}: the latest {len(latest)} default-branch run(s) of the suite older than this one serve")
         return BaselineChoice(latest, "latest", notes)
-    anything = repository.Window(candidate.project_id, candidate.testbed_key, candidate.created_at, excluded)
+    anything = repository.Window(
+        candidate.project_id, candidate.testbed_key, candidate.created_at, excluded, testbed_id=candidate.testbed_id
+    )
     first_run = not repository.latest_runs(session, anything, branch=default_branch, limit=1)
     if not first_run:
         notes.append(
@@ -187,6 +195,7 @@ def noise_floor(session: Session, *, candidate: Run, default_branch: str, cfg: A
         candidate.created_at,
         excluded | {candidate.id},
         cases_of=candidate.id,
+        testbed_id=candidate.testbed_id,
     )
     history = suites.first_of_suite(
         session,
