@@ -2,11 +2,18 @@
 # Host health on a GPU (docs/service.md, "Host health"): the canary a profile worker runs, REPEAT (5) times in a row
 # on this host's GPU, as the worker runs it (`python -m attnprof.core canary`, each its own process, CUDA's start
 # included), then once with a copy of the same size running beside it on the GPU (a host that another job loads: the
-# band must see it). From the repository root, no wheels needed:
+# band must see it). From the repository root with .whl carried (the packages the host lacks, pydantic among them:
+# bench/pipeline_h200.sh wheels):
 #   bash bench/canary_gpu.sh
 # Writes $OUT/canary-<gpu>/canary-<i>.json, loaded.json, host.txt; bench/canary_report.py reads them.
 set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+export PYTHONUNBUFFERED=1
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 SLUG=$(echo "$GPU" | grep -oE '[A-Z]{1,2}[0-9]{2,4}' | head -1 | tr 'A-Z' 'a-z')
 DEST=${OUT:-out}/canary-${SLUG:-gpu}; mkdir -p "$DEST"

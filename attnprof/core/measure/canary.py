@@ -40,7 +40,7 @@ CUDA_ATTENTION = (4, 16, 4096, 128)
 CPU_ATTENTION = (1, 4, 512, 64)
 
 
-@dataclass
+@dataclass(eq=False)  # a thread is hashed by identity (threading keeps its threads in weak sets)
 class _Sampler(threading.Thread):
     """NVML readings every ``SAMPLE_S`` while the canary runs, each tagged with the phase running then."""
 
