@@ -89,9 +89,9 @@ def counters_section(folder: Folder) -> list[str]:
     walls = _walls(folder)
     docs: dict[str, ResultDocument] = {}
     for name in ("none", "cached-first", "cached-again"):
-        path = folder.path / "counters" / f"{name}.json"
-        if path.is_file():
-            docs[name] = load_result(path)
+        for path in (folder.path / "counters" / f"{name}.json", folder.path / "counters" / f"{name}.json.gz"):
+            if path.is_file():  # as the run wrote it, or gzip'd where it is kept
+                docs[name] = load_result(path)
     if "none" not in walls or "cached-again" not in docs:
         return ["(incomplete: " + ", ".join(sorted(docs)) + ")"]
     base = walls["none"]
@@ -114,6 +114,15 @@ def counters_section(folder: Folder) -> list[str]:
         if misses:
             out += ["", "| kernel | model | ncu |", "|---|---|---|"]
             out += [f"| `{k.key[:70]}` | {k.bound} | {k.counter_bound} |" for k in misses[:20]]
+        every = [k for c in first.cases if c.status == "ok" for k in c.kernels]
+        if every and all(k.duration_us.median == 0 for k in every):
+            out += [
+                "",
+                f"**Not measured**: every one of the run's {len(every)} kernels read 0 µs (its later rounds' traces "
+                "caught no GPU activity and were pooled as zeros), so no kernel was heavy and ncu had nothing to "
+                "replay. Fixed since (`attnprof/core/measure/trace.py` exports each round's trace as it ends; "
+                "`kernel_rounds.py` leaves out a round that caught no kernel); to be measured again.",
+            ]
     return out
 
 

@@ -55,7 +55,8 @@ def section(folder: Path, cfg: Health) -> list[str]:
     lines += [
         "",
         f"- cost: {statistics.median(seconds):.1f} s per canary (median of {len(seconds)}; {min(seconds):.1f} to "
-        f"{max(seconds):.1f} s), CUDA's start included",
+        f"{max(seconds):.1f} s) inside the canary's process, CUDA's start included (the `canary i: wall` lines above "
+        "add Python's and torch's import)",
         f"- repeats outside the band their own history makes: {len(failing)} of {len(readings)}",
         f"- throttle reasons seen: {', '.join(reasons) or 'none'}",
     ]

@@ -233,7 +233,7 @@ class Health(BaseModel):
     window_days: float = Field(7.0, gt=0, description="passing canaries this recent make the band")
     min_canaries: int = Field(3, ge=1, description="a testbed's band needs this many passing canaries (else: learning)")
     tolerance: float = Field(
-        0.10,
+        0.12,
         gt=0,
         lt=1,
         description="a GPU host may lose this share of the band's reference rate (the best host's) in any figure",

@@ -131,3 +131,43 @@ def test_a_round_whose_trace_cannot_be_read_leaves_its_samples_out(
     (case,) = _profile(factory, peaks_cache).cases
     assert case.status == "ok", case.error
     assert all(k.duration_us.round_samples == [2, 2, 2] for k in case.kernels)
+
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def test_a_later_round_whose_trace_caught_no_kernel_is_left_out_not_counted_as_zero() -> None:
+    """On an H100 (torch 2.11) every later round's profiler session caught the iterations' CPU ranges and no GPU
+    kernel: pooled as zeros, they made every kernel of the case 0 µs. The first round's trace is that run's own."""
+    import copy
+    import gzip
+    import json
+
+    from attnprof.core.attribution import parse_trace
+    from attnprof.core.documents import DurationStats, Kernel, load_result
+    from attnprof.core.measure.kernel_rounds import pool_durations, round_durations
+
+    trace = json.loads(gzip.decompress((DATA / "h100" / "trace_cudnn_first_round.json.gz").read_bytes()))
+    first = parse_trace(trace)
+    blind = copy.deepcopy(trace)
+    blind["traceEvents"] = [
+        e for e in blind["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
+    later = parse_trace(blind)
+    assert later.kernels == [] and later.iterations  # the iterations were traced; no kernel was caught
+    table, _ = round_durations(first)
+    kernels = [
+        Kernel(
+            name=name,
+            key=name[:40],
+            phase=phase,
+            launches_per_iter=1,
+            duration_us=DurationStats(median=0.0, p25=0.0, p75=0.0),
+        )
+        for name, phase in table
+    ]
+    environment = load_result(DATA / "h200" / "attnprof" / "result-ncu.json").environment
+    pooled = pool_durations(kernels, [first, later, later, later], dtype="bf16", environment=environment)
+    (attention,) = pooled
+    assert attention.duration_us.median == 81.569 and attention.duration_us.round_samples == [3]
+    assert attention.share == 1.0

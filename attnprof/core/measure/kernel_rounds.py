@@ -5,7 +5,7 @@ the first included, traces ``trace_iters`` iterations (``measure.trace``), and e
 the median of all of them, with a 95% interval of that median that resamples the rounds (``analysis.kernel_samples``).
 A kernel is joined across rounds by its name as launched and its phase, as the first round's table groups it; a round
 in which it did not launch gives it 0 µs in each of that round's iterations, as an iteration without it does within a
-round. Rates, utilisations, the bound and the share follow the pooled median. Torch-free.
+round, but a later round in which none of the table's kernels launched is left out: its trace caught no GPU activity. Rates, utilisations, the bound and the share follow the pooled median. Torch-free.
 """
 
 from __future__ import annotations
@@ -38,6 +38,12 @@ def pool_durations(
     idents = list(per_round[0][0])
     if len(idents) != len(kernels):
         return list(kernels)
+    # A later round whose trace holds none of the table's kernels captured no GPU activity (its profiler session
+    # recorded the iterations' CPU ranges only, as torch 2.11's second session in a process did on an H100): it says
+    # nothing of the kernels, and its zeros would outvote the rounds that did (every kernel read 0 µs).
+    per_round = per_round[:1] + [
+        (durations, n) for durations, n in per_round[1:] if any(any(durations.get(i, ())) for i in idents)
+    ]
     pooled: list[DurationStats] = []
     for name, phase in idents:
         samples: list[float] = []

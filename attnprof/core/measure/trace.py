@@ -96,24 +96,21 @@ def _export(prof: profile, tmp: str) -> dict[str, Any]:
 
 
 class RoundTrace:
-    """One later round's traced iterations, as the profiler left them; :meth:`chrome` exports them when read."""
+    """One later round's traced iterations, exported as the round ends: a profiler's results kept past the next
+    session lose their GPU activity (torch 2.11 on an H100 kept every later round's CPU ranges and no kernel), so
+    nothing is left in the profiler for later. :meth:`chrome` hands the trace over once."""
 
-    def __init__(self, prof: profile, iterations: int) -> None:
-        self._prof: profile | None = prof
+    def __init__(self, trace: dict[str, Any], iterations: int) -> None:
+        self._trace: dict[str, Any] | None = trace
         self.iterations = iterations
 
     def chrome(self) -> dict[str, Any]:
-        """The Chrome trace of the round's iterations. Read once: the profiler's results are dropped after it, so a
-        run holds no more of them than the rounds not yet pooled."""
-        prof, self._prof = self._prof, None
-        if prof is None:
+        """The Chrome trace of the round's iterations. Read once: dropped after it, so a run holds no more of them
+        than the rounds not yet pooled."""
+        trace, self._trace = self._trace, None
+        if trace is None:
             raise RuntimeError("a round's trace is read once")
-        fd, tmp = tempfile.mkstemp(suffix=".json")
-        os.close(fd)
-        try:
-            return _export(prof, tmp)
-        finally:
-            os.unlink(tmp)
+        return trace
 
 
 def trace_round(workload: Workload, *, device: str, iterations: int, flusher: Flusher) -> RoundTrace:
@@ -123,7 +120,12 @@ def trace_round(workload: Workload, *, device: str, iterations: int, flusher: Fl
     kernel is joined to the first round's table by its name and phase."""
     with _filtered_stderr(), profile(activities=_activities(device), record_shapes=True) as prof:
         _traced(workload, device, iterations, flusher)
-    return RoundTrace(prof, iterations)
+    fd, tmp = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        return RoundTrace(_export(prof, tmp), iterations)
+    finally:
+        os.unlink(tmp)
 
 
 def trace_iterations(
