@@ -190,6 +190,11 @@ def test_the_fleet_shows_each_hosts_health_the_band_and_a_quarantine(site: Site,
             hosts.record(
                 session, testbed_id=testbed.id, body=_canary("node-d/pid9/gpu0", tb, 2805.0), cfg=Health(), now=utcnow()
             )
+            # Its worker is the testbed's only live one, and a job of the project waits.
+            testbeds.worker_alive(session, testbed_id=testbed.id, name="node-d/pid9/gpu0", now=utcnow(), live_s=30)
+            own = projects.get_by_name(session, mine.name)
+            assert own is not None
+            session.add(_job(own.id, testbed.id, "queued"))
             session.commit()
     finally:
         engine.dispose()
@@ -208,6 +213,10 @@ def test_the_fleet_shows_each_hosts_health_the_band_and_a_quarantine(site: Site,
         assert "Its host is in doubt: this run serves no baseline." in run_page
         assert "host node-d/gpu0 failed its canary" in run_page and "(host <code>node-d/gpu0</code>)" in run_page
         assert "host in doubt" in client.get(f"/ui/p/{mine.name}/runs").text
+        queue = client.get(f"/ui/p/{mine.name}/jobs").text
+        assert f"Why jobs wait: every live worker of testbed {tb} is on a quarantined host (node-d/gpu0: copy_gbps" in (
+            queue
+        )
     errors = watch_errors(page)
     sign_in(page, site, mine.tokens.read, next_path=f"/ui/p/{mine.name}/fleet")
     page.wait_for_selector("tr.quarantined")

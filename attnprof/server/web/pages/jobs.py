@@ -4,20 +4,25 @@ overview's ``jobs/state`` endpoint is polled; no page reload)."""
 from __future__ import annotations
 
 import shlex
-from datetime import UTC, datetime
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
+from sqlalchemy.orm import Session
 
 from attnprof.contract.links import PATHS
 from attnprof.server import paging
-from attnprof.server.config import Settings
-from attnprof.server.db import SessionDep
+from attnprof.server.config import Fairness, Settings
+from attnprof.server.db import SessionDep, utcnow
 from attnprof.server.errors import BadRequest
+from attnprof.server.hosts import service as hosts
 from attnprof.server.jobs import matrix as matrices
 from attnprof.server.jobs import service as job_service
 from attnprof.server.jobs.models import FINAL, STATES, Job
+from attnprof.server.testbeds import repository as testbed_rows
+from attnprof.server.testbeds import service as testbeds
 from attnprof.server.web import pull_repository, repository
 from attnprof.server.web.dependencies import PageError, ViewerDep, not_found
 from attnprof.server.web.render import page
@@ -106,8 +111,27 @@ def durations_chart(project: str, jobs: list[dict[str, Any]], now: datetime) -> 
     }
 
 
+def testbed_waits(session: Session, names: Iterable[str], fairness: Fairness, now: datetime) -> list[str]:
+    """Why the jobs waiting on each of the testbeds ``names`` do not start, where something holds them all (no live
+    worker, or every live worker on a quarantined host), one line per testbed."""
+    lines = []
+    for name in sorted(set(names)):
+        testbed = testbed_rows.get_by_name(session, name)
+        if testbed is None:
+            continue
+        why = testbeds.no_live_worker(
+            session, testbed_id=testbed.id, name=name, live_s=fairness.worker_live_s, now=now
+        ) or hosts.waiting_reason(
+            session, testbed_id=testbed.id, name=name, since=now - timedelta(seconds=fairness.worker_live_s)
+        )
+        if why:
+            lines.append(why)
+    return lines
+
+
 @router.get("/jobs", response_class=HTMLResponse)
 def jobs_page(
+    request: Request,
     viewer: ViewerDep,
     session: SessionDep,
     status: Annotated[str | None, Query(max_length=16)] = None,
@@ -137,6 +161,8 @@ def jobs_page(
     )
     filters = {k: v for k, v in {"status": status, "branch": branch, "pr": pr}.items() if v}
     jobs, older = paging.page_of(rows, PAGE_JOBS, filters)
+    settings: Settings = request.app.state.settings
+    waits = testbed_waits(session, (j["testbed"] for j in jobs if j["status"] == "queued"), settings.fairness, utcnow())
     return page(
         "jobs.html",
         viewer=viewer,
@@ -153,6 +179,7 @@ def jobs_page(
         # A pull request profiled on a self-hosted runner has uploads and no job: counted beside its jobs.
         pull=pull_repository.pr_counts(session, viewer.project.id, pr_number) if pr_number is not None else None,
         number=pr_number,
+        waits=waits,
     )
 
 
