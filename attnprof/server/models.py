@@ -7,12 +7,11 @@ from attnprof.server.baselines.models import BaselineRule
 from attnprof.server.bisections.models import Bisection, BisectionProbe
 from attnprof.server.comparisons.models import Alert, AlertWebhook, Comparison
 from attnprof.server.db import Base
-from attnprof.server.hosts.models import Canary, Host, HostNotice
 from attnprof.server.jobs.models import Job, PairedResult
 from attnprof.server.projects.models import Project
 from attnprof.server.projects.retention import ProjectRetention
 from attnprof.server.runs.models import CaseSamples, Run, RunCase, RunKernel, RunTrace
-from attnprof.server.testbeds.models import Testbed, Worker
+from attnprof.server.testbeds.models import Canary, Host, HostNotice, Testbed, Worker
 
 __all__ = [
     "Alert",

@@ -81,3 +81,29 @@ def test_the_first_run_of_a_gpu_model_on_a_testbed_names_the_runs_it_was_not_com
     second = _up(client, tenant, _h100(slower=0.6), commit="m4", base_commit="m3")
     assert second["baseline"] == [first["run_id"]]
     assert not any(n.startswith("OTHER TESTBED KEY") for n in second["comparison"]["notes"])
+
+
+def test_a_baseline_comes_from_its_own_testbed_and_from_another_of_its_key_only_when_it_has_none(
+    client: TestClient, tenant: Tenant
+) -> None:
+    """Two testbeds of one device key (two pools of one GPU model, a matrix's two CPU testbeds on one machine): each
+    keeps its own history; a testbed with none yet is compared with the other's, and the comparison says so."""
+
+    def up(testbed: str, doc: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        r = client.post(
+            f"/api/v1/projects/{tenant.name}/results",
+            json=docs.upload_body(doc, testbed=testbed, **kw),
+            headers=tenant.h("submit"),
+        )
+        assert r.status_code == 201, r.text
+        answer: dict[str, Any] = r.json()
+        return answer
+
+    a1 = up("pool-a", docs.h200(), commit="m1")
+    b1 = up("pool-b", docs.h200(slower=1.3), commit="m1")  # no history of its own: pool-a's run of its key serves
+    assert b1["baseline"] == [a1["run_id"]]
+    assert any("runs of testbed(s) pool-a, on the same device key, serve" in n for n in b1["comparison"]["notes"])
+    b2 = up("pool-b", docs.h200(slower=1.3), commit="m2", base_commit="m1")
+    assert b2["baseline"] == [b1["run_id"]] and b2["verdict"] == "pass"  # its own history now: the same speed
+    a2 = up("pool-a", docs.h200(), commit="m2", base_commit="m1")
+    assert a2["baseline"] == [a1["run_id"]] and a2["verdict"] == "pass"  # never pool-b's slower runs

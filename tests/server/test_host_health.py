@@ -25,10 +25,10 @@ from attnprof.server.comparisons.models import AlertWebhook
 from attnprof.server.config import AlertWebhooks
 from attnprof.server.db import make_sessionmaker, utcnow
 from attnprof.server.hosts import band, notices
-from attnprof.server.hosts.models import Canary, Host, HostNotice
 from attnprof.server.jobs.models import Job
 from attnprof.server.projects import repository as projects
 from attnprof.server.runs.models import Run
+from attnprof.server.testbeds.models import Canary, Host, HostNotice
 from tests.claiming import bearer, claim_secret
 from tests.server import documents as docs
 from tests.server.stack import REDIS_URL

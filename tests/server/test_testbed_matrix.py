@@ -125,9 +125,7 @@ def test_a_retried_matrix_submission_answers_with_all_its_jobs_and_makes_none(cl
         ({"testbeds": "x" * 2001}, "at most 2000 characters"),
     ],
 )
-def test_bad_testbeds_are_422_naming_the_field_and_store_nothing(
-    client, tenant, db: Session, fields, words
-) -> None:
+def test_bad_testbeds_are_422_naming_the_field_and_store_nothing(client, tenant, db: Session, fields, words) -> None:
     r = _post(client, tenant, **fields)
     assert r.status_code == 422, r.text
     assert r.json()["error"] == "invalid_payload"

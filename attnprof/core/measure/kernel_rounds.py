@@ -1,11 +1,12 @@
 """A case's kernel durations pooled over every round's traced iterations.
 
-The kernel table (names, phases, launch configuration, work) is read from the first round's trace; every round,
-the first included, traces ``trace_iters`` iterations (``measure.trace``), and each kernel's time per iteration is
-the median of all of them, with a 95% interval of that median that resamples the rounds (``analysis.kernel_samples``).
-A kernel is joined across rounds by its name as launched and its phase, as the first round's table groups it; a round
-in which it did not launch gives it 0 µs in each of that round's iterations, as an iteration without it does within a
-round, but a later round in which none of the table's kernels launched is left out: its trace caught no GPU activity. Rates, utilisations, the bound and the share follow the pooled median. Torch-free.
+The kernel table (names, phases, launch configuration, work) is read from the first round's trace; every round, the
+first included, traces ``trace_iters`` iterations (``measure.trace``), and each kernel's time per iteration is the
+median of all of them, with a 95% interval of that median that resamples the rounds (``analysis.kernel_samples``). A
+kernel is joined across rounds by its name as launched and its phase, as the first round's table groups it; a round
+in which it did not launch gives it 0 µs in each of that round's iterations, as an iteration without it does within
+a round, but a later round in which none of the table's kernels launched is left out: its trace caught no GPU
+activity. Rates, utilisations, the bound and the share follow the pooled median. Torch-free.
 """
 
 from __future__ import annotations

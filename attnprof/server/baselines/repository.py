@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session, aliased, defer
 
 from attnprof.server.baselines.models import BaselineRule
 from attnprof.server.runs.models import Run, RunCase
+from attnprof.server.testbeds.models import Testbed
 
 
 def rules(session: Session, *, project_id: int, testbed_key: str | None = None) -> list[BaselineRule]:
@@ -161,3 +162,8 @@ def case_medians(session: Session, run_ids: Sequence[str]) -> list[tuple[str, st
         RunCase.run_id.in_(run_ids), RunCase.status == "ok", RunCase.latency_median_us > 0
     )
     return [(r, c, float(m or 0.0)) for r, c, m in session.execute(q)]
+
+
+def testbed_names(session: Session, testbed_ids: Collection[int]) -> list[str]:
+    """The names of ``testbed_ids``, sorted."""
+    return sorted(session.scalars(select(Testbed.name).where(Testbed.id.in_(testbed_ids))))

@@ -25,6 +25,7 @@ cases it has; the new ones are compared with nothing and warn.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -101,35 +102,27 @@ def select(
         testbed_id=candidate.testbed_id,
     )
     chain = [c for c in dict.fromkeys([candidate.base_commit, *ancestors]) if c][: cfg.ancestor_commits_pooled]
-    found = suites.first_of_suite(
-        session,
-        suite,
-        lambda n: repository.runs_of_commits(session, window, branch=default_branch, commits=chain, limit=n),
-        cfg.baseline_runs * len(chain),
+    include = accept_run.id if accept_run else None
+    own = _from_history(session, window, suite, chain, default_branch, cfg, include)
+    if own is not None:
+        return BaselineChoice(own[0], own[1], notes + own[2])
+    # The testbed's own history has none: another testbed of the same device key (a pool of the same GPU model,
+    # driver and mode under another name) serves, and says so.
+    shared = _from_history(
+        session, dataclasses.replace(window, testbed_id=None), suite, chain, default_branch, cfg, include
     )
-    if found:
-        order = {c: i for i, c in enumerate(chain)}
-        found.sort(key=lambda r: (order[r.commit], -r.created_at.timestamp()))
-        pool = found[: cfg.baseline_runs]
-        nearest = pool[0].commit
-        notes.append(f"baseline: {len(pool)} run(s) from ancestor {nearest[:12]} ({order[nearest]} commit(s) back)")
-        return BaselineChoice(pool, "ancestor", notes)
-    latest = suites.first_of_suite(
-        session,
-        suite,
-        lambda n: repository.latest_runs(
-            session, window, branch=default_branch, limit=n, include=accept_run.id if accept_run else None
-        ),
-        cfg.baseline_runs,
-    )
-    if latest:
-        why = (
-            f"no run of suite {suite!r} at the base commit or its ancestors on this testbed"
-            if chain
-            else "no base commit given"
+    if shared is not None:
+        names = repository.testbed_names(session, {r.testbed_id for r in shared[0]})
+        return BaselineChoice(
+            shared[0],
+            shared[1],
+            notes
+            + shared[2]
+            + [
+                f"this testbed has no history of suite {suite!r} yet: runs of testbed(s) {', '.join(names)}, on the "
+                "same device key, serve"
+            ],
         )
-        notes.append(f"{why}: the latest {len(latest)} default-branch run(s) of the suite older than this one serve")
-        return BaselineChoice(latest, "latest", notes)
     anything = repository.Window(
         candidate.project_id, candidate.testbed_key, candidate.created_at, excluded, testbed_id=candidate.testbed_id
     )
@@ -141,6 +134,53 @@ def select(
         )
     notes += _other_keys(session, candidate, suite, default_branch)
     return BaselineChoice([], "none", notes, first_run=first_run)
+
+
+def _from_history(
+    session: Session,
+    window: repository.Window,
+    suite: str | None,
+    chain: list[str],
+    default_branch: str,
+    cfg: Analysis,
+    include: str | None,
+) -> tuple[list[Run], str, list[str]] | None:
+    """The runs of ``window`` that serve: the nearest ancestor's in ``chain``, else the latest on the default branch
+    (and ``include``, an accepted change's run); with the source and notes. None when none does."""
+    found = suites.first_of_suite(
+        session,
+        suite,
+        lambda n: repository.runs_of_commits(session, window, branch=default_branch, commits=chain, limit=n),
+        cfg.baseline_runs * len(chain),
+    )
+    if found:
+        order = {c: i for i, c in enumerate(chain)}
+        found.sort(key=lambda r: (order[r.commit], -r.created_at.timestamp()))
+        pool = found[: cfg.baseline_runs]
+        nearest = pool[0].commit
+        return (
+            pool,
+            "ancestor",
+            [f"baseline: {len(pool)} run(s) from ancestor {nearest[:12]} ({order[nearest]} commit(s) back)"],
+        )
+    latest = suites.first_of_suite(
+        session,
+        suite,
+        lambda n: repository.latest_runs(session, window, branch=default_branch, limit=n, include=include),
+        cfg.baseline_runs,
+    )
+    if latest:
+        why = (
+            f"no run of suite {suite!r} at the base commit or its ancestors on this testbed"
+            if chain
+            else "no base commit given"
+        )
+        return (
+            latest,
+            "latest",
+            [f"{why}: the latest {len(latest)} default-branch run(s) of the suite older than this one serve"],
+        )
+    return None
 
 
 def _other_keys(session: Session, candidate: Run, suite: str | None, branch: str) -> list[str]:
@@ -197,12 +237,16 @@ def noise_floor(session: Session, *, candidate: Run, default_branch: str, cfg: A
         cases_of=candidate.id,
         testbed_id=candidate.testbed_id,
     )
-    history = suites.first_of_suite(
-        session,
-        suites.name_of(session, candidate.id),
-        lambda n: repository.latest_runs(session, window, branch=default_branch, limit=n, suspect=False),
-        cfg.noise_history_runs,
-    )
+    suite = suites.name_of(session, candidate.id)
+    history: list[Run] = []
+    for scope in (window, dataclasses.replace(window, testbed_id=None)):  # the testbed's own, else its device key's
+
+        def newest(n: int, scope: repository.Window = scope) -> list[Run]:
+            return repository.latest_runs(session, scope, branch=default_branch, limit=n, suspect=False)
+
+        history = suites.first_of_suite(session, suite, newest, cfg.noise_history_runs)
+        if len(history) >= MIN_HISTORY_RUNS:
+            break
     if len(history) < MIN_HISTORY_RUNS:
         return None
     order = {r.id: i for i, r in enumerate(reversed(history))}

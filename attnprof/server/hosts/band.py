@@ -8,9 +8,9 @@ The rule, per figure of the canary (``attnprof.contract.worker_api.CANARY_FIGURE
 - the **reference** is the best of those host medians: the highest rate, the shortest time. A testbed is a pool of
   identical GPUs, so what one of them does steadily is what each should do;
 - the **bound** is the reference less ``tolerance`` for a rate (``copy_gbps >= 0.88 x best`` at the default 12%), and
-  for a time the same loss of rate (``attention_us <= best / 0.88``); an empty kernel's launch, whose host-side time jitters, may
-  take ``1 + launch_tolerance`` times the best (``launch_us <= 2.00 x best``). A CPU testbed's tolerance is
-  ``cpu_tolerance``: its figures move with the host's load.
+  for a time the same loss of rate (``attention_us <= best / 0.88``); an empty kernel's launch, whose host-side time
+  jitters, may take ``1 + launch_tolerance`` times the best (``launch_us <= 2.00 x best``). A CPU testbed's
+  tolerance is ``cpu_tolerance``: its figures move with the host's load.
 
 The SM clock while the matmuls ran is judged the same way (a host capped by power or heat runs its clock low), and
 a throttle reason other than the routine ones (``sw_power_cap`` under load, idle) fails the canary outright: a

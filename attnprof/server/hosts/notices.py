@@ -23,9 +23,9 @@ from attnprof.server.comparisons import repository as alert_rows
 from attnprof.server.config import AlertWebhooks, get_settings
 from attnprof.server.db import make_sessionmaker, utcnow
 from attnprof.server.hosts import repository
-from attnprof.server.hosts.models import HostNotice
 from attnprof.server.projects import repository as projects
 from attnprof.server.testbeds import repository as testbeds
+from attnprof.server.testbeds.models import HostNotice
 
 log = logging.getLogger(__name__)
 

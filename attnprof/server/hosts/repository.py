@@ -4,15 +4,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import exists, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from attnprof.server.comparisons.models import AlertWebhook
 from attnprof.server.db import insert_for
-from attnprof.server.hosts.models import Canary, Host, HostNotice
-from attnprof.server.jobs.models import Job
 from attnprof.server.runs.models import Run
-from attnprof.server.testbeds.models import Worker
+from attnprof.server.testbeds.models import Canary, Host, HostNotice, Worker
 
 PASSING = ("learning", "healthy")
 
@@ -92,16 +89,6 @@ def mark_runs(session: Session, *, testbed_id: int, host: str, since: datetime |
     if counts:
         session.execute(update(Run).where(*where).values(host_note=note).execution_options(synchronize_session=False))
     return counts
-
-
-def projects_to_notify(session: Session, *, testbed_id: int, since: datetime) -> list[int]:
-    """Projects with an alert webhook and a job on the testbed since ``since``."""
-    used = exists().where(
-        Job.project_id == AlertWebhook.project_id, Job.testbed_id == testbed_id, Job.created_at >= since
-    )
-    return [
-        int(p) for p in session.scalars(select(AlertWebhook.project_id).where(used).order_by(AlertWebhook.project_id))
-    ]
 
 
 def add_notices(session: Session, notices: Sequence[HostNotice]) -> None:

@@ -16,6 +16,7 @@ A job waiting on a testbed whose live workers are all on quarantined hosts says 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -25,7 +26,7 @@ from attnprof.contract.worker_api import Canary as CanaryBody
 from attnprof.contract.worker_api import host_of
 from attnprof.server.config import Health
 from attnprof.server.hosts import band, repository
-from attnprof.server.hosts.models import Canary, Host, HostNotice
+from attnprof.server.testbeds.models import Canary, Host, HostNotice
 
 
 def tolerances(cfg: Health, mode: str) -> band.Tolerances:
@@ -47,9 +48,11 @@ class Judged:
     notices: list[HostNotice]
 
 
-def record(session: Session, *, testbed_id: int, body: CanaryBody, cfg: Health, now: datetime) -> Judged:
-    """Judge and store ``body``, a canary of a worker of the testbed; quarantine or release its host. Not
-    committed."""
+def record(
+    session: Session, *, testbed_id: int, body: CanaryBody, cfg: Health, now: datetime, audience: Sequence[int] = ()
+) -> Judged:
+    """Judge and store ``body``, a canary of a worker of the testbed; quarantine or release its host, owing a notice
+    to each project of ``audience`` (those with an alert webhook that used the testbed lately). Not committed."""
     name = host_of(body.worker)
     host = repository.host_for_update(session, testbed_id=testbed_id, name=name, now=now)
     since = now - timedelta(days=cfg.window_days)
@@ -82,11 +85,11 @@ def record(session: Session, *, testbed_id: int, body: CanaryBody, cfg: Health, 
         host.reason = "; ".join(reasons)
         if was != "quarantined":
             host.quarantined_at = now
-            notices = _quarantine(session, host, now=now, cfg=cfg)
+            notices = _quarantine(session, host, now=now, audience=audience)
     else:
         if was == "quarantined":
             again = f"passed its canary again at {now:%Y-%m-%d %H:%M} UTC"
-            notices = _notices(session, host, "released", again, {}, now, cfg)
+            notices = _notices(session, host, "released", again, {}, now, audience)
         host.reason = None
         host.quarantined_at = None
         host.last_good_at = now
@@ -96,7 +99,7 @@ def record(session: Session, *, testbed_id: int, body: CanaryBody, cfg: Health, 
     return Judged(host, canary, (state == "quarantined") != (was == "quarantined"), notices)
 
 
-def _quarantine(session: Session, host: Host, *, now: datetime, cfg: Health) -> list[HostNotice]:
+def _quarantine(session: Session, host: Host, *, now: datetime, audience: Sequence[int]) -> list[HostNotice]:
     since = host.last_good_at
     note = (
         f"host {host.name} failed its canary at {now:%Y-%m-%d %H:%M} UTC"
@@ -104,14 +107,18 @@ def _quarantine(session: Session, host: Host, *, now: datetime, cfg: Health) -> 
         + f": {host.reason}"
     )
     marked = repository.mark_runs(session, testbed_id=host.testbed_id, host=host.name, since=since, note=note)
-    return _notices(session, host, "quarantined", host.reason or "", marked, now, cfg)
+    return _notices(session, host, "quarantined", host.reason or "", marked, now, audience)
 
 
 def _notices(
-    session: Session, host: Host, kind: str, reason: str, marked: dict[int, int], now: datetime, cfg: Health
+    session: Session,
+    host: Host,
+    kind: str,
+    reason: str,
+    marked: dict[int, int],
+    now: datetime,
+    audience: Sequence[int],
 ) -> list[HostNotice]:
-    since = now - timedelta(days=cfg.notify_days)
-    projects = repository.projects_to_notify(session, testbed_id=host.testbed_id, since=since)
     notices = [
         HostNotice(
             project_id=p,
@@ -123,7 +130,7 @@ def _notices(
             created_at=now,
             notify_due_at=now,
         )
-        for p in projects
+        for p in audience
     ]
     repository.add_notices(session, notices)
     return notices

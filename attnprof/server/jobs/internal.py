@@ -11,6 +11,7 @@ for how long).
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
@@ -45,6 +46,7 @@ from attnprof.server.errors import Conflict, error_response
 from attnprof.server.hosts import notices
 from attnprof.server.hosts import service as hosts
 from attnprof.server.jobs import attempts, dispatch, service
+from attnprof.server.jobs import repository as job_rows
 from attnprof.server.jobs.models import FINAL
 from attnprof.server.jobs.schemas import JobOut
 from attnprof.server.openapi import LICENSE, SERVERS, document_errors, errors, operation_id
@@ -108,7 +110,10 @@ def canary(body: Canary, worker: WorkerDep, session: SessionDep, settings: Setti
     tb = attempts.worker_testbed(session, worker)
     if body.testbed != tb.name:
         raise Conflict(f"testbed: this worker token serves testbed {tb.name!r}, not {body.testbed!r}")
-    judged = hosts.record(session, testbed_id=tb.id, body=body, cfg=settings.health, now=utcnow())
+    now = utcnow()
+    since = now - timedelta(days=settings.health.notify_days)
+    audience = job_rows.projects_to_notify(session, testbed_id=tb.id, since=since)
+    judged = hosts.record(session, testbed_id=tb.id, body=body, cfg=settings.health, now=now, audience=audience)
     notices.after_commit(session, [n.id for n in judged.notices])
     session.commit()
     if judged.changed:  # a host joins or leaves the live workers: the testbed's window moves

@@ -7,7 +7,7 @@ from sqlalchemy import BindParameter, Select, bindparam, case, exists, func, sel
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, make_transient_to_detached
 
-from attnprof.server.hosts.models import Host
+from attnprof.server.comparisons.models import AlertWebhook
 from attnprof.server.jobs.models import (
     OFFERED_SQL,
     OPEN_PR_SQL,
@@ -17,7 +17,7 @@ from attnprof.server.jobs.models import (
     Job,
     PairedResult,
 )
-from attnprof.server.testbeds.models import Worker
+from attnprof.server.testbeds.models import Host, Worker
 
 _Q = TypeVar("_Q", bound=Select[*tuple[Any, ...]])
 _NULL_ROW: dict[str, Any] = dict.fromkeys(c.key for c in Job.__table__.columns)
@@ -337,3 +337,13 @@ def add_paired(session: Session, row: PairedResult) -> PairedResult:
 
 def paired_of(session: Session, job_id: str) -> PairedResult | None:
     return session.get(PairedResult, job_id)
+
+
+def projects_to_notify(session: Session, *, testbed_id: int, since: datetime) -> list[int]:
+    """Projects with an alert webhook and a job on the testbed since ``since``: those told of its hosts' quarantines."""
+    used = exists().where(
+        Job.project_id == AlertWebhook.project_id, Job.testbed_id == testbed_id, Job.created_at >= since
+    )
+    return [
+        int(p) for p in session.scalars(select(AlertWebhook.project_id).where(used).order_by(AlertWebhook.project_id))
+    ]

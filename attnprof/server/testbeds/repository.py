@@ -8,8 +8,7 @@ from sqlalchemy.orm import Session, aliased
 
 from attnprof.contract.worker_api import host_of
 from attnprof.server.db import insert_for
-from attnprof.server.hosts.models import Host
-from attnprof.server.testbeds.models import Testbed, Worker
+from attnprof.server.testbeds.models import Host, Testbed, Worker
 
 
 def get_by_name(session: Session, name: str) -> Testbed | None:
