@@ -178,7 +178,9 @@ def test_a_project_past_its_daily_quota_waits_for_the_next_day_and_is_told_why(
         return job
 
     spent = waiting(heavy.id)
-    spent.status, spent.gpu_seconds, spent.started_at = "done", 650.0, now - timedelta(hours=1)
+    # today's, whatever the hour: an hour ago, or midnight when the day is younger than that
+    spent.status, spent.gpu_seconds = "done", 650.0
+    spent.started_at = max(now - timedelta(hours=1), gpu_time.day_start(now))
     held, free = waiting(heavy.id), waiting(light.id)
     testbed_rows.worker_seen(db, testbed_id=held.testbed_id, name="w1", now=now)
     testbed_rows.worker_seen(db, testbed_id=held.testbed_id, name="w2", now=now)

@@ -156,7 +156,7 @@ def test_no_testbed_anywhere_is_422_naming_testbed_and_each_way_to_give_it(clien
     r = _post(client, tenant)
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
-    assert detail.startswith("testbed: Field required") and "testbeds" in detail and "[suite] testbeds" in detail
+    assert detail.startswith("body.testbed: Field required") and "testbeds" in detail and "[suite] testbeds" in detail
     assert _jobs(db, tenant) == []
 
 
