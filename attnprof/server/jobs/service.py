@@ -184,8 +184,8 @@ def create_matrix(
     names = new.testbeds or ((new.testbed,) if new.testbed else stored.suite_testbeds)
     if not names:
         raise InvalidPayload(
-            "body.testbed: Field required: name the testbed to run on (testbed), several (testbeds), or list them in the "
-            'suite as [suite] testbeds = ["h100", "h200"]'
+            "body.testbed: Field required: name the testbed to run on (testbed), several (testbeds), or list them in "
+            'the suite as [suite] testbeds = ["h100", "h200"]'
         )
     matrix_id = str(uuid.uuid4()) if len(names) > 1 else None
     now = utcnow()
