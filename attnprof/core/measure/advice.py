@@ -183,12 +183,29 @@ def variants(
     return out
 
 
+# Cycles of a blocking kernel per microsecond of host time to cover: at or above every data-centre GPU's top SM clock
+# (1,980 MHz on an H100 or H200), so the hold lasts at least as long as asked.
+_HOLD_CYCLES_PER_US = 2000
+
+
 def _clock(device: str) -> Callable[[Callable[[], object], int], float]:
-    """Seconds per call of ``fn`` over ``n`` calls: CUDA events on a GPU, the wall clock on the CPU."""
+    """Seconds per call of ``fn`` over ``n`` calls: CUDA events on a GPU, the wall clock on the CPU.
+
+    On a GPU the calls are queued behind a blocking kernel as long as the host took to queue them once (and half
+    again), as the timing pass holds the stream (``attnprof.core.measure.timing``): the events then time the device's
+    work, not the host's launches. Unheld, a call whose kernels take 27 µs read 124 to 155 µs on an H100, its host's
+    launch time (``bench/reports/advice.md``, the ``math`` rows)."""
 
     def on_gpu(fn: Callable[[], object], n: int) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        host_us = (time.perf_counter() - t0) * 1e6
+        torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        torch.cuda._sleep(int((1.5 * host_us + 50.0) * _HOLD_CYCLES_PER_US))  # type: ignore[no-untyped-call]
         start.record()
         for _ in range(n):
             fn()
