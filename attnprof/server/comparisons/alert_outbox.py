@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
+from typing import Any, cast
 
 import httpx
 from sqlalchemy import Engine, event
@@ -42,6 +43,7 @@ from attnprof.server.config import AlertWebhooks, get_settings
 from attnprof.server.db import make_sessionmaker, utcnow
 from attnprof.server.projects import repository as projects
 from attnprof.server.testbeds import repository as testbeds
+from attnprof.server.testbeds.models import HostNotice
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,53 @@ MAX_BACKOFF_S = 3600.0
 _SLOTS = threading.BoundedSemaphore(4)
 
 
+Request = tuple[str, str, bytes]
+"""A delivery: the webhook's URL, its secret and the body."""
+
+
+def deliver_row(
+    sessions: Sessions,
+    cfg: AlertWebhooks,
+    model: repository.OwedModel,
+    row_id: int,
+    request_of: Callable[[Session, Any], Request | None],
+    *,
+    client: httpx.Client,
+    label: str,
+    now: datetime | None = None,
+) -> bool | None:
+    """Send row ``row_id`` of ``model`` (an alert, a host notice) to its project's webhook if it is owed at ``now``
+    and no other sender holds it: ``request_of`` builds the delivery from the stored row, in the claim's transaction
+    (None: the project has no webhook). True when the receiver took it (2xx), False when it refused or could not be
+    reached (owed again after the backoff, or given up after ``cfg.attempts``), None when nothing was due. A project
+    whose webhook was removed since is owed nothing: the debt is cleared."""
+    now = now or utcnow()
+    claim = now + timedelta(seconds=CLAIM_S)
+    with sessions() as session:
+        if not repository.claim_delivery(session, model, row_id, now=now, until=claim):
+            session.commit()
+            return None
+        row = cast("Alert | HostNotice | None", session.get(model, row_id))
+        attempts = row.notify_attempts if row is not None else 0
+        request = request_of(session, row) if row is not None else None
+        session.commit()
+    if request is None:
+        _record(sessions, model, row_id, claim, due_at=None, attempts=attempts, notified_at=None, error="no webhook")
+        return None
+    url, secret, data = request
+    error = post_signed(client, url, secret, data)
+    attempts += 1
+    if error is None:
+        _record(sessions, model, row_id, claim, due_at=None, attempts=attempts, notified_at=utcnow(), error=None)
+        return True
+    again = None
+    if attempts < cfg.attempts:
+        again = now + timedelta(seconds=min(cfg.retry_s * 2 ** (attempts - 1), MAX_BACKOFF_S))
+    log.warning("%s %s: the webhook refused it (%s); %s", label, row_id, error, "retried" if again else "given up")
+    _record(sessions, model, row_id, claim, due_at=again, attempts=attempts, notified_at=None, error=error[:500])
+    return False
+
+
 def deliver(
     sessions: Sessions,
     cfg: AlertWebhooks,
@@ -64,39 +113,16 @@ def deliver(
     client: httpx.Client,
     now: datetime | None = None,
 ) -> bool | None:
-    """Send alert ``alert_id`` to its project's webhook if it is owed at ``now`` and no other sender holds it. True
-    when the receiver took it (2xx), False when it refused or could not be reached (owed again after the backoff,
-    or given up after ``cfg.attempts``), None when nothing was due. A project whose webhook was removed since is
-    owed nothing: the debt is cleared."""
-    now = now or utcnow()
-    claim = now + timedelta(seconds=CLAIM_S)
-    with sessions() as session:
-        if not repository.claim_notify(session, alert_id=alert_id, now=now, until=claim):
-            session.commit()
+    """Send alert ``alert_id`` to its project's webhook (``deliver_row``)."""
+
+    def request_of(session: Session, alert: Alert) -> Request | None:
+        hook = repository.webhook_of(session, alert.project_id)
+        if hook is None:
             return None
-        alert = repository.get_alert_by_id(session, alert_id)
-        hook = repository.webhook_of(session, alert.project_id) if alert is not None else None
-        request: tuple[str, str, bytes] | None = None
-        attempts = alert.notify_attempts if alert is not None else 0
-        if alert is not None and hook is not None:
-            payload = alert_webhook.body(alert, context(session, public_url, alert))
-            request = (hook.url, hook.secret, alert_webhook.encode(payload))
-        session.commit()
-    if request is None:
-        _record(sessions, alert_id, claim, due_at=None, attempts=attempts, notified_at=None, error="no webhook")
-        return None
-    url, secret, data = request
-    error = post_signed(client, url, secret, data)
-    attempts += 1
-    if error is None:
-        _record(sessions, alert_id, claim, due_at=None, attempts=attempts, notified_at=utcnow(), error=None)
-        return True
-    again = None
-    if attempts < cfg.attempts:
-        again = now + timedelta(seconds=min(cfg.retry_s * 2 ** (attempts - 1), MAX_BACKOFF_S))
-    log.warning("alert %s: the webhook refused it (%s); %s", alert_id, error, "retried" if again else "given up")
-    _record(sessions, alert_id, claim, due_at=again, attempts=attempts, notified_at=None, error=error[:500])
-    return False
+        payload = alert_webhook.body(alert, context(session, public_url, alert))
+        return hook.url, hook.secret, alert_webhook.encode(payload)
+
+    return deliver_row(sessions, cfg, Alert, alert_id, request_of, client=client, label="alert", now=now)
 
 
 def post_signed(client: httpx.Client, url: str, secret: str, data: bytes) -> str | None:
@@ -120,7 +146,8 @@ def post_signed(client: httpx.Client, url: str, secret: str, data: bytes) -> str
 
 def _record(
     sessions: Sessions,
-    alert_id: int,
+    model: repository.OwedModel,
+    row_id: int,
     claim: datetime,
     *,
     due_at: datetime | None,
@@ -129,9 +156,10 @@ def _record(
     error: str | None,
 ) -> None:
     with sessions() as session:
-        recorded = repository.settle_notify(
+        recorded = repository.settle_delivery(
             session,
-            alert_id=alert_id,
+            model,
+            row_id,
             claim=claim,
             due_at=due_at,
             attempts=attempts,
@@ -140,7 +168,7 @@ def _record(
         )
         session.commit()
     if not recorded:
-        log.info("alert %s: its delivery was taken over by another sender before it was recorded", alert_id)
+        log.info("%s %s: its delivery was taken over by another sender before it was recorded", model.__name__, row_id)
 
 
 def context(session: Session, public_url: str, alert: Alert) -> alert_webhook.AlertContext:
@@ -164,6 +192,44 @@ def context(session: Session, public_url: str, alert: Alert) -> alert_webhook.Al
     )
 
 
+def deliver_all(
+    sessions: Sessions,
+    cfg: AlertWebhooks,
+    model: repository.OwedModel,
+    ids: Sequence[int] | None,
+    deliver_one: Callable[[int, httpx.Client], bool | None],
+    *,
+    label: str,
+    budget_s: float | None = None,
+    limit: int = 200,
+) -> dict[str, int]:
+    """Deliver ``ids`` of ``model`` (else every row owed now, at most ``limit``) one after the other with
+    ``deliver_one``. Never raises: what could not be sent stays owed for the sweep. Past ``budget_s`` seconds the
+    rest waits. Returns how many were delivered and how many refused (``<label>s_delivered``, ``..._undelivered``)."""
+    counts = {f"{label}s_delivered": 0, f"{label}s_undelivered": 0}
+    if ids is None:
+        with sessions() as session:
+            ids = repository.due_deliveries(session, model, now=utcnow(), limit=limit)
+            session.commit()
+    if not ids:
+        return counts
+    started = time.monotonic()
+    with outbound.client(timeout_s=cfg.timeout_s, allow=cfg.networks()) as client:
+        for row_id in ids:
+            if budget_s is not None and time.monotonic() - started > budget_s:
+                break
+            try:
+                done = deliver_one(row_id, client)
+            except Exception:
+                log.exception("%s %s: delivering it to the webhook raised; it stays owed", label, row_id)
+                continue
+            if done is True:
+                counts[f"{label}s_delivered"] += 1
+            elif done is False:
+                counts[f"{label}s_undelivered"] += 1
+    return counts
+
+
 def deliver_owed(
     sessions: Sessions,
     cfg: AlertWebhooks,
@@ -173,64 +239,56 @@ def deliver_owed(
     budget_s: float | None = None,
     limit: int = 200,
 ) -> dict[str, int]:
-    """Deliver ``alert_ids`` (else every alert owed now, at most ``limit``), one after the other. Never raises: what
-    could not be sent stays owed for the sweep. Past ``budget_s`` seconds the rest waits. Returns how many were
-    delivered and how many refused."""
-    counts = {"alerts_delivered": 0, "alerts_undelivered": 0}
-    if alert_ids is None:
-        with sessions() as session:
-            alert_ids = repository.due_alerts(session, now=utcnow(), limit=limit)
-            session.commit()
-    if not alert_ids:
-        return counts
-    started = time.monotonic()
-    with outbound.client(timeout_s=cfg.timeout_s, allow=cfg.networks()) as client:
-        for alert_id in alert_ids:
-            if budget_s is not None and time.monotonic() - started > budget_s:
-                break
-            try:
-                done = deliver(sessions, cfg, public_url, alert_id, client=client)
-            except Exception:
-                log.exception("alert %s: delivering it to the webhook raised; it stays owed", alert_id)
-                continue
-            if done is True:
-                counts["alerts_delivered"] += 1
-            elif done is False:
-                counts["alerts_undelivered"] += 1
-    return counts
+    """Deliver ``alert_ids`` (else every alert owed now, at most ``limit``): ``deliver_all``."""
+
+    def one(alert_id: int, client: httpx.Client) -> bool | None:
+        return deliver(sessions, cfg, public_url, alert_id, client=client)
+
+    return deliver_all(sessions, cfg, Alert, alert_ids, one, label="alert", budget_s=budget_s, limit=limit)
 
 
 NOTIFY_INFO = "attnprof.alert_notify"
 
 
-def after_commit(session: Session, alert_ids: Sequence[int]) -> None:
-    """Once ``session``'s transaction commits, send ``alert_ids`` from a thread of their own (at most a few at once
-    per process; the sweep sends the rest). Nothing is sent if it rolls back. A session bound to a connection (a
-    test's outer transaction) leaves the sending to an explicit ``deliver_owed``."""
-    ids = list(alert_ids)
+Deliver = Callable[[Sessions, AlertWebhooks, str, Sequence[int]], object]
+"""What sends owed rows: ``(sessions, webhook settings, public URL, ids)``, as ``deliver_owed``."""
+
+
+def after_commit(
+    session: Session, ids: Sequence[int], deliver_ids: Deliver | None = None, label: str = "alert"
+) -> None:
+    """Once ``session``'s transaction commits, send ``ids`` (alerts; with ``deliver_ids``, another outbox's rows) from
+    a thread of their own (at most a few at once per process; the sweep sends the rest). Nothing is sent if it rolls
+    back. A session bound to a connection (a test's outer transaction) leaves the sending to an explicit
+    ``deliver_owed``."""
+    owed = list(ids)
     bind = session.get_bind()
-    if not ids or not isinstance(bind, Engine):
+    if not owed or not isinstance(bind, Engine):
         return
     # The service's sessions carry its own webhook settings and public URL (``NOTIFY_INFO``); a worker's read its
     # environment's, which are the same settings in a deployment.
     notify: tuple[AlertWebhooks, str] | None = session.info.get(NOTIFY_INFO)
+    send_ids = deliver_ids or deliver_owed
 
     def send(_: Session) -> None:
         if not _SLOTS.acquire(blocking=False):
-            log.info("%d alert(s) left to the sweep: webhook deliveries under way already", len(ids))
+            log.info("%d %s(s) left to the sweep: webhook deliveries under way already", len(owed), label)
             return
-        threading.Thread(target=_send, args=(bind, ids, notify), name="alert-webhook", daemon=True).start()
+        args = (bind, owed, notify, send_ids, label)
+        threading.Thread(target=_send, args=args, name=f"{label}-webhook", daemon=True).start()
 
     event.listen(session, "after_commit", send, once=True)
 
 
-def _send(engine: Engine, ids: list[int], notify: tuple[AlertWebhooks, str] | None) -> None:
+def _send(
+    engine: Engine, ids: list[int], notify: tuple[AlertWebhooks, str] | None, deliver_ids: Deliver, label: str
+) -> None:
     try:
         if notify is None:
             settings = get_settings()
             notify = (settings.alert_webhooks, settings.public_url)
-        deliver_owed(make_sessionmaker(engine), notify[0], notify[1], ids)
+        deliver_ids(make_sessionmaker(engine), notify[0], notify[1], ids)
     except Exception:
-        log.exception("sending %d new alert(s) to the webhook failed; the sweep sends them", len(ids))
+        log.exception("sending %d new %s(s) to the webhook failed; the sweep sends them", len(ids), label)
     finally:
         _SLOTS.release()

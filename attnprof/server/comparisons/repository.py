@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, defer
 from attnprof.server.baselines.repository import shares_a_case
 from attnprof.server.comparisons.models import Alert, AlertWebhook, Comparison
 from attnprof.server.runs.models import Run, RunCase
+from attnprof.server.testbeds.models import HostNotice
 
 
 def add_comparison(session: Session, comparison: Comparison) -> Comparison:
@@ -163,28 +164,34 @@ def delete_webhook(session: Session, project_id: int) -> bool:
     return True
 
 
-def due_alerts(session: Session, *, now: datetime, limit: int) -> list[int]:
-    """Ids of the alerts whose webhook delivery is due at ``now``, the longest owed first."""
-    q = select(Alert.id).where(Alert.notify_due_at.is_not(None), Alert.notify_due_at <= now)
-    return list(session.scalars(q.order_by(Alert.notify_due_at, Alert.id).limit(limit)))
+OwedModel = type[Alert] | type[HostNotice]
+"""A table whose rows are owed to a project's webhook: its ``notify_*`` columns are the outbox
+(``attnprof.server.comparisons.alert_outbox``)."""
 
 
-def claim_notify(session: Session, *, alert_id: int, now: datetime, until: datetime) -> bool:
+def due_deliveries(session: Session, model: OwedModel, *, now: datetime, limit: int) -> list[int]:
+    """Ids of ``model``'s rows whose webhook delivery is due at ``now``, the longest owed first."""
+    q = select(model.id).where(model.notify_due_at.is_not(None), model.notify_due_at <= now)
+    return [int(i) for i in session.scalars(q.order_by(model.notify_due_at, model.id).limit(limit))]
+
+
+def claim_delivery(session: Session, model: OwedModel, row_id: int, *, now: datetime, until: datetime) -> bool:
     """Move a due delivery's ``notify_due_at`` to ``until`` in one conditional statement: True for the one sender
     that did it (another sender then finds it due later and skips it)."""
     q = (
-        update(Alert)
-        .where(Alert.id == alert_id, Alert.notify_due_at.is_not(None), Alert.notify_due_at <= now)
+        update(model)
+        .where(model.id == row_id, model.notify_due_at.is_not(None), model.notify_due_at <= now)
         .values(notify_due_at=until)
         .execution_options(synchronize_session=False)
     )
     return bool(session.execute(q).rowcount)  # type: ignore[attr-defined]
 
 
-def settle_notify(
+def settle_delivery(
     session: Session,
+    model: OwedModel,
+    row_id: int,
     *,
-    alert_id: int,
     claim: datetime,
     due_at: datetime | None,
     attempts: int,
@@ -193,8 +200,8 @@ def settle_notify(
 ) -> bool:
     """Record a delivery made under ``claim``; False when the claim was no longer this sender's."""
     q = (
-        update(Alert)
-        .where(Alert.id == alert_id, Alert.notify_due_at == claim)
+        update(model)
+        .where(model.id == row_id, model.notify_due_at == claim)
         .values(notify_due_at=due_at, notify_attempts=attempts, notified_at=notified_at, notify_error=error)
         .execution_options(synchronize_session=False)
     )
