@@ -45,26 +45,17 @@ def host(session: Session, *, testbed_id: int, name: str) -> Host | None:
 
 
 def latest_canaries(session: Session, host_ids: Sequence[tuple[int, str]]) -> dict[tuple[int, str], Canary]:
-    """Each (testbed, host)'s latest canary."""
-    found: dict[tuple[int, str], Canary] = {}
-    for testbed_id, name in host_ids:
-        q = (
-            select(Canary)
-            .where(Canary.testbed_id == testbed_id, Canary.host == name)
-            .order_by(Canary.created_at.desc(), Canary.id.desc())
-            .limit(1)
-        )
-        row = session.scalars(q).one_or_none()
-        if row is not None:
-            found[(testbed_id, name)] = row
-    return found
-
-
-def canaries(session: Session, *, testbed_id: int, host: str | None = None, limit: int = 100) -> list[Canary]:
-    q = select(Canary).where(Canary.testbed_id == testbed_id)
-    if host is not None:
-        q = q.where(Canary.host == host)
-    return list(session.scalars(q.order_by(Canary.created_at.desc(), Canary.id.desc()).limit(limit)))
+    """Each (testbed, host)'s latest canary, in two statements whatever the number of hosts."""
+    wanted = set(host_ids)
+    if not wanted:
+        return {}
+    newest = (
+        select(func.max(Canary.id))
+        .where(Canary.testbed_id.in_({t for t, _ in wanted}))
+        .group_by(Canary.testbed_id, Canary.host)
+    )
+    rows = session.scalars(select(Canary).where(Canary.id.in_(newest)))
+    return {(c.testbed_id, c.host): c for c in rows if (c.testbed_id, c.host) in wanted}
 
 
 def canary_seconds(session: Session, *, since: datetime) -> dict[int, float]:
@@ -103,37 +94,3 @@ def live_hosts(session: Session, *, testbed_id: int, since: datetime) -> list[tu
         .where(Worker.testbed_id == testbed_id, Worker.last_seen_at >= since)
     )
     return [(h, s) for h, s in session.execute(q)]
-
-
-def due_notices(session: Session, *, now: datetime, limit: int) -> list[int]:
-    q = select(HostNotice.id).where(HostNotice.notify_due_at <= now).order_by(HostNotice.notify_due_at).limit(limit)
-    return [int(i) for i in session.scalars(q)]
-
-
-def claim_notice(session: Session, *, notice_id: int, now: datetime, until: datetime) -> bool:
-    q = (
-        update(HostNotice)
-        .where(HostNotice.id == notice_id, HostNotice.notify_due_at <= now)
-        .values(notify_due_at=until)
-        .execution_options(synchronize_session=False)
-    )
-    return bool(session.execute(q).rowcount)  # type: ignore[attr-defined]
-
-
-def settle_notice(
-    session: Session,
-    *,
-    notice_id: int,
-    claim: datetime,
-    due_at: datetime | None,
-    attempts: int,
-    notified_at: datetime | None,
-    error: str | None,
-) -> bool:
-    q = (
-        update(HostNotice)
-        .where(HostNotice.id == notice_id, HostNotice.notify_due_at == claim)
-        .values(notify_due_at=due_at, notify_attempts=attempts, notified_at=notified_at, notify_error=error)
-        .execution_options(synchronize_session=False)
-    )
-    return bool(session.execute(q).rowcount)  # type: ignore[attr-defined]

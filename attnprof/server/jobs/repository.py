@@ -17,7 +17,8 @@ from attnprof.server.jobs.models import (
     Job,
     PairedResult,
 )
-from attnprof.server.testbeds.models import Host, Worker
+from attnprof.server.testbeds.models import Worker
+from attnprof.server.testbeds.repository import ON_QUARANTINED_HOST
 
 _Q = TypeVar("_Q", bound=Select[*tuple[Any, ...]])
 _NULL_ROW: dict[str, Any] = dict.fromkeys(c.key for c in Job.__table__.columns)
@@ -146,12 +147,10 @@ def offered_unchanged_since(session: Session, *, before: datetime, limit: int) -
 # --- the dispatcher -----------------------------------------------------------------------------------------
 
 _TESTBED: BindParameter[int] = bindparam("testbed_id")
-# A worker on a quarantined host (docs/service.md, "Host health") is not live: it claims no jobs.
-_HELD = exists().where(Host.testbed_id == Worker.testbed_id, Host.name == Worker.host, Host.state == "quarantined")
 _LIVE = (
     select(func.count())
     .select_from(Worker)
-    .where(Worker.testbed_id == _TESTBED, Worker.last_seen_at >= bindparam("since"), ~_HELD)
+    .where(Worker.testbed_id == _TESTBED, Worker.last_seen_at >= bindparam("since"), ~ON_QUARANTINED_HOST)
     .scalar_subquery()
 )
 _RUNNING = select(func.count()).select_from(Job).where(Job.testbed_id == _TESTBED, text(RUNNING_SQL)).scalar_subquery()

@@ -82,11 +82,16 @@ def worker_last_seen(session: Session, *, testbed_id: int, name: str) -> datetim
     return found
 
 
+# A worker on a quarantined host (docs/service.md, "Host health") is not live: it claims no jobs.
+ON_QUARANTINED_HOST = exists().where(
+    Host.testbed_id == Worker.testbed_id, Host.name == Worker.host, Host.state == "quarantined"
+)
+
+
 def live_workers(session: Session, *, testbed_id: int, since: datetime) -> int:
     """Workers of the testbed seen since ``since``, less those on a quarantined host (they claim no jobs)."""
-    held = exists().where(Host.testbed_id == Worker.testbed_id, Host.name == Worker.host, Host.state == "quarantined")
     q = select(func.count()).select_from(Worker)
-    q = q.where(Worker.testbed_id == testbed_id, Worker.last_seen_at >= since, ~held)
+    q = q.where(Worker.testbed_id == testbed_id, Worker.last_seen_at >= since, ~ON_QUARANTINED_HOST)
     return int(session.scalar(q) or 0)
 
 
