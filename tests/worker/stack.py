@@ -15,7 +15,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from attnprof.server.auth import service as auth
 from attnprof.server.db import make_engine, make_sessionmaker
 from attnprof.server.projects import service as projects
 from attnprof.server.testbeds import service as testbeds
+from tests.pgtest import create_database, drop_database
 from tests.profiling_support import tar_gz
 
 REDIS_URL = os.environ.get("ATTNPROF_TEST_WORKER_REDIS", "redis://127.0.0.1:6379/12")
@@ -301,3 +303,64 @@ def wait_ready(procs: list[Proc]) -> None:
         if p.name != "service":
             wait_for(f"{p.name} to be ready", lambda p=p: " ready." in p.text() or not p.alive(), 90, logs=procs)
             assert p.alive(), p.text()
+
+
+@contextmanager
+def cpu_fleet(
+    tmp: Path,
+    *,
+    redis_url: str,
+    prefix: str,
+    testbeds: Sequence[str],
+    workers: Mapping[str, tuple[str, dict[str, str]]],
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Stack]:
+    """``attnprof serve``, the analysis worker with beat, and a CPU profile worker per entry of ``workers`` (its name:
+    its testbed and its own environment on top of the stack's), on a fresh database with a project of ``prefix``
+    holding a worker token per testbed, and Redis database ``redis_url``; stopped, the database dropped and Redis
+    emptied on the way out. ``env``: the stack's settings on top of ``base_env``."""
+    logs = tmp / "logs"
+    logs.mkdir()
+    flush_redis(redis_url)
+    name, url = create_database()
+    procs: dict[str, Proc] = {}
+    try:
+        project, submit, tokens = seed_project(url, prefix, tuple(testbeds))
+        port = free_port()
+        stack_env = {
+            **base_env(tmp),
+            "ATTNPROF_BROKER_URL": redis_url,
+            "ATTNPROF_DATABASE_URL": url,
+            "ATTNPROF_SERVICE_URL": f"http://127.0.0.1:{port}",
+            **(env or {}),
+        }
+        s = Stack(
+            url=f"http://127.0.0.1:{port}",
+            database_url=url,
+            env=stack_env,
+            submit_token=submit,
+            project=project,
+            worker_tokens=tokens,
+            tmp=tmp,
+        )
+        procs = s.procs
+        procs["service"] = start("service", [*ATTNPROF, "serve", "--port", str(port)], stack_env, logs, tmp)
+        analysis = [*ATTNPROF, "worker", "--analysis", "--beat-schedule", str(tmp / "beat")]
+        procs["analysis"] = start("analysis", analysis, stack_env, logs, tmp)
+        for worker, (testbed, own) in workers.items():
+            wenv = {
+                **stack_env,
+                "ATTNPROF_DATABASE_URL": NO_DATABASE,
+                "ATTNPROF_WORKER_TOKEN": tokens[testbed],
+                "ATTNPROF_WORKER__TIMEOUT_S": "120",
+                "ATTNPROF_WORKER__SCRATCH_DIR": str(tmp / "scratch"),
+                **own,
+            }
+            argv = [*ATTNPROF, "worker", "--testbed", testbed, "--device", "cpu"]
+            procs[worker] = start(worker, argv, wenv, logs, tmp)
+        wait_ready(list(procs.values()))
+        yield s
+    finally:
+        stop(list(procs.values()))
+        drop_database(name)
+        flush_redis(redis_url)

@@ -17,23 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.pgtest import create_database, drop_database
 from tests.worker.stack import (
-    ATTNPROF,
-    NO_DATABASE,
     SDPA_CASE,
-    Proc,
     Stack,
-    base_env,
-    flush_redis,
-    free_port,
-    seed_project,
+    cpu_fleet,
     sql,
-    start,
-    stop,
     suite,
     wait_for,
-    wait_ready,
 )
 
 pytestmark = pytest.mark.slow
@@ -47,60 +37,28 @@ QUICK = suite("quick", SDPA_CASE)
 @pytest.fixture(scope="module", name="fleet")
 def fleet_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("fleet")
-    logs = tmp / "logs"
-    logs.mkdir()
-    flush_redis(REDIS_URL)
-    name, url = create_database()
-    procs: dict[str, Proc] = {}
-    try:
-        project, submit, tokens = seed_project(url, "fleet", (TESTBED,))
-        port = free_port()
-        env = {
-            **base_env(tmp),
-            "ATTNPROF_BROKER_URL": REDIS_URL,
-            "ATTNPROF_DATABASE_URL": url,
-            "ATTNPROF_SERVICE_URL": f"http://127.0.0.1:{port}",
-            "ATTNPROF_FAIRNESS__WORKER_ALIVE_S": "0.5",
-            "ATTNPROF_FAIRNESS__WORKER_LIVE_S": "3",
-            # Three CPU hosts on two cores: their figures wander fivefold with each other's load (a canary that
-            # overlaps another's), so the band is wide (a tenth of the best host's rates); the degraded host's are a
-            # fiftieth.
-            "ATTNPROF_HEALTH__CPU_TOLERANCE": "0.9",
-            "ATTNPROF_HEALTH__LAUNCH_TOLERANCE": "5",
-            "ATTNPROF_HEALTH__RETRY_S": "2",
-        }
-        s = Stack(
-            url=f"http://127.0.0.1:{port}",
-            database_url=url,
-            env=env,
-            submit_token=submit,
-            project=project,
-            worker_tokens=tokens,
-            tmp=tmp,
-        )
-        s.procs["service"] = start("service", [*ATTNPROF, "serve", "--port", str(port)], env, logs, tmp)
-        analysis = [*ATTNPROF, "worker", "--analysis", "--beat-schedule", str(tmp / "beat")]
-        s.procs["analysis"] = start("analysis", analysis, env, logs, tmp)
-        for i in range(HOSTS):
-            wenv = {
-                **env,
-                "ATTNPROF_DATABASE_URL": NO_DATABASE,
-                "ATTNPROF_WORKER_TOKEN": tokens[TESTBED],
-                "ATTNPROF_WORKER__TIMEOUT_S": "120",
-                "ATTNPROF_WORKER__SCRATCH_DIR": str(tmp / "scratch"),
+    workers = {
+        f"worker-{i}": (
+            TESTBED,
+            {
                 "ATTNPROF_WORKER__HOST": f"host-{i}",
                 "ATTNPROF_WORKER__CANARY_EVERY_S": "4",
                 "ATTNPROF_WORKER__CANARY_SCALE_FILE": str(tmp / f"scale-{i}.json"),
-            }
-            argv = [*ATTNPROF, "worker", "--testbed", TESTBED, "--device", "cpu"]
-            s.procs[f"worker-{i}"] = start(f"worker-{i}", argv, wenv, logs, tmp)
-        procs = s.procs
-        wait_ready(list(procs.values()))
+            },
+        )
+        for i in range(HOSTS)
+    }
+    env = {
+        "ATTNPROF_FAIRNESS__WORKER_ALIVE_S": "0.5",
+        "ATTNPROF_FAIRNESS__WORKER_LIVE_S": "3",
+        # Three CPU hosts on two cores: their figures wander fivefold with each other's load (a canary that overlaps
+        # another's), so the band is wide (a tenth of the best host's rates); the degraded host's are a fiftieth.
+        "ATTNPROF_HEALTH__CPU_TOLERANCE": "0.9",
+        "ATTNPROF_HEALTH__LAUNCH_TOLERANCE": "5",
+        "ATTNPROF_HEALTH__RETRY_S": "2",
+    }
+    with cpu_fleet(tmp, redis_url=REDIS_URL, prefix="fleet", testbeds=(TESTBED,), workers=workers, env=env) as s:
         yield s
-    finally:
-        stop(list(procs.values()))
-        drop_database(name)
-        flush_redis(REDIS_URL)
 
 
 def _hosts(fleet: Stack) -> dict[str, str]:

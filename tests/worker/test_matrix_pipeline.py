@@ -16,21 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.pgtest import create_database, drop_database
 from tests.profiling_support import tar_gz
-from tests.worker.stack import (
-    ATTNPROF,
-    NO_DATABASE,
-    Proc,
-    Stack,
-    base_env,
-    flush_redis,
-    free_port,
-    seed_project,
-    start,
-    stop,
-    wait_ready,
-)
+from tests.worker.stack import Stack, cpu_fleet
 
 pytestmark = pytest.mark.slow
 
@@ -70,52 +57,13 @@ def step(params, device):
 
 @pytest.fixture(scope="module", name="mx")
 def mx_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workers = {
+        testbed: (testbed, {"ATTNPROF_WORKER__PASS_ENV": '["GPU_FLAVOUR"]', "GPU_FLAVOUR": flavour})
+        for testbed, flavour in BEDS.items()
+    }
     tmp = tmp_path_factory.mktemp("matrix")
-    logs = tmp / "logs"
-    logs.mkdir()
-    flush_redis(REDIS_URL)
-    name, url = create_database()
-    procs: dict[str, Proc] = {}
-    try:
-        project, submit, tokens = seed_project(url, "mx", tuple(BEDS))
-        port = free_port()
-        env = {
-            **base_env(tmp),
-            "ATTNPROF_BROKER_URL": REDIS_URL,
-            "ATTNPROF_DATABASE_URL": url,
-            "ATTNPROF_SERVICE_URL": f"http://127.0.0.1:{port}",
-        }
-        s = Stack(
-            url=f"http://127.0.0.1:{port}",
-            database_url=url,
-            env=env,
-            submit_token=submit,
-            project=project,
-            worker_tokens=tokens,
-            tmp=tmp,
-        )
-        s.procs["service"] = start("service", [*ATTNPROF, "serve", "--port", str(port)], env, logs, tmp)
-        analysis = [*ATTNPROF, "worker", "--analysis", "--beat-schedule", str(tmp / "beat")]
-        s.procs["analysis"] = start("analysis", analysis, env, logs, tmp)
-        for testbed, flavour in BEDS.items():
-            wenv = {
-                **env,
-                "ATTNPROF_DATABASE_URL": NO_DATABASE,
-                "ATTNPROF_WORKER_TOKEN": tokens[testbed],
-                "ATTNPROF_WORKER__TIMEOUT_S": "120",
-                "ATTNPROF_WORKER__SCRATCH_DIR": str(tmp / "scratch"),
-                "ATTNPROF_WORKER__PASS_ENV": '["GPU_FLAVOUR"]',
-                "GPU_FLAVOUR": flavour,
-            }
-            argv = [*ATTNPROF, "worker", "--testbed", testbed, "--device", "cpu"]
-            s.procs[testbed] = start(testbed, argv, wenv, logs, tmp)
-        procs = s.procs
-        wait_ready(list(procs.values()))
+    with cpu_fleet(tmp, redis_url=REDIS_URL, prefix="mx", testbeds=tuple(BEDS), workers=workers) as s:
         yield s
-    finally:
-        stop(list(procs.values()))
-        drop_database(name)
-        flush_redis(REDIS_URL)
 
 
 def _submit(mx: Stack, code: dict[str, bytes], **fields: str) -> dict[str, Any]:
