@@ -342,6 +342,16 @@ def testbed_name(session: Session, job: Job) -> str:
     return tb.name if tb else ""
 
 
+def testbed_notice(session: Session, *, testbed_id: int, name: str, fairness: Fairness, now: datetime) -> str | None:
+    """Why every job queued on the testbed waits, where its testbed holds them all: no live worker serves it, or
+    every live one is on a quarantined host; None while one may take a job."""
+    return testbeds.no_live_worker(
+        session, testbed_id=testbed_id, name=name, live_s=fairness.worker_live_s, now=now
+    ) or hosts.waiting_reason(
+        session, testbed_id=testbed_id, name=name, since=now - timedelta(seconds=fairness.worker_live_s)
+    )
+
+
 def to_out(session: Session, job: Job, fairness: Fairness | None = None, now: datetime | None = None) -> JobOut:
     """The job as the API shows it; with ``fairness``, a queued job's ``notice`` says when no live worker serves
     its testbed."""
@@ -350,14 +360,9 @@ def to_out(session: Session, job: Job, fairness: Fairness | None = None, now: da
     notice = None
     if fairness is not None and job.status == "queued":
         now = now or utcnow()
-        live_since = now - timedelta(seconds=fairness.worker_live_s)
-        notice = (
-            testbeds.no_live_worker(
-                session, testbed_id=job.testbed_id, name=testbed, live_s=fairness.worker_live_s, now=now
-            )
-            or hosts.waiting_reason(session, testbed_id=job.testbed_id, name=testbed, since=live_since)
-            or gpu_time.quota_notice(session, job, now=now)
-        )
+        notice = testbed_notice(
+            session, testbed_id=job.testbed_id, name=testbed, fairness=fairness, now=now
+        ) or gpu_time.quota_notice(session, job, now=now)
     return JobOut(
         id=job.id,
         project=project.name if project else "",

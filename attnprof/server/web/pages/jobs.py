@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -17,12 +17,10 @@ from attnprof.server import paging
 from attnprof.server.config import Fairness, Settings
 from attnprof.server.db import SessionDep, utcnow
 from attnprof.server.errors import BadRequest
-from attnprof.server.hosts import service as hosts
 from attnprof.server.jobs import matrix as matrices
 from attnprof.server.jobs import service as job_service
 from attnprof.server.jobs.models import FINAL, STATES, Job
 from attnprof.server.testbeds import repository as testbed_rows
-from attnprof.server.testbeds import service as testbeds
 from attnprof.server.web import pull_repository, repository
 from attnprof.server.web.dependencies import PageError, ViewerDep, not_found
 from attnprof.server.web.render import page
@@ -119,11 +117,7 @@ def testbed_waits(session: Session, names: Iterable[str], fairness: Fairness, no
         testbed = testbed_rows.get_by_name(session, name)
         if testbed is None:
             continue
-        why = testbeds.no_live_worker(
-            session, testbed_id=testbed.id, name=name, live_s=fairness.worker_live_s, now=now
-        ) or hosts.waiting_reason(
-            session, testbed_id=testbed.id, name=name, since=now - timedelta(seconds=fairness.worker_live_s)
-        )
+        why = job_service.testbed_notice(session, testbed_id=testbed.id, name=name, fairness=fairness, now=now)
         if why:
             lines.append(why)
     return lines
