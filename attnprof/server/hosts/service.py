@@ -33,11 +33,18 @@ def tolerances(cfg: Health, mode: str) -> band.Tolerances:
     return band.Tolerances(cfg.cpu_tolerance if mode == "cpu" else cfg.tolerance, cfg.launch_tolerance)
 
 
-def current_band(session: Session, *, testbed_id: int, mode: str, cfg: Health, now: datetime) -> dict[str, band.Bound]:
-    """The testbed's band now: from its passing canaries of ``mode`` in the window."""
+def _band(
+    session: Session, *, testbed_id: int, mode: str, cfg: Health, now: datetime
+) -> tuple[int, dict[str, band.Bound]]:
+    """How many passing canaries of ``mode`` the testbed has in the window, and the band they set."""
     since = now - timedelta(days=cfg.window_days)
     history = repository.passing_history(session, testbed_id=testbed_id, since=since, mode=mode)
-    return band.bands(((h, band.readings(f, c)) for h, f, c in history), tolerances(cfg, mode))
+    return len(history), band.bands(((h, band.readings(f, c)) for h, f, c in history), tolerances(cfg, mode))
+
+
+def current_band(session: Session, *, testbed_id: int, mode: str, cfg: Health, now: datetime) -> dict[str, band.Bound]:
+    """The testbed's band now: from its passing canaries of ``mode`` in the window."""
+    return _band(session, testbed_id=testbed_id, mode=mode, cfg=cfg, now=now)[1]
 
 
 @dataclass(frozen=True)
@@ -55,12 +62,10 @@ def record(
     to each project of ``audience`` (those with an alert webhook that used the testbed lately). Not committed."""
     name = host_of(body.worker)
     host = repository.host_for_update(session, testbed_id=testbed_id, name=name, now=now)
-    since = now - timedelta(days=cfg.window_days)
-    history = repository.passing_history(session, testbed_id=testbed_id, since=since, mode=body.mode)
-    bounds = band.bands(((h, band.readings(f, c)) for h, f, c in history), tolerances(cfg, body.mode))
+    passed, bounds = _band(session, testbed_id=testbed_id, mode=body.mode, cfg=cfg, now=now)
     clocks = body.clocks.model_dump()
     found = band.readings(body.figures, clocks)
-    learning = len(history) < cfg.min_canaries
+    learning = passed < cfg.min_canaries
     reasons = band.judge(found, body.clocks.throttle_reasons, {} if learning else bounds)
     state = "quarantined" if reasons else "learning" if learning else "healthy"
     canary = Canary(
