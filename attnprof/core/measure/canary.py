@@ -115,6 +115,11 @@ def _attention(device: str) -> tuple[Any, str]:
 def run(device: str) -> dict[str, Any]:
     """The canary on ``device`` (``cuda`` or ``cpu``): its figures, clocks, how it was measured and its cost."""
     started = time.perf_counter()
+    if device == "cpu":
+        # One thread: a CPU's figures per core. Several workers' canaries on one host at once oversubscribe its cores,
+        # and a multi-threaded matmul's threads then wait on each other: fp16 read 30 to 60 times slower (three CPU
+        # workers on two cores), where one thread a core slows only by its share of the core.
+        torch.set_num_threads(1)
     nvml = Nvml.open() if device == "cuda" else None
     sampler = _Sampler(nvml) if nvml is not None else None
     if sampler is not None:
